@@ -1,0 +1,45 @@
+"""bundlegen: test plan, bundles, harness and support matrix for the SDPA backward pass.
+
+Each subcommand lives in the package that owns the work, as a module with
+`add_arguments(parser)` and `main(args) -> int`; this file only routes.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "generate": ("generator.command", "expand the plan into bundles and tolerance blocks"),
+    "run": ("harness.command", "run a level's cases against an engine"),
+    "harvest": ("claims.harvest_command", "turn passing results into support claims"),
+    "matrix": ("claims.matrix_command", "render SUPPORT_MATRIX.md from the claims"),
+    "report": ("claims.report_command", "an HTML report of results with plots"),
+    "mutate": ("mutants.command", "run engine mutants and print the kill matrix"),
+    "calibrate": ("harness.calibrate_command", "fit the cost model to measured case times"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bundlegen", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # not built yet
+            raise
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

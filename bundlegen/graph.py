@@ -1,0 +1,322 @@
+"""The records a bundle holds: one SDPA-backward graph per case, and the case around it.
+
+DESIGN section 2: ports q, k, v, o, do, stats (inputs) and dq, dk, dv (outputs), each with
+its own dims, strides (in elements) and storage offset. Records are frozen; the JSON codec
+here is the only place that turns bundle text into records, and every error it raises
+names the file, the case id and the field at fault.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
+OUTPUT_PORTS = ("dq", "dk", "dv")
+PORTS = INPUT_PORTS + OUTPUT_PORTS
+DTYPES = ("bf16", "fp16", "fp32")
+ALIGNMENTS = ("TOP_LEFT", "BOTTOM_RIGHT")
+PURPOSES = ("claim", "probe", "regression")
+DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
+REJECTION_LAYERS = ("frontend", "engine")
+BUNDLE_VERSION = 1
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class BundleError(ValueError):
+    """A malformed bundle: names the file, the case id and the field."""
+
+    def __init__(self, message: str, *, file: str = "?", case_id: str = "?", field: str = "?"):
+        self.file, self.case_id, self.field, self.message = file, case_id, field, message
+        super().__init__(f"{file}: case {case_id}: field {field}: {message}")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+    offset: int = 0
+
+    @property
+    def storage_elements(self) -> int:
+        """Elements from storage start to one past the last addressed element."""
+        if any(d == 0 for d in self.dims):
+            return self.offset
+        return self.offset + 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
+
+    def to_json(self) -> dict:
+        return {"dims": list(self.dims), "strides": list(self.strides),
+                "offset": self.offset, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class Attributes:
+    attn_scale: float
+    diagonal_alignment: str = "TOP_LEFT"
+    left_bound: int | None = None
+    right_bound: int | None = None
+    dropout_probability: float | None = None
+
+    def to_json(self) -> dict:
+        return {"attn_scale": self.attn_scale, "diagonal_alignment": self.diagonal_alignment,
+                "left_bound": self.left_bound, "right_bound": self.right_bound,
+                "dropout_probability": self.dropout_probability}
+
+
+@dataclass(frozen=True)
+class Graph:
+    tensors: Mapping[str, TensorSpec]
+    attributes: Attributes
+
+    # Problem sizes, read from q, k and v (validation checks the others agree).
+    @property
+    def B(self) -> int: return self.tensors["q"].dims[0]
+    @property
+    def H_q(self) -> int: return self.tensors["q"].dims[1]
+    @property
+    def H_k(self) -> int: return self.tensors["k"].dims[1]
+    @property
+    def H_v(self) -> int: return self.tensors["v"].dims[1]
+    @property
+    def S_q(self) -> int: return self.tensors["q"].dims[2]
+    @property
+    def S_kv(self) -> int: return self.tensors["k"].dims[2]
+    @property
+    def D_qk(self) -> int: return self.tensors["q"].dims[3]
+    @property
+    def D_v(self) -> int: return self.tensors["v"].dims[3]
+    @property
+    def dtype(self) -> str: return self.tensors["q"].dtype
+
+    def to_json(self) -> dict:
+        return {"tensors": {p: self.tensors[p].to_json() for p in sorted(self.tensors)},
+                "attributes": self.attributes.to_json()}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    seed: int
+    distribution: str = "randn"
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "distribution": self.distribution}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    by: str       # "frontend" | "engine"
+    reason: str   # a code from bundlegen.reasons
+
+    def to_json(self) -> dict:
+        return {"by": self.by, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: int = 0
+    bytes: int = 0
+    predicted_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"flops": self.flops, "bytes": self.bytes, "predicted_s": self.predicted_s}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    purpose: str
+    items: tuple[str, ...]
+    graph: Graph
+    data: DataSpec
+    tolerance_class: str | None = None
+    expected_rejection: Rejection | None = None
+    cost: Cost = field(default_factory=Cost)
+    level: str = ""
+    group: str = ""
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "purpose": self.purpose, "items": list(self.items),
+                "graph": self.graph.to_json(), "data": self.data.to_json(),
+                "tolerance_class": self.tolerance_class,
+                "expected_rejection": None if self.expected_rejection is None
+                else self.expected_rejection.to_json(),
+                "cost": self.cost.to_json()}
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, 2-space indent, trailing newline: the one text form of every file we write."""
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+# ----------------------------------------------------------------------------- decoding
+class _Reader:
+    """Typed field access that raises BundleError naming where it was."""
+
+    def __init__(self, file: str, case_id: str = "?"):
+        self.file, self.case_id = file, case_id
+
+    def fail(self, fieldname: str, message: str) -> BundleError:
+        return BundleError(message, file=self.file, case_id=self.case_id, field=fieldname)
+
+    def get(self, obj: Any, key: str, types: type | tuple, where: str, *, optional: bool = False):
+        if not isinstance(obj, dict):
+            raise self.fail(where, f"expected an object, got {type(obj).__name__}")
+        name = f"{where}.{key}" if where else key
+        if key not in obj:
+            if optional:
+                return None
+            raise self.fail(name, "missing")
+        value = obj[key]
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+            raise self.fail(name, f"expected {_type_names(types)}, got bool")
+        if not isinstance(value, types):
+            raise self.fail(name, f"expected {_type_names(types)}, got {type(value).__name__}")
+        return value
+
+    def int_list(self, obj: dict, key: str, where: str) -> tuple[int, ...]:
+        values = self.get(obj, key, list, where)
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise self.fail(f"{where}.{key}[{i}]", f"expected int, got {type(v).__name__}")
+        return tuple(values)
+
+
+def _type_names(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(t.__name__ for t in types)
+
+
+def tensor_from_json(raw: Any, r: _Reader, where: str) -> TensorSpec:
+    dims = r.int_list(raw, "dims", where)
+    strides = r.int_list(raw, "strides", where)
+    if len(strides) != len(dims):
+        raise r.fail(f"{where}.strides", f"has {len(strides)} entries for {len(dims)} dims")
+    for i, d in enumerate(dims):
+        if d < 0:
+            raise r.fail(f"{where}.dims[{i}]", f"negative dim {d}")
+    dtype = r.get(raw, "dtype", str, where)
+    if dtype not in DTYPES:
+        raise r.fail(f"{where}.dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    offset = r.get(raw, "offset", int, where, optional=True) or 0
+    return TensorSpec(dims=dims, strides=strides, dtype=dtype, offset=offset)
+
+
+def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
+    tensors_raw = r.get(raw, "tensors", dict, where)
+    tensors = {}
+    for port in sorted(tensors_raw):
+        if port not in PORTS:
+            raise r.fail(f"{where}.tensors.{port}", f"unknown port (known: {', '.join(PORTS)})")
+        tensors[port] = tensor_from_json(tensors_raw[port], r, f"{where}.tensors.{port}")
+    a = r.get(raw, "attributes", dict, where)
+    aw = f"{where}.attributes"
+    scale = r.get(a, "attn_scale", (int, float), aw)
+    alignment = r.get(a, "diagonal_alignment", str, aw, optional=True) or "TOP_LEFT"
+    attrs = Attributes(
+        attn_scale=float(scale), diagonal_alignment=alignment,
+        left_bound=r.get(a, "left_bound", int, aw, optional=True),
+        right_bound=r.get(a, "right_bound", int, aw, optional=True),
+        dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True))
+    return Graph(tensors=tensors, attributes=attrs)
+
+
+def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Case:
+    r = _Reader(file)
+    if not isinstance(raw, dict):
+        raise r.fail("cases[]", f"expected an object, got {type(raw).__name__}")
+    case_id = r.get(raw, "id", str, "")
+    if not _ID_RE.match(case_id):
+        raise r.fail("id", f"invalid id {case_id!r}: letters, digits, '_', '.', '-' only")
+    r.case_id = case_id
+    purpose = r.get(raw, "purpose", str, "")
+    if purpose not in PURPOSES:
+        raise r.fail("purpose", f"unknown purpose {purpose!r} (known: {', '.join(PURPOSES)})")
+    items = r.get(raw, "items", list, "")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise r.fail(f"items[{i}]", f"expected str, got {type(item).__name__}")
+    graph = graph_from_json(r.get(raw, "graph", dict, ""), r)
+    d = r.get(raw, "data", dict, "")
+    seed = r.get(d, "seed", int, "data")
+    dist = r.get(d, "distribution", str, "data", optional=True) or "randn"
+    if dist not in DISTRIBUTIONS:
+        raise r.fail("data.distribution", f"unknown distribution {dist!r}")
+    rej_raw = r.get(raw, "expected_rejection", dict, "", optional=True)
+    rejection = None
+    if rej_raw is not None:
+        by = r.get(rej_raw, "by", str, "expected_rejection")
+        if by not in REJECTION_LAYERS:
+            raise r.fail("expected_rejection.by", f"unknown layer {by!r}")
+        rejection = Rejection(by=by, reason=r.get(rej_raw, "reason", str, "expected_rejection"))
+    if (purpose == "probe") != (rejection is not None):
+        raise r.fail("expected_rejection", "a probe needs one and only probes may have one")
+    c = r.get(raw, "cost", dict, "", optional=True) or {}
+    cost = Cost(flops=r.get(c, "flops", int, "cost", optional=True) or 0,
+                bytes=r.get(c, "bytes", int, "cost", optional=True) or 0,
+                predicted_s=float(r.get(c, "predicted_s", (int, float), "cost", optional=True) or 0.0))
+    return Case(id=case_id, purpose=purpose, items=tuple(items), graph=graph,
+                data=DataSpec(seed=seed, distribution=dist),
+                tolerance_class=r.get(raw, "tolerance_class", str, "", optional=True),
+                expected_rejection=rejection, cost=cost, level=level, group=group)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    level: str
+    group: str
+    cases: tuple[Case, ...]
+    plan: str = "sdpa_bwd"
+
+    def to_json(self) -> dict:
+        return {"version": BUNDLE_VERSION, "plan": self.plan, "level": self.level,
+                "group": self.group, "cases": [c.to_json() for c in self.cases]}
+
+
+def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError]]:
+    """Read one bundle file. A bad file raises BundleError; a bad case is returned as an
+    error beside the good cases, so one malformed case never hides the others."""
+    file = str(path)
+    r = _Reader(file, "-")
+    try:
+        if text is None:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        raw = json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail("-", f"cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise r.fail("-", f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    if not isinstance(raw, dict):
+        raise r.fail("-", "top level is not an object")
+    version = r.get(raw, "version", int, "")
+    if version != BUNDLE_VERSION:
+        raise r.fail("version", f"unsupported version {version}")
+    level = r.get(raw, "level", str, "")
+    group = r.get(raw, "group", str, "")
+    plan = r.get(raw, "plan", str, "")
+    cases, errors, seen = [], [], set()
+    for i, case_raw in enumerate(r.get(raw, "cases", list, "")):
+        try:
+            case = case_from_json(case_raw, file, level, group)
+        except BundleError as exc:
+            if exc.case_id == "?" and isinstance(case_raw, dict) and isinstance(case_raw.get("id"), str):
+                exc = BundleError(exc.message, file=file, case_id=case_raw["id"], field=exc.field)
+            elif exc.case_id == "?":
+                exc = BundleError(exc.message, file=file, case_id=f"#{i}", field=exc.field)
+            errors.append(exc)
+            continue
+        if case.id in seen:
+            errors.append(BundleError("duplicate id", file=file, case_id=case.id, field="id"))
+            continue
+        seen.add(case.id)
+        cases.append(case)
+    return Bundle(level=level, group=group, cases=tuple(cases), plan=plan), errors
+
+
+def default_scale(d_qk: int) -> float:
+    return 1.0 / math.sqrt(d_qk)

@@ -1,0 +1,72 @@
+"""Every rejection and decline reason code, in one place.
+
+Frontend codes are returned by :func:`bundlegen.validate.frontend_reason` for graphs that
+are not well formed; probes name them in ``expected_rejection``. Engine codes are what an
+engine's ``is_applicable`` returns for a well-formed graph it cannot serve.
+"""
+
+# --- frontend: the graph itself is invalid -------------------------------------------
+MISSING_TENSOR = "missing-tensor"
+BAD_RANK = "bad-rank"
+STRIDE_COUNT = "stride-count"
+NONPOSITIVE_DIM = "nonpositive-dim"
+NEGATIVE_STRIDE = "negative-stride"
+NEGATIVE_OFFSET = "negative-offset"
+UNKNOWN_DTYPE = "unknown-dtype"
+DTYPE_MISMATCH = "dtype-mismatch"            # O/dO/K/V/dQ/dK/dV dtype != Q dtype
+STATS_DTYPE = "stats-dtype"                  # stats must be fp32
+BATCH_MISMATCH = "batch-mismatch"            # K/V batch != Q batch
+O_DIMS_MISMATCH = "o-dims-mismatch"          # O, dO, dQ dims != Q's (D_v for O/dO)
+KV_DIMS_MISMATCH = "kv-dims-mismatch"        # V, dK, dV dims != K's (D_v for V/dV)
+STATS_DIMS_MISMATCH = "stats-dims-mismatch"  # stats dims != [B, H_q, S_q, 1]
+GQA_NOT_DIVISIBLE = "gqa-not-divisible"      # H_k or H_v does not divide H_q
+RIGHT_BOUND_BELOW_MINUS_ONE = "right-bound-below-minus-one"
+LEFT_BOUND_NONPOSITIVE = "left-bound-nonpositive"
+BAD_ALIGNMENT = "bad-alignment"
+SCALE_NONPOSITIVE = "scale-nonpositive"
+SCALE_NONFINITE = "scale-nonfinite"
+
+FRONTEND = frozenset({
+    MISSING_TENSOR, BAD_RANK, STRIDE_COUNT, NONPOSITIVE_DIM, NEGATIVE_STRIDE,
+    NEGATIVE_OFFSET, UNKNOWN_DTYPE, DTYPE_MISMATCH, STATS_DTYPE, BATCH_MISMATCH,
+    O_DIMS_MISMATCH, KV_DIMS_MISMATCH, STATS_DIMS_MISMATCH, GQA_NOT_DIVISIBLE,
+    RIGHT_BOUND_BELOW_MINUS_ONE, LEFT_BOUND_NONPOSITIVE, BAD_ALIGNMENT,
+    SCALE_NONPOSITIVE, SCALE_NONFINITE,
+})
+
+# --- engine: a valid graph the engine cannot address ----------------------------------
+ZERO_STRIDE_OUTPUT = "zero-stride-output"          # dQ/dK/dV stride 0 on an axis longer than 1
+OVERLAPPING_OUTPUT = "overlapping-output"          # an output's strides overlap (footprint rule)
+DTYPE_NOT_SERVED = "dtype-not-served"
+HEAD_DIM_TOO_LARGE = "head-dim-too-large"
+HEAD_DIM_NOT_SERVED = "head-dim-not-served"
+HEAD_DIM_STRIDE_NOT_ONE = "head-dim-stride-not-one"
+NON_PACKED_STATS = "non-packed-stats"
+UNEQUAL_HEAD_DIMS = "unequal-head-dims"            # D_qk != D_v not served
+HV_NOT_HK = "hv-not-hk"                            # H_k != H_v not served
+GQA_NOT_SERVED = "gqa-not-served"
+MASK_NOT_SERVED = "mask-not-served"
+ALIGNMENT_NOT_SERVED = "alignment-not-served"
+SCALE_NOT_SERVED = "scale-not-served"
+SEQ_LEN_NOT_SERVED = "seq-len-not-served"
+MISALIGNED_STRIDE = "misaligned-stride"
+BROADCAST_INPUT_NOT_SERVED = "broadcast-input-not-served"
+GATED_FEATURE = "gated-feature"                    # dropout, bias, ragged: not built yet
+ARCH_NOT_SERVED = "arch-not-served"
+DEVICE_NOT_SERVED = "device-not-served"
+TOO_LARGE = "too-large"
+
+ENGINE = frozenset({
+    ZERO_STRIDE_OUTPUT, OVERLAPPING_OUTPUT, DTYPE_NOT_SERVED, HEAD_DIM_TOO_LARGE,
+    HEAD_DIM_NOT_SERVED, HEAD_DIM_STRIDE_NOT_ONE, NON_PACKED_STATS, UNEQUAL_HEAD_DIMS,
+    HV_NOT_HK, GQA_NOT_SERVED, MASK_NOT_SERVED, ALIGNMENT_NOT_SERVED, SCALE_NOT_SERVED,
+    SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
+    ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE,
+})
+
+ALL = FRONTEND | ENGINE
+
+
+def code_of(reason: str) -> str:
+    """The code of a decline reason: engines may add detail after ': '."""
+    return reason.split(":", 1)[0].strip()

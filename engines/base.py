@@ -1,0 +1,50 @@
+"""The engine interface (DESIGN section 6).
+
+An engine is built for one device, says which archs it targets, declines what it cannot
+serve with a reason code from bundlegen.reasons (detail may follow after ': '), and
+writes dQ, dK, dV into the harness's preallocated, declared-stride outputs.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Mapping
+
+import torch
+
+from bundlegen.graph import Graph
+
+
+def arch_of(device: torch.device | str) -> str:
+    """The arch name claims and skips are keyed by: 'sm90', 'sm120', 'gfx942', 'cpu', ..."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    props = torch.cuda.get_device_properties(device)
+    gcn = getattr(props, "gcnArchName", "") or ""
+    if torch.version.hip and gcn:
+        return gcn.split(":")[0]
+    return f"sm{props.major}{props.minor}"
+
+
+class Engine(abc.ABC):
+    #: registry name, e.g. "triton"
+    name: str = ""
+    #: repeated runs on the same inputs give bitwise equal outputs
+    deterministic: bool = True
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.arch = arch_of(self.device)
+
+    @abc.abstractmethod
+    def archs(self) -> tuple[str, ...]:
+        """Every arch this engine is configured for (run here or not)."""
+
+    @abc.abstractmethod
+    def is_applicable(self, graph: Graph) -> str | None:
+        """None, or the first reason this engine cannot serve `graph` on its device."""
+
+    @abc.abstractmethod
+    def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Compute dq, dk, dv from q, k, v, o, do, stats and write them into
+        tensors['dq'|'dk'|'dv'] (views with the declared dims and strides)."""

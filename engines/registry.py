@@ -1,0 +1,52 @@
+"""Finding engines by name: the built-in table, the `bundlegen.engines` entry point
+group, or an explicit `package.module:Class`."""
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+
+from engines.base import Engine
+
+BUILTIN = {
+    "torch-math": "engines.torch_math.engine:TorchMathEngine",
+    "triton": "engines.triton.engine:TritonEngine",
+    "torch-flash": "engines.torch_sdpa.engine:TorchFlashEngine",
+    "torch-efficient": "engines.torch_sdpa.engine:TorchEfficientEngine",
+    "torch-cudnn": "engines.torch_sdpa.engine:TorchCudnnEngine",
+}
+ENTRY_POINT_GROUP = "bundlegen.engines"
+
+
+class EngineNotFound(LookupError):
+    pass
+
+
+def _load(target: str) -> type[Engine]:
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise EngineNotFound(f"{target!r}: expected 'package.module:Class'")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise EngineNotFound(f"cannot load engine {target!r}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, Engine)):
+        raise EngineNotFound(f"{target!r} is not an Engine subclass")
+    return obj
+
+
+def known_names() -> list[str]:
+    names = set(BUILTIN)
+    names.update(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(names)
+
+
+def engine_class(name: str) -> type[Engine]:
+    if ":" in name:
+        return _load(name)
+    if name in BUILTIN:
+        return _load(BUILTIN[name])
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _load(ep.value)
+    raise EngineNotFound(f"unknown engine {name!r} (known: {', '.join(known_names())}; "
+                         "or give package.module:Class)")
