@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import importlib
 from importlib import metadata
+from pathlib import Path
 
 from engines.base import Engine
 
 BUILTIN = {
     "torch-math": "engines.torch_math.engine:TorchMathEngine",
     "triton": "engines.triton.engine:TritonEngine",
-    "torch-flash": "engines.torch_sdpa.engine:TorchFlashEngine",
-    "torch-efficient": "engines.torch_sdpa.engine:TorchEfficientEngine",
-    "torch-cudnn": "engines.torch_sdpa.engine:TorchCudnnEngine",
+    "torch-flash": "engines.torch_flash.engine:TorchFlashEngine",
+    "torch-efficient": "engines.torch_efficient.engine:TorchEfficientEngine",
+    "torch-cudnn": "engines.torch_cudnn.engine:TorchCudnnEngine",
 }
 ENTRY_POINT_GROUP = "bundlegen.engines"
+ENGINES_ROOT = Path(__file__).resolve().parent
 
 
 class EngineNotFound(LookupError):
@@ -32,6 +34,11 @@ def _load(target: str) -> type[Engine]:
     if not (isinstance(obj, type) and issubclass(obj, Engine)):
         raise EngineNotFound(f"{target!r} is not an Engine subclass")
     return obj
+
+
+def config_dir(name: str) -> Path:
+    """engines/<dir>/ holding engine.toml and claims.json: the name with '-' as '_'."""
+    return ENGINES_ROOT / name.replace("-", "_")
 
 
 def known_names() -> list[str]:

@@ -1,0 +1,5 @@
+import sys
+
+from bundlegen.cli import main
+
+sys.exit(main())
