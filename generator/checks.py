@@ -1,0 +1,204 @@
+"""Checks of plan input. Each failure is a PlanError naming the plan entry at fault."""
+from __future__ import annotations
+
+import re
+
+from bundlegen import reasons as R
+from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES
+from bundlegen.validate import frontend_reason, output_layout_reason
+from generator import layouts
+from generator.errors import PlanError
+from generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
+from generator.legality import Legality
+from generator.records import Draft
+from plans.records import LEVEL_NAMES, Plan, Spec
+
+ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
+SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
+               "scale": "scales", "distribution": "distributions"}
+MUTATION_KINDS = ("dims", "stride", "dtype", "attr")
+ATTRIBUTES = ("attn_scale", "diagonal_alignment", "left_bound", "right_bound", "dropout_probability")
+ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
+
+
+def declared_items(plan: Plan) -> dict[str, str]:
+    """Every item id the plan declares -> title (gated included), raising on a duplicate."""
+    items: dict[str, str] = {}
+
+    def add(item: str, title: str, entry: str) -> None:
+        if not ITEM_ID.match(item):
+            raise PlanError(f"{entry}: item id {item!r} is not of the form ABC-DEF (capitals, digits, '-')")
+        if item in items:
+            raise PlanError(f"{entry}: duplicate item id {item!r}")
+        items[item] = title
+
+    for a in plan.axes:
+        for v in a.values:
+            add(axis_item(a.name, v), f"{a.title}: {v}", f"axis '{a.name}' value '{v}'")
+    add(plan.value_suite_item, "each axis value once", "value suite")
+    for s in plan.pair_suites:
+        add(s.item, s.title, f"pair suite '{s.item}'")
+    for kind, entries in (("shape", plan.catalog), ("sweep", plan.sweeps), ("regression", plan.regressions),
+                          ("probe", plan.probes), ("gated item", plan.gated)):
+        for e in entries:
+            title = getattr(e, "purpose", None) or getattr(e, "defect", None) or getattr(e, "title")
+            add(e.item, title, f"{kind} '{e.item}'")
+    return items
+
+
+def check_plan(plan: Plan) -> None:
+    level_names = tuple(lv.name for lv in plan.levels)
+    if level_names != LEVEL_NAMES:
+        raise PlanError(f"levels: expected {LEVEL_NAMES}, got {level_names}")
+    for prev, lv in zip(plan.levels, plan.levels[1:]):
+        if lv.per_case_seconds < prev.per_case_seconds or lv.per_case_bytes < prev.per_case_bytes:
+            raise PlanError(f"level '{lv.name}': per-case ceilings must not shrink from '{prev.name}'")
+    for dt in plan.dtypes:
+        if dt not in DTYPES:
+            raise PlanError(f"dtypes: unknown dtype {dt!r}")
+    for name, mask in plan.masks.items():
+        if mask.alignment not in ALIGNMENTS:
+            raise PlanError(f"mask '{name}': unknown alignment {mask.alignment!r}")
+    for name, layout in plan.layouts.items():
+        missing = sorted(set(PORTS) - {"stats"} - set(layout.ports))
+        if missing:
+            raise PlanError(f"layout '{name}': no storage kind for {', '.join(missing)}")
+        for port, kind in sorted(layout.ports.items()):
+            if kind not in layouts.PORT_KINDS:
+                raise PlanError(f"layout '{name}': unknown storage kind {kind!r} for port '{port}'")
+    for name, kind in plan.stats_layouts.items():
+        if kind not in layouts.STATS_KINDS:
+            raise PlanError(f"stats layout '{name}': unknown storage kind {kind!r}")
+    _check_axes(plan)
+    _check_rules(plan)
+    for s in plan.pair_suites:
+        _check_level(plan, s.level, f"pair suite '{s.item}'")
+        if s.scope not in ("core", "all"):
+            raise PlanError(f"pair suite '{s.item}': unknown scope {s.scope!r}")
+    for c in plan.catalog:
+        _check_level(plan, c.level, f"shape '{c.item}'")
+        for k, spec in enumerate(c.specs):
+            check_spec(plan, spec, f"shape '{c.item}'[{k}]")
+    for sw in plan.sweeps:
+        _check_level(plan, sw.level, f"sweep '{sw.item}'")
+        for field, values in sw.vary:
+            if field not in ("shape",) + SPEC_AXES:
+                raise PlanError(f"sweep '{sw.item}': cannot vary {field!r}")
+            for v in values:
+                if field != "shape" and v not in getattr(plan, SPEC_FIELDS[field]):
+                    raise PlanError(f"sweep '{sw.item}': unknown {field} {v!r}")
+        check_spec(plan, sw.base, f"sweep '{sw.item}'")
+    for r in plan.regressions:
+        _check_level(plan, r.level, f"regression '{r.item}'")
+        for k, spec in enumerate(r.specs):
+            check_spec(plan, spec, f"regression '{r.item}'[{k}]")
+    for p in plan.probes:
+        entry = f"probe '{p.item}'"
+        _check_level(plan, p.level, entry)
+        known = R.FRONTEND if p.by == "frontend" else R.ENGINE if p.by == "engine" else None
+        if known is None:
+            raise PlanError(f"{entry}: unknown rejecting layer {p.by!r} (frontend | engine)")
+        if p.reason not in known:
+            raise PlanError(f"{entry}: {p.reason!r} is not a {p.by} reason code in bundlegen.reasons")
+        check_spec(plan, p.spec, entry)
+    for name in plan.engine_toml_dirs:
+        if not re.match(r"^[a-z0-9][a-z0-9_-]*$", plan.engine_toml_dirs[name]):
+            raise PlanError(f"engine '{name}': bad directory name {plan.engine_toml_dirs[name]!r}")
+    declared_items(plan)
+
+
+def _check_level(plan: Plan, level: str, entry: str) -> None:
+    if level not in LEVEL_NAMES:
+        raise PlanError(f"{entry}: unknown level {level!r} (known: {', '.join(LEVEL_NAMES)})")
+
+
+def _check_axes(plan: Plan) -> None:
+    seen = set()
+    for a in plan.axes:
+        entry = f"axis '{a.name}'"
+        if a.name not in KNOWN_AXES:
+            raise PlanError(f"{entry}: unknown axis (known: {', '.join(KNOWN_AXES)})")
+        if a.name in seen:
+            raise PlanError(f"{entry}: declared twice")
+        seen.add(a.name)
+        if not a.values or len(set(a.values)) != len(a.values):
+            raise PlanError(f"{entry}: values must be non-empty and distinct")
+        if a.default not in a.values:
+            raise PlanError(f"{entry}: default {a.default!r} is not one of its values")
+        table = axis_table(plan, a.name)
+        for v in a.values:
+            if v not in table:
+                raise PlanError(f"{entry}: value {v!r} has no entry in the plan's {a.name} table")
+    missing = sorted(set(KNOWN_AXES) - seen)
+    if missing:
+        raise PlanError(f"axes: missing {', '.join(missing)}")
+
+
+def _check_rules(plan: Plan) -> None:
+    values = {a.name: a.values for a in plan.axes}
+    names = set()
+    for rule in plan.rules:
+        entry = f"rule '{rule.name}'"
+        if rule.name in names:
+            raise PlanError(f"{entry}: declared twice")
+        names.add(rule.name)
+        if not rule.when or not rule.require:
+            raise PlanError(f"{entry}: needs both 'when' and 'require'")
+        for side in (rule.when, rule.require):
+            for axis, vals in sorted(side.items()):
+                if axis not in values:
+                    raise PlanError(f"{entry}: unknown axis {axis!r}")
+                for v in vals:
+                    if v not in values[axis]:
+                        raise PlanError(f"{entry}: unknown value {v!r} for axis {axis!r}")
+
+
+def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
+    for field, table in SPEC_FIELDS.items():
+        value = getattr(spec, field)
+        if value not in getattr(plan, table):
+            raise PlanError(f"{entry}: unknown {field} {value!r}")
+    for port, kind in sorted(spec.port_kinds.items()):
+        if port not in PORTS or port == "stats":
+            raise PlanError(f"{entry}: port_kinds names unknown port {port!r}")
+        if kind not in layouts.PORT_KINDS:
+            raise PlanError(f"{entry}: unknown storage kind {kind!r} for port '{port}'")
+    for m in spec.mutations:
+        if m.kind not in MUTATION_KINDS:
+            raise PlanError(f"{entry}: unknown mutation kind {m.kind!r}")
+        if m.kind == "attr" and m.target not in ATTRIBUTES:
+            raise PlanError(f"{entry}: unknown attribute {m.target!r}")
+        if m.kind != "attr" and m.target not in PORTS:
+            raise PlanError(f"{entry}: mutation names unknown port {m.target!r}")
+        if m.kind in ("dims", "stride") and m.axis not in (0, 1, 2, 3):
+            raise PlanError(f"{entry}: mutation axis {m.axis!r} out of range")
+
+
+def check_draft(plan: Plan, legality: Legality, draft: Draft) -> None:
+    """A claim or regression must be a valid graph with addressable outputs; a probe must be
+    rejected by exactly the layer and code it names."""
+    entry, g = draft.entry, draft.graph
+    if draft.purpose not in PURPOSES:
+        raise PlanError(f"{entry}: unknown purpose {draft.purpose!r}")
+    if draft.combo is not None and not legality.is_legal(draft.combo):
+        raise PlanError(f"{entry}: breaks rule(s) {', '.join(legality.broken_rules(draft.combo))}")
+    front = frontend_reason(g)
+    if draft.purpose == "probe":
+        r = draft.rejection
+        if r.by == "frontend" and front != r.reason:
+            raise PlanError(f"{entry}: the frontend gives {front!r}, the probe expects {r.reason!r}")
+        if r.by == "engine":
+            if front is not None:
+                raise PlanError(f"{entry}: an engine probe must pass the frontend, which gives {front!r}")
+            if r.reason in ENGINE_LAYOUT_CODES and output_layout_reason(g) != r.reason:
+                raise PlanError(f"{entry}: output layout rule gives {output_layout_reason(g)!r}, "
+                                f"the probe expects {r.reason!r}")
+        return
+    if front is not None:
+        raise PlanError(f"{entry}: not a valid graph ({front})")
+    if output_layout_reason(g) is not None:
+        raise PlanError(f"{entry}: outputs not addressable ({output_layout_reason(g)}); make it an engine probe")
+    try:
+        plan.tolerance_rule(g)
+    except ValueError as exc:
+        raise PlanError(f"{entry}: {exc}") from exc

@@ -1,0 +1,68 @@
+"""The cost model: FLOPs and bytes of a case for the engine and the float64 oracle, and
+the predicted seconds per device class (coefficients: plans.sdpa_bwd.COST_MODEL).
+
+predicted_s = engine_flops / engine rate + oracle_flops / oracle rate
+              + io_bytes / host rate (materialize: fill, copies, snapshots, guard checks)
+              + a fixed per-case overhead.
+Cost.flops is engine + oracle FLOPs; Cost.bytes is the case's peak footprint (io storages
+in their dtypes plus the oracle's float64 tensors), which the level ceilings limit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from bundlegen.graph import Cost, Graph
+from plans.records import CostCoefficients
+
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+FLOAT64 = 8
+ORACLE_ROW_CHUNK = 512       # query rows of one float64 score block in the chunked oracle
+DEVICE_CLASSES = ("h200", "cpu")
+
+
+@dataclass(frozen=True)
+class CostTerms:
+    engine_flops: int
+    oracle_flops: int
+    io_bytes: int
+    oracle_bytes: int
+
+
+def terms(graph: Graph) -> CostTerms:
+    g = graph
+    scores = g.B * g.H_q * g.S_q * g.S_kv
+    # engine: recompute S = QK^T, then dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
+    engine = 2 * scores * (3 * g.D_qk + 2 * g.D_v)
+    # oracle: forward (QK^T, PV), the same five backward products, four magnitude products
+    oracle = 2 * scores * (6 * g.D_qk + 5 * g.D_v)
+    io = sum(spec.storage_elements * ITEMSIZE.get(spec.dtype, 4) for spec in g.tensors.values())
+    q_like = g.B * g.H_q * g.S_q
+    logical = (2 * q_like * g.D_qk + 2 * q_like * g.D_v + q_like            # q, dq, o, do, stats
+               + 2 * g.B * g.S_kv * (g.H_k * g.D_qk + g.H_v * g.D_v))       # k, dk, v, dv
+    oracle_bytes = FLOAT64 * (2 * logical + 3 * g.H_q * min(g.S_q, ORACLE_ROW_CHUNK) * g.S_kv)
+    return CostTerms(engine, oracle, io, oracle_bytes)
+
+
+def seconds(t: CostTerms, k: CostCoefficients) -> float:
+    return (t.engine_flops / k.engine_flops_per_s + t.oracle_flops / k.oracle_flops_per_s
+            + t.io_bytes / k.bytes_per_s + k.overhead_s)
+
+
+def predict(graph: Graph, device_class: str, model: Mapping[str, CostCoefficients] | None = None,
+            *, probe: bool = False) -> Cost:
+    """The predicted cost of running `graph` once on `device_class` ('h200' or 'cpu');
+    a probe (never executed) costs only the plan's `probe_s`."""
+    return predict_terms(terms(graph), device_class, model, probe=probe)
+
+
+def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoefficients] | None = None,
+                  *, probe: bool = False) -> Cost:
+    if model is None:
+        from plans.sdpa_bwd import COST_MODEL as model
+    if device_class not in model:
+        raise KeyError(f"unknown device class {device_class!r} (known: {', '.join(sorted(model))})")
+    if probe:
+        return Cost(flops=0, bytes=0, predicted_s=model[device_class].probe_s)
+    return Cost(flops=t.engine_flops + t.oracle_flops, bytes=t.io_bytes + t.oracle_bytes,
+                predicted_s=round(seconds(t, model[device_class]), 6))

@@ -1,0 +1,157 @@
+"""Plan entries -> drafts: axis combinations and declared specs become graphs.
+
+Axis names the generator understands: the four that build the shape (batch, heads, seq,
+head_dims) and the six that name a Spec field (dtype, layout, stats_layout, mask, scale,
+distribution)."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from typing import Collection
+
+from bundlegen.graph import (INPUT_PORTS, OUTPUT_PORTS, Attributes, Graph, Rejection, TensorSpec,
+                             default_scale)
+from generator import layouts
+from generator.errors import PlanError
+from generator.legality import Legality
+from generator.pairs import suite_rows
+from generator.records import Combo, Draft
+from plans.records import Plan, Shape, Spec
+
+SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
+SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution")
+KNOWN_AXES = SHAPE_AXES + SPEC_AXES
+PORTS = INPUT_PORTS + OUTPUT_PORTS
+
+
+def axis_table(plan: Plan, axis: str) -> Collection[str]:
+    """The names an axis may take: the keys of its value table."""
+    return {"batch": plan.batches, "heads": plan.heads, "seq": plan.seqs, "head_dims": plan.head_dims,
+            "dtype": plan.dtypes, "layout": plan.layouts, "stats_layout": plan.stats_layouts,
+            "mask": plan.masks, "scale": plan.scales, "distribution": plan.distributions}[axis]
+
+
+def axis_item(axis: str, value: str) -> str:
+    """AX-<AXIS>-<VALUE>, e.g. AX-HEAD-DIMS-D192-128."""
+    return "AX-" + re.sub(r"[^A-Z0-9]+", "-", f"{axis}-{value}".upper()).strip("-")
+
+
+# ----------------------------------------------------------------------------- spec <-> graph
+def spec_of(plan: Plan, combo: Combo) -> Spec:
+    v = dict(zip((a.name for a in plan.axes), combo))
+    h, s, d = plan.heads[v["heads"]], plan.seqs[v["seq"]], plan.head_dims[v["head_dims"]]
+    shape = Shape(plan.batches[v["batch"]], h.H_q, h.H_k, h.H_v, s.S_q, s.S_kv, d.D_qk, d.D_v)
+    return Spec(shape, **{field: v[field] for field in SPEC_AXES})
+
+
+def graph_of(plan: Plan, spec: Spec) -> Graph:
+    s = spec.shape
+    q, kv_k, kv_v = (s.B, s.H_q, s.S_q), (s.B, s.H_k, s.S_kv), (s.B, s.H_v, s.S_kv)
+    dims = {"q": (*q, s.D_qk), "k": (*kv_k, s.D_qk), "v": (*kv_v, s.D_v), "o": (*q, s.D_v),
+            "do": (*q, s.D_v), "dq": (*q, s.D_qk), "dk": (*kv_k, s.D_qk), "dv": (*kv_v, s.D_v),
+            "stats": (*q, 1)}
+    dtypes = {p: ("fp32" if p == "stats" else spec.dtype) for p in PORTS}
+    for m in spec.mutations:
+        if m.kind == "dims":
+            dims[m.target] = tuple(m.value if i == m.axis else d for i, d in enumerate(dims[m.target]))
+        elif m.kind == "dtype":
+            dtypes[m.target] = m.value
+    layout = plan.layouts[spec.layout]
+    kinds = {**layout.ports, **spec.port_kinds, "stats": plan.stats_layouts[spec.stats_layout]}
+    placed = {p: layouts.place(kinds[p], dims[p]) for p in PORTS}
+    strides = {p: list(placed[p][0]) for p in PORTS}
+    if layout.stats_batch_broadcast:
+        strides["stats"][0] = 0
+    for m in spec.mutations:
+        if m.kind == "stride":
+            strides[m.target][m.axis] = m.value
+    tensors = {p: TensorSpec(dims=tuple(dims[p]), strides=tuple(strides[p]), dtype=dtypes[p],
+                             offset=placed[p][1]) for p in PORTS}
+    mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
+    attrs = Attributes(attn_scale=default_scale(s.D_qk) if scale is None else float(scale),
+                       diagonal_alignment=mask.alignment, left_bound=mask.left_bound,
+                       right_bound=mask.right_bound)
+    for m in spec.mutations:
+        if m.kind == "attr":
+            attrs = dataclasses.replace(attrs, **{m.target: m.value})
+    return Graph(tensors=tensors, attributes=attrs)
+
+
+def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
+    """The axis items a declared spec realises: each axis whose value it matches exactly."""
+    s = spec.shape
+    found = {"dtype": spec.dtype, "layout": spec.layout, "stats_layout": spec.stats_layout,
+             "mask": spec.mask, "scale": spec.scale, "distribution": spec.distribution}
+    found["heads"] = next((n for n, h in plan.heads.items() if (h.H_q, h.H_k, h.H_v) == (s.H_q, s.H_k, s.H_v)), None)
+    found["seq"] = next((n for n, q in plan.seqs.items() if (q.S_q, q.S_kv) == (s.S_q, s.S_kv)), None)
+    found["head_dims"] = next((n for n, d in plan.head_dims.items() if (d.D_qk, d.D_v) == (s.D_qk, s.D_v)), None)
+    found["batch"] = next((n for n, b in plan.batches.items() if b == s.B), None)
+    if spec.port_kinds or any(m.kind == "stride" for m in spec.mutations):
+        found["layout"] = None      # a layout with overrides is not the named layout
+    return tuple(axis_item(a.name, found[a.name]) for a in plan.axes if found.get(a.name) in a.values)
+
+
+def combo_items(plan: Plan, combo: Combo) -> tuple[str, ...]:
+    return tuple(axis_item(a.name, v) for a, v in zip(plan.axes, combo))
+
+
+# ----------------------------------------------------------------------------- drafts
+def _combo_draft(plan: Plan, combo: Combo, entry: str, group: str, item: str, level: str) -> Draft:
+    spec = spec_of(plan, combo)
+    return Draft(entry=entry, group=group, purpose="claim", items=(item,) + combo_items(plan, combo),
+                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None,
+                 min_level=level, combo=combo)
+
+
+def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
+    """Each value of each axis once, the other axes at their defaults where legal (quick)."""
+    out = []
+    for axis in plan.axes:
+        for value in axis.values:
+            entry = f"axis value {axis.name}={value}"
+            combo = legality.complete({axis.name: value})
+            if combo is None:
+                raise PlanError(f"{entry}: no legal combination holds it")
+            out.append(_combo_draft(plan, combo, entry, "axes", plan.value_suite_item, plan.levels[0].name))
+    return out
+
+
+def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
+    out = []
+    for suite in plan.pair_suites:
+        for n, combo in enumerate(suite_rows(legality, suite)):
+            out.append(_combo_draft(plan, combo, f"pair suite {suite.item} row {n}", suite.group,
+                                    suite.item, suite.level))
+    return out
+
+
+def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
+    return [_combo_draft(plan, c, f"pair repair {suite_item} #{n}", "pairs-repair", suite_item, level)
+            for n, c in enumerate(combos)]
+
+
+def _spec_draft(plan: Plan, spec: Spec, entry: str, group: str, purpose: str, item: str, level: str) -> Draft:
+    return Draft(entry=entry, group=group, purpose=purpose, items=(item,) + spec_items(plan, spec),
+                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None, min_level=level)
+
+
+def declared_drafts(plan: Plan) -> list[Draft]:
+    """Shape catalog, sweeps, regressions and probes."""
+    out = []
+    for c in plan.catalog:
+        out += [_spec_draft(plan, s, f"shape {c.item}[{k}]", c.group, "claim", c.item, c.level)
+                for k, s in enumerate(c.specs)]
+    for sw in plan.sweeps:
+        fields = [f for f, _ in sw.vary]
+        for k, values in enumerate(itertools.product(*(vals for _, vals in sw.vary))):
+            spec = dataclasses.replace(sw.base, **dict(zip(fields, values)))
+            out.append(_spec_draft(plan, spec, f"sweep {sw.item}[{k}]", sw.group, "claim", sw.item, sw.level))
+    for r in plan.regressions:
+        out += [_spec_draft(plan, s, f"regression {r.item}[{k}]", r.group, "regression", r.item, r.level)
+                for k, s in enumerate(r.specs)]
+    for p in plan.probes:
+        out.append(Draft(entry=f"probe {p.item}", group=p.group, purpose="probe", items=(p.item,),
+                         graph=graph_of(plan, p.spec), distribution=p.spec.distribution,
+                         rejection=Rejection(by=p.by, reason=p.reason), min_level=p.level))
+    return out

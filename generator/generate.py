@@ -1,0 +1,156 @@
+"""build(plan) -> GeneratedPlan: the whole expansion, with no I/O.
+
+Order: check the plan; draft cases from every entry (axis values, pair suites, catalog,
+sweeps, regressions, probes) and check each; add pair repairs; merge drafts with the same
+content; give each case its id, seed, tolerance class and cost; assign levels; prove
+coverage per level on the assigned levels (and repair again if the trim rule moved a
+needed case up).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from bundlegen.graph import Case, DataSpec
+from generator import cost as cost_model
+from generator import ids, levels, pairs
+from generator.checks import check_draft, check_plan, declared_items
+from generator.errors import PlanError
+from generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
+from generator.legality import Legality
+from generator.records import Combo, Draft, GeneratedPlan, PairProof
+from plans.records import Plan
+
+PURPOSE_PRECEDENCE = ("claim", "regression", "probe")   # a merged case takes the last one present
+REPAIR_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """Drafts with the same content: one case. It takes the strongest purpose present, the
+    group and entry of the first draft with that purpose, and every draft's items."""
+    drafts: tuple[Draft, ...]
+    purpose: str
+    lead: Draft
+
+    @classmethod
+    def of(cls, drafts: list[Draft]) -> "_Merged":
+        purpose = max((d.purpose for d in drafts), key=PURPOSE_PRECEDENCE.index)
+        return cls(tuple(drafts), purpose, next(d for d in drafts if d.purpose == purpose))
+
+    @property
+    def combos(self) -> tuple[Combo, ...]:
+        return tuple(dict.fromkeys(d.combo for d in self.drafts if d.combo is not None))
+
+
+@lru_cache(maxsize=1)
+def build_default() -> GeneratedPlan:
+    """build() of plans.sdpa_bwd.PLAN, once per process (the result is immutable)."""
+    return build()
+
+
+def build(plan: Plan | None = None) -> GeneratedPlan:
+    if plan is None:
+        from plans.sdpa_bwd import PLAN as plan
+    check_plan(plan)
+    legality = Legality(plan)
+    drafts = value_drafts(plan, legality) + declared_drafts(plan)
+    for d in drafts:                 # checked before the (slower) pair suites run
+        check_draft(plan, legality, d)
+    suite_drafts = pair_drafts(plan, legality)
+    for d in suite_drafts:
+        check_draft(plan, legality, d)
+    drafts += suite_drafts
+    repaired: list = []              # units allpairspy missed
+    level_names = [lv.name for lv in plan.levels]
+
+    # repairs against each suite's target level, before costs are known
+    for suite in plan.pair_suites:
+        upto = level_names.index(suite.level)
+        combos = [d.combo for d in drafts if d.combo is not None and level_names.index(d.min_level) <= upto]
+        missing = pairs.prove(legality, suite.level, suite.scope, combos).missing
+        rows = pairs.repair_rows(legality, missing, suite.scope)
+        repaired += missing
+        drafts += repair_drafts(plan, suite.item, suite.level, rows)
+
+    for _round in range(REPAIR_ROUNDS):
+        cases, combos_by_id, entries, cpu = _cases(plan, legality, drafts)
+        proofs = _proofs(plan, legality, cases, combos_by_id)
+        gaps = [p for p in proofs if not p.complete]
+        if not gaps:
+            break
+        for proof in gaps:   # the trim rule had to move a needed case up: repair at that level
+            rows = pairs.repair_rows(legality, proof.missing, proof.scope)
+            drafts += repair_drafts(plan, _coverage_item(plan, proof.scope), proof.level, rows)
+
+    illegal = pairs.illegal_units(legality, "all")
+    violations = []
+    for c in cases:
+        for combo in combos_by_id.get(c.id, ()):
+            if not legality.is_legal(combo):
+                violations.append(f"{c.id}: breaks {', '.join(legality.broken_rules(combo))}")
+    items = {k: v for k, v in declared_items(plan).items() if k not in {g.item for g in plan.gated}}
+    return GeneratedPlan(plan=plan, cases=cases, combos=combos_by_id, entries=entries, cpu_seconds=cpu,
+                         proofs=proofs, exclusions=legality.exclusions(illegal), illegal_pairs=len(illegal),
+                         repaired_pairs=tuple(sorted(set(repaired))), legality_violations=tuple(violations),
+                         items=items)
+
+
+def _coverage_item(plan: Plan, scope: str) -> str:
+    """The item a repair case of `scope` traces to."""
+    if scope == "values":
+        return plan.value_suite_item
+    return next(s.item for s in plan.pair_suites if s.scope == scope)
+
+
+def _merge(drafts: list[Draft]) -> list[_Merged]:
+    groups: dict[str, list[Draft]] = {}
+    for d in drafts:
+        groups.setdefault(ids.content_key(d.graph, d.distribution, d.rejection), []).append(d)
+    return [_Merged.of(g) for g in groups.values()]
+
+
+def _cases(plan: Plan, legality: Legality, drafts: list[Draft]):
+    merged = _merge(drafts)
+    level_names = [lv.name for lv in plan.levels]
+    built, costed, combos, entries, cpu = {}, [], {}, {}, {}
+    for m in merged:
+        lead = m.lead
+        case_id = ids.case_id(m.purpose, lead.graph, lead.distribution, lead.rejection)
+        if case_id in built:
+            raise PlanError(f"{lead.entry}: case id {case_id} collides with {built[case_id][0].entry}")
+        probe = m.purpose == "probe"
+        terms = cost_model.terms(lead.graph)
+        h200 = cost_model.predict_terms(terms, "h200", plan.cost_model, probe=probe)
+        on_cpu = cost_model.predict_terms(terms, "cpu", plan.cost_model, probe=probe)
+        min_level = min((d.min_level for d in m.drafts), key=level_names.index)
+        built[case_id] = (lead, m, h200)
+        costed.append(levels.Costed(case_id, lead.entry, min_level, h200.predicted_s, h200.bytes,
+                                    on_cpu.predicted_s))
+        combos[case_id] = m.combos
+        entries[case_id] = tuple(d.entry for d in m.drafts)
+        cpu[case_id] = on_cpu.predicted_s
+    scopes = {lv.name: lv.pair_scope for lv in plan.levels}
+
+    def units_for(level: str) -> dict[str, frozenset]:
+        return {k: frozenset(pairs.covered_units(legality, v, scopes[level])) for k, v in combos.items() if v}
+    assigned = levels.assign(costed, plan.levels, units_for)
+    cases = []
+    for case_id, (lead, m, h200) in built.items():
+        cases.append(Case(
+            id=case_id, purpose=m.purpose,
+            items=tuple(sorted({i for d in m.drafts for i in d.items})),
+            graph=lead.graph, data=DataSpec(seed=ids.seed_of(case_id), distribution=lead.distribution),
+            tolerance_class=None if m.purpose == "probe" else plan.tolerance_rule(lead.graph),
+            expected_rejection=lead.rejection, cost=h200, level=assigned[case_id], group=lead.group))
+    cases.sort(key=lambda c: (level_names.index(c.level), c.group, c.id))
+    return tuple(cases), {k: v for k, v in combos.items() if v}, entries, cpu
+
+
+def _proofs(plan: Plan, legality: Legality, cases, combos_by_id) -> tuple[PairProof, ...]:
+    out = []
+    seen: list = []
+    for level in plan.levels:
+        seen += [combo for c in cases if c.level == level.name for combo in combos_by_id.get(c.id, ())]
+        out.append(pairs.prove(legality, level.name, level.pair_scope, seen))
+    return tuple(out)

@@ -1,0 +1,92 @@
+"""Storage kinds: a named way to lay out one rank-4 tensor [B, H, S, D] in memory,
+returned as (strides, offset) in elements. Plans name kinds per port; nothing else
+in the generator knows about strides."""
+from __future__ import annotations
+
+from typing import Callable
+
+Dims = tuple[int, int, int, int]
+Placement = tuple[tuple[int, int, int, int], int]
+
+STATS_HEAD_PAD = 64      # stats-padded-head: head stride S_q + 64
+STATS_BATCH_PAD = 32     # stats-padded-batch: batch stride H*S_q + 32
+BHSD_OFFSET = 7          # bhsd+7: packed, storage starts 7 elements in
+
+
+def _bhsd(d: Dims, pitch: int | None = None, offset: int = 0) -> Placement:
+    B, H, S, D = d
+    row = D if pitch is None else pitch
+    return (H * S * row, S * row, row, 1), offset
+
+
+def _bshd(d: Dims, pitch: int | None = None) -> Placement:
+    B, H, S, D = d
+    row = H * D if pitch is None else pitch
+    return (S * row, D, row, 1), 0
+
+
+def _sbhd(d: Dims) -> Placement:
+    B, H, S, D = d
+    return (H * D, D, B * H * D, 1), 0
+
+
+def _bhds(d: Dims) -> Placement:
+    """Head dim outermost within a head: the head-dim stride is S, not 1."""
+    B, H, S, D = d
+    return (H * D * S, D * S, 1, S), 0
+
+
+def _qkv(slot: int) -> Callable[[Dims], Placement]:
+    """Slot `slot` of one [B, S, 3, H, D] buffer (q, k, v interleaved)."""
+    def place(d: Dims) -> Placement:
+        B, H, S, D = d
+        return (S * 3 * H * D, D, 3 * H * D, 1), slot * H * D
+    return place
+
+
+def _broadcast(axis: int) -> Callable[[Dims], Placement]:
+    """Packed storage of one batch (axis 0) or one head (axis 1), read with stride 0."""
+    def place(d: Dims) -> Placement:
+        B, H, S, D = d
+        return ((0, S * D, D, 1) if axis == 0 else (S * D, 0, D, 1)), 0
+    return place
+
+
+PORT_KINDS: dict[str, Callable[[Dims], Placement]] = {
+    "bhsd": _bhsd,
+    "bhsd+7": lambda d: _bhsd(d, offset=BHSD_OFFSET),
+    "bshd": _bshd,
+    "sbhd": _sbhd,
+    "bhds": _bhds,
+    "pad1": lambda d: _bhsd(d, pitch=d[3] + 1),
+    "pad8": lambda d: _bhsd(d, pitch=d[3] + 8),
+    "odd-pitch": lambda d: _bshd(d, pitch=d[1] * d[3] + 1 + (d[1] * d[3]) % 2),
+    "bcast-batch": _broadcast(0),
+    "bcast-head": _broadcast(1),
+    "qkv-0": _qkv(0),
+    "qkv-1": _qkv(1),
+    "qkv-2": _qkv(2),
+}
+
+
+def _stats(strides: Callable[[int, int], tuple[int, int, int]]) -> Callable[[Dims], Placement]:
+    def place(d: Dims) -> Placement:
+        B, H, S, _one = d
+        b, h, s = strides(H, S)
+        return (b, h, s, 1), 0
+    return place
+
+
+STATS_KINDS: dict[str, Callable[[Dims], Placement]] = {
+    "stats-packed": _stats(lambda H, S: (H * S, S, 1)),
+    "stats-padded-head": _stats(lambda H, S: (H * (S + STATS_HEAD_PAD), S + STATS_HEAD_PAD, 1)),
+    "stats-s-major": _stats(lambda H, S: (S * H, 1, H)),
+    "stats-seq-stride-2": _stats(lambda H, S: (2 * H * S, 2 * S, 2)),
+    "stats-padded-batch": _stats(lambda H, S: (H * S + STATS_BATCH_PAD, S, 1)),
+}
+
+
+def place(kind: str, dims: Dims) -> Placement:
+    """(strides, offset) of a tensor with `dims` stored as `kind`."""
+    table = STATS_KINDS if kind.startswith("stats-") else PORT_KINDS
+    return table[kind](dims)

@@ -1,0 +1,124 @@
+"""Legality of axis combinations: the plan's rules compiled to index form, a completion
+search (the least-cost legal combination containing some fixed values) and the
+per-rule exclusion counts for the report."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from generator.records import Combo, RuleExclusion
+from plans.records import Plan, Rule
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    rule: Rule
+    when: tuple[tuple[int, frozenset[int]], ...]      # (axis position, allowed value indices)
+    require: tuple[tuple[int, frozenset[int]], ...]
+
+    def violated(self, row: list[int | None]) -> bool:
+        """True when `row` (value index per axis) breaks the rule; every axis it reads is set."""
+        return (all(row[a] in vals for a, vals in self.when)
+                and not all(row[a] in vals for a, vals in self.require))
+
+
+class Legality:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.axes = tuple(a.name for a in plan.axes)
+        self.values = tuple(a.values for a in plan.axes)
+        self.index = tuple({v: i for i, v in enumerate(a.values)} for a in plan.axes)
+        self.position = {name: i for i, name in enumerate(self.axes)}
+        # completion tries the default first, then the declared order (cheapest first)
+        self.preference = tuple(
+            (a.values.index(a.default),) + tuple(i for i in range(len(a.values)) if a.values[i] != a.default)
+            for a in plan.axes)
+        self.compiled = tuple(self._compile(r) for r in plan.rules)
+
+    def _compile(self, rule: Rule) -> _Compiled:
+        def side(cond: Mapping[str, tuple[str, ...]]):
+            return tuple((self.position[ax], frozenset(self.index[self.position[ax]][v] for v in vals))
+                         for ax, vals in sorted(cond.items()))
+        when, require = side(rule.when), side(rule.require)
+        return _Compiled(rule, when, require)
+
+    # ------------------------------------------------------------------ checks
+    def to_row(self, combo: Combo) -> list[int]:
+        return [self.index[p][v] for p, v in enumerate(combo)]
+
+    def broken_rules(self, combo: Combo) -> tuple[str, ...]:
+        row = self.to_row(combo)
+        return tuple(c.rule.name for c in self.compiled if c.violated(row))
+
+    def is_legal(self, combo: Combo) -> bool:
+        return not self.broken_rules(combo)
+
+    # ------------------------------------------------------------------ completion
+    def complete(self, fixed: Mapping[str, str]) -> Combo | None:
+        """The first legal combination (in preference order) holding every `fixed` value,
+        or None when there is none."""
+        row: list[int | None] = [None] * len(self.axes)
+        for a, v in fixed.items():
+            row[self.position[a]] = self.index[self.position[a]][v]
+        free = [row[p] is None for p in range(len(row))]
+        first = [row[p] if not free[p] else self.preference[p][0] for p in range(len(row))]
+        if not any(c.violated(first) for c in self.compiled):   # the usual case: defaults fit
+            return tuple(self.values[p][i] for p, i in enumerate(first))
+        # each rule is checked as soon as every axis it reads is set (fixed ones are set now)
+        decide_at: list[list[_Compiled]] = [[] for _ in row]
+        for c in self.compiled:
+            free_read = [a for a, _ in c.when + c.require if free[a]]
+            if not free_read:
+                if c.violated(row):
+                    return None
+                continue
+            decide_at[max(free_read)].append(c)
+        found = self._search(0, row, free, decide_at)
+        return None if found is None else tuple(self.values[p][i] for p, i in enumerate(found))
+
+    def _search(self, p: int, row: list, free: list[bool], decide_at: list) -> list[int] | None:
+        if p == len(row):
+            return list(row)
+        if not free[p]:
+            return self._search(p + 1, row, free, decide_at)
+        for choice in self.preference[p]:
+            row[p] = choice
+            if not any(c.violated(row) for c in decide_at[p]):
+                found = self._search(p + 1, row, free, decide_at)
+                if found is not None:
+                    return found
+        row[p] = None
+        return None
+
+    # ------------------------------------------------------------------ report
+    def exclusions(self, illegal_pairs: Iterable[tuple]) -> tuple[RuleExclusion, ...]:
+        """Per rule: how many combinations of its own axes it excludes, and how many of the
+        illegal value pairs it excludes on its own (a pair is blamed on every rule that
+        rejects the pair's two values whatever the other axes hold)."""
+        illegal_pairs = list(illegal_pairs)
+        out = []
+        for c in self.compiled:
+            positions = sorted({a for a, _ in c.when + c.require})
+            total = excluded = 0
+            for values in itertools.product(*(range(len(self.values[p])) for p in positions)):
+                row: list[int | None] = [None] * len(self.axes)
+                for p, v in zip(positions, values):
+                    row[p] = v
+                total += 1
+                excluded += c.violated(row)
+            blamed = sum(1 for pair in illegal_pairs if self._pair_breaks(c, pair))
+            out.append(RuleExclusion(c.rule.name, c.rule.reason, c.rule.axes, excluded, total, blamed))
+        return tuple(out)
+
+    def _pair_breaks(self, c: _Compiled, pair) -> bool:
+        (a1, v1), (a2, v2) = pair
+        fixed = {self.position[a1]: self.index[self.position[a1]][v1],
+                 self.position[a2]: self.index[self.position[a2]][v2]}
+        read = {a for a, _ in c.when + c.require}
+        if not read <= set(fixed):
+            return False
+        row: list[int | None] = [None] * len(self.axes)
+        for p, v in fixed.items():
+            row[p] = v
+        return c.violated(row)

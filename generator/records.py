@@ -1,0 +1,87 @@
+"""The generator's own records: drafts (a case before it has an id and a level) and the
+generated plan that every output (bundles, TOML block, report, --check) is rendered from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from bundlegen.graph import Case, Graph, Rejection
+from plans.records import Plan
+
+Combo = tuple[str, ...]                       # one value per plan axis, in plan order
+Pair = tuple[tuple[str, str], tuple[str, str]]   # ((axis, value), (axis, value)), axes in plan order
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What one plan entry produces for one graph."""
+    entry: str                 # names the plan entry in errors and the report
+    group: str
+    purpose: str
+    items: tuple[str, ...]
+    graph: Graph
+    distribution: str
+    rejection: Rejection | None
+    min_level: str
+    combo: Combo | None = None
+
+
+@dataclass(frozen=True)
+class PairProof:
+    level: str
+    scope: str                 # values | core | all
+    total: int
+    covered: int
+    missing: tuple[tuple, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.covered == self.total
+
+
+@dataclass(frozen=True)
+class RuleExclusion:
+    rule: str
+    reason: str
+    axes: tuple[str, ...]
+    excluded: int              # value combinations over the rule's own axes it excludes
+    combinations: int          # value combinations over the rule's own axes
+    illegal_pairs: int         # value pairs that no legal combination contains because of it
+
+
+@dataclass(frozen=True)
+class GeneratedPlan:
+    plan: Plan
+    cases: tuple[Case, ...]                       # ordered by level, group, id
+    combos: Mapping[str, tuple[Combo, ...]]       # case id -> the axis combinations it realises
+    entries: Mapping[str, tuple[str, ...]]        # case id -> the plan entries that produced it
+    cpu_seconds: Mapping[str, float]              # case id -> predicted seconds on the cpu class
+    proofs: tuple[PairProof, ...]
+    exclusions: tuple[RuleExclusion, ...]
+    illegal_pairs: int
+    repaired_pairs: tuple[Pair, ...]              # pairs allpairspy missed, added as repair cases
+    legality_violations: tuple[str, ...]
+    items: Mapping[str, str]                      # every non-gated item id -> title
+
+    def at_level(self, level: str) -> tuple[Case, ...]:
+        """The cases a run of `level` executes: that level and every lower one."""
+        names = [lv.name for lv in self.plan.levels]
+        upto = set(names[: names.index(level) + 1])
+        return tuple(c for c in self.cases if c.level in upto)
+
+    def only_level(self, level: str) -> tuple[Case, ...]:
+        return tuple(c for c in self.cases if c.level == level)
+
+    @property
+    def untraced_items(self) -> tuple[str, ...]:
+        used = {i for c in self.cases for i in c.items}
+        return tuple(sorted(i for i in self.items if i not in used))
+
+    @property
+    def cases_without_items(self) -> tuple[str, ...]:
+        return tuple(sorted(c.id for c in self.cases if not c.items))
+
+    @property
+    def unknown_items(self) -> tuple[str, ...]:
+        """Items cases trace to that the plan does not declare (or declares gated)."""
+        return tuple(sorted({i for c in self.cases for i in c.items if i not in self.items}))

@@ -1,0 +1,107 @@
+"""The dry-run report: plain text, rendered from a GeneratedPlan."""
+from __future__ import annotations
+
+from collections import Counter
+
+from generator.records import GeneratedPlan
+
+SCOPE_LABEL = {"values": "axis values", "core": "all-pairs (core axes)", "all": "all-pairs"}
+
+
+def _numeric(cell) -> bool:
+    return isinstance(cell, (int, float)) or str(cell).replace(".", "", 1).isdigit()
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """Columns padded to width: numbers right-aligned, text left-aligned."""
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+
+    def fmt(row: list) -> str:
+        return "  ".join(str(c).rjust(w) if _numeric(c) else str(c).ljust(w)
+                         for c, w in zip(row, widths)).rstrip()
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def render(g: GeneratedPlan) -> str:
+    plan = g.plan
+    out: list[str] = []
+    planned_gated = sum(x.planned_cases for x in plan.gated)
+    out.append(f"plan {plan.name}: {len(g.cases)} cases written over {len(plan.levels)} levels; "
+               f"{len(plan.gated)} gated items ({planned_gated} planned cases) not written")
+    out.append("")
+
+    # ---- levels
+    out.append("Levels (seconds predicted on h200; budgets cover the level and every lower one, "
+               "with the reserve kept free)")
+    rows, cumulative = [], 0.0
+    for level, proof in zip(plan.levels, g.proofs):
+        own = g.only_level(level.name)
+        purposes = Counter(c.purpose for c in own)
+        seconds = sum(c.cost.predicted_s for c in own)
+        cumulative += seconds
+        usable = level.budget_seconds * (1 - level.reserve)
+        status = "ok" if cumulative <= usable else "OVER"
+        rows.append([level.name, len(own), len(g.at_level(level.name)), purposes["claim"],
+                     purposes["regression"], purposes["probe"], f"{seconds:.1f}", f"{cumulative:.1f}",
+                     f"{usable:.1f} of {level.budget_seconds:g}", status,
+                     f"{level.per_case_seconds:g} s / {_size(level.per_case_bytes)}",
+                     f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"])
+    out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s",
+                   "budget s (usable)", "status", "ceiling/case", "coverage"], rows)
+    quick = g.at_level(plan.levels[0].name)
+    cpu = sum(g.cpu_seconds[c.id] for c in quick)
+    worst = max((g.cpu_seconds[c.id] for c in quick), default=0.0)
+    out.append(f"{plan.levels[0].name} on the cpu class: {cpu:.1f} s predicted, largest case {worst:.2f} s "
+               f"(ceiling {plan.levels[0].per_case_cpu_seconds} s)")
+    out.append("")
+    out.append("Groups per level")
+    for level in plan.levels:
+        groups = Counter(c.group for c in g.only_level(level.name))
+        out.append(f"  {level.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(groups.items())))
+    out.append("")
+
+    # ---- coverage
+    out.append("Coverage proof (the generator enumerates every legal unit itself)")
+    for proof in g.proofs:
+        line = f"  {proof.level}: {SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
+        if proof.missing:
+            shown = ", ".join("+".join(f"{a}={v}" for a, v in unit) for unit in proof.missing[:5])
+            line += f"  MISSING {len(proof.missing)}: {shown}{' ...' if len(proof.missing) > 5 else ''}"
+        out.append(line)
+    out.append(f"  pairs allpairspy missed, added as repair cases: {len(g.repaired_pairs)}")
+    out.append("")
+
+    # ---- legality
+    out.append(f"Legality: {len(plan.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination")
+    out += ["  " + ln for ln in _table(
+        ["rule", "axes", "excludes", "illegal pairs", "reason"],
+        [[e.rule, " x ".join(e.axes), f"{e.excluded} of {e.combinations}", e.illegal_pairs, e.reason]
+         for e in g.exclusions])]
+    out.append(f"  legality violations in written cases: {len(g.legality_violations)}")
+    for v in g.legality_violations[:10]:
+        out.append(f"    {v}")
+    out.append("")
+
+    # ---- gated
+    out.append(f"Gated items ({len(plan.gated)}, {planned_gated} planned cases)")
+    for gi in plan.gated:
+        out.append(f"  {gi.item} ({gi.planned_cases}): {gi.title} -- {gi.gate}")
+    out.append("")
+
+    # ---- traceability
+    out.append(f"Traceability: {len(g.items)} items, {len(g.untraced_items)} without cases, "
+               f"{len(g.cases_without_items)} cases without items, "
+               f"{len(g.unknown_items)} cases' items undeclared")
+    for name, ids in (("items without cases", g.untraced_items),
+                      ("cases without items", g.cases_without_items),
+                      ("undeclared items", g.unknown_items)):
+        if ids:
+            out.append(f"  {name}: {', '.join(ids)}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,251 @@
+"""The record types a test plan is declared with. Declarations only: no I/O, no logic
+beyond building records. The generator (generator/) interprets them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+LEVEL_NAMES = ("quick", "pr", "nightly", "full")
+
+
+# ----------------------------------------------------------------------------- axes
+@dataclass(frozen=True)
+class Axis:
+    """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly."""
+    name: str
+    title: str
+    values: tuple[str, ...]
+    default: str
+    core: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A legality rule: a combination whose values match every `when` entry must also match
+    every `require` entry (axis -> allowed values), else it is excluded for `reason`."""
+    name: str
+    reason: str
+    when: Mapping[str, tuple[str, ...]]
+    require: Mapping[str, tuple[str, ...]]
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.when) | set(self.require)))
+
+
+# ----------------------------------------------------------------------------- tables
+@dataclass(frozen=True)
+class HeadConfig:
+    H_q: int
+    H_k: int
+    H_v: int
+
+
+@dataclass(frozen=True)
+class SeqPair:
+    S_q: int
+    S_kv: int
+
+
+@dataclass(frozen=True)
+class HeadDims:
+    D_qk: int
+    D_v: int
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    left_bound: int | None
+    right_bound: int | None
+    alignment: str = "TOP_LEFT"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Storage kind per port (the 8 tensors other than stats; kinds are implemented in
+    generator/layouts.py). `stats_batch_broadcast` gives stats a zero batch stride, which
+    is only consistent when Q, K, V and dO are broadcast over the batch too."""
+    ports: Mapping[str, str]
+    stats_batch_broadcast: bool = False
+
+
+# ----------------------------------------------------------------------------- concrete cases
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    H_q: int
+    H_k: int
+    H_v: int
+    S_q: int
+    S_kv: int
+    D_qk: int
+    D_v: int
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A deliberate change to a built graph: `dims`/`stride` of one port's axis, a port's
+    `dtype`, or an attribute (`attr`, with `target` the attribute name)."""
+    kind: str            # dims | stride | dtype | attr
+    target: str          # port, or attribute name for kind == attr
+    axis: int | None
+    value: Any
+
+
+def dims(port: str, axis: int, value: int) -> Mutation:
+    return Mutation("dims", port, axis, value)
+
+
+def stride(port: str, axis: int, value: int) -> Mutation:
+    return Mutation("stride", port, axis, value)
+
+
+def dtype(port: str, value: str) -> Mutation:
+    return Mutation("dtype", port, None, value)
+
+
+def attr(name: str, value: Any) -> Mutation:
+    return Mutation("attr", name, None, value)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One concrete graph, by names from the plan's tables (layout, stats layout, mask,
+    scale, distribution) plus per-port storage-kind overrides and mutations."""
+    shape: Shape
+    dtype: str = "bf16"
+    layout: str = "bhsd"
+    stats_layout: str = "packed"
+    mask: str = "none"
+    scale: str = "default"
+    distribution: str = "randn"
+    port_kinds: Mapping[str, str] = field(default_factory=dict)
+    mutations: tuple[Mutation, ...] = ()
+
+
+# ----------------------------------------------------------------------------- plan entries
+@dataclass(frozen=True)
+class PairSuite:
+    """allpairspy over the `scope` axes ('core' or 'all'); axes outside the scope stay at
+    their defaults. Every legal pair in scope must be covered by `level`."""
+    item: str
+    title: str
+    group: str
+    scope: str
+    level: str
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """A named shape (or a few) with the reason it is in the plan."""
+    item: str
+    purpose: str
+    specs: tuple[Spec, ...]
+    level: str = "quick"          # the lowest level it may go to; the cost model may raise it
+    group: str = "shapes"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """An exhaustive product: `base` with every combination of `vary` (Spec field -> values)."""
+    item: str
+    purpose: str
+    base: Spec
+    vary: tuple[tuple[str, tuple[Any, ...]], ...]
+    level: str
+    group: str = "sweeps"
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A defect class seen in the reference documents, pinned as valid graphs."""
+    item: str
+    defect: str
+    source: str
+    specs: tuple[Spec, ...]
+    level: str = "quick"
+    group: str = "regressions"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A graph that must be rejected: by the frontend validator or by every engine."""
+    item: str
+    title: str
+    by: str          # frontend | engine
+    reason: str      # a code from bundlegen.reasons
+    spec: Spec
+    level: str = "quick"
+    group: str = "probes"
+
+
+@dataclass(frozen=True)
+class Gated:
+    """Declared, not written: waits on `gate`."""
+    item: str
+    title: str
+    gate: str
+    planned_cases: int = 1
+
+
+# ----------------------------------------------------------------------------- levels, cost, tolerance
+@dataclass(frozen=True)
+class Level:
+    """Per-case ceilings (h200 prediction) and the cumulative budget of this level and every
+    lower one, of which `reserve` is kept free. `per_case_cpu_seconds` (quick only) keeps
+    the level runnable by CI on a CPU."""
+    name: str
+    per_case_seconds: float
+    per_case_bytes: int
+    budget_seconds: float
+    reserve: float = 0.05
+    per_case_cpu_seconds: float | None = None
+    pair_scope: str = "all"       # values | core | all: the coverage this level must prove
+
+
+@dataclass(frozen=True)
+class CostCoefficients:
+    engine_flops_per_s: float
+    oracle_flops_per_s: float
+    bytes_per_s: float
+    overhead_s: float
+    probe_s: float = 0.001       # a probe is validated and offered to engines, never run
+
+
+@dataclass(frozen=True)
+class ToleranceClass:
+    name: str
+    dtype: str
+    max_reduction: int
+    rtol: float
+    atol: float
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    axes: tuple[Axis, ...]
+    rules: tuple[Rule, ...]
+    heads: Mapping[str, HeadConfig]
+    seqs: Mapping[str, SeqPair]
+    head_dims: Mapping[str, HeadDims]
+    batches: Mapping[str, int]
+    layouts: Mapping[str, Layout]
+    stats_layouts: Mapping[str, str]       # name -> stats storage kind
+    masks: Mapping[str, MaskSpec]
+    scales: Mapping[str, float | None]     # None: 1/sqrt(D_qk)
+    distributions: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    pair_suites: tuple[PairSuite, ...]
+    value_suite_item: str                  # the quick one-value-at-a-time suite
+    catalog: tuple[CatalogEntry, ...]
+    sweeps: tuple[Sweep, ...]
+    regressions: tuple[Regression, ...]
+    probes: tuple[Probe, ...]
+    gated: tuple[Gated, ...]
+    levels: tuple[Level, ...]
+    cost_model: Mapping[str, CostCoefficients]
+    tolerance_classes: Mapping[str, ToleranceClass]
+    tolerance_rule: Callable[[Any], str]   # graph -> tolerance class name
+    engine_toml_dirs: Mapping[str, str]    # engine name -> engines/<dir>/engine.toml

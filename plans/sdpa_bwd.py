@@ -1,0 +1,442 @@
+"""The SDPA backward test plan: pure declarations, no I/O.
+
+Everything the generator writes (bundles, the engine-TOML tolerance block, the dry-run
+report) is derived from the names in this module. Sections:
+  axes and their value tables, legality rules, the shape catalog and sweeps,
+  regressions, rejection probes, gated items, levels, the cost model, tolerance classes.
+Item IDs are stable handles: renaming one renames a support-matrix row.
+"""
+from __future__ import annotations
+
+from plans.records import (
+    Axis, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Level,
+    MaskSpec, PairSuite, Plan, Probe, Regression, Rule, SeqPair, Shape, Spec, Sweep,
+    ToleranceClass, attr, dims, dtype, stride,
+)
+
+PLAN_NAME = "sdpa_bwd"
+
+# ============================================================================ value tables
+DTYPES = ("bf16", "fp16")             # fp32 is declared below as a gated item
+
+HEADS = {                             # H_k and H_v each divide H_q; H_kv > 1 where it can
+    "mha": HeadConfig(2, 2, 2),
+    "gqa2": HeadConfig(4, 2, 2),
+    "gqa4": HeadConfig(8, 2, 2),
+    "gqa8": HeadConfig(16, 2, 2),
+    "mqa": HeadConfig(4, 1, 1),
+    "hk2-hv1": HeadConfig(4, 2, 1),
+    "hk1-hv2": HeadConfig(4, 1, 2),
+    "hk4-hv2": HeadConfig(4, 4, 2),   # H_k = H_q > H_v: the dV-past-its-buffer class
+}
+
+SEQS = {
+    **{f"eq-{s}": SeqPair(s, s) for s in (1, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256)},
+    "lt-1-128": SeqPair(1, 128),      # one query row (decode)
+    "lt-16-65": SeqPair(16, 65),
+    "lt-17-129": SeqPair(17, 129),
+    "lt-63-256": SeqPair(63, 256),
+    "lt-128-255": SeqPair(128, 255),
+    "gt-65-16": SeqPair(65, 16),
+    "gt-128-1": SeqPair(128, 1),      # one key: bottom-right masks leave most rows empty
+    "gt-129-64": SeqPair(129, 64),
+    "gt-256-63": SeqPair(256, 63),
+}
+
+HEAD_DIMS = {
+    **{f"d{d}": HeadDims(d, d) for d in (32, 40, 64, 72, 80, 96, 128, 160, 192, 256)},
+    "d192-128": HeadDims(192, 128),   # MLA
+    "d96-8": HeadDims(96, 8),         # tiny D_v (cudnn-frontend#666 rejected it)
+    "d128-64": HeadDims(128, 64),
+    "d64-128": HeadDims(64, 128),     # D_v > D_qk
+}
+
+BATCHES = {"b1": 1, "b2": 2, "b3": 3}
+
+# Per-port storage kinds (generator/layouts.py implements each kind).
+_ALL_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+
+
+def _every_port(kind: str, **overrides: str) -> dict[str, str]:
+    return {**{p: kind for p in _ALL_PORTS}, **overrides}
+
+
+LAYOUTS = {
+    "bhsd": Layout(_every_port("bhsd")),
+    "bshd": Layout(_every_port("bshd")),
+    "pad1": Layout(_every_port("pad1")),              # rows D+1
+    "pad8": Layout(_every_port("pad8")),              # rows D+8
+    "odd-pitch": Layout(_every_port("odd-pitch")),    # BSHD rows H*D+1 apart
+    "bcast-kv-batch": Layout(_every_port("bhsd", k="bcast-batch", v="bcast-batch")),
+    "bcast-kv-head": Layout(_every_port("bhsd", k="bcast-head", v="bcast-head")),
+    "bcast-all-batch": Layout(_every_port("bhsd", q="bcast-batch", k="bcast-batch", v="bcast-batch",
+                                          o="bcast-batch", do="bcast-batch"),
+                              stats_batch_broadcast=True),
+    "do-strides-differ": Layout(_every_port("bhsd", do="bshd")),
+    "qkv-interleaved": Layout(_every_port("bshd", q="qkv-0", k="qkv-1", v="qkv-2",
+                                          dq="qkv-0", dk="qkv-1", dv="qkv-2")),
+    "mixed": Layout({"q": "bshd", "k": "pad8", "v": "odd-pitch", "o": "pad1", "do": "sbhd",
+                     "dq": "pad8", "dk": "bshd", "dv": "bhsd+7"}),
+}
+
+STATS_LAYOUTS = {                     # name -> stats storage kind
+    "packed": "stats-packed",
+    "padded-head": "stats-padded-head",   # head stride S_q + 64
+    "s-major": "stats-s-major",           # [B, S, H, 1] storage
+    "seq-stride-2": "stats-seq-stride-2",
+    "padded-batch": "stats-padded-batch",
+}
+
+WINDOW = 24        # keys left of the diagonal, diagonal included (left_bound)
+BAND_RIGHT = 9     # keys right of the diagonal a band keeps (right_bound)
+MASKS = {
+    "none": MaskSpec(None, None),
+    "causal-tl": MaskSpec(None, 0, "TOP_LEFT"),
+    "causal-br": MaskSpec(None, 0, "BOTTOM_RIGHT"),
+    "strict-causal-tl": MaskSpec(None, -1, "TOP_LEFT"),       # diagonal excluded
+    "strict-causal-br": MaskSpec(None, -1, "BOTTOM_RIGHT"),
+    "window-tl": MaskSpec(WINDOW, 0, "TOP_LEFT"),
+    "window-br": MaskSpec(WINDOW, 0, "BOTTOM_RIGHT"),
+    "band-tl": MaskSpec(WINDOW, BAND_RIGHT, "TOP_LEFT"),
+    "band-br": MaskSpec(WINDOW, BAND_RIGHT, "BOTTOM_RIGHT"),
+    # catalog-only masks
+    "window-256-br": MaskSpec(256, 0, "BOTTOM_RIGHT"),
+    "diagonal-only": MaskSpec(1, 0, "TOP_LEFT"),
+    "lookahead-16": MaskSpec(None, 16, "TOP_LEFT"),
+}
+
+AXIS_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-tl", "strict-causal-br",
+              "window-tl", "window-br", "band-tl", "band-br")
+
+SCALES = {"default": None, "custom": 0.3, "large": 1.0}   # None: 1/sqrt(D_qk)
+DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
+
+# ============================================================================ axes
+AXES = (
+    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
+    Axis("heads", "head configuration (MHA, GQA, MQA, H_k != H_v)", tuple(HEADS), "mha", core=True),
+    Axis("seq", "sequence pair S_q, S_kv", tuple(SEQS), "eq-64", core=True),
+    Axis("head_dims", "head dims D_qk, D_v", tuple(HEAD_DIMS), "d64", core=True),
+    Axis("mask", "mask kind and diagonal alignment", AXIS_MASKS, "none", core=True),
+    Axis("layout", "per-tensor layout", tuple(LAYOUTS), "bhsd"),
+    Axis("stats_layout", "stats (LSE) layout", ("packed", "padded-head", "s-major"), "packed"),
+    Axis("scale", "attention scale", tuple(SCALES), "default"),
+    Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
+    Axis("batch", "batch size", tuple(BATCHES), "b1"),
+)
+
+# ============================================================================ legality
+_EQUAL_HEADS = tuple(n for n, h in HEADS.items() if h.H_q == h.H_k == h.H_v)
+_EQUAL_HEAD_DIMS = tuple(n for n, d in HEAD_DIMS.items() if d.D_qk == d.D_v)
+_EQUAL_SEQS = tuple(n for n, s in SEQS.items() if s.S_q == s.S_kv)
+_MULTI_KV_HEADS = tuple(n for n, h in HEADS.items() if h.H_k > 1 and h.H_v > 1)
+
+RULES = (
+    Rule("qkv-interleaved-needs-equal-heads",
+         "Q, K and V are views into one [B, S, 3, H, D] buffer, so they share H",
+         when={"layout": ("qkv-interleaved",)}, require={"heads": _EQUAL_HEADS}),
+    Rule("qkv-interleaved-needs-equal-head-dims",
+         "Q, K and V are views into one [B, S, 3, H, D] buffer, so they share D",
+         when={"layout": ("qkv-interleaved",)}, require={"head_dims": _EQUAL_HEAD_DIMS}),
+    Rule("qkv-interleaved-needs-equal-seq",
+         "Q, K and V are views into one [B, S, 3, H, D] buffer, so S_q = S_kv",
+         when={"layout": ("qkv-interleaved",)}, require={"seq": _EQUAL_SEQS}),
+    Rule("batch-broadcast-needs-batch",
+         "a zero batch stride at B = 1 broadcasts nothing: the case would test plain BHSD",
+         when={"layout": ("bcast-kv-batch", "bcast-all-batch")}, require={"batch": ("b2", "b3")}),
+    Rule("head-broadcast-needs-kv-heads",
+         "a zero head stride on K/V with H_k = 1 or H_v = 1 broadcasts nothing",
+         when={"layout": ("bcast-kv-head",)}, require={"heads": _MULTI_KV_HEADS}),
+)
+
+# ============================================================================ suites
+VALUE_SUITE_ITEM = "AXIS-VALUES"       # each axis value once, others at defaults (quick)
+PAIR_SUITES = (
+    PairSuite("PAIR-CORE", "every legal pair of core-axis values", "pairs-core", "core", "pr"),
+    PairSuite("PAIR-ALL", "every legal pair of values of all axes", "pairs-all", "all", "nightly"),
+)
+
+
+# ============================================================================ shape catalog
+def _shape(B=1, H=2, S=64, D=64, *, H_k=None, H_v=None, S_kv=None, D_v=None) -> Shape:
+    return Shape(B, H, H if H_k is None else H_k, (H if H_k is None else H_k) if H_v is None else H_v,
+                 S, S if S_kv is None else S_kv, D, D if D_v is None else D_v)
+
+
+CATALOG = (
+    CatalogEntry("SHP-S1", "the smallest problem: one query, one key, one head",
+                 (Spec(_shape(H=1, S=1)), Spec(_shape(H=1, S=1), mask="causal-br"))),
+    CatalogEntry("SHP-DECODE", "S_q = 1 against a long, non-multiple-of-64 key sequence",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=1, S_kv=1000, D=128), mask="causal-br"),
+                  Spec(_shape(B=2, H=8, H_k=2, S=1, S_kv=1000, D=128))), level="pr"),
+    CatalogEntry("SHP-B2-H2", "B and H above 1 where derived LSE strides are discriminated",
+                 (Spec(_shape(B=2, H=2, S=256, D=128)),
+                  Spec(_shape(B=2, H=2, S=256, D=128), mask="causal-tl"),
+                  Spec(_shape(B=2, H=2, S=256, D=128), layout="bshd", stats_layout="padded-head"))),
+    CatalogEntry("SHP-MANY-PROGRAMS", "B x H large: grid mapping of batch and head",
+                 (Spec(_shape(B=8, H=16, S=256, D=128)),
+                  Spec(_shape(B=8, H=16, H_k=4, S=256, D=128), mask="causal-br")), level="pr"),
+    CatalogEntry("SHP-NONPOW2", "nothing a power of two: B 3, H 6/3, S 1000/1234, D 72",
+                 (Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72)),
+                  Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72), mask="window-br")), level="pr"),
+    CatalogEntry("SHP-LONG-1K", "multi-block loops at S = 1024",
+                 (Spec(_shape(B=2, H=8, S=1024, D=128)),
+                  Spec(_shape(B=2, H=8, S=1024, D=128), mask="causal-tl", dtype="fp16")), level="nightly"),
+    CatalogEntry("SHP-LONG-2K", "S = 2048 with GQA and bottom-right causal",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=2048, D=64), mask="causal-br"),
+                  Spec(_shape(B=2, H=8, H_k=2, S=2048, D=64), layout="bshd")), level="nightly"),
+    CatalogEntry("SHP-LONG-4K", "S = 4096, d128, GQA 8/2 (the published-speed shape)",
+                 (Spec(_shape(B=1, H=8, H_k=2, S=4096, D=128)),
+                  Spec(_shape(B=1, H=8, H_k=2, S=4096, D=128), mask="causal-br")), level="nightly"),
+    CatalogEntry("SHP-LONG-SQ-LT-SKV", "S_q < S_kv long: chunked prefill",
+                 (Spec(_shape(B=1, H=8, S=512, S_kv=4096, D=128), mask="causal-br"),
+                  Spec(_shape(B=1, H=8, S=512, S_kv=4096, D=128), mask="window-256-br")), level="nightly"),
+    CatalogEntry("SHP-LONG-SQ-GT-SKV", "S_q > S_kv long: bottom-right leaves whole blocks of rows empty",
+                 (Spec(_shape(B=1, H=4, S=4096, S_kv=1000, D=64), mask="causal-br"),
+                  Spec(_shape(B=1, H=4, S=4096, S_kv=1000, D=64), mask="causal-tl")), level="nightly"),
+    CatalogEntry("SHP-LONG-D256", "d256 at a long sequence with B 2",
+                 (Spec(_shape(B=2, H=4, S=2048, D=256), mask="causal-tl"),), level="nightly"),
+    CatalogEntry("SHP-LONG-MLA", "MLA head dims 192/128 at S = 2048",
+                 (Spec(_shape(B=2, H=16, S=2048, D=192, D_v=128), mask="causal-br"),), level="nightly"),
+    CatalogEntry("SHP-LONG-8K", "S = 8192 with a sliding window",
+                 (Spec(_shape(B=1, H=4, S=8192, D=128), mask="window-256-br"),
+                  Spec(_shape(B=1, H=4, S=8192, D=128), mask="causal-tl")), level="full"),
+    CatalogEntry("SHP-LONG-16K", "S = 16384: the longest sequence in the plan",
+                 (Spec(_shape(B=1, H=4, S=16384, D=128)),
+                  Spec(_shape(B=1, H=4, S=16384, D=128), mask="causal-br", dtype="fp16"),
+                  Spec(_shape(B=1, H=8, H_k=1, S=16384, D=64), mask="causal-tl")), level="full"),
+    CatalogEntry("SHP-MASK-EDGES", "masks with one bound only, or one key per row",
+                 (Spec(_shape(H=2, S=128, S_kv=200), mask="lookahead-16"),
+                  Spec(_shape(H=2, S=128, S_kv=200), mask="diagonal-only"))),
+)
+
+SWEEPS = (
+    Sweep("SWP-MASK-SEQ-DTYPE", "every mask x S_q vs S_kv relation x dtype at S ~ 1-2k (3-way)",
+          Spec(_shape(B=2, H=4, H_k=2, S=1024, D=64)),
+          (("mask", AXIS_MASKS),
+           ("shape", (_shape(B=2, H=4, H_k=2, S=1024, D=64),
+                      _shape(B=2, H=4, H_k=2, S=777, S_kv=2048, D=64),
+                      _shape(B=2, H=4, H_k=2, S=2048, S_kv=777, D=64))),
+           ("dtype", DTYPES)),
+          level="full"),
+    Sweep("SWP-HEAD-DIMS-LONG", "every head-dim pair x dtype at S = 1536 (several KV blocks)",
+          Spec(_shape(B=1, H=4, S=1536, D=64), mask="causal-tl"),
+          (("shape", tuple(_shape(B=1, H=4, S=1536, D=d.D_qk, D_v=d.D_v) for d in HEAD_DIMS.values())),
+           ("dtype", DTYPES)),
+          level="nightly"),
+)
+
+# ============================================================================ regressions
+_PRS = "ROCm/rocm-libraries#14684"
+REGRESSIONS = (
+    Regression("REG-HV-LT-HK", "H_k = H_q > H_v: dV written for every Q head, past its buffer",
+               f"{_PRS} (ALMIOPEN-3039)",
+               (Spec(_shape(H=4, H_k=4, H_v=2, S=128)),
+                Spec(_shape(B=2, H=4, H_k=4, H_v=1, S=64), mask="causal-tl"))),
+    Regression("REG-ODD-ROW-PITCH", "odd row pitch (D+1) read one element early",
+               f"{_PRS} (ALMIOPEN-3038)",
+               (Spec(_shape(B=2, H=2, S=128), layout="pad1"),
+                Spec(_shape(B=2, H=2, S=128), port_kinds={"do": "pad1"}),
+                Spec(_shape(B=1, H=2, S=128, D=192), port_kinds={"k": "pad1", "dk": "pad1"}))),
+    Regression("REG-STATS-PADDED-HEAD", "stats head stride S_q + 64 ignored (derived from Q's dims)",
+               f"{_PRS} (ALMIOPEN-3037)",
+               (Spec(_shape(B=2, H=2, S=128), stats_layout="padded-head"),)),
+    Regression("REG-STATS-NONPACKED", "non-packed stats: [B, S, H] storage, seq stride 2, padded batch",
+               f"{_PRS} (ALMIOPEN-3037)",
+               (Spec(_shape(B=2, H=2, S=128), stats_layout="s-major"),
+                Spec(_shape(B=2, H=2, S=128), stats_layout="seq-stride-2"),
+                Spec(_shape(B=2, H=2, S=128), stats_layout="padded-batch"))),
+    Regression("REG-BR-SQ-GT-SKV", "bottom-right with S_q > S_kv: fully masked rows (LSE = -inf)",
+               "notes/triton-backward.md (fully masked rows)",
+               (Spec(_shape(H=2, S=128, S_kv=48), mask="causal-br"),
+                Spec(_shape(H=2, S=200, S_kv=64), mask="window-br"),
+                Spec(_shape(H=2, S=65, S_kv=1), mask="strict-causal-br"),
+                Spec(_shape(H=2, S=64, S_kv=64), mask="strict-causal-tl"))),
+    Regression("REG-ZERO-STRIDE-OUTPUT-LEN1", "zero stride on a length-1 output axis stays accepted",
+               f"{_PRS} (ALMIOPEN-3040)",
+               (Spec(_shape(B=1, H=2), mutations=(stride("dq", 0, 0), stride("dk", 0, 0), stride("dv", 0, 0))),
+                Spec(_shape(B=2, H=1), mutations=(stride("dq", 1, 0), stride("dk", 1, 0), stride("dv", 1, 0))))),
+    Regression("REG-TAIL-S-MOD-128-64", "S mod 128 = 64 tails (NaN / wrong dV under GQA)",
+               "notes/triton-backward.md (tails)",
+               (Spec(_shape(H=2, S=192)),
+                Spec(_shape(H=4, H_k=2, S=320), mask="causal-br"),
+                Spec(_shape(H=2, S=64, S_kv=320), mask="causal-br"))),
+    Regression("REG-EXTREME-LSE", "LSE below -88.7 with tile-remainder padding gave NaN",
+               "notes/triton-backward.md (very negative LSE)",
+               (Spec(_shape(H=2, S=192), distribution="shifted-logits"),
+                Spec(_shape(H=2, S=65, S_kv=320), distribution="shifted-logits", mask="causal-br"),
+                Spec(_shape(H=2, S=192), distribution="shifted-logits", dtype="fp16"))),
+    Regression("REG-B2-H2-DERIVED-STRIDES", "B = H = 1 hid swapped LSE batch/head strides",
+               f"{_PRS} (review follow-up)",
+               (Spec(_shape(B=2, H=2, S=128), port_kinds={"q": "bshd", "k": "bshd", "v": "bshd", "do": "bshd",
+                                                          "o": "pad1", "dq": "pad1"}),
+                Spec(_shape(B=2, H=2, S=128), mask="causal-tl",
+                     port_kinds={"q": "bshd", "k": "bshd", "v": "bshd", "do": "bshd", "o": "pad1", "dq": "pad1"}))),
+    Regression("REG-HEAD-DIM-STRIDE", "head-dim stride other than 1 read as 1",
+               f"{_PRS} (ALMIOPEN-3036)",
+               (Spec(_shape(H=2, S=64), port_kinds={"q": "bhds"}),
+                Spec(_shape(H=2, S=64), port_kinds={"dq": "bhds"}))),
+    Regression("REG-S1-SHORT-SEQ-STRIDE", "sequence stride below D on a length-1 sequence axis",
+               f"{_PRS} (ALMIOPEN-3038)",
+               (Spec(_shape(H=2, S=1, S_kv=64), mutations=(stride("q", 2, 1), stride("dq", 2, 1))),)),
+    Regression("REG-GQA-RATIO-3", "GQA head mapping wrong for a ratio that is not a power of two",
+               "notes/triton-backward.md (GQA head mapping)",
+               (Spec(_shape(H=12, H_k=4, S=64)), Spec(_shape(H=6, H_k=3, H_v=2, S=65)))),
+    Regression("REG-D256-B2-GQA-CAUSAL", "d256 with batch >= 2, GQA and causal",
+               "notes/testing-practice.md (escaped defects)",
+               (Spec(_shape(B=2, H=8, H_k=2, S=256, D=256), mask="causal-br"),), level="pr"),
+    Regression("REG-DO-STRIDES-DIFFER", "dO with strides different from O's",
+               "notes/testing-practice.md (escaped defects)",
+               (Spec(_shape(B=2, H=2, S=128), layout="do-strides-differ"),
+                Spec(_shape(B=2, H=2, S=128), port_kinds={"do": "bcast-batch"}))),
+    Regression("REG-BROADCAST-INPUTS", "zero-stride (broadcast) inputs stay accepted and correct",
+               f"{_PRS} (ALMIOPEN-3040)",
+               (Spec(_shape(B=2, H=2, S=64), layout="bcast-kv-batch"),
+                Spec(_shape(B=2, H=2, S=64), layout="bcast-kv-head"),
+                Spec(_shape(B=2, H=2, S=64), layout="bcast-all-batch"))),
+    Regression("REG-UNEQUAL-HEAD-DIMS", "D_qk != D_v: 96/8 declined, MLA 192/128",
+               "NVIDIA/cudnn-frontend#666",
+               (Spec(_shape(H=2, S=128, D=96, D_v=8)), Spec(_shape(H=2, S=128, D=192, D_v=128), mask="causal-br"))),
+)
+
+# ============================================================================ probes
+_PROBE_SHAPE = _shape(B=2, H=2, S=64, D=64)
+
+
+def _probe(item, title, by, reason, *mutations, shape=_PROBE_SHAPE, **spec) -> Probe:
+    return Probe(item, title, by, reason, Spec(shape, mutations=tuple(mutations), **spec))
+
+
+PROBES = (
+    _probe("PRB-DIMS-O", "O head dim != D_v", "frontend", "o-dims-mismatch", dims("o", 3, 32)),
+    _probe("PRB-DIMS-DO", "dO sequence length != S_q", "frontend", "o-dims-mismatch", dims("do", 2, 63)),
+    _probe("PRB-DIMS-DQ", "dQ heads != H_q", "frontend", "o-dims-mismatch", dims("dq", 1, 1)),
+    _probe("PRB-DIMS-V", "V sequence length != S_kv", "frontend", "kv-dims-mismatch", dims("v", 2, 65)),
+    _probe("PRB-DIMS-DK", "dK head dim != D_qk", "frontend", "kv-dims-mismatch", dims("dk", 3, 32)),
+    _probe("PRB-DIMS-DV", "dV heads != H_v", "frontend", "kv-dims-mismatch", dims("dv", 1, 1)),
+    _probe("PRB-BATCH-K", "K batch != Q batch", "frontend", "batch-mismatch", dims("k", 0, 1), dims("dk", 0, 1)),
+    _probe("PRB-GQA-NOT-DIVISIBLE", "H_k does not divide H_q", "frontend", "gqa-not-divisible",
+           dims("k", 1, 3), dims("dk", 1, 3), dims("v", 1, 3), dims("dv", 1, 3), shape=_shape(B=2, H=4)),
+    _probe("PRB-DTYPE-O", "O dtype != Q dtype", "frontend", "dtype-mismatch", dtype("o", "fp16")),
+    _probe("PRB-DTYPE-DV", "dV dtype != Q dtype", "frontend", "dtype-mismatch", dtype("dv", "bf16"), dtype="fp16"),
+    _probe("PRB-STATS-DTYPE", "stats not fp32", "frontend", "stats-dtype", dtype("stats", "bf16")),
+    _probe("PRB-STATS-DIMS", "stats dims != [B, H_q, S_q, 1]", "frontend", "stats-dims-mismatch",
+           dims("stats", 2, 32)),
+    _probe("PRB-RIGHT-BOUND", "right_bound < -1", "frontend", "right-bound-below-minus-one", attr("right_bound", -2)),
+    _probe("PRB-LEFT-BOUND-ZERO", "left_bound = 0", "frontend", "left-bound-nonpositive",
+           attr("left_bound", 0), attr("right_bound", 0)),
+    _probe("PRB-LEFT-BOUND-NEGATIVE", "left_bound < 0", "frontend", "left-bound-nonpositive", attr("left_bound", -4)),
+    _probe("PRB-SCALE-ZERO", "attn_scale = 0", "frontend", "scale-nonpositive", attr("attn_scale", 0.0)),
+    _probe("PRB-SCALE-NEGATIVE", "attn_scale < 0", "frontend", "scale-nonpositive", attr("attn_scale", -0.125)),
+    _probe("PRB-ZERO-STRIDE-DQ", "dQ batch stride 0 with B = 2", "engine", "zero-stride-output",
+           stride("dq", 0, 0)),
+    _probe("PRB-ZERO-STRIDE-DK", "dK head stride 0 with H_k = 2", "engine", "zero-stride-output",
+           stride("dk", 1, 0)),
+    _probe("PRB-ZERO-STRIDE-DV", "dV batch and head stride 0 (a broadcast input's strides)", "engine",
+           "zero-stride-output", stride("dv", 0, 0), stride("dv", 1, 0)),
+    _probe("PRB-OVERLAP-DKDV", "dK and dV with equal batch and head strides", "engine", "overlapping-output",
+           stride("dk", 0, 64 * 64), stride("dv", 0, 64 * 64)),
+    _probe("PRB-OVERLAP-DQ-ROWS", "dQ sequence stride D/2: rows overlap", "engine", "overlapping-output",
+           stride("dq", 2, 32)),
+)
+
+# ============================================================================ gated
+GATED = (
+    Gated("GATE-RAGGED-THD", "ragged / THD batches with cu_seqlens (incl. zero-length sequences)",
+          "waiting on ragged (cu_seqlens) graphs in bundlegen.graph, materialize and the oracle", 12),
+    Gated("GATE-RAGGED-BAD-OFFSET", "probes: cu_seqlens not monotonic, past the buffer, negative",
+          "waiting on ragged (cu_seqlens) graphs in bundlegen.graph and a frontend rule for offsets", 4),
+    Gated("GATE-DROPOUT", "dropout probability > 0", "waiting on a dropout-mask input in the harness "
+          "(the oracle needs the mask the engine drew)", 6),
+    Gated("GATE-DROPOUT-ZERO", "dropout_probability = 0 set explicitly", "waiting on a decision whether "
+          "p = 0 is a plain graph or a dropout graph (engines differ)", 1),
+    Gated("GATE-BIAS", "additive attention bias (incl. broadcast bias)", "waiting on a bias port in "
+          "bundlegen.graph, materialize and the oracle", 4),
+    Gated("GATE-DBIAS", "dBias output and its probes", "waiting on a dbias output port and the oracle's dBias", 5),
+    Gated("GATE-SINKS", "attention sinks (learned per-head logit)", "waiting on a sink port and its oracle gradient", 4),
+    Gated("GATE-PAGED-KV", "paged K/V with a block table (incl. bad block-table probes)",
+          "waiting on paged K/V storage in materialize", 6),
+    Gated("GATE-FP32", "fp32 io dtype", "waiting on engines serving fp32 without TF32 and fp32 tolerance "
+          "classes calibrated against the oracle", 20),
+    Gated("GATE-INT64-OFFSETS", "a strided input whose span exceeds 2^31 elements (32-bit offsets)",
+          "waiting on the harness allocating only the addressed rows of a storage (4 GiB per port now)", 2),
+)
+
+# ============================================================================ levels
+MiB = 1 << 20
+GiB = 1 << 30
+LEVELS = (
+    Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
+          per_case_cpu_seconds=1.0, pair_scope="values"),
+    Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
+    Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
+    Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
+)
+
+# ============================================================================ cost model
+# predicted seconds = engine FLOPs / rate + oracle FLOPs / rate + io bytes / host rate + overhead
+# (generator/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
+COST_MODEL = {
+    "h200": CostCoefficients(engine_flops_per_s=200e12, oracle_flops_per_s=50e12,
+                             bytes_per_s=2e9, overhead_s=0.03),
+    "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=2e9,
+                            bytes_per_s=1e9, overhead_s=0.005),
+}
+CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph, "cpu") exceeds it
+
+# ============================================================================ tolerance
+# |out - ref| <= atol + rtol * mag (docs/CONTRACTS.md). rtol = unit roundoff x a factor
+# that grows with the longest reduction; every number lives in this block.
+UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol factor)
+    (256, "r256", 8),
+    (1024, "r1k", 10),
+    (4096, "r4k", 12),
+    (16384, "r16k", 16),
+    (262144, "r256k", 24),
+)
+ATOL = 1e-5
+MIN_CLAIM_MARGIN = 1.5
+
+TOLERANCE_CLASSES = {
+    f"{dt}-{suffix}": ToleranceClass(f"{dt}-{suffix}", dt, limit, u * factor, ATOL)
+    for dt, u in UNIT_ROUNDOFF.items() for limit, suffix, factor in REDUCTION_BUCKETS
+}
+
+
+def longest_reduction(graph) -> int:
+    """The longest sum any gradient element takes: over keys (dQ), over query rows of a
+    whole GQA group (dK, dV), and over the head dims (dP, Delta)."""
+    group = max(graph.H_q // graph.H_k, graph.H_q // graph.H_v)
+    return max(graph.S_q * group, graph.S_kv, graph.D_qk, graph.D_v)
+
+
+def tolerance_class_for(graph) -> str:
+    if graph.dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"no tolerance class for dtype {graph.dtype!r} (fp32 waits on GATE-FP32)")
+    length = longest_reduction(graph)
+    for limit, suffix, _factor in REDUCTION_BUCKETS:
+        if length <= limit:
+            return f"{graph.dtype}-{suffix}"
+    raise ValueError(f"no tolerance class for a reduction of {length} (longest bucket "
+                     f"{REDUCTION_BUCKETS[-1][0]})")
+
+
+# ============================================================================ engines
+ENGINE_TOML_DIRS = {
+    "triton": "triton",
+    "torch-math": "torch_math",
+    "torch-flash": "torch_flash",
+    "torch-efficient": "torch_efficient",
+    "torch-cudnn": "torch_cudnn",
+}
+
+PLAN = Plan(
+    name=PLAN_NAME, axes=AXES, rules=RULES, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
+    batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
+    distributions=DISTRIBUTIONS, dtypes=DTYPES, pair_suites=PAIR_SUITES,
+    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG, sweeps=SWEEPS, regressions=REGRESSIONS,
+    probes=PROBES, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
+    tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
+    engine_toml_dirs=ENGINE_TOML_DIRS,
+)

@@ -1,0 +1,196 @@
+"""Coverage, levels, traceability and ids of the generated plan."""
+from __future__ import annotations
+
+import dataclasses
+import glob
+from collections import Counter
+
+import pytest
+
+from bundlegen.graph import load_bundle
+from generator import PlanError, build, build_default, ids, levels, pairs
+from generator.generate import _proofs
+from generator.legality import Legality
+from generator.paths import REPO_ROOT
+from plans import sdpa_bwd
+from plans.records import Level
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return build_default()
+
+
+@pytest.fixture(scope="module")
+def legality(generated):
+    return Legality(generated.plan)
+
+
+# ----------------------------------------------------------------------------- the issue's numbers
+def test_at_least_500_cases_over_four_non_empty_levels(generated):
+    assert len(generated.cases) >= 500
+    counts = Counter(c.level for c in generated.cases)
+    assert [lv.name for lv in generated.plan.levels] == list(counts) and all(counts.values())
+
+
+def test_pair_proof_is_complete_at_every_level(generated):
+    scopes = {p.level: (p.scope, p.complete, p.total) for p in generated.proofs}
+    assert scopes["quick"][:2] == ("values", True)
+    assert scopes["pr"][:2] == ("core", True)
+    assert scopes["nightly"][:2] == ("all", True) and scopes["full"][:2] == ("all", True)
+    assert scopes["nightly"][2] > scopes["pr"][2] > scopes["quick"][2]
+
+
+# ----------------------------------------------------------------------------- the pair proof
+def _pair_counts(generated, legality, scope: str, upto: str) -> Counter:
+    counts: Counter = Counter()
+    for case in generated.at_level(upto):
+        units = pairs.covered_units(legality, generated.combos.get(case.id, ()), scope)
+        counts.update(units)
+    return counts
+
+
+@pytest.mark.parametrize("level,scope", [("pr", "core"), ("nightly", "all")])
+def test_pair_proof_fails_when_a_case_is_removed(generated, legality, level, scope):
+    counts = _pair_counts(generated, legality, scope, level)
+    lonely = min(u for u, n in counts.items() if n == 1)
+    victim = next(c for c in generated.at_level(level)
+                  if lonely in pairs.covered_units(legality, generated.combos.get(c.id, ()), scope))
+    remaining = tuple(c for c in generated.cases if c.id != victim.id)
+    proof = next(p for p in _proofs(generated.plan, legality, remaining, generated.combos) if p.level == level)
+    assert not proof.complete and lonely in proof.missing
+    assert proof.covered < proof.total
+
+
+def test_repair_rows_cover_every_missing_pair(generated, legality):
+    suite = generated.plan.pair_suites[0]
+    rows = pairs.suite_rows(legality, suite)
+    thinned = rows[::2]                      # as if allpairspy had dropped half its rows
+    missing = pairs.prove(legality, suite.level, suite.scope, thinned).missing
+    assert missing
+    repaired = pairs.repair_rows(legality, missing, suite.scope)
+    assert all(legality.is_legal(r) for r in repaired)
+    assert pairs.prove(legality, suite.level, suite.scope, thinned + repaired).complete
+
+
+def test_the_universe_is_exactly_the_pairs_some_legal_combination_holds(legality):
+    legal, illegal = pairs.universe(legality, "all"), pairs.illegal_units(legality, "all")
+    n_values = [len(v) for v in legality.values]
+    assert len(legal) + len(illegal) == sum(a * b for i, a in enumerate(n_values) for b in n_values[i + 1:])
+    for unit in sorted(illegal):
+        assert legality.complete(dict(unit)) is None
+
+
+# ----------------------------------------------------------------------------- levels and budgets
+def test_every_level_fits_its_ceilings_and_budgets(generated):
+    cumulative = 0.0
+    for level in generated.plan.levels:
+        for case in generated.only_level(level.name):
+            assert case.cost.predicted_s <= level.per_case_seconds, case.id
+            assert case.cost.bytes <= level.per_case_bytes, case.id
+            if level.per_case_cpu_seconds is not None:
+                assert generated.cpu_seconds[case.id] <= level.per_case_cpu_seconds, case.id
+        cumulative += sum(c.cost.predicted_s for c in generated.only_level(level.name))
+        assert cumulative <= level.budget_seconds * (1 - level.reserve), level.name
+    quick = sum(c.cost.predicted_s for c in generated.at_level("quick"))
+    pr = sum(c.cost.predicted_s for c in generated.at_level("pr"))
+    assert quick < 30 and pr < 120
+
+
+def test_costs_are_the_cost_models_predictions(generated):
+    from generator.cost import predict
+    for case in generated.cases[::17]:
+        if case.purpose != "probe":
+            assert case.cost == predict(case.graph, "h200")
+            assert generated.cpu_seconds[case.id] == predict(case.graph, "cpu").predicted_s
+
+
+def _costed(key, seconds, min_level="quick", nbytes=1):
+    return levels.Costed(key, f"entry {key}", min_level, seconds, nbytes, seconds)
+
+
+LEVELS = (Level("quick", 1.0, 100, 3.0, pair_scope="values"), Level("pr", 2.0, 100, 6.0, pair_scope="core"),
+          Level("nightly", 10.0, 1000, 100.0), Level("full", 100.0, 10000, 1000.0))
+
+
+def test_assignment_takes_the_lowest_level_that_fits():
+    got = levels.assign([_costed("a", 0.5), _costed("b", 1.5), _costed("c", 0.5, "nightly"),
+                         _costed("d", 0.5, nbytes=500)], LEVELS)
+    assert got == {"a": "quick", "b": "pr", "c": "nightly", "d": "nightly"}
+
+
+def test_trim_rule_moves_the_most_expensive_cases_up():
+    # quick usable budget 2.85 s: 0.9 + 0.8 + 0.7 + 0.6 = 3.0 s is over, so 0.9 moves to pr
+    cases = [_costed("a", 0.9), _costed("b", 0.8), _costed("c", 0.7), _costed("d", 0.6)]
+    got = levels.assign(cases, LEVELS)
+    assert got == {"a": "pr", "b": "quick", "c": "quick", "d": "quick"}
+    # ties move the smaller id first
+    got = levels.assign([_costed("y", 1.0), _costed("x", 1.0), _costed("z", 1.0)], LEVELS)
+    assert got == {"x": "pr", "y": "quick", "z": "quick"}
+
+
+def test_trim_rule_keeps_the_only_cover_of_a_unit():
+    cases = [_costed("a", 0.9), _costed("b", 0.8), _costed("c", 0.7), _costed("d", 0.6)]
+    units = {"quick": {"a": frozenset({"v1"}), "b": frozenset({"v2"}), "c": frozenset({"v2"})}}
+    got = levels.assign(cases, LEVELS, lambda level: units.get(level, {}))
+    assert got == {"a": "quick", "b": "pr", "c": "quick", "d": "quick"}
+
+
+def test_a_case_that_fits_no_level_names_its_entry():
+    with pytest.raises(PlanError, match="entry huge: fits no level"):
+        levels.assign([_costed("huge", 1000.0)], LEVELS)
+
+
+def test_an_overfull_plan_is_trimmed_without_losing_coverage():
+    tight = tuple(dataclasses.replace(lv, budget_seconds=lv.budget_seconds / 8) for lv in sdpa_bwd.LEVELS)
+    g = build(dataclasses.replace(sdpa_bwd.PLAN, levels=tight))
+    assert sum(c.cost.predicted_s for c in g.at_level("quick")) <= tight[0].budget_seconds * 0.95
+    assert any(c.group == "regressions" and c.level != "quick" for c in g.cases)
+    assert all(p.complete for p in g.proofs)
+
+
+# ----------------------------------------------------------------------------- traceability
+def test_two_way_traceability(generated):
+    assert generated.untraced_items == ()
+    assert generated.cases_without_items == ()
+    assert generated.unknown_items == ()
+
+
+def test_checked_in_bundles_trace_both_ways(generated):
+    on_disk = []
+    for path in sorted(glob.glob(str(REPO_ROOT / "bundles/*/sdpa_bwd/*.json"))):
+        bundle, errors = load_bundle(path)
+        assert errors == []
+        on_disk += bundle.cases
+    used = {i for c in on_disk for i in c.items}
+    assert all(c.items for c in on_disk)
+    assert set(generated.items) == used
+
+
+# ----------------------------------------------------------------------------- ids and seeds
+def test_ids_are_stable_handles_of_the_case_content(generated):
+    seen = set()
+    for case in generated.cases:
+        assert case.id == ids.case_id(case.purpose, case.graph, case.data.distribution, case.expected_rejection)
+        assert case.data.seed == ids.seed_of(case.id)
+        assert case.id not in seen
+        seen.add(case.id)
+
+
+def test_recalibrating_costs_and_tolerances_renames_no_case(generated):
+    slower = {k: dataclasses.replace(v, overhead_s=v.overhead_s * 2, engine_flops_per_s=v.engine_flops_per_s / 3)
+              for k, v in sdpa_bwd.COST_MODEL.items()}
+    classes = {k: dataclasses.replace(v, rtol=v.rtol * 1.25) for k, v in sdpa_bwd.TOLERANCE_CLASSES.items()}
+    other = build(dataclasses.replace(sdpa_bwd.PLAN, cost_model=slower, tolerance_classes=classes))
+    assert {c.id for c in other.cases} == {c.id for c in generated.cases}
+    assert {c.id: c.data.seed for c in other.cases} == {c.id: c.data.seed for c in generated.cases}
+
+
+def test_identical_content_from_two_entries_is_one_case(generated):
+    merged = [c for c in generated.cases if len(generated.entries[c.id]) > 1]
+    assert merged
+    for case in merged:
+        assert len(generated.entries[case.id]) == len(set(generated.entries[case.id]))
+    regression = next(c for c in merged if c.purpose == "regression"
+                      and any(e.startswith("axis value") for e in generated.entries[c.id]))
+    assert "AXIS-VALUES" in regression.items and any(i.startswith("REG-") for i in regression.items)

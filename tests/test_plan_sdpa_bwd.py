@@ -1,0 +1,230 @@
+"""The SDPA backward plan: its declarations, its rules, and its errors on bad input."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from bundlegen.graph import Attributes, Graph, TensorSpec
+from bundlegen.validate import frontend_reason, has_zero_stride_on_long_axis, output_layout_reason, overlaps_itself
+from generator import PlanError, build, build_default
+from generator import pairs
+from generator.expand import axis_item
+from generator.legality import Legality
+from plans import sdpa_bwd
+from plans.records import Regression, Rule, Shape, Spec, stride
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return build_default()
+
+
+@pytest.fixture(scope="module")
+def legality():
+    return Legality(sdpa_bwd.PLAN)
+
+
+# ----------------------------------------------------------------------------- probes and claims
+def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
+    probes = [c for c in generated.cases if c.purpose == "probe"]
+    assert len(probes) == len(sdpa_bwd.PROBES)
+    for case in probes:
+        r = case.expected_rejection
+        if r.by == "frontend":
+            assert frontend_reason(case.graph) == r.reason, case.items
+        else:
+            assert frontend_reason(case.graph) is None, case.items
+            assert output_layout_reason(case.graph) == r.reason, case.items
+
+
+def test_probes_cover_the_issue_list():
+    reasons = {p.reason for p in sdpa_bwd.PROBES}
+    assert {"o-dims-mismatch", "kv-dims-mismatch", "batch-mismatch", "zero-stride-output",
+            "overlapping-output", "dtype-mismatch", "right-bound-below-minus-one",
+            "left-bound-nonpositive", "scale-nonpositive"} <= reasons
+    mutated_ports = {m.target for p in sdpa_bwd.PROBES for m in p.spec.mutations if m.kind == "dims"}
+    assert {"o", "do", "dq", "v", "dk", "dv", "k"} <= mutated_ports
+
+
+def test_every_claim_and_regression_is_a_valid_graph(generated):
+    for case in generated.cases:
+        if case.purpose == "probe":
+            continue
+        assert frontend_reason(case.graph) is None, case.id
+        for port in ("dq", "dk", "dv"):
+            spec = case.graph.tensors[port]
+            assert not has_zero_stride_on_long_axis(spec), (case.id, port)
+            assert not overlaps_itself(spec), (case.id, port)
+        assert case.tolerance_class in sdpa_bwd.TOLERANCE_CLASSES
+
+
+def test_regressions_cover_every_defect_class():
+    items = {r.item for r in sdpa_bwd.REGRESSIONS}
+    assert {"REG-HV-LT-HK", "REG-ODD-ROW-PITCH", "REG-STATS-PADDED-HEAD", "REG-STATS-NONPACKED",
+            "REG-BR-SQ-GT-SKV", "REG-ZERO-STRIDE-OUTPUT-LEN1", "REG-TAIL-S-MOD-128-64",
+            "REG-EXTREME-LSE"} <= items
+
+
+def test_gated_items_name_their_gate_and_are_not_written(generated):
+    assert {"GATE-RAGGED-THD", "GATE-RAGGED-BAD-OFFSET", "GATE-DROPOUT", "GATE-BIAS", "GATE-DBIAS",
+            "GATE-SINKS", "GATE-PAGED-KV", "GATE-FP32"} <= {g.item for g in sdpa_bwd.GATED}
+    written = {i for c in generated.cases for i in c.items}
+    for g in sdpa_bwd.GATED:
+        assert g.gate.startswith("waiting on") and g.item not in written
+
+
+# ----------------------------------------------------------------------------- axes
+def test_every_value_of_every_axis_appears_at_quick(generated):
+    quick_items = {i for c in generated.at_level("quick") for i in c.items}
+    for axis in sdpa_bwd.AXES:
+        for value in axis.values:
+            assert axis_item(axis.name, value) in quick_items, (axis.name, value)
+
+
+def test_axes_cover_the_issue_values():
+    axes = {a.name: a for a in sdpa_bwd.AXES}
+    assert set(axes["dtype"].values) == {"bf16", "fp16"}
+    seqs = [sdpa_bwd.SEQS[v] for v in axes["seq"].values]
+    lengths = {s.S_q for s in seqs} | {s.S_kv for s in seqs}
+    assert {1, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256} <= lengths
+    assert any(s.S_q < s.S_kv for s in seqs) and any(s.S_q > s.S_kv for s in seqs)
+    dims = [sdpa_bwd.HEAD_DIMS[v] for v in axes["head_dims"].values]
+    assert {32, 40, 64, 72, 80, 96, 128, 160, 192, 256} <= {d.D_qk for d in dims if d.D_qk == d.D_v}
+    assert {(192, 128), (96, 8), (128, 64)} <= {(d.D_qk, d.D_v) for d in dims}
+    heads = [sdpa_bwd.HEADS[v] for v in axes["heads"].values]
+    assert {h.H_q // h.H_k for h in heads if h.H_k == h.H_v} >= {1, 2, 4, 8}
+    assert any(h.H_k != h.H_v for h in heads)
+    masks = [sdpa_bwd.MASKS[v] for v in axes["mask"].values]
+    for lb, rb in ((None, 0), (sdpa_bwd.WINDOW, 0), (sdpa_bwd.WINDOW, sdpa_bwd.BAND_RIGHT)):
+        assert {m.alignment for m in masks if (m.left_bound, m.right_bound) == (lb, rb)} == {
+            "TOP_LEFT", "BOTTOM_RIGHT"}
+
+
+# ----------------------------------------------------------------------------- legality
+def _excludes(rule: Rule, assignment: dict) -> bool:
+    """The rule's own words: values matching every `when` must match every `require`."""
+    return (all(assignment[a] in v for a, v in rule.when.items())
+            and not all(assignment[a] in v for a, v in rule.require.items()))
+
+
+def test_legality_rules_each_exclude_what_they_say(legality, generated):
+    plan = sdpa_bwd.PLAN
+    values = {a.name: a.values for a in plan.axes}
+    illegal = pairs.illegal_units(legality, "all")
+    written_combos = [combo for combos in generated.combos.values() for combo in combos]
+    for rule in plan.rules:
+        axes = rule.axes
+        excluded = 0
+        for chosen in itertools.product(*(values[a] for a in axes)):
+            assignment = dict(zip(axes, chosen))
+            says = _excludes(rule, assignment)
+            completion = legality.complete(assignment)
+            if says:
+                excluded += 1
+                assert completion is None, (rule.name, assignment)
+                if len(axes) == 2:
+                    pair = tuple(sorted(assignment.items(), key=lambda kv: legality.position[kv[0]]))
+                    assert pair in illegal, (rule.name, pair)
+                for combo in written_combos:
+                    assert any(combo[legality.position[a]] != v for a, v in assignment.items()), rule.name
+            else:   # legal unless another rule on the same axes excludes it
+                others = [r for r in plan.rules if r is not rule and set(r.axes) <= set(axes)]
+                assert completion is not None or any(_excludes(r, assignment) for r in others), \
+                    (rule.name, assignment)
+        assert excluded > 0, f"rule {rule.name} excludes nothing"
+    report = {e.rule: e for e in generated.exclusions}
+    assert all(report[r.name].excluded > 0 for r in plan.rules)
+
+
+def test_no_written_combination_breaks_a_rule(generated, legality):
+    assert generated.legality_violations == ()
+    for combos in generated.combos.values():
+        for combo in combos:
+            assert legality.is_legal(combo)
+
+
+# ----------------------------------------------------------------------------- tolerance
+def _graph(dtype="bf16", B=1, H_q=2, H_k=2, H_v=2, S_q=64, S_kv=64, D_qk=64, D_v=64) -> Graph:
+    def t(b, h, s, d, dt=dtype):
+        return TensorSpec((b, h, s, d), (h * s * d, s * d, d, 1), dt)
+    q, o = t(B, H_q, S_q, D_qk), t(B, H_q, S_q, D_v)
+    k, v = t(B, H_k, S_kv, D_qk), t(B, H_v, S_kv, D_v)
+    return Graph({"q": q, "k": k, "v": v, "o": o, "do": o, "dq": q, "dk": k, "dv": v,
+                  "stats": t(B, H_q, S_q, 1, "fp32")}, Attributes(attn_scale=0.125))
+
+
+def test_tolerance_class_rule_uses_dtype_and_the_longest_reduction():
+    rule = sdpa_bwd.tolerance_class_for
+    assert rule(_graph()) == "bf16-r256"
+    assert rule(_graph(dtype="fp16")) == "fp16-r256"
+    assert rule(_graph(S_kv=257)) == "bf16-r1k"
+    assert rule(_graph(D_qk=256, D_v=256)) == "bf16-r256"
+    # dK/dV sum over the query rows of a whole GQA group
+    assert rule(_graph(H_q=8, H_k=2, H_v=2, S_q=128, S_kv=128)) == "bf16-r1k"
+    assert rule(_graph(H_q=8, H_k=8, H_v=1, S_q=600, S_kv=16)) == "bf16-r16k"
+    assert rule(_graph(S_q=16384, S_kv=16384)) == "bf16-r16k"
+    with pytest.raises(ValueError, match="GATE-FP32"):
+        rule(_graph(dtype="fp32"))
+
+
+def test_tolerance_classes_grow_with_reduction_length():
+    for dtype, u in sdpa_bwd.UNIT_ROUNDOFF.items():
+        classes = [c for c in sdpa_bwd.TOLERANCE_CLASSES.values() if c.dtype == dtype]
+        assert [c.max_reduction for c in classes] == sorted(c.max_reduction for c in classes)
+        rtols = [c.rtol for c in classes]
+        assert rtols == sorted(rtols) and rtols[0] >= 4 * u
+        assert all(c.atol == sdpa_bwd.ATOL for c in classes)
+    assert sdpa_bwd.MIN_CLAIM_MARGIN == 1.5
+
+
+def test_levels_are_declared_in_order_with_a_reserve():
+    assert [lv.name for lv in sdpa_bwd.LEVELS] == ["quick", "pr", "nightly", "full"]
+    assert all(lv.reserve == 0.05 for lv in sdpa_bwd.LEVELS)
+    assert sdpa_bwd.LEVELS[0].budget_seconds <= 30 and sdpa_bwd.LEVELS[1].budget_seconds <= 120
+    assert set(sdpa_bwd.COST_MODEL) == {"h200", "cpu"} and sdpa_bwd.CPU_CASE_LIMIT_S > 0
+
+
+# ----------------------------------------------------------------------------- bad plan input
+def _with(**changes):
+    return dataclasses.replace(sdpa_bwd.PLAN, **changes)
+
+
+def test_unknown_axis_value_in_a_rule_names_the_rule():
+    bad = Rule("broken-rule", "because", when={"layout": ("bshdd",)}, require={"heads": ("mha",)})
+    with pytest.raises(PlanError, match=r"rule 'broken-rule': unknown value 'bshdd' for axis 'layout'"):
+        build(_with(rules=sdpa_bwd.RULES + (bad,)))
+
+
+def test_unknown_axis_in_a_rule_names_the_rule():
+    bad = Rule("broken-rule", "because", when={"layot": ("bshd",)}, require={"heads": ("mha",)})
+    with pytest.raises(PlanError, match=r"rule 'broken-rule': unknown axis 'layot'"):
+        build(_with(rules=sdpa_bwd.RULES + (bad,)))
+
+
+def test_duplicate_item_id_names_the_entry():
+    dup = dataclasses.replace(sdpa_bwd.REGRESSIONS[1], item=sdpa_bwd.REGRESSIONS[0].item)
+    with pytest.raises(PlanError, match=r"regression 'REG-HV-LT-HK': duplicate item id 'REG-HV-LT-HK'"):
+        build(_with(regressions=sdpa_bwd.REGRESSIONS + (dup,)))
+
+
+def test_a_regression_that_fails_validation_names_the_entry():
+    shape = Shape(1, 2, 2, 2, 64, 64, 64, 64)
+    bad = Regression("REG-BROKEN", "a zero-stride output is not a regression", "test",
+                     (Spec(shape, mutations=(stride("dq", 1, 0),)),))
+    with pytest.raises(PlanError, match=r"regression REG-BROKEN\[0\]: outputs not addressable"):
+        build(_with(regressions=sdpa_bwd.REGRESSIONS + (bad,)))
+
+
+def test_a_probe_the_frontend_accepts_names_the_entry():
+    probe = dataclasses.replace(sdpa_bwd.PROBES[0], item="PRB-NOT-REJECTED",
+                                spec=Spec(Shape(1, 2, 2, 2, 64, 64, 64, 64)))
+    with pytest.raises(PlanError, match=r"probe PRB-NOT-REJECTED: the frontend gives None"):
+        build(_with(probes=sdpa_bwd.PROBES + (probe,)))
+
+
+def test_unknown_names_in_a_spec_name_the_entry():
+    bad = dataclasses.replace(sdpa_bwd.CATALOG[0], specs=(Spec(Shape(1, 1, 1, 1, 1, 1, 64, 64), mask="causl"),))
+    with pytest.raises(PlanError, match=r"shape 'SHP-S1'\[0\]: unknown mask 'causl'"):
+        build(_with(catalog=(bad,) + sdpa_bwd.CATALOG[1:]))
