@@ -21,15 +21,17 @@ def is_masked(attrs: Attributes) -> bool:
 
 
 def keep_mask(S_q: int, S_kv: int, attrs: Attributes, rows: range | None = None,
-              device: torch.device | str = "cpu") -> torch.Tensor | None:
-    """Bool [len(rows), S_kv]: True where (i, j) is kept. None when nothing is masked."""
+              device: torch.device | str = "cpu", cols: range | None = None) -> torch.Tensor | None:
+    """Bool [len(rows), len(cols)] (cols default: all S_kv): True where (i, j) is kept.
+    None when nothing is masked."""
     if not is_masked(attrs):
         return None
     rows = rows if rows is not None else range(S_q)
+    cols = cols if cols is not None else range(S_kv)
     i = torch.arange(rows.start, rows.stop, device=device).unsqueeze(1)
-    j = torch.arange(S_kv, device=device).unsqueeze(0)
+    j = torch.arange(cols.start, cols.stop, device=device).unsqueeze(0)
     jp = j - diagonal_shift(S_q, S_kv, attrs.diagonal_alignment)
-    keep = torch.ones(len(rows), S_kv, dtype=torch.bool, device=device)
+    keep = torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
     if attrs.right_bound is not None:
         keep &= (jp - i) <= attrs.right_bound
     if attrs.left_bound is not None:
