@@ -1,0 +1,58 @@
+"""`bundlegen harvest RESULTS... [--min-runs N] [--prune]`: passing results -> claims.json."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, plan_min_margin, read_run, results_file
+from claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", metavar="RESULTS",
+                        help="results.jsonl files (or run directories holding one), one per run")
+    parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
+                        help=f"runs a case must pass in to be claimed (default {DEFAULT_MIN_RUNS})")
+    parser.add_argument("--min-margin", type=float, default=None,
+                        help="least margin in every run (default: the plan's MIN_CLAIM_MARGIN)")
+    parser.add_argument("--prune", action="store_true",
+                        help="drop claims of the covered engine/archs these runs do not support")
+    parser.add_argument("--claims-root", type=Path, default=None,
+                        help="directory holding <engine dir>/claims.json (default: engines/)")
+    parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+
+
+def main(args: argparse.Namespace) -> int:
+    missing = [p for p in args.results if not results_file(p).is_file()]
+    if missing:
+        print(f"harvest: no results file at {', '.join(map(str, missing))}")
+        return 2
+    if args.min_runs < 1:
+        print("harvest: --min-runs must be at least 1")
+        return 2
+    rules = HarvestRules(min_runs=args.min_runs,
+                         min_margin=plan_min_margin() if args.min_margin is None else args.min_margin)
+    runs = [read_run(p) for p in args.results]
+    engines = sorted({r.get("engine") for run in runs for r in run if isinstance(r.get("engine"), str)})
+    storable = [e for e in engines if ":" not in e]
+    for engine in sorted(set(engines) - set(storable)):
+        print(f"harvest: {engine}: not a registered engine name, its claims are not stored")
+    try:
+        existing = {e: read_claim_set(claims_path(e, args.claims_root), e) for e in storable}
+    except ClaimsError as exc:
+        print(f"harvest: {exc}")
+        return 2
+    updated, changes = harvest(runs, existing, rules, prune=args.prune)
+    print(f"harvest: {len(runs)} run(s), min runs {rules.min_runs}, min margin {rules.min_margin:g}"
+          f"{', pruning' if args.prune else ''}")
+    for c in changes:
+        if c.engine in storable:
+            print(f"  {c.engine:16s} {c.arch:8s} claims {c.total:5d} (+{c.added} -{c.dropped}), "
+                  f"declines {c.declines}")
+    if args.dry_run:
+        return 0
+    for engine in storable:
+        path = claims_path(engine, args.claims_root)
+        if write_claim_set(path, updated[engine]):
+            print(f"  wrote {path}")
+    return 0

@@ -1,0 +1,109 @@
+"""engines/<name>/claims.json (CONTRACTS "Claims"), the one reader and writer.
+
+Canonical JSON (bundlegen.graph.canonical_json):
+    {"version": 1, "engine": "triton",
+     "claims":   {"sm90": ["<case id>", ...]},            # ids sorted
+     "declines": {"sm90": {"<case id>": "<reason>"}}}     # what the matrix shows as declined
+An arch key present in either map means the engine was run there (an empty list is
+"run, nothing claimed"); an arch in neither is "not run".
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from bundlegen.graph import canonical_json
+
+CLAIMS_VERSION = 1
+CLAIMS_NAME = "claims.json"
+
+
+class ClaimsError(ValueError):
+    """A malformed claims.json: names the file and the field."""
+
+
+@dataclass(frozen=True)
+class ClaimSet:
+    engine: str
+    claims: Mapping[str, frozenset[str]] = field(default_factory=dict)           # arch -> ids
+    declines: Mapping[str, Mapping[str, str]] = field(default_factory=dict)      # arch -> id -> reason
+
+    @property
+    def archs_run(self) -> frozenset[str]:
+        return frozenset(self.claims) | frozenset(self.declines)
+
+    def claimed(self, arch: str) -> frozenset[str]:
+        return self.claims.get(arch, frozenset())
+
+    def declined(self, arch: str) -> Mapping[str, str]:
+        return self.declines.get(arch, {})
+
+    def to_json(self) -> dict:
+        return {"version": CLAIMS_VERSION, "engine": self.engine,
+                "claims": {arch: sorted(ids) for arch, ids in sorted(self.claims.items())},
+                "declines": {arch: dict(sorted(by_id.items()))
+                             for arch, by_id in sorted(self.declines.items()) if by_id}}
+
+
+def claims_path(engine: str, root: Path | str | None = None) -> Path:
+    """engines/<dir>/claims.json, or <root>/<dir>/claims.json (tests, other checkouts)."""
+    from engines.registry import config_dir
+
+    directory = config_dir(engine)
+    if root is not None:
+        directory = Path(root) / directory.name
+    return directory / CLAIMS_NAME
+
+
+def read_claim_set(path: Path | str, engine: str) -> ClaimSet:
+    """The claims in `path`; an absent file is an empty set (the engine never harvested)."""
+    path = Path(path)
+    if not path.is_file():
+        return ClaimSet(engine=engine)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ClaimsError(f"{path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ClaimsError(f"{path}: top level is not an object")
+    if raw.get("version", CLAIMS_VERSION) != CLAIMS_VERSION:
+        raise ClaimsError(f"{path}: version: unsupported {raw.get('version')!r}")
+    claims = raw.get("claims", {})
+    if not isinstance(claims, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in claims.values()):
+        raise ClaimsError(f"{path}: claims: expected an object arch -> [case id, ...]")
+    declines = raw.get("declines", {})
+    if not isinstance(declines, dict) or not all(
+            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in by_id.items())
+            for by_id in declines.values()):
+        raise ClaimsError(f"{path}: declines: expected an object arch -> {{case id: reason}}")
+    return ClaimSet(engine=str(raw.get("engine", engine)),
+                    claims={arch: frozenset(ids) for arch, ids in claims.items()},
+                    declines={arch: dict(by_id) for arch, by_id in declines.items()})
+
+
+def write_claim_set(path: Path | str, claim_set: ClaimSet) -> bool:
+    """Write canonically; returns whether the file changed."""
+    path = Path(path)
+    text = canonical_json(claim_set.to_json())
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def load_claim_set(engine: str, root: Path | str | None = None) -> ClaimSet:
+    return read_claim_set(claims_path(engine, root), engine)
+
+
+def load_claims(engine: str, root: Path | str | None = None) -> dict[str, set[str]]:
+    """arch -> claimed case ids, for claim enforcement in `bundlegen run`."""
+    return {arch: set(ids) for arch, ids in load_claim_set(engine, root).claims.items()}
+
+
+def is_claimed(engine: str, arch: str, case_id: str, root: Path | str | None = None) -> bool:
+    return case_id in load_claim_set(engine, root).claimed(arch)

@@ -1,0 +1,76 @@
+"""`TorchFlashEngine` (torch-flash): aten::_scaled_dot_product_flash_attention_backward.
+
+The op transposes q, k, v, dO, O to [B, S, H, D] and calls FlashAttention-2's mha_bwd
+(aten/src/ATen/native/transformers/cuda/attention_backward.cu, flash_attn/flash_api.cpp).
+LSE is [B, H, S_q] fp32. Where each rule comes from is named in its decline detail; the
+sources are PyTorch's sdp_utils.cpp (what SDPA's dispatcher lets through to flash) and
+flash_api.cpp (what mha_bwd checks).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from bundlegen import reasons as R
+from bundlegen.graph import Graph
+from engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
+                                       aligned_strides, bshd_packed_copy, call_by_schema,
+                                       capability_between, causal_only, dtype_in,
+                                       elements_per_16_bytes, equal_head_dims,
+                                       head_dim_stride_one, is_causal, kv_heads_equal,
+                                       lse_rows, needs_nvidia_gpu, no_dropout, no_rng,
+                                       writable_outputs)
+
+MAX_HEAD_DIM = 256
+HEAD_DIM_MULTIPLE = 8
+# check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120: no backward kernel
+# for 192 < D <= 224 on these (smaller shared memory) parts.
+SMALL_SMEM_ARCHS = (((8, 6), (8, 9)), ((12, 0), (12, 1)))
+VECTOR_SOURCE = "flash loads 16-byte vectors; SDPA's dispatcher does not check this"
+
+
+def flash_head_dim(graph: Graph, facts: DeviceFacts) -> str | None:
+    D = graph.D_qk
+    if D % HEAD_DIM_MULTIPLE:
+        return (f"{R.HEAD_DIM_NOT_SERVED}: D={D} not a multiple of {HEAD_DIM_MULTIPLE} "
+                "(mha_bwd; SDPA pads D in the forward, the backward op does not)")
+    if D > MAX_HEAD_DIM:
+        return f"{R.HEAD_DIM_TOO_LARGE}: D={D} (at most {MAX_HEAD_DIM}, check_head_dim_size_flash)"
+    small_smem = any(lo <= (facts.capability or (0, 0)) <= hi for lo, hi in SMALL_SMEM_ARCHS)
+    if small_smem and 192 < D <= 224:
+        return (f"{R.HEAD_DIM_NOT_SERVED}: D={D} in (192, 224] on {facts.arch} "
+                "(check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120)")
+    return None
+
+
+class TorchFlashEngine(TorchSdpaEngine):
+    name = "torch-flash"
+    RULES = (
+        needs_nvidia_gpu,
+        capability_between((8, 0), (12, 1), "check_flash_attention_hardware_support"),
+        no_dropout,
+        writable_outputs,
+        dtype_in(("fp16", "bf16"), "check_dtypes_flash_attention"),
+        equal_head_dims("check_head_dim_size_flash: q, k, v share D"),
+        flash_head_dim,
+        kv_heads_equal("flash takes one num_heads_k for K and V"),
+        causal_only("BOTTOM_RIGHT", "FlashAttention-2 aligns causal bottom-right; SDPA's "
+                                    "dispatcher refuses non-square causal for that reason"),
+        head_dim_stride_one,
+        aligned_offsets(elements_per_16_bytes, VECTOR_SOURCE),
+        # dO's strides are free: the op copies it to packed [B, S, H, D] unless it is already.
+        aligned_strides(elements_per_16_bytes, VECTOR_SOURCE, ports=("q", "k", "v")),
+    )
+
+    def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
+        op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+        rng = no_rng(tensors["q"].device)
+        dq, dk, dv = call_by_schema(op, {
+            "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
+            "value": tensors["v"], "out": bshd_packed_copy(tensors["o"]),
+            "logsumexp": lse_rows(tensors["stats"]), "cum_seq_q": None, "cum_seq_k": None,
+            "max_q": graph.S_q, "max_k": graph.S_kv, "dropout_p": 0.0,
+            "is_causal": is_causal(graph), "philox_seed": rng, "philox_offset": rng,
+            "scale": graph.attributes.attn_scale})
+        return dq, dk, dv

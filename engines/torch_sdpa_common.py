@@ -1,0 +1,342 @@
+"""What the three PyTorch SDPA-backward engines (torch-flash, torch-efficient, torch-cudnn)
+share: the device facts their rules read, the decline rules, and the adapter around the
+aten backward ops.
+
+What the adapter passes as declared and what it presents in the op's own form:
+- q, k, v, dO: the harness's views with their declared strides and offsets; the op reads
+  them through their strides, as it reads a user's tensors. What a backend cannot read is
+  declined (see each engine's RULES), never copied into a friendlier layout.
+- O and Stats are the forward's outputs: a PyTorch user never lays them out, autograd hands
+  the backward op what the backend's own forward produced. The adapter copies them into
+  that form (O: the forward's layout; Stats: the backend's LSE shape, see lse_*).
+- dQ, dK, dV: the op returns fresh tensors; they are copied into the declared outputs.
+
+Device facts (capability, ROCm, cuDNN version) are read once per engine into a frozen
+record, so the rules are plain functions of (graph, facts) and testable on a CPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+import torch
+
+from bundlegen import reasons as R
+from bundlegen.graph import Graph
+from bundlegen.mask import is_masked
+from bundlegen.validate import output_layout_reason
+from engines.base import Engine
+
+#: The archs these engines are configured for (the support-matrix columns).
+TARGET_ARCHS = ("sm90", "sm120")
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+AXES = ("B", "H", "S", "D")
+INPUT_PORTS_READ_AS_DECLARED = ("q", "k", "v", "do")
+
+
+# ----------------------------------------------------------------------------- device facts
+@dataclass(frozen=True)
+class DeviceFacts:
+    kind: str                                  # torch device type: "cuda", "cpu", ...
+    capability: tuple[int, int] | None = None  # (major, minor) on CUDA
+    hip: bool = False                          # a ROCm build (HIP devices report "cuda")
+    cudnn_version: int | None = None           # e.g. 91002 for 9.10.2; None without cuDNN
+
+    @property
+    def arch(self) -> str:
+        if self.kind != "cuda" or self.capability is None:
+            return self.kind
+        return f"sm{self.capability[0]}{self.capability[1]}"
+
+
+def device_facts(device: torch.device) -> DeviceFacts:
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DeviceFacts(kind=device.type)
+    cudnn = None
+    if torch.backends.cudnn.is_available():
+        cudnn = torch.backends.cudnn.version()
+    return DeviceFacts(kind="cuda", capability=tuple(torch.cuda.get_device_capability(device)),
+                       hip=bool(torch.version.hip), cudnn_version=cudnn)
+
+
+def cuda_facts(major: int, minor: int, cudnn_version: int | None = 91002) -> DeviceFacts:
+    """The facts of an NVIDIA GPU of compute capability major.minor (tests, docs)."""
+    return DeviceFacts(kind="cuda", capability=(major, minor), cudnn_version=cudnn_version)
+
+
+# ----------------------------------------------------------------------------- rules
+#: A decline rule: None, or a reason string from bundlegen.reasons (optionally ': detail').
+Rule = Callable[[Graph, DeviceFacts], "str | None"]
+
+
+def first_reason(rules: Iterable[Rule], graph: Graph, facts: DeviceFacts) -> str | None:
+    for rule in rules:
+        reason = rule(graph, facts)
+        if reason is not None:
+            return reason
+    return None
+
+
+def needs_nvidia_gpu(graph: Graph, facts: DeviceFacts) -> str | None:
+    if facts.kind != "cuda":
+        return f"{R.DEVICE_NOT_SERVED}: {facts.kind} (the aten op is a CUDA kernel)"
+    if facts.hip:
+        return f"{R.ARCH_NOT_SERVED}: ROCm builds route this op to AOTriton/CK, not covered here"
+    return None
+
+
+def capability_between(low: tuple[int, int], high: tuple[int, int], source: str) -> Rule:
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        if facts.capability is None or not (low <= facts.capability <= high):
+            return (f"{R.ARCH_NOT_SERVED}: {facts.arch} (served: sm{low[0]}{low[1]}.."
+                    f"sm{high[0]}{high[1]}, {source})")
+        return None
+    return rule
+
+
+def no_dropout(graph: Graph, facts: DeviceFacts) -> str | None:
+    if graph.attributes.dropout_probability:
+        return f"{R.GATED_FEATURE}: dropout (no dropout-mask input yet)"
+    return None
+
+
+def writable_outputs(graph: Graph, facts: DeviceFacts) -> str | None:
+    return output_layout_reason(graph)
+
+
+def dtype_in(served: tuple[str, ...], source: str) -> Rule:
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        if graph.dtype not in served:
+            return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} (served: {', '.join(served)}; {source})"
+        return None
+    return rule
+
+
+def head_dim_stride_one(graph: Graph, facts: DeviceFacts) -> str | None:
+    """check_last_dim_stride_equals_1_dense (sdp_utils_cpp.h): q, k, v need stride 1 on D.
+    dO is made contiguous (flash, efficient) or permuted (cudnn) by the op itself."""
+    for port in ("q", "k", "v"):
+        spec = graph.tensors[port]
+        if spec.dims[3] > 1 and spec.strides[3] != 1:
+            return f"{R.HEAD_DIM_STRIDE_NOT_ONE}: {port} stride {spec.strides[3]} on D"
+    return None
+
+
+def aligned_offsets(elements: Callable[[Graph], int], source: str,
+                    ports: tuple[str, ...] = INPUT_PORTS_READ_AS_DECLARED) -> Rule:
+    """Every port's storage offset is a multiple of `elements(graph)` elements."""
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        n = elements(graph)
+        for port in ports:
+            offset = graph.tensors[port].offset
+            if offset % n:
+                return f"{R.MISALIGNED_STRIDE}: {port} offset {offset} not a multiple of {n} ({source})"
+        return None
+    return rule
+
+
+def aligned_strides(elements: Callable[[Graph], int], source: str,
+                    ports: tuple[str, ...] = INPUT_PORTS_READ_AS_DECLARED,
+                    axes_always: tuple[int, ...] = ()) -> Rule:
+    """The strides of the B, H, S axes are multiples of `elements(graph)`. Axes of length 1
+    are exempt unless listed in `axes_always` (the efficient kernel checks H and S whatever
+    their length)."""
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        n = elements(graph)
+        for port in ports:
+            spec = graph.tensors[port]
+            for axis in range(3):
+                if spec.dims[axis] == 1 and axis not in axes_always:
+                    continue
+                if spec.strides[axis] % n:
+                    return (f"{R.MISALIGNED_STRIDE}: {port} stride {spec.strides[axis]} on "
+                            f"{AXES[axis]} not a multiple of {n} ({source})")
+        return None
+    return rule
+
+
+def elements_per_16_bytes(graph: Graph) -> int:
+    return 16 // (4 if graph.dtype == "fp32" else 2)
+
+
+def kv_heads_equal(source: str) -> Rule:
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        if graph.H_k != graph.H_v:
+            return f"{R.HV_NOT_HK}: H_k={graph.H_k}, H_v={graph.H_v} ({source})"
+        return None
+    return rule
+
+
+def no_gqa(source: str) -> Rule:
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        if graph.H_k != graph.H_q or graph.H_v != graph.H_q:
+            return f"{R.GQA_NOT_SERVED}: H_q={graph.H_q}, H_k={graph.H_k}, H_v={graph.H_v} ({source})"
+        return None
+    return rule
+
+
+def equal_head_dims(source: str) -> Rule:
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        if graph.D_qk != graph.D_v:
+            return f"{R.UNEQUAL_HEAD_DIMS}: D_qk={graph.D_qk}, D_v={graph.D_v} ({source})"
+        return None
+    return rule
+
+
+def causal_only(is_causal_alignment: str, source: str) -> Rule:
+    """The SDPA backward ops take one mask switch, is_causal, whose diagonal is aligned
+    `is_causal_alignment`. Unmasked and causal (right_bound 0, no left bound) are served;
+    the other alignment only where it coincides (S_q == S_kv)."""
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        a = graph.attributes
+        if not is_masked(a):
+            return None
+        if a.left_bound is not None or a.right_bound != 0:
+            return (f"{R.MASK_NOT_SERVED}: left_bound={a.left_bound}, right_bound={a.right_bound}"
+                    " (the op takes is_causal only, no window or band)")
+        if graph.S_q != graph.S_kv and a.diagonal_alignment != is_causal_alignment:
+            return (f"{R.ALIGNMENT_NOT_SERVED}: {a.diagonal_alignment} causal with S_q != S_kv "
+                    f"(is_causal is {is_causal_alignment} here; {source})")
+        return None
+    return rule
+
+
+def is_causal(graph: Graph) -> bool:
+    return graph.attributes.right_bound == 0
+
+
+# ----------------------------------------------------------------------------- adapter
+def bshd_packed_copy(t: torch.Tensor) -> torch.Tensor:
+    """A fresh [B, H, S, D] tensor stored as packed [B, S, H, D] (the flash and efficient
+    forwards' output layout), holding t's values."""
+    B, H, S, D = t.shape
+    out = torch.empty((B, S, H, D), dtype=t.dtype, device=t.device).transpose(1, 2)
+    out.copy_(t)
+    return out
+
+
+def matching_layout_copy(like: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """A fresh tensor of t's shape laid out the way cuDNN's forward allocates O
+    (alloc_with_matching_layout, MHA.cpp), holding t's values: empty_like(q) when the shapes
+    agree, else q's axis nesting (a stable sort of q's strides, zero strides outermost as
+    in the fix of pytorch/pytorch#175764)."""
+    if tuple(like.shape) == tuple(t.shape):
+        out = torch.empty_like(like, dtype=t.dtype)
+    else:
+        strides = [s if s != 0 else math.inf for s in like.stride()]
+        inner_to_outer = sorted(range(t.dim()), key=lambda axis: (strides[axis], axis))
+        ordered, step = [0] * t.dim(), 1
+        for axis in inner_to_outer:
+            ordered[axis] = step
+            step *= t.shape[axis]
+        out = torch.empty_strided(tuple(t.shape), tuple(ordered), dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def lse_rows(stats: torch.Tensor) -> torch.Tensor:
+    """[B, H, S_q] fp32, packed: the flash forward's LSE, gathered from the declared stats."""
+    return stats[..., 0].contiguous()
+
+
+def lse_padded(stats: torch.Tensor, multiple: int = 32) -> torch.Tensor:
+    """[B, H, ceil(S_q / multiple) * multiple] fp32, packed: the efficient forward's LSE. The
+    forward writes +inf past S_q, so the backward's exp(s - lse) is 0 for padding rows."""
+    B, H, S, _ = stats.shape
+    padded = torch.full((B, H, -(-S // multiple) * multiple), math.inf,
+                        dtype=torch.float32, device=stats.device)
+    padded[:, :, :S] = stats[..., 0]
+    return padded
+
+
+def lse_unit_last(stats: torch.Tensor) -> torch.Tensor:
+    """[B, H, S_q, 1] fp32, packed (strides H*S, S, 1, 1): the cudnn forward's LSE."""
+    out = torch.empty(tuple(stats.shape), dtype=torch.float32, device=stats.device)
+    out.copy_(stats)
+    return out
+
+
+def write_gradients(tensors: Mapping[str, torch.Tensor], dq: torch.Tensor, dk: torch.Tensor,
+                    dv: torch.Tensor) -> None:
+    for port, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
+        out = tensors[port]
+        if tuple(grad.shape) != tuple(out.shape):
+            raise RuntimeError(f"{port}: the op returned shape {tuple(grad.shape)}, "
+                               f"the graph declares {tuple(out.shape)}")
+        out.copy_(grad)
+
+
+def no_rng(device: torch.device) -> torch.Tensor:
+    """philox seed/offset stand-in: read by the ops only when dropout_p > 0."""
+    return torch.zeros((), dtype=torch.int64, device=device)
+
+
+# Argument names that differ between torch versions, mapped to the names we fill.
+_ARG_ALIASES = {"grad_out_": "grad_out", "causal": "is_causal"}
+
+
+def call_by_schema(op, values: Mapping[str, object]):
+    """Call an aten overload with arguments matched by name to its schema, so that a torch
+    version which reorders or renames (see _ARG_ALIASES) its arguments still gets the right
+    ones. A schema argument we have no value for keeps its default, or fails loudly."""
+    args, kwargs = [], {}
+    for arg in op._schema.arguments:
+        name = _ARG_ALIASES.get(arg.name, arg.name)
+        if name in values:
+            value = values[name]
+        elif arg.has_default_value():
+            continue
+        else:
+            raise TypeError(f"{op._schema.name}: no value for argument {arg.name!r}")
+        if arg.kwarg_only:
+            kwargs[arg.name] = value
+        else:
+            args.append(value)
+    return op(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def cudnn_lse_has_unit_dim() -> bool:
+    """Whether this torch's cudnn forward returns LSE as [B, H, S_q, 1] (torch 2.13) rather
+    than [B, H, S_q] (older releases, whose backward unsqueezes it). Read from the op's meta
+    kernel, which torch keeps in step with the CUDA one; [B, H, S_q, 1] when it cannot say."""
+    try:
+        q = torch.empty((1, 1, 8, 8), dtype=torch.float16, device="meta")
+        lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True)[1]
+        return lse.dim() == 4
+    except Exception:  # noqa: BLE001 - no meta kernel in this build: use the documented form
+        return True
+
+
+# ----------------------------------------------------------------------------- engine base
+class TorchSdpaEngine(Engine):
+    """An aten SDPA backward op as an engine: `RULES` decide, `backward` calls the op."""
+
+    deterministic = False   # all three accumulate dQ (or split keys) with atomics
+    RULES: tuple[Rule, ...] = ()
+
+    def __init__(self, device: torch.device | str = "cpu", facts: DeviceFacts | None = None):
+        super().__init__(device)
+        self.facts = facts if facts is not None else device_facts(self.device)
+        if facts is not None:
+            self.arch = facts.arch
+
+    def archs(self) -> tuple[str, ...]:
+        return TARGET_ARCHS
+
+    def is_applicable(self, graph: Graph) -> str | None:
+        return first_reason(self.RULES, graph, self.facts)
+
+    def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        reason = self.is_applicable(graph)
+        if reason is not None:  # a declined graph can fault the GPU (misaligned loads)
+            raise ValueError(f"{self.name} cannot serve this graph: {reason}")
+        dq, dk, dv = self.backward(graph, tensors)
+        write_gradients(tensors, dq, dk, dv)
+
+    def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
+        """(dq, dk, dv) from the aten op, shaped like the declared outputs."""
+        raise NotImplementedError

@@ -1,0 +1,296 @@
+"""Self-check of torch-flash, torch-efficient and torch-cudnn on a real GPU, in one call.
+
+    python -m engines.torch_sdpa_selfcheck [--device cuda:0] [--only NAME]
+
+For a handful of graphs (layouts, masks, GQA, head dims, odd strides) it builds the
+declared strided tensors itself (each storage with a guard region), derives O and Stats
+from the float64 oracle forward, runs every engine that accepts the graph and prints, per
+engine, the decision, the error against the float64 oracle backward (max |err| and the
+normalised error of CONTRACTS' tolerance rule with a loose dtype rtol; > 1 is suspect),
+and whether anything was written outside the declared outputs. It also prints what PyTorch's
+own dispatcher (`torch.backends.cuda.can_use_*_attention`) says of the same q, k, v, and
+the LSE / O layouts each real forward returns, so the adapter's assumptions are checked.
+
+Exit status 0 unless an accepted case crashed, wrote outside its outputs or was suspect.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale
+from bundlegen.reasons import code_of
+from engines.registry import engine_class
+from engines.torch_sdpa_common import TORCH_DTYPES, write_gradients
+from harness import oracle
+from harness.checks import output_error
+from harness.config import Tolerance
+
+ENGINES = ("torch-flash", "torch-efficient", "torch-cudnn")
+DISPATCHER = {"torch-flash": "can_use_flash_attention",
+              "torch-efficient": "can_use_efficient_attention",
+              "torch-cudnn": "can_use_cudnn_attention"}
+#: loose relative tolerances (4 units of roundoff of the io dtype) for the printout only
+RTOL = {"fp16": 2.0 ** -9, "bf16": 2.0 ** -6, "fp32": 1e-5}
+ATOL = 1e-5
+#: declines that cannot fault the GPU (no misaligned access): run them anyway by default
+TRY_DECLINED = ("alignment-not-served", "head-dim-too-large", "seq-len-not-served")
+GUARD = 64
+CANARY = -77.0
+
+
+# ----------------------------------------------------------------------------- graphs
+def packed(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [0] * 4, 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= dims[axis]
+    return tuple(strides)
+
+
+BHSD, BSHD = (0, 1, 2, 3), (0, 2, 1, 3)
+
+
+def padded_rows(H: int, S: int, D: int, extra: int) -> tuple[int, ...]:
+    """BHSD strides whose rows are D + extra elements apart."""
+    row = D + extra
+    return (H * S * row, S * row, row, 1)
+
+
+def graph(B=2, H_q=4, H_k=4, H_v=4, S_q=128, S_kv=128, D_qk=64, D_v=64, dtype="fp16",
+          order=BHSD, alignment="TOP_LEFT", right=None, left=None, scale=None,
+          strides=None, offsets=None) -> Graph:
+    dims = {"q": (B, H_q, S_q, D_qk), "dq": (B, H_q, S_q, D_qk),
+            "k": (B, H_k, S_kv, D_qk), "dk": (B, H_k, S_kv, D_qk),
+            "v": (B, H_v, S_kv, D_v), "dv": (B, H_v, S_kv, D_v),
+            "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1)}
+    strides, offsets = dict(strides or {}), dict(offsets or {})
+    tensors = {p: TensorSpec(dims=d, strides=tuple(strides.get(p, packed(d, BHSD if p == "stats" else order))),
+                             dtype="fp32" if p == "stats" else dtype, offset=offsets.get(p, 0))
+               for p, d in dims.items()}
+    attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
+                       diagonal_alignment=alignment, left_bound=left, right_bound=right)
+    return Graph(tensors=tensors, attributes=attrs)
+
+
+@dataclass(frozen=True)
+class SelfCase:
+    label: str
+    graph: Graph
+    note: str = ""
+
+
+def cases() -> list[SelfCase]:
+    g = graph
+    return [
+        SelfCase("bhsd-fp16", g()),
+        SelfCase("bshd-bf16-tails", g(dtype="bf16", order=BSHD, S_q=100, S_kv=161)),
+        SelfCase("causal-square", g(right=0)),
+        SelfCase("causal-TL-sq<skv", g(S_q=64, S_kv=160, right=0)),
+        SelfCase("causal-BR-sq<skv", g(S_q=64, S_kv=160, right=0, alignment="BOTTOM_RIGHT")),
+        SelfCase("causal-BR-sq>skv", g(S_q=160, S_kv=64, right=0, alignment="BOTTOM_RIGHT"),
+                 "rows with no key: LSE -inf"),
+        SelfCase("causal-TL-sq>skv", g(S_q=160, S_kv=64, right=0)),
+        SelfCase("window", g(right=0, left=32)),
+        SelfCase("gqa-bf16", g(dtype="bf16", H_q=8, H_k=2, H_v=2)),
+        SelfCase("mqa", g(H_q=8, H_k=1, H_v=1, order=BSHD)),
+        SelfCase("hv<hk", g(H_q=4, H_k=4, H_v=2)),
+        SelfCase("d128-bf16", g(dtype="bf16", D_qk=128, D_v=128)),
+        SelfCase("d256-bf16", g(dtype="bf16", D_qk=256, D_v=256, S_q=96, S_kv=96)),
+        SelfCase("dqk192-dv128", g(dtype="bf16", D_qk=192, D_v=128)),
+        SelfCase("dqk128-dv64", g(D_qk=128, D_v=64)),
+        SelfCase("d72", g(D_qk=72, D_v=72)),
+        SelfCase("d40", g(D_qk=40, D_v=40)),
+        SelfCase("fp32", g(dtype="fp32", S_q=64, S_kv=96)),
+        SelfCase("padded-rows-8", g(strides={p: padded_rows(4, 128, 64, 8) for p in ("q", "k", "v")})),
+        SelfCase("odd-pitch-1", g(strides={p: padded_rows(4, 128, 64, 1) for p in ("q", "k", "v")})),
+        SelfCase("offset-8", g(offsets={"q": 8, "k": 16, "v": 24, "do": 8})),
+        SelfCase("broadcast-kv-batch", g(strides={"k": (0, 128 * 64, 64, 1), "v": (0, 128 * 64, 64, 1)})),
+        SelfCase("broadcast-all-batch", g(strides={
+            **{p: (0, 128 * 64, 64, 1) for p in ("q", "k", "v", "o", "do")}, "stats": (0, 128, 1, 1)})),
+        SelfCase("stats-padded-head", g(strides={"stats": (4 * 136, 136, 1, 1)})),
+        SelfCase("scale-0.5", g(scale=0.5, S_q=17, S_kv=33)),
+        SelfCase("sq1-skv1", g(S_q=1, S_kv=1)),
+        SelfCase("sq1-skv77", g(S_q=1, S_kv=77)),
+        # cuDNN caches its graph by q, k, v dims and strides only: same q/k/v, new dO strides.
+        SelfCase("do-like-o", g(S_q=96, S_kv=96)),
+        SelfCase("do-bshd-same-qkv", g(S_q=96, S_kv=96, strides={"do": packed((2, 4, 96, 64), BSHD)}),
+                 "after do-like-o: a stale cuDNN graph would misread dO"),
+        SelfCase("do-bshd-fresh-key", g(S_q=95, S_kv=96, strides={"do": packed((2, 4, 95, 64), BSHD)}),
+                 "control: new cache key"),
+    ]
+
+
+# ----------------------------------------------------------------------------- tensors
+@dataclass
+class Materialized:
+    tensors: dict
+    storages: dict
+    reference: oracle.Backward
+
+
+def view_of(storage: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    return storage.as_strided(spec.dims, spec.strides, spec.offset + GUARD)
+
+
+def write(view: torch.Tensor, spec: TensorSpec, values: torch.Tensor) -> None:
+    """Copy values into a view; along a zero-stride axis only index 0 is written (the
+    values must agree along it, as they do for a broadcast input and what it derives)."""
+    one = tuple(slice(0, 1) if s == 0 else slice(None) for s in spec.strides)
+    view[one].copy_(values.expand(spec.dims)[one])
+
+
+def materialize(g: Graph, seed: int, device: torch.device) -> Materialized:
+    gen = torch.Generator().manual_seed(seed)
+    io = TORCH_DTYPES[g.dtype]
+    storages, tensors, logical = {}, {}, {}
+    for port, spec in g.tensors.items():
+        dtype = torch.float32 if port == "stats" else io
+        storages[port] = torch.full((spec.storage_elements + 2 * GUARD,), CANARY, dtype=dtype, device=device)
+        tensors[port] = view_of(storages[port], spec)
+    for port in ("q", "k", "v", "do"):
+        spec = g.tensors[port]
+        # a broadcast (zero-stride) axis holds one value: draw the storage's distinct shape
+        distinct = [d if s != 0 else 1 for d, s in zip(spec.dims, spec.strides)]
+        write(tensors[port], spec, torch.randn(distinct, generator=gen).to(io).to(device))
+        logical[port] = tensors[port].detach().clone()
+    fwd = oracle.forward(logical["q"], logical["k"], logical["v"], g.attributes)
+    write(tensors["o"], g.tensors["o"], fwd.o.to(io))
+    write(tensors["stats"], g.tensors["stats"], fwd.lse.to(torch.float32).unsqueeze(-1))
+    exact = oracle.Forward(o=fwd.o, lse=fwd.lse)
+    ref = oracle.backward(logical["q"], logical["k"], logical["v"], logical["do"], g.attributes, exact)
+    return Materialized(tensors=tensors, storages=storages, reference=ref.to("cpu"))
+
+
+def written_outside(m: Materialized, g: Graph) -> list[str]:
+    bad = []
+    for port in ("dq", "dk", "dv"):
+        spec, storage = g.tensors[port], m.storages[port]
+        addressed = torch.zeros(storage.numel(), dtype=torch.bool, device=storage.device)
+        view_of(addressed, spec).fill_(True)
+        outside = storage[~addressed]
+        if not bool((outside == CANARY).all()):
+            bad.append(port)
+    return bad
+
+
+# ----------------------------------------------------------------------------- dispatcher
+def dispatcher_says(name: str, g: Graph, m: Materialized) -> str:
+    a = g.attributes
+    if a.left_bound is not None or a.right_bound not in (None, 0):
+        return "n/a (mask needs attn_mask)"
+    try:
+        qkv = [m.tensors[p].detach().requires_grad_() for p in ("q", "k", "v")]
+        is_causal = a.right_bound == 0
+        gqa = g.H_k != g.H_q or g.H_v != g.H_q
+        try:
+            params = torch.backends.cuda.SDPAParams(*qkv, None, 0.0, is_causal, gqa)
+        except TypeError:
+            params = torch.backends.cuda.SDPAParams(*qkv, None, 0.0, is_causal)
+        return "yes" if getattr(torch.backends.cuda, DISPATCHER[name])(params, False) else "no"
+    except Exception as exc:  # noqa: BLE001
+        return f"? ({type(exc).__name__})"
+
+
+def forward_layouts(device: torch.device) -> None:
+    """What each real forward returns, to check the O / LSE forms the adapter presents."""
+    q = torch.randn(2, 4, 70, 64, dtype=torch.float16, device=device)
+    k = torch.randn(2, 4, 50, 64, dtype=torch.float16, device=device)
+    calls = {
+        "flash": lambda: torch.ops.aten._scaled_dot_product_flash_attention(q, k, k, 0.0, False),
+        "efficient": lambda: torch.ops.aten._scaled_dot_product_efficient_attention(q, k, k, None, True),
+        "cudnn": lambda: torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, k, None, True),
+    }
+    for name, call in calls.items():
+        try:
+            out = call()
+            o, lse = out[0], out[1]
+            print(f"  {name:9s} forward: O strides {tuple(o.stride())}, LSE shape "
+                  f"{tuple(lse.shape)} strides {tuple(lse.stride())}")
+        except Exception as exc:  # noqa: BLE001
+            print(f"  {name:9s} forward: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+
+
+# ----------------------------------------------------------------------------- main
+def check(name: str, engine, case: SelfCase, device: torch.device,
+          try_declined: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """(status, text): ok / SUSPECT / CRASH for accepted cases; declined, or for a decline
+    whose code is in `try_declined`, forced:ok / forced:wrong / forced:raised (informative:
+    whether the decline is needed)."""
+    g = case.graph
+    m = materialize(g, seed=1234, device=device)
+    disp = dispatcher_says(name, g, m)
+    reason = engine.is_applicable(g)
+    forced = reason is not None and code_of(reason) in try_declined
+    if reason is not None and not forced:
+        return "declined", f"{reason} | dispatcher: {disp}"
+    try:
+        if forced:   # past the guard in run(): only for declines that cannot fault the GPU
+            write_gradients(m.tensors, *engine.backward(g, m.tensors))
+        else:
+            engine.run(g, m.tensors)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        status = "forced:raised" if forced else "CRASH"
+        return status, f"{type(exc).__name__}: {first[:200]} | {reason or ''} | dispatcher: {disp}"
+    tol = Tolerance(RTOL[g.dtype], ATOL, "selfcheck")
+    parts, worst = [], 0.0
+    for port in ("dq", "dk", "dv"):
+        e = output_error(m.tensors[port], getattr(m.reference, port),
+                         getattr(m.reference, f"mag_{port}"), tol)
+        worst = max(worst, e.normalized_error)
+        parts.append(f"{port} max|err| {e.max_abs_err:.2e} norm {e.normalized_error:.3f}")
+    outside = written_outside(m, g)
+    good = worst <= 1.0 and not outside
+    status = ("forced:ok" if good else "forced:wrong") if forced else ("ok" if good else "SUSPECT")
+    if outside:
+        parts.append(f"WROTE OUTSIDE {','.join(outside)}")
+    if forced:
+        parts.append(f"declined as {reason}")
+    return status, "; ".join(parts) + f" | dispatcher: {disp}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--only", choices=ENGINES, action="append")
+    ap.add_argument("--try-declined", default=",".join(TRY_DECLINED), metavar="CODES",
+                    help="decline codes to run anyway, to see whether the decline is needed "
+                         f"(default: {','.join(TRY_DECLINED)}; '' for none)")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        print("needs a CUDA device")
+        return 2
+    props = torch.cuda.get_device_properties(device)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}, "
+          f"{props.name} sm{props.major}{props.minor}")
+    forward_layouts(device)
+    from engines.torch_sdpa_common import cudnn_lse_has_unit_dim
+    print(f"  cudnn LSE presented as {'[B,H,S,1]' if cudnn_lse_has_unit_dim() else '[B,H,S]'} (meta kernel)")
+    try_declined = frozenset(c for c in args.try_declined.split(",") if c)
+    failing = 0
+    for name in args.only or ENGINES:
+        engine = engine_class(name)(device)
+        print(f"\n== {name} ({engine.arch}) ==")
+        for case in cases():
+            try:
+                status, text = check(name, engine, case, device, try_declined)
+            except Exception:  # noqa: BLE001 - the harness side of the check broke
+                status, text = "ERROR", traceback.format_exc(limit=2).strip().splitlines()[-1]
+            failing += status in ("CRASH", "SUSPECT", "ERROR")
+            note = f"  [{case.note}]" if case.note else ""
+            print(f"  {case.label:20s} {status:8s} {text}{note}")
+    print(f"\n{failing} crashed/suspect")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""bundlegen harvest: the claim rule (min runs, margin, every run passes, claimable purposes),
+claims only grow unless pruned, the declines kept for the matrix, canonical claims.json."""
+import argparse
+import json
+
+import pytest
+
+from bundlegen.graph import canonical_json
+from claims import harvest_command
+from claims.harvest import HarvestRules, harvest, plan_min_margin
+from claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
+
+RULES = HarvestRules(min_runs=2, min_margin=1.5)
+
+
+def rec(case, verdict="pass", margin=10.0, purpose="claim", engine="triton", arch="sm90", reason=None):
+    return {"case_id": case, "verdict": verdict, "margin": margin, "purpose": purpose,
+            "engine": engine, "arch": arch, "reason": reason, "items": ["AX-X"]}
+
+
+def claims_of(runs, existing=None, prune=False, rules=RULES, engine="triton", arch="sm90"):
+    updated, _ = harvest(runs, {engine: existing} if existing else {}, rules, prune)
+    return set(updated[engine].claimed(arch))
+
+
+def test_needs_min_runs():
+    assert claims_of([[rec("a")]]) == set()
+    assert claims_of([[rec("a")]], rules=HarvestRules(min_runs=1, min_margin=1.5)) == {"a"}
+    assert claims_of([[rec("a")], [rec("a")]]) == {"a"}
+    # a case absent from one run still qualifies on the runs it appears in
+    assert claims_of([[rec("a")], [rec("b")], [rec("a")]]) == {"a"}
+
+
+@pytest.mark.parametrize("margin,claimed", [(1.49, False), (1.5, True), (None, False), (1e9, True)])
+def test_margin_threshold_in_every_run(margin, claimed):
+    runs = [[rec("a", margin=5.0)], [rec("a", margin=margin)]]
+    assert claims_of(runs) == ({"a"} if claimed else set())
+
+
+@pytest.mark.parametrize("verdict", ["fail:numeric", "fail:nan", "claim-broken", "crashed",
+                                     "declined", "fail:nondeterministic"])
+def test_one_failing_run_excludes(verdict):
+    runs = [[rec("a")], [rec("a")], [rec("a", verdict=verdict, margin=None)]]
+    assert claims_of(runs) == set()
+
+
+def test_probes_never_claimed_regressions_are():
+    runs = [[rec("p", purpose="probe"), rec("r", purpose="regression"), rec("c")]] * 2
+    assert claims_of(runs) == {"r", "c"}
+    rejected = [[rec("p", verdict="rejected", purpose="probe", margin=None, reason="zero-stride-output")]] * 2
+    updated, _ = harvest(rejected, {}, RULES)
+    assert updated["triton"].claims == {"sm90": frozenset()}
+    assert not updated["triton"].declines
+
+
+def test_last_line_of_a_run_wins():
+    runs = [[rec("a", verdict="crashed", margin=None), rec("a")], [rec("a")]]
+    assert claims_of(runs) == {"a"}
+
+
+def test_engines_and_archs_kept_apart():
+    runs = [[rec("a"), rec("b", arch="sm120"), rec("c", engine="torch-flash")]] * 2
+    updated, changes = harvest(runs, {}, RULES)
+    assert set(updated["triton"].claimed("sm90")) == {"a"}
+    assert set(updated["triton"].claimed("sm120")) == {"b"}
+    assert set(updated["torch-flash"].claimed("sm90")) == {"c"}
+    assert {(c.engine, c.arch, c.added) for c in changes} == {
+        ("triton", "sm90", 1), ("triton", "sm120", 1), ("torch-flash", "sm90", 1)}
+
+
+def test_claims_only_grow_unless_pruned():
+    existing = ClaimSet("triton", claims={"sm90": frozenset({"old", "broken"}),
+                                          "sm120": frozenset({"other-arch"})})
+    runs = [[rec("new"), rec("broken", verdict="fail:numeric", margin=0.5)]] * 2
+    assert claims_of(runs, existing) == {"old", "broken", "new"}
+    updated, changes = harvest(runs, {"triton": existing}, RULES, prune=True)
+    assert set(updated["triton"].claimed("sm90")) == {"new"}
+    assert set(updated["triton"].claimed("sm120")) == {"other-arch"}   # not covered: untouched
+    assert [(c.added, c.dropped, c.total) for c in changes] == [(1, 2, 1)]
+
+
+def test_declines_recorded_and_cleared():
+    runs = [[rec("d", verdict="declined", margin=None, reason="gqa-not-served: H_q=4"),
+             rec("cb", verdict="claim-broken", margin=None, reason="mask-not-served"),
+             rec("f", verdict="fail:numeric", margin=0.3)]] * 2
+    updated, _ = harvest(runs, {}, RULES)
+    assert updated["triton"].declined("sm90") == {"d": "gqa-not-served: H_q=4", "cb": "mask-not-served"}
+    # a later harvest where d ran (and passed twice) claims it and drops the decline
+    later, _ = harvest([[rec("d")], [rec("d")]], updated, RULES)
+    assert set(later["triton"].claimed("sm90")) == {"d"}
+    assert later["triton"].declined("sm90") == {"cb": "mask-not-served"}
+    pruned, _ = harvest([[rec("d")], [rec("d")]], updated, RULES, prune=True)
+    assert pruned["triton"].declined("sm90") == {}
+
+
+def test_skips_are_neither_run_nor_declined():
+    runs = [[rec("s", verdict="skipped", margin=None)]] * 2
+    updated, _ = harvest(runs, {}, RULES)
+    assert updated["triton"].claims == {"sm90": frozenset()} and not updated["triton"].declines
+
+
+def test_unusable_records_ignored():
+    runs = [[{"case_id": "a", "verdict": "pass"}, rec("b")], [rec("b"), {"garbage": 1}]]
+    assert claims_of(runs) == {"b"}
+
+
+def test_default_min_margin_is_the_plans():
+    sdpa_bwd = pytest.importorskip("plans.sdpa_bwd")
+    assert plan_min_margin() == float(sdpa_bwd.MIN_CLAIM_MARGIN)
+
+
+# ----------------------------------------------------------------------------- the file
+def test_claims_json_canonical(tmp_path):
+    cs = ClaimSet("torch-flash", claims={"sm90": frozenset({"b", "a", "c"}), "sm120": frozenset()},
+                  declines={"sm90": {"z": "hv-not-hk", "y": "mask-not-served"}, "sm120": {}})
+    path = tmp_path / "claims.json"
+    assert write_claim_set(path, cs) is True
+    text = path.read_text(encoding="utf-8")
+    assert text == canonical_json(json.loads(text)) and text.endswith("}\n")
+    raw = json.loads(text)
+    assert raw == {"version": 1, "engine": "torch-flash",
+                   "claims": {"sm120": [], "sm90": ["a", "b", "c"]},
+                   "declines": {"sm90": {"y": "mask-not-served", "z": "hv-not-hk"}}}
+    assert write_claim_set(path, cs) is False
+    back = read_claim_set(path, "torch-flash")
+    assert back.claims == cs.claims and back.declined("sm90") == cs.declined("sm90")
+
+
+def test_harness_reads_our_claims(tmp_path):
+    config = pytest.importorskip("harness.config")
+    write_claim_set(claims_path("triton", tmp_path), ClaimSet("triton", claims={"sm90": frozenset({"a"})},
+                                                               declines={"sm90": {"b": "x"}}))
+    loaded = config.load_engine_config(tmp_path / "triton")
+    assert loaded.is_claimed("a", "sm90") and not loaded.is_claimed("b", "sm90")
+
+
+# ----------------------------------------------------------------------------- the command
+def _write_run(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return str(path)
+
+
+def _args(results, root, **kw):
+    base = dict(results=results, min_runs=2, min_margin=None, prune=False, claims_root=root, dry_run=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_command_writes_claims(tmp_path, capsys):
+    runs = [_write_run(tmp_path / f"r{i}.jsonl", [rec("a", engine="torch-flash"),
+                                                   rec("p", purpose="probe", engine="torch-flash"),
+                                                   rec("x", engine="mod.path:Engine")])
+            for i in range(2)]
+    root = tmp_path / "engines"
+    assert harvest_command.main(_args(runs, root, dry_run=True)) == 0
+    assert not (root / "torch_flash" / "claims.json").exists()
+    assert harvest_command.main(_args(runs, root)) == 0
+    raw = json.loads((root / "torch_flash" / "claims.json").read_text())
+    assert raw["claims"] == {"sm90": ["a"]}
+    assert "not a registered engine name" in capsys.readouterr().out
+    run_dir = tmp_path / "run3"
+    run_dir.mkdir()
+    _write_run(run_dir / "results.jsonl", [rec("a", engine="torch-flash")])
+    assert harvest_command.main(_args([*runs, str(run_dir)], root)) == 0
+
+
+def test_command_missing_file(tmp_path):
+    assert harvest_command.main(_args([str(tmp_path / "nope.jsonl")], tmp_path)) == 2
