@@ -1,0 +1,197 @@
+"""An engine's configuration as the harness reads it (CONTRACTS "Engine TOML", "Claims"):
+`engines/<dir>/engine.toml` ([[tolerance_overrides]]: last match wins; [[test_skips]]:
+first match wins, optional archs) and `engines/<dir>/claims.json`.
+
+A case with no matching override row gets its plan tolerance class
+(`plans.sdpa_bwd.TOLERANCE_CLASSES`)."""
+from __future__ import annotations
+
+import fnmatch
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from bundlegen.graph import Case
+
+PLAN = "sdpa_bwd"
+FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item", "purpose")
+GLOB_KEYS = frozenset({"id", "item"})
+
+
+class EngineConfigError(ValueError):
+    """engine.toml or claims.json is malformed: names the file and the row."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    source: str  # where it came from: "engine.toml tolerance_overrides[3]" or "plan class bf16-r256"
+
+    def to_json(self) -> dict:
+        return {"rtol": self.rtol, "atol": self.atol, "source": self.source}
+
+
+@dataclass(frozen=True)
+class OverrideRow:
+    filters: Mapping[str, str]
+    rtol: float
+    atol: float
+    index: int
+
+
+@dataclass(frozen=True)
+class SkipRow:
+    filters: Mapping[str, str]
+    reason: str
+    archs: tuple[str, ...] | None  # None: every arch
+
+
+def filters_match(filters: Mapping[str, str], case: Case, plan: str = PLAN) -> bool:
+    """Every filter matches the case; `id` and `item` take fnmatch globs, the rest compare
+    exactly; `item` matches when any item the case traces to matches."""
+    for key, want in filters.items():
+        if key == "item":
+            if not any(fnmatch.fnmatchcase(item, want) for item in case.items):
+                return False
+            continue
+        have = _case_value(case, key, plan)
+        if have is None:
+            return False
+        if key in GLOB_KEYS:
+            if not fnmatch.fnmatchcase(have, want):
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def _case_value(case: Case, key: str, plan: str) -> str | None:
+    return {"plan": plan, "tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
+            "id": case.id, "group": case.group, "level": case.level,
+            "purpose": case.purpose}[key]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    overrides: tuple[OverrideRow, ...] = ()
+    skips: tuple[SkipRow, ...] = ()
+    claims: Mapping[str, frozenset[str]] = field(default_factory=dict)  # arch -> case ids
+    source: str = "(none)"
+
+    def tolerance_for(self, case: Case, plan: str = PLAN) -> Tolerance:
+        """The last matching override row, else the case's plan tolerance class.
+        Raises KeyError when neither gives one (the case names an unknown class)."""
+        chosen = None
+        for row in self.overrides:
+            if filters_match(row.filters, case, plan):
+                chosen = row
+        if chosen is not None:
+            return Tolerance(chosen.rtol, chosen.atol,
+                             f"{self.source} tolerance_overrides[{chosen.index}]")
+        return plan_tolerance(case)
+
+    def skip_reason(self, case: Case, arch: str, plan: str = PLAN) -> str | None:
+        for row in self.skips:
+            if row.archs is not None and arch not in row.archs:
+                continue
+            if filters_match(row.filters, case, plan):
+                return row.reason
+        return None
+
+    def is_claimed(self, case_id: str, arch: str) -> bool:
+        return case_id in self.claims.get(arch, frozenset())
+
+
+def plan_tolerance(case: Case) -> Tolerance:
+    from plans import sdpa_bwd  # lazy: the plan is data the harness only needs per case
+
+    try:
+        name = case.tolerance_class or sdpa_bwd.tolerance_class_for(case.graph)
+    except ValueError as exc:
+        raise KeyError(str(exc)) from None
+    if name not in sdpa_bwd.TOLERANCE_CLASSES:
+        raise KeyError(f"unknown tolerance class {name!r}")
+    tc = sdpa_bwd.TOLERANCE_CLASSES[name]
+    return Tolerance(float(tc.rtol), float(tc.atol), f"plan class {name}")
+
+
+# ----------------------------------------------------------------------------- loading
+def load_engine_config(directory: Path | str | None) -> EngineConfig:
+    """Read engine.toml and claims.json from `directory`; either may be absent."""
+    if directory is None:
+        return EngineConfig()
+    directory = Path(directory)
+    toml_path, claims_path = directory / "engine.toml", directory / "claims.json"
+    overrides: tuple[OverrideRow, ...] = ()
+    skips: tuple[SkipRow, ...] = ()
+    if toml_path.is_file():
+        try:
+            doc = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise EngineConfigError(f"{toml_path}: {exc}") from exc
+        overrides = tuple(_override_row(toml_path, i, row)
+                          for i, row in enumerate(_table_list(toml_path, doc, "tolerance_overrides")))
+        skips = tuple(_skip_row(toml_path, i, row)
+                      for i, row in enumerate(_table_list(toml_path, doc, "test_skips")))
+    claims = _load_claims(claims_path) if claims_path.is_file() else {}
+    return EngineConfig(overrides=overrides, skips=skips, claims=claims, source=str(toml_path))
+
+
+def _table_list(path: Path, doc: dict, key: str) -> list:
+    rows = doc.get(key, [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise EngineConfigError(f"{path}: {key}: expected an array of tables ([[{key}]])")
+    return rows
+
+
+def _filters(path: Path, where: str, row: dict) -> dict[str, str]:
+    raw = row.get("filters", {})
+    if not isinstance(raw, dict):
+        raise EngineConfigError(f"{path}: {where}.filters: expected a table")
+    for key, value in raw.items():
+        if key not in FILTER_KEYS:
+            raise EngineConfigError(f"{path}: {where}.filters.{key}: unknown filter key "
+                                    f"(known: {', '.join(FILTER_KEYS)})")
+        if not isinstance(value, str):
+            raise EngineConfigError(f"{path}: {where}.filters.{key}: expected a string")
+    return dict(raw)
+
+
+def _number(path: Path, where: str, row: dict, key: str) -> float:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise EngineConfigError(f"{path}: {where}.{key}: expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _override_row(path: Path, i: int, row: dict) -> OverrideRow:
+    where = f"tolerance_overrides[{i}]"
+    return OverrideRow(filters=_filters(path, where, row), rtol=_number(path, where, row, "rtol"),
+                       atol=_number(path, where, row, "atol"), index=i)
+
+
+def _skip_row(path: Path, i: int, row: dict) -> SkipRow:
+    where = f"test_skips[{i}]"
+    reason = row.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise EngineConfigError(f"{path}: {where}.reason: a skip needs a reason naming a ticket")
+    archs = row.get("archs")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise EngineConfigError(f"{path}: {where}.archs: expected a list of strings")
+    return SkipRow(filters=_filters(path, where, row), reason=reason,
+                   archs=None if archs is None else tuple(archs))
+
+
+def _load_claims(path: Path) -> dict[str, frozenset[str]]:
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngineConfigError(f"{path}: {exc}") from exc
+    claims = raw.get("claims") if isinstance(raw, dict) else None
+    if not isinstance(claims, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in claims.values()):
+        raise EngineConfigError(f"{path}: claims: expected an object arch -> [case id, ...]")
+    return {arch: frozenset(ids) for arch, ids in claims.items()}

@@ -1,0 +1,215 @@
+"""What a run leaves behind (CONTRACTS "Results"): results.jsonl appended, flushed and
+fsynced per case (so a killed run keeps every finished case and `--resume` can skip
+them), a JUnit XML file, and the per-level summary table."""
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from harness import verdicts as V
+
+RESULTS_NAME = "results.jsonl"
+JUNIT_NAME = "junit.xml"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    run_id: str
+    case_id: str
+    level: str
+    group: str
+    purpose: str
+    items: tuple[str, ...]
+    engine: str
+    arch: str
+    device: str
+    verdict: str
+    detail: str = ""
+    reason: str | None = None
+    tolerance_class: str | None = None
+    tolerance: Mapping[str, Any] | None = None
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    margin: float | None = None
+    predicted_s: float | None = None
+    wall_s: float = 0.0
+    oracle_s: float | None = None
+    engine_s: float | None = None
+    file: str = ""
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record["items"] = list(self.items)
+        return record
+
+    @property
+    def key(self) -> str:
+        return result_key(self.to_json())
+
+
+def result_key(record: Mapping[str, Any]) -> str:
+    """What --resume skips by: the case id; a malformed file's errors by file and case."""
+    if record.get("verdict") == V.ERROR_BUNDLE:
+        return f"{record.get('file', '')}::{record.get('case_id', '')}"
+    return str(record.get("case_id", ""))
+
+
+# ----------------------------------------------------------------------------- jsonl
+class ResultsWriter:
+    """Appends one line per case and makes it durable before the next case starts."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_partial_last_line(self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, result: CaseResult) -> None:
+        self._fh.write(json.dumps(result.to_json(), sort_keys=True, allow_nan=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "ResultsWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _drop_partial_last_line(path: Path) -> None:
+    """A run killed while writing can leave half a line; cut it so appends start clean."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return
+        fh.truncate(data.rfind(b"\n") + 1)
+
+
+def read_results(path: Path | str) -> list[dict]:
+    """Every complete record; a line that does not parse (a torn write) is ignored."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "verdict" in record:
+                records.append(record)
+    return records
+
+
+def finished_keys(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {result_key(r) for r in records}
+
+
+# ----------------------------------------------------------------------------- junit
+def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iterable[str]) -> None:
+    root = ET.Element("testsuites", name="bundlegen")
+    totals = Counter()
+    for level in levels:
+        rows = [r for r in records if r.get("level") == level]
+        suite = ET.SubElement(root, "testsuite", name=level)
+        counts = Counter()
+        for r in rows:
+            counts["tests"] += 1
+            case = ET.SubElement(suite, "testcase", classname=f"bundlegen.{level}.{r.get('group', '')}",
+                                 name=str(r.get("case_id", "")), time=f"{r.get('wall_s') or 0.0:.3f}")
+            verdict, text = r["verdict"], _junit_text(r)
+            if verdict in (V.CRASHED, V.ERROR_BUNDLE):
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=verdict, type=verdict).text = text
+            elif verdict in V.FAILING:
+                counts["failures"] += 1
+                ET.SubElement(case, "failure", message=verdict, type=verdict).text = text
+            elif verdict in V.NOT_RUN:
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=f"{verdict}: {text}")
+            props = ET.SubElement(case, "properties")
+            for name in ("verdict", "margin", "engine", "arch", "tolerance_class"):
+                if r.get(name) is not None:
+                    ET.SubElement(props, "property", name=name, value=str(r[name]))
+        counts["time"] = sum(r.get("wall_s") or 0.0 for r in rows)
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+        suite.set("time", f"{counts['time']:.3f}")
+        totals.update(counts)
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(totals[key]))
+    ET.indent(root)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _junit_text(record: Mapping[str, Any]) -> str:
+    parts = [p for p in (record.get("reason"), record.get("detail")) if p]
+    return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------- summary
+@dataclass(frozen=True)
+class LevelSummary:
+    level: str
+    counts: Mapping[str, int]
+    wall_s: float
+    predicted_s: float | None   # None when no case of the level has a prediction
+
+    @property
+    def cases(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def failing(self) -> int:
+        return sum(n for v, n in self.counts.items() if v in V.FAILING)
+
+
+def summarize(records: list[Mapping[str, Any]], levels: Iterable[str]) -> list[LevelSummary]:
+    out = []
+    for level in levels:
+        rows = [r for r in records if r.get("level") == level]
+        predicted = [r["predicted_s"] for r in rows if r.get("predicted_s") is not None]
+        out.append(LevelSummary(level=level, counts=dict(Counter(r["verdict"] for r in rows)),
+                                wall_s=sum(r.get("wall_s") or 0.0 for r in rows),
+                                predicted_s=sum(predicted) if predicted else None))
+    return out
+
+
+def summary_table(summaries: list[LevelSummary], title: str = "bundlegen run"):
+    """A rich Table: one row per level (its own cases), then the total."""
+    from rich.table import Table
+
+    shown = [v for v in V.ALL if any(s.counts.get(v) for s in summaries)]
+    table = Table(title=title)
+    table.add_column("level")
+    table.add_column("cases", justify="right")
+    for verdict in shown:
+        style = "red" if verdict in V.FAILING else ("green" if verdict in (V.PASS, V.REJECTED) else None)
+        table.add_column(verdict, justify="right", style=style)
+    table.add_column("wall s", justify="right")
+    table.add_column("predicted s", justify="right")
+
+    def row(name: str, counts: Mapping[str, int], wall: float, predicted: float | None) -> list[str]:
+        return [name, str(sum(counts.values())), *(str(counts.get(v, 0)) for v in shown),
+                f"{wall:.1f}", "-" if predicted is None else f"{predicted:.1f}"]
+
+    for s in summaries:
+        table.add_row(*row(s.level, s.counts, s.wall_s, s.predicted_s))
+    total = Counter()
+    for s in summaries:
+        total.update(s.counts)
+    predicted = [s.predicted_s for s in summaries if s.predicted_s is not None]
+    table.add_row(*row("total", total, sum(s.wall_s for s in summaries),
+                       sum(predicted) if predicted else None), style="bold")
+    return table

@@ -1,0 +1,365 @@
+"""Running a level's cases against one engine (DESIGN section 5).
+
+`run_case` is one case's whole flow (validation, skips, the engine's answer, materialize,
+run, checks) and gives a small `CaseOutcome`; it runs wherever the engine lives (the worker
+process under isolation). `CaseExecutor` turns outcomes into result records; `run_level`
+drives a whole level and writes results.jsonl, junit.xml and the summary."""
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from bundlegen import validate
+from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
+from bundlegen.reasons import code_of
+from harness import checks
+from harness import verdicts as V
+from harness.config import EngineConfig, load_engine_config
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """What one case gave, small enough to send back from a worker process."""
+    verdict: str
+    detail: str = ""
+    reason: str | None = None
+    tolerance: Mapping[str, Any] | None = None
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    margin: float | None = None
+    oracle_s: float | None = None
+    engine_s: float | None = None
+
+
+# ----------------------------------------------------------------------------- cost rule
+def cpu_prediction(graph: Graph) -> float | None:
+    """Predicted seconds of the case on the CPU, or None while the cost model is missing."""
+    try:
+        from generator.cost import predict
+    except ImportError:
+        return None
+    return float(predict(graph, "cpu").predicted_s)
+
+
+def too_large_for_cpu(graph: Graph) -> bool:
+    try:
+        from plans.sdpa_bwd import CPU_CASE_LIMIT_S
+    except ImportError:
+        return False
+    predicted = cpu_prediction(graph)
+    return predicted is not None and predicted > CPU_CASE_LIMIT_S
+
+
+def predicted_seconds(case: Case, device: torch.device) -> float | None:
+    """The bundle's prediction is for an h200; on the CPU ask the cost model."""
+    if device.type == "cpu":
+        return cpu_prediction(case.graph)
+    return case.cost.predicted_s
+
+
+# ----------------------------------------------------------------------------- one case
+class _StepRaised(Exception):
+    """An exception from one step of a case (engine code, or materialize), as a crash detail."""
+
+    def __init__(self, stage: str, exc: BaseException):
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+        super().__init__(f"{stage} raised {type(exc).__name__}: {exc}{where}")
+
+
+def _guarded(stage: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # engine code may raise anything; KeyboardInterrupt passes
+        raise _StepRaised(stage, exc) from exc
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def repeat_count(engine, repeat: int | None) -> int:
+    """Runs per case: 2 (one determinism re-run) for a deterministic engine by default;
+    a nondeterministic engine runs once."""
+    if not engine.deterministic:
+        return 1
+    return 2 if repeat is None else max(1, repeat)
+
+
+def run_case(case: Case, engine, config: EngineConfig, repeat: int | None = None) -> CaseOutcome:
+    """One case's flow, in-process. Never raises for engine faults: they become `crashed`."""
+    try:
+        outcome = _run_case(case, engine, config, repeat)
+    except _StepRaised as exc:
+        outcome = CaseOutcome(V.CRASHED, detail=str(exc))
+    if outcome.verdict in V.CLAIM_BREAKING and config.is_claimed(case.id, engine.arch):
+        was = f"declined ({outcome.reason})" if outcome.verdict == V.DECLINED else outcome.verdict
+        detail = f"claimed on {engine.arch} but {was}" + (f": {outcome.detail}" if outcome.detail else "")
+        outcome = dataclasses.replace(outcome, verdict=V.CLAIM_BROKEN, detail=detail)
+    return outcome
+
+
+def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> CaseOutcome:
+    graph, expected = case.graph, case.expected_rejection
+    frontend = validate.frontend_reason(graph)
+    if expected is not None and expected.by == "frontend":
+        if frontend == expected.reason:
+            return CaseOutcome(V.REJECTED, reason=frontend)
+        said = f"returned {frontend!r}" if frontend else "accepted the graph"
+        return CaseOutcome(V.REJECTION_ACCEPTED, reason=frontend,
+                           detail=f"frontend {said}; expected {expected.reason!r}")
+    if frontend is not None:
+        return CaseOutcome(V.ERROR_BUNDLE, reason=frontend,
+                           detail=f"field graph: fails frontend validation ({frontend}) "
+                                  "but the case is not a frontend probe")
+    if expected is not None:  # an engine probe: asked, never executed
+        reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+        if not reason:
+            return CaseOutcome(V.REJECTION_ACCEPTED,
+                               detail=f"engine accepted a graph it must decline ({expected.reason})")
+        code = code_of(reason)
+        note = "" if code == expected.reason else f"declined with {code!r}, probe names {expected.reason!r}"
+        return CaseOutcome(V.REJECTED, reason=reason, detail=note)
+
+    skip = config.skip_reason(case, engine.arch)
+    if skip:
+        return CaseOutcome(V.SKIPPED, detail=skip)
+    if engine.device.type == "cpu" and too_large_for_cpu(graph):
+        return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
+    reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+    if reason:
+        return CaseOutcome(V.DECLINED, reason=reason)
+    try:
+        tol = config.tolerance_for(case)
+    except KeyError as exc:
+        return CaseOutcome(V.ERROR_BUNDLE, detail=f"field tolerance_class: {exc.args[0]}")
+    return _execute(case, engine, tol, repeat_count(engine, repeat))
+
+
+def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
+    from harness import materialize as M  # lazy: keeps the plugin and the parent light
+
+    start = time.perf_counter()
+    try:
+        m = _guarded("materialize", M.materialize, case, engine.device)
+    except _StepRaised as exc:
+        if isinstance(exc.__cause__, M.MaterializeError):
+            return CaseOutcome(V.ERROR_BUNDLE, detail=f"field graph: {exc.__cause__}")
+        raise
+    oracle_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    _guarded("engine.run", engine.run, case.graph, m.tensors)
+    _sync(engine.device)
+    engine_s = time.perf_counter() - start
+    timing = {"tolerance": tol.to_json(), "oracle_s": oracle_s, "engine_s": engine_s}
+
+    memory = checks.judge_memory(M.guard_violations(m), M.modified_inputs(m))
+    if memory is not None:
+        return CaseOutcome(memory[0], detail=memory[1], **timing)
+    judgement = checks.judge_outputs({p: m.tensors[p] for p in OUTPUT_PORTS}, m.reference, tol)
+    result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
+                  margin=judgement.margin, **timing)
+    if judgement.verdict != V.PASS:
+        return CaseOutcome(judgement.verdict, detail=judgement.detail, **result)
+
+    first = {p: m.storages[p].clone() for p in OUTPUT_PORTS}
+    for again in range(2, runs + 1):
+        M.reset_outputs(m)
+        _guarded(f"engine.run (repeat {again})", engine.run, case.graph, m.tensors)
+        _sync(engine.device)
+        differing = checks.differing_ports(first, m.storages)
+        if differing:
+            return CaseOutcome(V.FAIL_NONDETERMINISTIC,
+                               detail=f"run {again} differs bitwise from run 1 in {', '.join(differing)}",
+                               **result)
+    return CaseOutcome(V.PASS, **result)
+
+
+# ----------------------------------------------------------------------------- records
+class CaseExecutor:
+    """Runs cases through a runner (in-process or an isolated worker) and makes records."""
+
+    def __init__(self, engine: str, device: str | torch.device, *, config: EngineConfig | None = None,
+                 repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
+                 run_id: str | None = None):
+        from engines.registry import config_dir, engine_class
+        from harness import worker
+
+        cls = engine_class(engine)  # unknown names fail here, before any worker starts
+        self.device = torch.device(device)
+        self.config = config if config is not None else load_engine_config(config_dir(cls.name))
+        self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
+        spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
+                                 repeat=repeat, timeout_s=timeout_s)
+        self.runner = worker.IsolatedRunner(spec) if isolation else worker.InProcessRunner(spec)
+        self.engine_name, self.arch = self.runner.engine_name, self.runner.arch
+
+    def execute(self, case: Case) -> "CaseResult":
+        from harness.bundles import case_file
+        from harness.results import CaseResult
+
+        start = time.perf_counter()
+        outcome = self.runner.run(case)
+        wall = time.perf_counter() - start
+        file = case_file(case)
+        if outcome.verdict == V.ERROR_BUNDLE:  # name the file and case like a load error
+            outcome = dataclasses.replace(outcome, detail=f"{file}: case {case.id}: {outcome.detail}")
+        return CaseResult(
+            run_id=self.run_id, case_id=case.id, level=case.level, group=case.group,
+            purpose=case.purpose, items=case.items, engine=self.engine_name, arch=self.arch,
+            device=str(self.device), verdict=outcome.verdict, detail=outcome.detail,
+            reason=outcome.reason, tolerance_class=case.tolerance_class,
+            tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
+            predicted_s=predicted_seconds(case, self.device), wall_s=wall,
+            oracle_s=outcome.oracle_s, engine_s=outcome.engine_s, file=file)
+
+    def bundle_error(self, error: BundleError) -> "CaseResult":
+        from harness.bundles import error_location
+        from harness.results import CaseResult
+
+        level, group = error_location(error)
+        return CaseResult(run_id=self.run_id, case_id=error.case_id, level=level, group=group,
+                          purpose="", items=(), engine=self.engine_name, arch=self.arch,
+                          device=str(self.device), verdict=V.ERROR_BUNDLE, detail=str(error),
+                          file=error.file)
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> "CaseExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------- a level
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_timeout(device: str | torch.device) -> float:
+    return 600.0 if torch.device(device).type == "cpu" else 300.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    level: str
+    levels: tuple  # LevelSummary per level, lowest first
+    results_path: Path
+    junit_path: Path
+    ran: int       # cases run by this invocation
+    resumed: int   # cases found already recorded and skipped
+    bundle_errors: tuple[str, ...]
+
+    @property
+    def failing(self) -> int:
+        return sum(s.failing for s in self.levels)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing else 0
+
+    def counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for s in self.levels:
+            for verdict, n in s.counts.items():
+                total[verdict] = total.get(verdict, 0) + n
+        return total
+
+
+def run_level(level: str, engine: str, *, device: str | None = None, out: Path | str | None = None,
+              bundles: Path | str | None = None, pattern: str | None = None,
+              shard: tuple[int, int] | None = None, resume: bool = False,
+              timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
+              config: EngineConfig | None = None, progress: bool = False) -> RunSummary:
+    """Run every case of `level` and the lower levels; write results.jsonl (appended per
+    case), junit.xml; give the per-level summary."""
+    from harness import bundles as B
+    from harness import results as R
+    from harness.selection import in_shard, matches_pattern
+
+    device = device or default_device()
+    levels = B.levels_upto(level)
+    loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
+    cases = [c for c in loaded.cases if matches_pattern(c, pattern) and in_shard(c.id, shard)]
+    out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
+    results_path, junit_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME
+    if not resume and results_path.exists():
+        results_path.unlink()
+    previous = R.read_results(results_path) if resume else []
+    done = R.finished_keys(previous)
+
+    todo = [c for c in cases if c.id not in done]
+    executor = CaseExecutor(engine, device, config=config, repeat=repeat, isolation=isolation,
+                            timeout_s=timeout_s if timeout_s is not None else default_timeout(device))
+    new_records = []
+    try:
+        with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
+            def record(result) -> None:
+                writer.write(result)
+                new_records.append(result.to_json())
+
+            for error in loaded.errors:
+                result = executor.bundle_error(error)
+                if in_shard(result.key, shard) and result.key not in done:
+                    record(result)
+            for case in todo:
+                advance(f"{case.level}/{case.group}/{case.id}")
+                record(executor.execute(case))
+            advance(None)
+    finally:
+        executor.close()
+
+    records = previous + new_records
+    R.write_junit(junit_path, records, levels)
+    return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
+                      results_path=results_path, junit_path=junit_path, ran=len(todo),
+                      resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors))
+
+
+def _engine_label(engine: str) -> str:
+    """A directory-safe name for `--engine package.module:Class` too."""
+    return engine.rsplit(":", 1)[-1] if ":" in engine else engine
+
+
+class _progress:
+    """A rich progress bar on stderr, or nothing. `advance(label)` before each case;
+    `advance(None)` after the last."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total, self._bar = enabled, total, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda label: None
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TimeRemainingColumn(),
+                             console=Console(stderr=True), transient=True)
+        self._bar.start()
+        task = self._bar.add_task("cases", total=self.total)
+        started = [False]
+
+        def advance(label):
+            if started[0]:
+                self._bar.advance(task)
+            started[0] = label is not None
+            if label is not None:
+                self._bar.update(task, description=label)
+        return advance
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()

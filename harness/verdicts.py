@@ -1,0 +1,40 @@
+"""Every verdict a case can get (DESIGN section 5, CONTRACTS "Results"), and which of them
+fail a run. Nothing else in the harness spells a verdict string."""
+from __future__ import annotations
+
+PASS = "pass"
+FAIL_NUMERIC = "fail:numeric"
+FAIL_GUARD = "fail:guard"
+FAIL_INPUT_MODIFIED = "fail:input-modified"
+FAIL_NAN = "fail:nan"
+FAIL_NONDETERMINISTIC = "fail:nondeterministic"
+DECLINED = "declined"
+CLAIM_BROKEN = "claim-broken"
+REJECTED = "rejected"
+REJECTION_ACCEPTED = "rejection-accepted"
+SKIPPED = "skipped"
+CRASHED = "crashed"
+ERROR_BUNDLE = "error:bundle"
+
+#: every verdict, in the order summaries list them
+ALL = (PASS, REJECTED, DECLINED, SKIPPED, FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED,
+       FAIL_NAN, FAIL_NONDETERMINISTIC, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED, ERROR_BUNDLE)
+
+#: a run with any of these exits 1
+FAILING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
+                     FAIL_NONDETERMINISTIC, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED,
+                     ERROR_BUNDLE})
+
+#: what a claimed case becomes claim-broken for (DESIGN section 5: declined or failed)
+CLAIM_BREAKING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
+                            FAIL_NONDETERMINISTIC, DECLINED})
+
+#: verdicts that say the engine did not run the case, for a reason that is not a failure
+NOT_RUN = frozenset({DECLINED, SKIPPED})
+
+#: the detail of a case the cost model keeps off the CPU
+TOO_LARGE_FOR_CPU = "too large for cpu"
+
+
+def is_failing(verdict: str) -> bool:
+    return verdict in FAILING

@@ -1,0 +1,195 @@
+"""Crash isolation: an engine that raises, hangs past the per-case timeout, or kills its
+process costs only that case.
+
+`IsolatedRunner` keeps one long-lived worker process (`python -m harness.worker`, talking
+over a socket pair in pickled messages) that builds the engine once and runs whole cases
+(materialize, run, checks) with `harness.run.run_case`; only the case record goes in and
+the small `CaseOutcome` comes back, so large tensors never cross processes. A timeout or a dead worker gives `crashed`, and a fresh worker takes the
+next case. `InProcessRunner` is the same without the process (debugging and fast tests;
+it cannot survive a hang or a process kill)."""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from bundlegen.graph import Case
+from harness import verdicts as V
+from harness.config import EngineConfig
+
+#: seconds a fresh worker may take to import torch and build the engine
+STARTUP_TIMEOUT_S = 180.0
+
+
+class WorkerStartError(RuntimeError):
+    """The engine cannot be built at all: the run cannot go on."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    engine: str                  # registry name, entry point name or package.module:Class
+    device: str
+    config: EngineConfig
+    repeat: int | None = None
+    timeout_s: float | None = None   # per case; None: no limit (in-process ignores it)
+
+
+def build_engine(spec: WorkerSpec):
+    from engines.registry import engine_class
+
+    return engine_class(spec.engine)(spec.device)
+
+
+def restart_after_crash(outcome, device: str) -> bool:
+    """A raise on a GPU may leave the device context poisoned (a device-side assert makes
+    every later call fail), so a crashed case there costs a fresh worker; on the CPU a
+    raise leaves the process sound."""
+    return outcome.verdict == V.CRASHED and not device.startswith("cpu")
+
+
+class InProcessRunner:
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.engine = build_engine(spec)
+        self.engine_name, self.arch = self.engine.name, self.engine.arch
+
+    def run(self, case: Case):
+        from harness.run import run_case
+
+        return run_case(case, self.engine, self.spec.config, self.spec.repeat)
+
+    def close(self) -> None:
+        pass
+
+
+class IsolatedRunner:
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self.restarts = 0
+        self._start()
+
+    # -- lifecycle
+    def _start(self) -> None:
+        # A plain subprocess, not multiprocessing: spawn would re-run the caller's __main__.
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send((list(sys.path), self.spec))
+        if not self._conn.poll(STARTUP_TIMEOUT_S):
+            self._kill()
+            raise WorkerStartError(f"engine {self.spec.engine!r}: worker did not start "
+                                   f"within {STARTUP_TIMEOUT_S:.0f} s")
+        try:
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.wait(10)
+            self._kill()
+            raise WorkerStartError(f"engine {self.spec.engine!r}: worker died while starting "
+                                   f"({describe_exit(code)})") from None
+        if kind != "ready":
+            self._kill()
+            raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built:\n{payload}")
+        self.engine_name, self.arch = payload
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait(10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def _restart(self) -> None:
+        self._kill()
+        self.restarts += 1
+        self._start()
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._conn.send(("stop", None))
+                self._proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+
+    # -- one case
+    def run(self, case: Case):
+        from harness.run import CaseOutcome
+
+        if self._proc is None or self._proc.poll() is not None:
+            self._restart()
+        try:
+            self._conn.send(("case", case))
+        except OSError:
+            self._restart()
+            self._conn.send(("case", case))
+        timeout = self.spec.timeout_s
+        if not self._conn.poll(timeout):
+            self._restart()
+            return CaseOutcome(V.CRASHED, detail=f"timed out after {timeout:g} s (worker killed)")
+        try:
+            kind, outcome = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.wait(10)
+            self._restart()
+            return CaseOutcome(V.CRASHED, detail=f"worker process died ({describe_exit(code)})")
+        if restart_after_crash(outcome, self.spec.device):
+            self._restart()
+        return outcome
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _worker_main(fd: int) -> None:
+    """The worker process: build the engine once, then run cases until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn = Connection(fd)
+    try:
+        parent_path, spec = conn.recv()
+        sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+        engine = build_engine(spec)
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    from harness.run import run_case
+
+    conn.send(("ready", (engine.name, engine.arch)))
+    while True:
+        try:
+            kind, case = conn.recv()
+        except (EOFError, OSError):
+            return
+        if kind == "stop":
+            return
+        try:
+            outcome = run_case(case, engine, spec.config, spec.repeat)
+        except Exception:  # a harness fault: record it on the case, keep the worker
+            from harness.run import CaseOutcome
+            outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {traceback.format_exc()[-2000:]}")
+        conn.send(("outcome", outcome))
+
+
+if __name__ == "__main__":
+    _worker_main(int(sys.argv[1]))

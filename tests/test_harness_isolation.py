@@ -1,0 +1,50 @@
+"""Crash isolation: a raise, a process exit, a SIGKILL and a hang each cost only their
+case, which is recorded crashed; the worker is restarted and the run goes on."""
+from __future__ import annotations
+
+import pytest
+
+from harness import verdicts as V
+from harness.results import read_results
+from harness.run import CaseExecutor, run_level
+from harness.worker import WorkerStartError
+from tests import harness_support as S
+
+
+def test_faults_are_crashes_and_the_run_goes_on(tmp_path):
+    faults = {3: "raised RuntimeError: injected fault", 4: "worker process died (exit code 1)",
+              5: "worker process died (killed by SIGKILL)", 6: "timed out after 6 s"}
+    cases = [S.case_of(1)]
+    for s_q in faults:
+        cases += [S.case_of(s_q, S_q=s_q), S.case_of(100 + s_q)]  # each fault, then a sound case
+    S.write_bundle(tmp_path / "bundles", "quick", "faults", cases)
+    summary = run_level("quick", S.engine_ref(S.Faulty), device="cpu", bundles=tmp_path / "bundles",
+                        out=tmp_path / "out", config=S.LOOSE, timeout_s=6, repeat=1)
+    records = read_results(summary.results_path)
+    assert [r["case_id"] for r in records] == [c.id for c in cases]
+    assert records[0]["verdict"] == V.PASS
+    for fault, sound in zip(records[1::2], records[2::2]):
+        s_q = next(c.graph.S_q for c in cases if c.id == fault["case_id"])
+        assert fault["verdict"] == V.CRASHED and faults[s_q] in fault["detail"], fault
+        assert sound["verdict"] == V.PASS, sound
+    assert summary.counts() == {V.CRASHED: 4, V.PASS: 5} and summary.exit_code == 1
+
+
+def test_a_raise_in_process_is_a_crash_too(tmp_path):
+    cases = [S.case_of(3, S_q=3), S.case_of(1)]
+    S.write_bundle(tmp_path / "bundles", "quick", "faults", cases)
+    summary = run_level("quick", S.engine_ref(S.Faulty), device="cpu", bundles=tmp_path / "bundles",
+                        out=tmp_path / "out", config=S.LOOSE, isolation=False)
+    assert [r["verdict"] for r in read_results(summary.results_path)] == [V.CRASHED, V.PASS]
+
+
+class CannotBuild(S.TorchMathEngine):
+    name = "cannot-build"
+
+    def __init__(self, device):
+        raise RuntimeError("no such device support")
+
+
+def test_an_engine_that_cannot_be_built_stops_the_run_with_its_error():
+    with pytest.raises(WorkerStartError, match="no such device support"):
+        CaseExecutor(S.engine_ref(CannotBuild), "cpu", config=S.LOOSE)
