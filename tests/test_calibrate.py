@@ -1,0 +1,221 @@
+"""`bundlegen calibrate`: the fit recovers known coefficients from synthetic results, the
+per-level error is printed, and --write edits only the intended numbers of the plan."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.util
+import json
+import random
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from generator.cost import seconds, terms
+from harness import calibrate as C
+from harness import calibrate_command
+from plans.records import CostCoefficients
+from tests.graph_factory import make_case, make_graph
+
+PLAN_FILE = Path(__file__).resolve().parents[1] / "plans" / "sdpa_bwd.py"
+# three significant digits, so the rounded fit can equal them exactly
+TRUE_H200 = CostCoefficients(engine_flops_per_s=187e12, oracle_flops_per_s=41.5e12,
+                             bytes_per_s=3.2e9, overhead_s=0.0125)
+PRIOR = CostCoefficients(engine_flops_per_s=200e12, oracle_flops_per_s=50e12,
+                         bytes_per_s=2e9, overhead_s=0.03)
+
+
+def synthetic_cases():
+    """Graphs whose engine FLOPs, oracle FLOPs and io bytes vary independently:
+    D_qk != D_v separates the two FLOP counts, padded row pitch adds bytes without FLOPs."""
+    cases = []
+    for i, (S, D_qk, D_v, pad) in enumerate([
+            (128, 64, 64, 0), (256, 128, 64, 0), (512, 64, 128, 64), (1024, 128, 128, 0),
+            (2048, 64, 32, 0), (384, 96, 192, 128), (4096, 128, 64, 32), (1536, 32, 128, 0),
+            (64, 256, 16, 512), (768, 192, 192, 0)]):
+        out_strides = {}
+        if pad:
+            out_strides = {"q": (2 * S * (D_qk + pad), S * (D_qk + pad), D_qk + pad, 1)}
+        graph = make_graph(B=1, H_q=2, H_k=2, H_v=2, S_q=S, S_kv=S, D_qk=D_qk, D_v=D_v,
+                           out_strides=out_strides)
+        cases.append(make_case(graph, seed=i))
+    return {c.id: c for c in cases}
+
+
+def record(case_id, level, wall, *, arch="sm90", purpose="claim", engine_s=0.001, verdict="pass"):
+    return {"run_id": "r", "case_id": case_id, "level": level, "group": "g", "purpose": purpose,
+            "items": [], "engine": "triton", "arch": arch, "device": "cuda", "verdict": verdict,
+            "detail": "", "reason": None, "wall_s": wall, "oracle_s": 0.0 if engine_s else None,
+            "engine_s": engine_s, "predicted_s": None}
+
+
+def test_nnls_clamps_a_negative_least_squares_solution():
+    A = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    b = torch.tensor([2.0, -1.0, 1.0])  # unconstrained solution (2, -1)
+    assert torch.allclose(C.nnls(A, b), torch.tensor([1.5, 0.0], dtype=torch.float64))
+
+
+def test_fit_recovers_known_coefficients():
+    cases = synthetic_cases()
+    records = [record(cid, "pr", seconds(terms(c.graph), TRUE_H200)) for cid, c in cases.items()]
+    records.append(record("other", "pr", 99.0, arch="cpu"))  # another device class: ignored
+    samples = C.collect(records, cases, "h200")
+    assert len(samples.executed) == len(cases) and samples.other_device == 1
+
+    result = C.fit(samples.executed, PRIOR)
+    assert result.kept == ()
+    assert result.coefficients == TRUE_H200
+
+
+def test_fit_under_noise_predicts_the_measured_sums():
+    """Engine and oracle FLOPs are nearly proportional (both scale with S_q S_kv D), so
+    under noise their split between the two rates is loose; the predicted time is not."""
+    cases = synthetic_cases()
+    rng = random.Random(7)
+    records = [record(cid, "pr", seconds(terms(c.graph), TRUE_H200) * rng.uniform(0.95, 1.05))
+               for cid, c in cases.items() for _ in range(5)]
+    samples = C.collect(records, cases, "h200")
+    got = C.fit(samples.executed, PRIOR).coefficients
+    assert all(0 < getattr(got, f) < float("inf") for f in C.FITTED)
+    assert got.bytes_per_s == pytest.approx(TRUE_H200.bytes_per_s, rel=0.2)
+    assert got.overhead_s == pytest.approx(TRUE_H200.overhead_s, rel=0.2)
+    (row,) = [r for r in C.level_errors(samples, PRIOR, got, ["pr"]) if r.level == "pr"]
+    assert abs(row.after_error) < 0.02 < abs(row.before_error)
+
+
+def test_a_rate_the_data_does_not_resolve_keeps_the_plan_value():
+    cases = synthetic_cases()
+    no_engine_term = replace(TRUE_H200, engine_flops_per_s=float("inf"))
+    records = [record(cid, "pr", seconds(terms(c.graph), no_engine_term)) for cid, c in cases.items()]
+    result = C.fit(C.collect(records, cases, "h200").executed, PRIOR)
+    assert result.kept == ("engine_flops_per_s",)
+    assert result.coefficients.engine_flops_per_s == PRIOR.engine_flops_per_s
+    assert all(0 < getattr(result.coefficients, f) < float("inf") for f in C.FITTED)
+
+
+def test_too_few_cases_is_an_error():
+    cases = synthetic_cases()
+    records = [record(cid, "pr", 1.0) for cid in list(cases)[:3]]
+    with pytest.raises(C.CalibrationError, match="at least 4"):
+        C.fit(C.collect(records, cases, "h200").executed, PRIOR)
+
+
+def test_collect_sorts_probes_declines_and_unknown_cases():
+    cases = synthetic_cases()
+    cid = next(iter(cases))
+    records = [record(cid, "quick", 0.5), record("p1", "quick", 0.002, purpose="probe", engine_s=None),
+               record("d1", "quick", 0.001, engine_s=None, verdict="declined"),
+               record("gone", "quick", 0.4)]
+    s = C.collect(records, cases, "h200")
+    assert [x.case_id for x in s.executed] == [cid]
+    assert [x.case_id for x in s.probes] == ["p1"]
+    assert [x.case_id for x in s.not_executed] == ["d1"]
+    assert s.unmatched == 1
+
+
+@pytest.mark.parametrize("value, text", [(187e12, "187e12"), (41.5e12, "41.5e12"), (3.2e9, "3.2e9"),
+                                         (0.0125, "0.0125"), (2e9, "2e9"), (999.96, "1e3"),
+                                         (0.03, "0.03"), (5.0, "5.0"), (0.0, "0.0"), (1234567.0, "1.23e6")])
+def test_format_number(value, text):
+    assert C.format_number(value) == text
+    assert float(text) == C.round_significant(value)
+
+
+# ----------------------------------------------------------------------------- the command
+def plan_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "sdpa_bwd.py"
+    shutil.copy(PLAN_FILE, path)
+    return path
+
+
+def load_cost_model(path: Path):
+    spec = importlib.util.spec_from_file_location("plan_copy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.COST_MODEL
+
+
+def changed_lines(before: str, after: str) -> list[str]:
+    return [line for line in difflib.ndiff(before.splitlines(), after.splitlines())
+            if line.startswith(("- ", "+ "))]
+
+
+@pytest.mark.parametrize("device_class, other", [("h200", "cpu"), ("cpu", "h200")])
+def test_write_edits_only_the_numbers_of_one_entry(tmp_path, device_class, other):
+    path = plan_copy(tmp_path)
+    before = path.read_text()
+    original = load_cost_model(path)
+
+    edits = C.write_coefficients(path, device_class, TRUE_H200)
+    after = path.read_text()
+    assert [e.field for e in edits] == list(C.FITTED)
+    assert load_cost_model(path)[device_class] == replace(TRUE_H200, probe_s=original[device_class].probe_s)
+    assert load_cost_model(path)[other] == original[other]
+
+    removed = [line[2:] for line in changed_lines(before, after) if line.startswith("- ")]
+    assert len(removed) == 2 and f'"{device_class}"' in removed[0]
+    # only the literals differ: put the old literals back and the file is what it was
+    restored = after
+    for e in edits:
+        restored = restored.replace(f"{e.field}={e.new}", f"{e.field}={e.old}", 1)
+    assert restored == before
+
+    assert all(e.old == e.new for e in C.write_coefficients(path, device_class, TRUE_H200))
+    assert path.read_text() == after
+
+
+def test_write_refuses_an_entry_it_cannot_edit(tmp_path):
+    path = tmp_path / "plan.py"
+    text = ("from plans.records import CostCoefficients\nRATE = 1e12\nCOST_MODEL = {\n"
+            '    "h200": CostCoefficients(engine_flops_per_s=2 * RATE, oracle_flops_per_s=1e12,\n'
+            "                             bytes_per_s=1e9, overhead_s=0.01),\n}\n")
+    path.write_text(text)
+    with pytest.raises(C.CalibrationError, match="engine_flops_per_s is not a number literal"):
+        C.write_coefficients(path, "h200", TRUE_H200)
+    with pytest.raises(C.CalibrationError, match="no entry 'cpu'"):
+        C.write_coefficients(path, "cpu", TRUE_H200)
+    assert path.read_text() == text
+
+
+def bundle_results(tmp_path: Path, coeffs: CostCoefficients) -> tuple[Path, dict]:
+    """A results file whose executed cases are real bundle cases timed by `coeffs`."""
+    cases = C.case_index()
+    rows = []
+    for case in cases.values():
+        if case.purpose == "probe":
+            rows.append(record(case.id, case.level, coeffs.probe_s, purpose="probe", engine_s=None))
+        else:
+            rows.append(record(case.id, case.level, seconds(terms(case.graph), coeffs)))
+    path = tmp_path / "run" / "results.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path.parent, cases
+
+
+def run_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    calibrate_command.add_arguments(parser)
+    return calibrate_command.main(parser.parse_args(argv))
+
+
+def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
+    from plans.sdpa_bwd import LEVELS
+
+    run_dir, _ = bundle_results(tmp_path, TRUE_H200)
+    path = plan_copy(tmp_path)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write", "--plan-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    for level in LEVELS:
+        row = next(line for line in out.splitlines() if line.startswith(level.name + " "))
+        assert row.split()[-1] == "+0.0%", row     # fitted prediction matches exactly
+    assert "target: every level within 25% of measured: met" in out
+    assert C.coefficient_block("h200", TRUE_H200) in out
+    assert load_cost_model(path)["h200"].engine_flops_per_s == TRUE_H200.engine_flops_per_s
+
+
+def test_command_without_results_file_exits_2(tmp_path, capsys):
+    assert run_command([str(tmp_path / "missing.jsonl")]) == 2
+    assert "no results file" in capsys.readouterr().out
