@@ -1,0 +1,115 @@
+"""Ahead-of-time compilation of the kernels for the GPU archs, without a GPU.
+
+Triton compiles for a named target on any host (its wheel carries ptxas and the AMD code
+generator), so the archs this project cannot run (sm120, gfx942) are still checked to
+compile with their configs, and every arch's shared memory is read from the compiled
+kernel and compared with its budget:
+
+    python -m engines.triton.aot [ARCH ...]        # default: sm90 sm120 gfx942
+"""
+from __future__ import annotations
+
+import sys
+
+from engines.triton import configs
+
+TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip", "gfx942", 64)}
+_INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"}
+_FP32_PTRS = {"LSE", "Delta"}
+
+
+def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
+    """Signature, constexprs and attributes as a launch specialises them: integers are
+    never specialised (see kernels), pointers are storage bases, hence 16-byte aligned."""
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name == "scale":
+            sig[name] = "fp32"
+        elif name[0].isupper() and name not in _INTS:
+            sig[name] = "*fp32" if name in _FP32_PTRS else f"*{io}"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "i32"
+    return sig, dict(constexprs), attrs
+
+
+VARIANTS = ("preprocess", "dq", "dkdv", "dk", "dv")
+
+
+def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
+                only: tuple[str, ...] = VARIANTS, registers: dict | None = None,
+                vec: int = 8) -> dict[str, int]:
+    """Compile the kernel variants the launcher uses for (arch, D_qk, D_v) with the arch's
+    table config (band mask on, the most code; vec=8 is the aligned-layout variant).
+    Returns shared memory bytes per variant; fills `registers` (NVIDIA only) with each
+    variant's register and spill-stack usage."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from engines.triton import kernels
+
+    cfg = configs.config_for(arch, d_qk, d_v)
+    target = GPUTarget(*TARGETS[arch])
+    options = cfg.launch_kwargs()
+    tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v))
+    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False, VEC=vec)
+    variants = {
+        "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
+                                                    BLOCK_DV=tiles["BLOCK_DV"])),
+        "dq": (kernels.bwd_dq, dict(masks, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **tiles)),
+    }
+    for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
+        variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
+                                                  BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
+                                                  **tiles))
+    shared = {}
+    for label, (fn, cons) in variants.items():
+        if label not in only:
+            continue
+        src = ASTSource(fn, *_specialise(fn, cons, io))
+        kernel = triton.compile(src, target=target, options=options)
+        shared[label] = kernel.metadata.shared
+        if registers is not None and "cubin" in kernel.asm:
+            registers[label] = _cubin_usage(kernel.asm["cubin"])
+    return shared
+
+
+def _cubin_usage(cubin: bytes) -> str:
+    """'REG:n STACK:m' from Triton's bundled cuobjdump (STACK > 0 means register spills)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    fields = dict(w.split(":", 1) for line in out.splitlines() if "REG:" in line
+                  for w in line.split() if ":" in w)
+    return f"REG:{fields.get('REG', '?')} STACK:{fields.get('STACK', '?')}"
+
+
+def main(argv: list[str]) -> int:
+    archs = argv or list(TARGETS)
+    worst = 0
+    for arch in archs:
+        budget = configs.ARCHS[arch].smem_bytes
+        for d in (16, 32, 64, 128, 256):
+            registers: dict = {}
+            shared = compile_all(arch, d, d, registers=registers)
+            ok = max(shared.values()) <= budget
+            worst |= not ok
+            print(f"{arch:7s} D={d:3d} {configs.config_for(arch, d, d)}\n  shared {shared} "
+                  f"budget {budget} {'ok' if ok else 'OVER'}", flush=True)
+            if registers:
+                print(f"  registers {registers}", flush=True)
+    return int(worst)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

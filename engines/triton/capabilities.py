@@ -1,0 +1,50 @@
+"""What the Triton engine serves, one frozen row per target arch (cuDNN-frontend style).
+
+`Capabilities.mismatch(graph)` returns the first reason the row cannot serve the graph, in
+a fixed order: dtype, head dim, output layout (zero stride, then overlap), gated features.
+Everything else a valid graph can declare is served natively: any strides on inputs
+(including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
+D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bundlegen import reasons as R
+from bundlegen.graph import Graph
+from bundlegen.validate import output_layout_reason
+
+SERVED_DTYPES = frozenset({"fp16", "bf16"})   # fp32 is gated (tl.dot would need ieee precision)
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    arch: str
+    dtypes: frozenset[str] = SERVED_DTYPES
+    max_head_dim: int = MAX_HEAD_DIM
+    dropout: bool = False          # gated: waiting on a dropout-mask input
+    run_here: bool = True          # False: configured, not run by this project (matrix: not run)
+
+    def mismatch(self, graph: Graph) -> str | None:
+        if graph.dtype not in self.dtypes:
+            return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} (served: {', '.join(sorted(self.dtypes))})"
+        if max(graph.D_qk, graph.D_v) > self.max_head_dim:
+            return (f"{R.HEAD_DIM_TOO_LARGE}: D_qk={graph.D_qk}, D_v={graph.D_v} "
+                    f"(at most {self.max_head_dim})")
+        layout = output_layout_reason(graph)
+        if layout is not None:
+            return layout
+        if graph.attributes.dropout_probability is not None and not self.dropout:
+            return f"{R.GATED_FEATURE}: dropout"
+        return None
+
+
+ROWS: dict[str, Capabilities] = {
+    "sm90": Capabilities("sm90"),
+    "sm120": Capabilities("sm120", run_here=False),
+    "gfx942": Capabilities("gfx942", run_here=False),
+    "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
+}
+
+INTERPRET_HINT = "set TRITON_INTERPRET=1 for the CPU"

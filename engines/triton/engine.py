@@ -1,0 +1,89 @@
+"""`TritonEngine`: this project's Triton SDPA backward (DESIGN section 6).
+
+Serves the declared layout natively or declines with the first reason from its arch's
+Capabilities row; never copies or re-lays-out the user's tensors. Deterministic: dK/dV
+accumulate in registers over the GQA group, dQ has its own kernel (no atomics anywhere).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+import torch
+
+from bundlegen import reasons as R
+from bundlegen.graph import Graph
+from engines.base import Engine
+from engines.triton import configs
+from engines.triton.capabilities import INTERPRET_HINT, ROWS
+
+
+def interpret_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def triton_mode_error() -> str | None:
+    """Why Triton cannot run in the mode TRITON_INTERPRET asks for in this process: Triton
+    decorates its own library when it is imported, so the variable must be set (or unset)
+    before then. None when Triton is not imported yet or was imported in this mode."""
+    lang = sys.modules.get("triton.language")
+    if lang is None:
+        return None
+    from triton.runtime.interpreter import InterpretedFunction
+    imported_interpreted = isinstance(lang.cdiv, InterpretedFunction)
+    if imported_interpreted == interpret_enabled():
+        return None
+    was = "with" if imported_interpreted else "without"
+    return (f"Triton was imported {was} TRITON_INTERPRET=1 and the setting has changed since; "
+            "set it before the process imports Triton")
+
+
+class TritonEngine(Engine):
+    name = "triton"
+    deterministic = True
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        super().__init__(device)
+        self._working: dict[tuple[str, int], configs.BlockConfig] = {}
+
+    def archs(self) -> tuple[str, ...]:
+        return tuple(ROWS)
+
+    def is_applicable(self, graph: Graph) -> str | None:
+        if self.device.type != "cuda":
+            if not interpret_enabled():
+                return f"{R.DEVICE_NOT_SERVED}: {INTERPRET_HINT}"
+            mode_error = triton_mode_error()
+            if mode_error is not None:
+                return f"{R.DEVICE_NOT_SERVED}: {mode_error}"
+        row = ROWS.get(self.arch)
+        if row is None:
+            return f"{R.ARCH_NOT_SERVED}: {self.arch} (configured: {', '.join(ROWS)})"
+        return row.mismatch(graph)
+
+    def config(self, graph: Graph) -> configs.BlockConfig:
+        """The block config for this device and head dim (a smaller one once a launch has
+        run out of resources with the table's)."""
+        key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
+        return self._working.get(key) or configs.config_for(self.arch, graph.D_qk, graph.D_v)
+
+    def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        reason = self.is_applicable(graph)
+        if reason is not None:
+            raise ValueError(f"triton engine cannot serve this graph: {reason}")
+        from engines.triton.launch import launch, out_of_resources
+
+        cfg = self.config(graph)
+        key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
+        while True:
+            try:
+                launch(graph, tensors, cfg)
+            except Exception as exc:  # noqa: BLE001 - only resource exhaustion is retried
+                smaller = configs.shrink(cfg) if out_of_resources(exc) else None
+                if smaller is None:
+                    raise
+                cfg = smaller
+                continue
+            self._working[key] = cfg
+            return

@@ -1,0 +1,305 @@
+"""The Triton kernels of the SDPA backward (FlashAttention-2 structure).
+
+Notation: S = scale * Q K^T, P = exp(S - LSE) (masked), O = P V, dO given.
+    Delta_i = sum_d O[i,d] dO[i,d]                     (preprocess)
+    dV      = sum_{q heads in group} P^T dO
+    dP      = dO V^T,   dS = P * (dP - Delta)
+    dK      = scale * sum_{q heads in group} dS^T Q
+    dQ      = scale * dS K
+P is recomputed from Q, K and the given natural-log LSE as exp2(S*log2e - LSE*log2e): the
+exponent is formed in one piece, so a very negative LSE never makes exp(S) or exp(-LSE) on
+its own. Rows with LSE = -inf have no kept key: their P is 0 (LSE is replaced by +inf).
+
+Addressing. Each tensor comes as its storage's base pointer, an element offset and its
+(batch, head, sequence, head-dim) strides. The offset of a tile's first element is a 64-bit
+scalar; offsets inside a tile are 32-bit, or 64-bit when the launcher sets WIDE (a tile
+spanning 2^31 elements or more). VEC is 8 when every io tensor's offset and strides are
+multiples of 8 elements, its head-dim stride is 1 and both head dims are multiples of 8:
+the launcher then passes those numbers divided by 8 and the kernels multiply them back, so
+Triton knows each row starts 16-byte aligned and vectorises the loads. Otherwise VEC is 1
+and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQK,
+BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
+
+Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
+(not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches.
+"""
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+
+# No integer argument is specialised by value: sizes, strides and offsets change from case
+# to case, and one compile per combination would dominate a test run. What vectorisation
+# needs is carried by VEC instead (and the base pointers are always storage-aligned).
+_INPUT_INTS = ["q_off", "sq_b", "sq_h", "sq_s", "sq_d", "k_off", "sk_b", "sk_h", "sk_s", "sk_d",
+               "v_off", "sv_b", "sv_h", "sv_s", "sv_d", "do_off", "sdo_b", "sdo_h", "sdo_s",
+               "sdo_d", "l_off", "sl_b", "sl_h", "sl_s"]
+_SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"]
+
+
+@triton.jit
+def _at(X, off, b, s_b, h, s_h, row0, s_s, VEC: tl.constexpr):
+    """Pointer to element (b, h, row0, 0) of a tensor; 64-bit (b, h, row0 are int64)."""
+    return X + (off + b * s_b + h * s_h + row0 * s_s) * VEC
+
+
+@triton.jit
+def _tile(rows, cols, s_row, s_col, VEC: tl.constexpr):
+    """Element offsets of a [rows, cols] tile (cols along the head dim)."""
+    if VEC > 1:   # head-dim stride 1, row stride a multiple of VEC
+        return rows[:, None] * (s_row * VEC) + cols[None, :]
+    return rows[:, None] * s_row + cols[None, :] * s_col
+
+
+@triton.jit
+def _ranges(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
+            BLOCK_DV: tl.constexpr, WIDE: tl.constexpr):
+    """Row and column index vectors of the tiles, 64-bit when WIDE."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rdq = tl.arange(0, BLOCK_DQK)
+    rdv = tl.arange(0, BLOCK_DV)
+    if WIDE:
+        rm, rn, rdq, rdv = rm.to(tl.int64), rn.to(tl.int64), rdq.to(tl.int64), rdv.to(tl.int64)
+    return rm, rn, rdq, rdv
+
+
+@triton.jit
+def _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Bool tile: (i, j) inside both sequences and inside the band (i, j broadcast)."""
+    keep = (i < S_q) & (j < S_kv)
+    if HAS_RIGHT:
+        keep = keep & (j - i - shift <= right)
+    if HAS_LEFT:
+        keep = keep & (i - j + shift < left)
+    return keep
+
+
+@triton.jit
+def _dot(a, b, acc, UPCAST: tl.constexpr):
+    """acc + a @ b with fp32 accumulation. UPCAST (the CPU interpreter with bf16 only, whose
+    tl.dot multiplies bf16 bit patterns as integers) widens the operands to fp32 first:
+    bf16 products are exact in fp32, so the math is the same as the GPU's."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc, input_precision="ieee")
+    return tl.dot(a, b, acc=acc)
+
+
+@triton.jit
+def _lse2(lse):
+    """LSE in log2 units; -inf (no kept key) becomes +inf so that exp2(s - lse2) = 0."""
+    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)
+
+
+@triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
+                               "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v"])
+def bwd_preprocess(O, DO, Delta,
+                   o_off, so_b, so_h, so_s, so_d,
+                   do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+                   H_q, S_q, D_v,
+                   BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   VEC: tl.constexpr, WIDE: tl.constexpr):
+    """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
+    num_m = tl.cdiv(S_q, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m = pid % num_m
+    pid_bh = pid // num_m
+    b = (pid_bh // H_q).to(tl.int64)
+    h = (pid_bh % H_q).to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    row0 = tl.cast(start_m, tl.int64)
+    rm, _, _, rd = _ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
+    m_ok = start_m + rm < S_q
+    mask = m_ok[:, None] & (rd[None, :] < D_v * VEC)
+    o = tl.load(_at(O, o_off, b, so_b, h, so_h, row0, so_s, VEC) + _tile(rm, rd, so_s, so_d, VEC),
+                mask=mask, other=0.0)
+    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+                 + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + (pid_bh.to(tl.int64) * S_q + row0) + rm, delta, mask=m_ok)
+
+
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + [
+    "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
+    "sdv_d"])
+def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
+             q_off, sq_b, sq_h, sq_s, sq_d,
+             k_off, sk_b, sk_h, sk_s, sk_d,
+             v_off, sv_b, sv_h, sv_s, sv_d,
+             do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+             l_off, sl_b, sl_h, sl_s,
+             dk_off, sdk_b, sdk_h, sdk_s, sdk_d,
+             dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
+             H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
+             scale, shift, left, right,
+             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
+             UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """One program per (batch, group head g, KV block): dK and/or dV of that block.
+
+    The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
+    (H_grp = H_v); both at once only when H_k == H_v. The program loops over the
+    H_q / H_grp query heads of its group and their Q blocks, accumulating in registers:
+    no atomics, so dK and dV are deterministic.
+    """
+    num_n = tl.cdiv(S_kv, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_n = pid % num_n
+    pid_bg = pid // num_n
+    b = (pid_bg // H_grp).to(tl.int64)
+    g = (pid_bg % H_grp).to(tl.int64)
+    group = H_q // H_grp
+    io = Q.dtype.element_ty
+    qk_scale = scale * LOG2E
+    d_qk = D_qk * VEC
+    d_v = D_v * VEC
+
+    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + rn
+    col0 = tl.cast(start_n, tl.int64)
+    kmask = (offs_n[:, None] < S_kv) & (rdq[None, :] < d_qk)
+    vmask = (offs_n[:, None] < S_kv) & (rdv[None, :] < d_v)
+    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
+    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
+    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
+    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+
+    # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
+    lo = start_n * 0
+    hi = S_q + lo
+    n_last = tl.minimum(start_n + BLOCK_N, S_kv) - 1
+    if HAS_RIGHT:   # j - i - shift <= right  =>  i >= start_n - shift - right
+        lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M
+    if HAS_LEFT:    # i - j + shift < left    =>  i < n_last - shift + left
+        hi = tl.minimum(n_last - shift + left, S_q)
+
+    # K and V of this block. With H_k == H_v (both computed) they serve the whole group;
+    # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
+    h0 = g * group
+    k = tl.load(_at(K, k_off, b, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC) + k_tile,
+                mask=kmask, other=0.0)
+    if COMPUTE_DK:
+        v = tl.load(_at(V, v_off, b, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC) + v_tile,
+                    mask=vmask, other=0.0)
+
+    dk = tl.zeros([BLOCK_N, BLOCK_DQK], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    # One flat loop over (query head of the group, Q block in [lo, hi)).
+    n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
+    for it in range(0, group * n_m):
+        h = h0 + it // n_m
+        start_m = lo + (it % n_m) * BLOCK_M
+        if not COMPUTE_DV:   # dK pass: the V head of query head h
+            v = tl.load(_at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC) + v_tile,
+                        mask=vmask, other=0.0)
+        if not COMPUTE_DK:   # dV pass: the K head of query head h
+            k = tl.load(_at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC) + k_tile,
+                        mask=kmask, other=0.0)
+        row0 = tl.cast(start_m, tl.int64)
+        offs_m = start_m + rm
+        m_ok = offs_m < S_q
+        q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC) + q_tile,
+                    mask=m_ok[:, None] & (rdq[None, :] < d_qk), other=0.0)
+        do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
+                     mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
+        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+                             mask=m_ok, other=0.0))
+        # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
+        qkT = _dot(k, tl.trans(q), None, UPCAST)
+        keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
+                      HAS_LEFT, HAS_RIGHT)
+        pT = tl.exp2(tl.where(keepT, qkT * qk_scale - lse2[None, :], float("-inf")))
+        if COMPUTE_DV:
+            dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
+        if COMPUTE_DK:
+            delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
+            dpT = _dot(v, tl.trans(do), None, UPCAST)       # dP^T = V dO^T
+            dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
+            dk = _dot(dsT.to(io), q, dk, UPCAST)            # dK += dS^T Q
+
+    if COMPUTE_DK:
+        dk = dk * scale
+        tl.store(_at(DK, dk_off, b, sdk_b, g, sdk_h, col0, sdk_s, VEC)
+                 + _tile(rn, rdq, sdk_s, sdk_d, VEC), dk.to(io), mask=kmask)
+    if COMPUTE_DV:
+        tl.store(_at(DV, dv_off, b, sdv_b, g, sdv_h, col0, sdv_s, VEC)
+                 + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
+
+
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + [
+    "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
+def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
+           q_off, sq_b, sq_h, sq_s, sq_d,
+           k_off, sk_b, sk_h, sk_s, sk_d,
+           v_off, sv_b, sv_h, sv_s, sv_d,
+           do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+           l_off, sl_b, sl_h, sl_s,
+           dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
+           H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
+           scale, shift, left, right,
+           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
+    num_m = tl.cdiv(S_q, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m = pid % num_m
+    pid_bh = pid // num_m
+    b = (pid_bh // H_q).to(tl.int64)
+    h = (pid_bh % H_q).to(tl.int64)
+    io = Q.dtype.element_ty
+    qk_scale = scale * LOG2E
+    d_qk = D_qk * VEC
+    d_v = D_v * VEC
+
+    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + rm
+    row0 = tl.cast(start_m, tl.int64)
+    m_ok = offs_m < S_q
+    qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
+    q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC) + _tile(rm, rdq, sq_s, sq_d, VEC),
+                mask=qmask, other=0.0)
+    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+                 + _tile(rm, rdv, sdo_s, sdo_d, VEC),
+                 mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
+    lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+                         mask=m_ok, other=0.0))
+    delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
+
+    # Keys that at least one row of this block keeps: [lo, hi).
+    lo = start_m * 0
+    hi = S_kv + lo
+    m_last = tl.minimum(start_m + BLOCK_M, S_q) - 1
+    if HAS_LEFT:    # i - j + shift < left    =>  j >= start_m + shift - left + 1
+        lo = (tl.maximum(start_m + shift - left + 1, 0) // BLOCK_N) * BLOCK_N
+    if HAS_RIGHT:   # j - i - shift <= right  =>  j <= m_last + shift + right
+        hi = tl.minimum(m_last + shift + right + 1, S_kv)
+
+    kh = h // G_k
+    vh = h // G_v
+    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
+    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        col0 = tl.cast(start_n, tl.int64)
+        offs_n = start_n + rn
+        n_ok = offs_n[:, None] < S_kv
+        k = tl.load(_at(K, k_off, b, sk_b, kh, sk_h, col0, sk_s, VEC) + k_tile,
+                    mask=n_ok & (rdq[None, :] < d_qk), other=0.0)
+        v = tl.load(_at(V, v_off, b, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
+                    mask=n_ok & (rdv[None, :] < d_v), other=0.0)
+        qk = _dot(q, tl.trans(k), None, UPCAST)              # S [M, N]
+        keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
+                     HAS_LEFT, HAS_RIGHT)
+        p = tl.exp2(tl.where(keep, qk * qk_scale - lse2[:, None], float("-inf")))
+        dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
+        ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
+        dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
+    dq = dq * scale
+    tl.store(_at(DQ, dq_off, b, sdq_b, h, sdq_h, row0, sdq_s, VEC)
+             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)

@@ -1,0 +1,263 @@
+"""Self-check of the Triton engine against a float64 autograd reference.
+
+Library (used by tests/test_triton_*.py): graphs with any layout, strided views over
+guarded storage, the reference, and `check` (canaries, untouched inputs, no NaN, error).
+Script (the GPU smoke run): `python -m engines.triton.selfcheck [--device cuda]` runs a few
+bigger shapes, prints max errors relative to max |ref| and the kernel time of each."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from bundlegen.graph import Attributes, Graph, TensorSpec
+from bundlegen.mask import keep_mask
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+GUARD = 16  # canary elements before and after every storage (whole 16-byte groups)
+OUTPUTS = ("dq", "dk", "dv")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
+
+
+def packed(dims) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(dims):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def permuted(dims, order, pad=0) -> tuple[int, ...]:
+    """Strides of `dims` stored with axes in `order` (outermost first), the innermost axis
+    of the order padded by `pad` elements per row of the next one."""
+    strides = [0] * 4
+    acc = 1
+    for n, axis in enumerate(reversed(order)):
+        strides[axis] = acc
+        acc *= dims[axis] + (pad if n == 0 else 0)
+    return tuple(strides)
+
+
+@dataclass
+class Layout:
+    """Strides and storage offset per port; ports not named are packed with offset 0."""
+    strides: dict = field(default_factory=dict)
+    offsets: dict = field(default_factory=dict)
+
+
+def make_graph(B=1, H_q=2, H_k=None, H_v=None, S_q=16, S_kv=None, D_qk=16, D_v=None,
+               dtype="fp16", scale=None, alignment="TOP_LEFT", left=None, right=None,
+               dropout=None, layout: Layout | None = None) -> Graph:
+    H_k = H_q if H_k is None else H_k
+    H_v = H_k if H_v is None else H_v
+    S_kv = S_q if S_kv is None else S_kv
+    D_v = D_qk if D_v is None else D_v
+    dims = {"q": (B, H_q, S_q, D_qk), "k": (B, H_k, S_kv, D_qk), "v": (B, H_v, S_kv, D_v),
+            "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1),
+            "dq": (B, H_q, S_q, D_qk), "dk": (B, H_k, S_kv, D_qk), "dv": (B, H_v, S_kv, D_v)}
+    layout = layout or Layout()
+    tensors = {p: TensorSpec(d, tuple(layout.strides.get(p, packed(d))),
+                             "fp32" if p == "stats" else dtype, layout.offsets.get(p, 0))
+               for p, d in dims.items()}
+    attrs = Attributes(attn_scale=scale if scale is not None else 1 / math.sqrt(D_qk),
+                       diagonal_alignment=alignment, left_bound=left, right_bound=right,
+                       dropout_probability=dropout)
+    return Graph(tensors=tensors, attributes=attrs)
+
+
+def reference(q, k, v, do, attrs: Attributes):
+    """float64 forward (O, LSE) and autograd backward (dQ, dK, dV) of masked GQA attention."""
+    q, k, v, do = (t.detach().double() for t in (q, k, v, do))
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    H_q, S_q, S_kv = q.shape[1], q.shape[2], k.shape[2]
+    kk = k.repeat_interleave(H_q // k.shape[1], 1)
+    vv = v.repeat_interleave(H_q // v.shape[1], 1)
+    s = attrs.attn_scale * q @ kk.transpose(-1, -2)
+    keep = keep_mask(S_q, S_kv, attrs, device=q.device)
+    if keep is not None:
+        s = s.masked_fill(~keep, -math.inf)
+    m = s.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m)
+    den = e.sum(-1, keepdim=True)
+    p = e / torch.where(den == 0, torch.ones_like(den), den)
+    o = p @ vv
+    (o * do).sum().backward()
+    lse = (torch.log(den) + m).squeeze(-1).detach()
+    return o.detach(), lse, q.grad, k.grad, v.grad
+
+
+@dataclass
+class Prepared:
+    graph: Graph
+    views: dict
+    storages: dict
+    addressed: dict
+    ref: dict
+
+
+def _storage_for(spec: TensorSpec, fill: float, dtype: torch.dtype, device):
+    size = GUARD + spec.storage_elements + GUARD
+    storage = torch.full((size,), fill, dtype=dtype, device=device)
+    view = storage.as_strided(spec.dims, spec.strides, GUARD + spec.offset)
+    marks = torch.zeros(size, dtype=torch.bool, device=device)
+    marks.as_strided(spec.dims, spec.strides, GUARD + spec.offset).fill_(True)
+    return storage, view, marks
+
+
+def _write(view: torch.Tensor, value: torch.Tensor) -> None:
+    """Write `value` into `view`, reading one slice along each zero-stride (broadcast) axis."""
+    for axis, st in enumerate(view.stride()):
+        if st == 0 and view.shape[axis] > 1:
+            view, value = view.narrow(axis, 0, 1), value.narrow(axis, 0, 1)
+    view.copy_(value)
+
+
+def prepare(graph: Graph, seed: int = 0, inputs=None, device="cpu") -> Prepared:
+    """Inputs from `seed` (constant along zero-stride axes), O and Stats from the float64
+    forward, outputs filled with NaN canaries."""
+    gen = torch.Generator().manual_seed(seed)
+    io = TORCH_DTYPES[graph.dtype]
+    t = graph.tensors
+    if inputs is None:
+        inputs = {}
+        for p in ("q", "k", "v", "do"):
+            x = torch.randn(t[p].dims, generator=gen, dtype=torch.float64)
+            for axis, (d, st) in enumerate(zip(t[p].dims, t[p].strides)):
+                if st == 0 and d > 1:   # a broadcast input holds one value along that axis
+                    x = x.narrow(axis, 0, 1).expand_as(x).contiguous()
+            inputs[p] = x
+    inputs = {p: x.to(device=device, dtype=io) for p, x in inputs.items()}
+    o, lse, dq, dk, dv = reference(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
+                                   graph.attributes)
+    logical = dict(inputs, o=o.to(io), stats=lse.float().unsqueeze(-1))
+    views, storages, addressed = {}, {}, {}
+    for port, spec in t.items():
+        dtype = torch.float32 if port == "stats" else io
+        storage, view, marks = _storage_for(spec, math.nan, dtype, device)
+        if port in logical:
+            _write(view, logical[port])
+        views[port], storages[port], addressed[port] = view, storage, marks
+    return Prepared(graph, views, storages, addressed, {"dq": dq, "dk": dk, "dv": dv})
+
+
+def check(prep: Prepared, engine, rel: float = 0.02) -> dict:
+    """Run the engine; assert canaries, untouched inputs, no NaN and |err| <= rel * max|ref|.
+    Returns the relative max errors."""
+    before = {p: _bits(s).clone() for p, s in prep.storages.items() if p not in OUTPUTS}
+    engine.run(prep.graph, prep.views)
+    for p, bits in before.items():
+        assert torch.equal(bits, _bits(prep.storages[p])), f"input {p} modified"
+    errors = {}
+    for p in OUTPUTS:
+        storage, marks = prep.storages[p], prep.addressed[p]
+        assert torch.isnan(storage[~marks]).all(), f"{p}: guard or gap written"
+        out = prep.views[p].double()
+        assert not torch.isnan(out).any(), f"{p}: NaN in output"
+        ref = prep.ref[p]
+        bound = rel * max(ref.abs().max().item(), 1e-4)
+        err = (out - ref).abs().max().item()
+        errors[p] = err / bound * rel
+        assert err <= bound, (f"{p}: max err {err:.3g} > {bound:.3g} "
+                              f"(max |ref| {ref.abs().max():.3g})")
+    return errors
+
+
+# ----------------------------------------------------------------------------- script
+SMOKE = {
+    "causal-br-d128": dict(B=2, H_q=8, S_q=1000, S_kv=1024, D_qk=128, dtype="bf16", right=0,
+                           alignment="BOTTOM_RIGHT"),
+    "gqa-hk-ne-hv-192/128-window": dict(B=1, H_q=8, H_k=2, H_v=4, S_q=777, S_kv=1001,
+                                        D_qk=192, D_v=128, dtype="bf16", left=200, right=0),
+    "d256-fp16-tl-causal": dict(B=2, H_q=4, S_q=513, S_kv=300, D_qk=256, dtype="fp16", right=0),
+    "mqa-d40/24-band": dict(B=3, H_q=6, H_k=1, S_q=129, S_kv=65, D_qk=40, D_v=24, dtype="fp16",
+                            left=17, right=3, alignment="BOTTOM_RIGHT"),
+    "bshd-d64-s1": dict(B=4, H_q=4, S_q=1, S_kv=2049, D_qk=64, dtype="bf16"),
+    # K rows 2^26 + 64 elements apart: offsets past 2^31 (K's storage is 5.4 GB)
+    "wide-k-rows-past-2^31": dict(B=1, H_q=2, H_k=1, S_q=40, S_kv=40, D_qk=64, dtype="bf16",
+                                  right=0),
+}
+WIDE_ROW = 2 ** 26 + 64
+BENCH = dict(B=4, H_q=16, S_q=4096, D_qk=128, dtype="bf16")   # shared/notes: flash 275 TFLOP/s
+
+
+def _bshd(graph_args) -> Layout:
+    graph = make_graph(**graph_args)
+    return Layout({p: permuted(t.dims, (0, 2, 1, 3)) for p, t in graph.tensors.items()
+                   if p != "stats"}, {"q": 8, "dq": 8})
+
+
+def _timed(fn, device, reps: int = 5) -> float:
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    import time
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - t0) / reps
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    import triton
+
+    from engines.triton.engine import TritonEngine
+    from engines.triton.launch import needs_wide, vec_for
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-bench", action="store_true")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    engine = TritonEngine(device)
+    print(f"triton {triton.__version__} torch {torch.__version__} device {device} "
+          f"arch {engine.arch}", flush=True)
+    bad = 0
+    for name, g in SMOKE.items():
+        layout = _bshd(g) if name.startswith("bshd") else None
+        if name.startswith("wide"):
+            layout = Layout({"k": (0, 0, WIDE_ROW, 1)})
+        graph = make_graph(layout=layout, **g)
+        reason = engine.is_applicable(graph)
+        if reason is not None:
+            print(f"{name:28s} declined: {reason}")
+            bad += 1
+            continue
+        prep = prepare(graph, seed=1, device=device)
+        try:
+            errors = check(prep, engine)
+            first = {p: _bits(prep.views[p]).clone() for p in OUTPUTS}
+            seconds = _timed(lambda: engine.run(graph, prep.views), device)
+            same = all(torch.equal(first[p], _bits(prep.views[p])) for p in OUTPUTS)
+            status = "ok" if same else "NONDETERMINISTIC"
+            bad += not same
+        except AssertionError as exc:
+            errors, seconds, status = {}, float("nan"), f"FAIL {exc}"
+            bad += 1
+        errs = " ".join(f"{p}={e:.2e}" for p, e in errors.items())
+        cfg = engine.config(graph)
+        print(f"{name:28s} {status:5s} err/max|ref| {errs} {seconds * 1e3:8.2f} ms  "
+              f"VEC={vec_for(prep.views)} WIDE={needs_wide(prep.views, cfg)} {cfg}", flush=True)
+    if not args.no_bench and device.type == "cuda":
+        graph = make_graph(**BENCH)
+        views = {p: torch.randn(t.dims, device=device).to(torch.float32 if p == "stats"
+                                                            else TORCH_DTYPES[t.dtype])
+                 for p, t in graph.tensors.items()}
+        views["stats"] += 10.0   # keep exp2(s - lse) finite; speed does not depend on values
+        seconds = _timed(lambda: engine.run(graph, views), device)
+        flops = 2.5 * 4 * graph.B * graph.H_q * graph.S_q * graph.S_kv * graph.D_qk
+        print(f"bench {BENCH}: {seconds * 1e3:.2f} ms, {flops / seconds / 1e12:.1f} TFLOP/s",
+              flush=True)
+    print("selfcheck:", "FAIL" if bad else "ok")
+    return int(bad > 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

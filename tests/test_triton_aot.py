@@ -1,0 +1,34 @@
+"""The kernels compile for the archs this project configures but cannot run (no GPU needed:
+Triton targets them ahead of time), and the compiled dK/dV kernel, the one with the most
+shared memory, fits each arch's budget at the two largest head-dim tiers. sm90 runs on the
+H200; `python -m engines.triton.aot` checks every kernel, arch and tier (a few minutes)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engines.triton import configs
+
+CASES = [("sm120", 128), ("sm120", 256), ("gfx942", 128), ("gfx942", 256)]
+
+
+def _compile_in_subprocess(arch: str, d: int) -> dict:
+    """Triton is imported in one mode per process, and the engine tests import it under the
+    interpreter: compiling for a GPU target needs a process of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silences triton 3.9's notice
+    code = ("import json; from engines.triton import aot; "
+            f"print(json.dumps(aot.compile_all({arch!r}, {d}, {d}, only=('dkdv',))))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("arch,d", CASES, ids=[f"{a}-d{d}" for a, d in CASES])
+def test_compiles_within_shared_memory(arch, d):
+    shared = _compile_in_subprocess(arch, d)
+    assert set(shared) == {"dkdv"}
+    assert 0 < shared["dkdv"] <= configs.ARCHS[arch].smem_bytes, shared

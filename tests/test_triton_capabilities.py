@@ -1,0 +1,184 @@
+"""The Triton engine's declines: each arm has a graph that only it declines (the same graph
+with that one thing fixed is accepted), with the exact reason code; plus accept cases for
+what is served natively, and the per-arch block configs."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+from bundlegen import reasons as R  # noqa: E402
+from bundlegen.graph import Graph  # noqa: E402
+from engines.triton import configs  # noqa: E402
+from engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
+from engines.triton.engine import TritonEngine  # noqa: E402
+from engines.triton.selfcheck import Layout, make_graph, packed, permuted  # noqa: E402
+
+GPU_ARCHS = ("sm90", "sm120", "gfx942")
+
+
+def engine_for(arch: str) -> TritonEngine:
+    """A CPU engine that answers as the `arch` row would (is_applicable reads only the graph,
+    the device type and the arch)."""
+    engine = TritonEngine("cpu")
+    engine.arch = arch
+    return engine
+
+
+def with_strides(graph: Graph, port: str, strides) -> Graph:
+    tensors = dict(graph.tensors)
+    tensors[port] = dataclasses.replace(tensors[port], strides=tuple(strides))
+    return Graph(tensors=tensors, attributes=graph.attributes)
+
+
+def code(reason):
+    return None if reason is None else R.code_of(reason)
+
+
+BASE = dict(B=2, H_q=4, H_k=2, H_v=2, S_q=16, S_kv=24, D_qk=64, D_v=64, dtype="bf16")
+
+# (name, the declined graph, the same graph with that one thing fixed, the code)
+DECLINES = [
+    ("fp32", make_graph(**dict(BASE, dtype="fp32")), make_graph(**BASE), R.DTYPE_NOT_SERVED),
+    ("d-qk-264", make_graph(**dict(BASE, D_qk=264)), make_graph(**dict(BASE, D_qk=256)),
+     R.HEAD_DIM_TOO_LARGE),
+    ("d-v-257", make_graph(**dict(BASE, D_v=257)), make_graph(**dict(BASE, D_v=256)),
+     R.HEAD_DIM_TOO_LARGE),
+    ("dq-batch-stride-0", with_strides(make_graph(**BASE), "dq", (0, 16 * 64, 64, 1)),
+     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dk-head-stride-0", with_strides(make_graph(**BASE), "dk", (2 * 24 * 64, 0, 64, 1)),
+     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dv-seq-stride-0", with_strides(make_graph(**BASE), "dv", (2 * 64, 64, 0, 1)),
+     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dk-batch-eq-head-stride", with_strides(make_graph(**BASE), "dk", (24 * 64,) * 2 + (64, 1)),
+     make_graph(**BASE), R.OVERLAPPING_OUTPUT),
+    ("dq-short-rows", with_strides(make_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
+     make_graph(**BASE), R.OVERLAPPING_OUTPUT),
+    ("dropout-0", make_graph(**dict(BASE, dropout=0.0)), make_graph(**BASE), R.GATED_FEATURE),
+    ("dropout-0.1", make_graph(**dict(BASE, dropout=0.1)), make_graph(**BASE), R.GATED_FEATURE),
+]
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
+@pytest.mark.parametrize("name,declined,fixed,expected", DECLINES, ids=[d[0] for d in DECLINES])
+def test_each_decline_arm(arch, name, declined, fixed, expected):
+    engine = engine_for(arch)
+    assert code(engine.is_applicable(declined)) == expected
+    assert engine.is_applicable(fixed) is None
+
+
+def _accepts():
+    g = dict(BASE)
+    dims = {p: t.dims for p, t in make_graph(**g).tensors.items()}
+    yield "packed-bf16", make_graph(**g)
+    yield "fp16", make_graph(**dict(g, dtype="fp16"))
+    yield "d-256-and-8", make_graph(**dict(g, D_qk=256, D_v=8))
+    yield "d-40-24-masks", make_graph(**dict(g, D_qk=40, D_v=24, left=3, right=-1,
+                                             alignment="BOTTOM_RIGHT"))
+    yield "mqa-hv-ne-hk", make_graph(**dict(g, H_k=1, H_v=4))
+    yield "bshd", make_graph(layout=Layout({p: permuted(d, (0, 2, 1, 3))
+                                            for p, d in dims.items() if p != "stats"}), **g)
+    yield "head-dim-stride-2-everywhere", make_graph(
+        layout=Layout({p: tuple(2 * s for s in packed(d)) for p, d in dims.items()}), **g)
+    yield "broadcast-inputs", make_graph(layout=Layout({
+        "q": (0, 0, 64, 1), "k": (0, 24 * 64, 64, 1), "v": (2 * 24 * 64, 0, 64, 1),
+        "o": (0, 16 * 64, 64, 1), "do": (4 * 16 * 64, 0, 64, 1)}), **g)
+    yield "stats-s-major", make_graph(layout=Layout({"stats": (16 * 4, 1, 4, 1)}), **g)
+    yield "stats-padded-head", make_graph(layout=Layout({"stats": (4 * 21, 21, 1, 99)}), **g)
+    g1 = dict(g, B=1, H_q=1, H_k=1, H_v=1)
+    yield "zero-stride-on-length-1-output-axes", make_graph(layout=Layout({
+        "dq": (0, 0, 64, 1), "dk": (0, 0, 64, 1), "dv": (0, 0, 64, 1)}), **g1)
+    yield "custom-scale", make_graph(**dict(g, scale=3.5))
+
+
+ACCEPTS = list(_accepts())
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
+@pytest.mark.parametrize("name,graph", ACCEPTS, ids=[a[0] for a in ACCEPTS])
+def test_served_natively(arch, name, graph):
+    assert engine_for(arch).is_applicable(graph) is None
+
+
+def test_arch_not_in_table():
+    reason = engine_for("sm80").is_applicable(make_graph(**BASE))
+    assert code(reason) == R.ARCH_NOT_SERVED
+    assert "sm80" in reason
+    assert engine_for("sm90").is_applicable(make_graph(**BASE)) is None
+
+
+def test_cpu_without_interpreter(monkeypatch):
+    engine = TritonEngine("cpu")
+    graph = make_graph(**BASE)
+    assert engine.is_applicable(graph) is None
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert engine.is_applicable(graph) == "device-not-served: set TRITON_INTERPRET=1 for the CPU"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert code(engine.is_applicable(graph)) == R.DEVICE_NOT_SERVED
+
+
+def test_cpu_with_triton_imported_in_the_other_mode():
+    """Triton decorates its library at import: a process that imported it without the
+    interpreter and set TRITON_INTERPRET=1 later cannot run on the CPU, and says so."""
+    import subprocess
+    import sys
+    code = ("import os; os.environ.pop('TRITON_INTERPRET', None); import triton.language; "
+            "os.environ['TRITON_INTERPRET'] = '1'; "
+            "from engines.triton.engine import TritonEngine; "
+            "from engines.triton.selfcheck import make_graph; "
+            "print(TritonEngine('cpu').is_applicable(make_graph()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().startswith(
+        "device-not-served: Triton was imported without TRITON_INTERPRET=1"), out.stdout
+
+
+def test_decline_order_dtype_first():
+    """The first reason wins: an fp32 graph with a zero-stride output is a dtype decline."""
+    graph = with_strides(make_graph(**dict(BASE, dtype="fp32")), "dq", (0, 16 * 64, 64, 1))
+    assert code(engine_for("sm90").is_applicable(graph)) == R.DTYPE_NOT_SERVED
+
+
+def test_reason_codes_are_registered():
+    for _, declined, _, expected in DECLINES:
+        assert expected in R.ENGINE
+    assert {R.ARCH_NOT_SERVED, R.DEVICE_NOT_SERVED} <= R.ENGINE
+
+
+def test_engine_identity():
+    engine = TritonEngine("cpu")
+    assert engine.name == "triton" and engine.deterministic is True
+    assert set(engine.archs()) == {"sm90", "sm120", "gfx942", "cpu"}
+    assert all(isinstance(row, Capabilities) for row in ROWS.values())
+    assert set(ROWS) == set(configs.ARCHS)
+    assert [a for a, row in ROWS.items() if not row.run_here] == ["sm120", "gfx942"]
+
+
+@pytest.mark.parametrize("arch", sorted(configs.ARCHS))
+def test_every_head_dim_has_a_config(arch):
+    """Every head-dim pair up to 256 maps to a config whose tiles are powers of two >= 16;
+    only gfx942 passes the AMD launch options. (Shared memory against each arch's budget:
+    test_triton_aot.py and `python -m engines.triton.aot`.)"""
+    for d_qk in range(1, 257, 7):
+        for d_v in (d_qk, 8, 256):
+            cfg = configs.config_for(arch, d_qk, d_v)
+            for b in (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2):
+                assert b >= 16 and b & (b - 1) == 0
+            assert cfg.num_warps in (4, 8) and cfg.num_stages >= 1
+    amd = set(configs.config_for(arch, 64, 64).launch_kwargs()) >= {"waves_per_eu",
+                                                                    "matrix_instr_nonkdim"}
+    assert amd == (arch == "gfx942")
+
+
+def test_shrink_terminates_at_min_blocks():
+    cfg = configs.config_for("sm90", 128, 128)
+    seen = [cfg]
+    while (cfg := configs.shrink(cfg)) is not None:
+        seen.append(cfg)
+        assert len(seen) < 20
+    last = seen[-1]
+    assert (last.block_m1, last.block_n1, last.block_m2, last.block_n2, last.num_stages) == \
+        (16, 16, 16, 16, 1)

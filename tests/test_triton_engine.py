@@ -1,0 +1,254 @@
+"""The Triton engine's gradients against a float64 autograd reference, in the Triton
+interpreter on the CPU: head configs, head dims, sequence tails, every mask kind and
+alignment, fully masked rows, strided/broadcast/padded layouts, scale, fp16 and bf16.
+Each case also checks output canaries, untouched inputs and no NaN (selfcheck.check)."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from engines.triton import configs  # noqa: E402
+from engines.triton.engine import TritonEngine  # noqa: E402
+from engines.triton.selfcheck import (Layout, check, make_graph, packed, permuted,  # noqa: E402
+                                      prepare)
+
+
+# Small, unequal tiles (M != N) so that these small shapes cross several blocks in both
+# kernels: block skipping, tails and band edges on block edges all get exercised.
+TEST_TILES = configs.BlockConfig(16, 32, 32, 16)
+
+
+class SmallTileEngine(TritonEngine):
+    def config(self, graph):
+        return TEST_TILES
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return SmallTileEngine("cpu")
+
+
+def _layout(kind: str, **g) -> Layout:
+    """Named layouts over the dims make_graph builds from the same arguments."""
+    graph = make_graph(**g)
+    dims = {p: t.dims for p, t in graph.tensors.items()}
+    B, H_q, S_q = dims["q"][:3]
+    if kind == "bshd":
+        return Layout({p: permuted(d, (0, 2, 1, 3)) for p, d in dims.items() if p != "stats"},
+                      {p: 3 * i for i, p in enumerate(dims)})
+    if kind == "padded-rows":
+        return Layout({p: permuted(d, (0, 1, 2, 3), pad=8) for p, d in dims.items()
+                       if p != "stats"}, {"q": 1, "dq": 5, "dv": 2})
+    if kind == "rows-of-16":       # every row padded to 16 elements (16-byte aligned rows)
+        return Layout({p: permuted(d, (0, 1, 2, 3), pad=16 - d[3]) for p, d in dims.items()
+                       if p != "stats"})
+    if kind == "head-dim-stride-2":
+        return Layout({p: tuple(2 * s for s in packed(d)) for p, d in dims.items()
+                       if p != "stats"})
+    if kind == "broadcast-kv":     # K and V read through zero batch and head strides
+        k, v = dims["k"], dims["v"]
+        return Layout({"k": (0, 0, k[3], 1), "v": (0, 0, v[3], 1)})
+    if kind == "do-not-o":         # dO stored BSHD with a pad, O BHSD with padded rows
+        return Layout({"do": permuted(dims["do"], (0, 2, 1, 3), pad=5),
+                       "o": permuted(dims["o"], (0, 1, 2, 3), pad=3)}, {"do": 4})
+    if kind == "stats-padded-head":
+        return Layout({"stats": (H_q * (S_q + 5), S_q + 5, 1, 1)}, {"stats": 2})
+    if kind == "stats-s-major":    # stats stored [B, S_q, H_q]
+        return Layout({"stats": (S_q * H_q, 1, H_q, 1)})
+    if kind == "odd-outputs":      # dQ BSHD with odd pitch, dK head-dim stride 3, dV D-major
+        dk = dims["dk"]
+        return Layout({"dq": permuted(dims["dq"], (0, 2, 1, 3), pad=3),
+                       "dk": tuple(3 * s for s in packed(dk)),
+                       "dv": permuted(dims["dv"], (0, 1, 3, 2))},
+                      {"dq": 1, "dk": 2, "dv": 7})
+    raise ValueError(kind)
+
+
+CASES = {
+    # head configurations
+    "mha": dict(H_q=2, S_q=32, D_qk=32),
+    "gqa-2": dict(H_q=4, H_k=2, S_q=24, D_qk=16, dtype="bf16"),
+    "gqa-4": dict(H_q=8, H_k=2, S_q=16, S_kv=20, D_qk=16),
+    "mqa": dict(H_q=4, H_k=1, S_q=20, D_qk=16, right=0),
+    "hk-eq-hq-gt-hv": dict(H_q=4, H_k=4, H_v=2, S_q=16, D_qk=16, dtype="bf16"),
+    "hv-gt-hk": dict(H_q=4, H_k=1, H_v=2, S_q=16, D_qk=16),
+    # head dims
+    "dqk-40-dv-24": dict(H_q=2, S_q=17, S_kv=33, D_qk=40, D_v=24, dtype="bf16"),
+    "d-8": dict(H_q=2, S_q=16, D_qk=8),
+    "dqk-192-dv-130": dict(H_q=1, S_q=16, D_qk=192, D_v=130, dtype="bf16"),
+    # sequence tails and S_q != S_kv
+    "tails-17-33": dict(B=2, H_q=1, S_q=17, S_kv=33, D_qk=24),
+    "s-1": dict(H_q=2, S_q=1, S_kv=1, D_qk=16),
+    "sq-1-skv-37": dict(H_q=2, S_q=1, S_kv=37, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
+    "sq-gt-skv": dict(H_q=2, S_q=40, S_kv=9, D_qk=16),
+    # masks x alignments (S_q != S_kv so the alignments differ)
+    "causal-tl": dict(H_q=2, S_q=33, S_kv=47, D_qk=16, right=0),
+    "causal-br": dict(H_q=2, S_q=33, S_kv=47, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
+    "window-tl": dict(H_q=2, S_q=40, S_kv=40, D_qk=16, left=7, right=0),
+    "window-br": dict(H_q=2, S_q=21, S_kv=50, D_qk=16, left=9, right=0,
+                      alignment="BOTTOM_RIGHT", dtype="bf16"),
+    # a band edge on a block edge: KV block 0 (keys 0..31) is kept by rows up to 32 only,
+    # and row 32 starts a Q block of the dK/dV kernel (TEST_TILES: M1=16, N1=32)
+    "window-edge-tl": dict(H_q=1, S_q=48, D_qk=16, left=2, right=0),
+    "band-tl": dict(H_q=2, S_q=37, S_kv=29, D_qk=16, left=3, right=2),
+    "band-br": dict(H_q=2, S_q=29, S_kv=37, D_qk=16, left=4, right=5, alignment="BOTTOM_RIGHT"),
+    "left-only-br": dict(H_q=2, S_q=33, S_kv=20, D_qk=16, left=6, alignment="BOTTOM_RIGHT"),
+    "right-only-tl": dict(H_q=2, S_q=33, S_kv=20, D_qk=16, right=9),
+    "right-minus-1-tl": dict(H_q=2, S_q=20, S_kv=20, D_qk=16, right=-1),
+    "right-minus-1-br": dict(H_q=2, S_q=20, S_kv=31, D_qk=16, right=-1, left=3,
+                             alignment="BOTTOM_RIGHT"),
+    # rows with no kept key: BOTTOM_RIGHT causal with S_q > S_kv, windows cut by the start
+    "masked-rows-br-causal": dict(H_q=2, S_q=45, S_kv=13, D_qk=16, right=0,
+                                  alignment="BOTTOM_RIGHT"),
+    "masked-rows-window": dict(H_q=2, S_q=40, S_kv=12, D_qk=16, left=3, right=-1,
+                               alignment="BOTTOM_RIGHT", dtype="bf16"),
+    # scale and dtype
+    "scale-0.3": dict(H_q=2, S_q=24, D_qk=16, scale=0.3, dtype="bf16"),
+    "scale-2": dict(H_q=2, S_q=24, D_qk=16, scale=2.0, right=0),
+}
+
+LAYOUT_CASES = {
+    "bshd": dict(B=2, H_q=2, S_q=19, S_kv=23, D_qk=24, dtype="bf16"),
+    "padded-rows": dict(H_q=4, H_k=2, S_q=17, D_qk=40, D_v=24),
+    "rows-of-16": dict(H_q=2, S_q=17, D_qk=12, D_v=12, right=0),  # aligned rows, D % 8 != 0
+    "head-dim-stride-2": dict(H_q=2, H_k=1, S_q=17, D_qk=24, right=0),
+    "broadcast-kv": dict(B=2, H_q=2, H_k=2, S_q=16, S_kv=21, D_qk=16, dtype="bf16"),
+    "do-not-o": dict(H_q=2, S_q=17, D_qk=16, D_v=24, left=5, right=0),
+    "stats-padded-head": dict(B=2, H_q=2, S_q=17, D_qk=16),
+    "stats-s-major": dict(H_q=4, H_k=2, S_q=17, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
+    "odd-outputs": dict(H_q=4, H_k=2, H_v=1, S_q=18, S_kv=22, D_qk=24, D_v=16),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients(engine, name):
+    graph = make_graph(**CASES[name])
+    assert engine.is_applicable(graph) is None
+    check(prepare(graph, seed=len(name)), engine)
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_CASES))
+def test_layouts(engine, name):
+    args = LAYOUT_CASES[name]
+    graph = make_graph(layout=_layout(name, **args), **args)
+    assert engine.is_applicable(graph) is None
+    check(prepare(graph, seed=len(name)), engine)
+
+
+def test_fully_masked_rows_are_zero(engine):
+    """Rows with LSE = -inf give exactly zero dQ (and no NaN anywhere)."""
+    graph = make_graph(H_q=2, S_q=30, S_kv=10, D_qk=16, right=0, alignment="BOTTOM_RIGHT")
+    prep = prepare(graph, seed=3)
+    check(prep, engine)
+    assert torch.isneginf(prep.views["stats"][:, :, :20]).all()
+    assert (prep.views["dq"][:, :, :20] == 0).all()
+
+
+def test_rows_with_lse_minus_inf_are_zero(engine):
+    """The contract, independent of the mask: a row whose stats say -inf (no kept key) has
+    P = 0, so zero dQ and no contribution to dK/dV, never NaN (here without any mask)."""
+    graph = make_graph(H_q=2, S_q=20, S_kv=24, D_qk=16)
+    prep = prepare(graph, seed=4)
+    prep.views["stats"][:, :, 3:9] = float("-inf")
+    prep.views["o"][:, :, 3:9] = 0
+    engine.run(graph, prep.views)
+    for p in ("dq", "dk", "dv"):
+        assert torch.isfinite(prep.views[p]).all(), p
+    assert (prep.views["dq"][:, :, 3:9] == 0).all()
+
+
+def test_extreme_lse(engine):
+    """LSE far below -88.7 (exp(LSE) underflows fp32): P must still be formed in one piece.
+    Q and K are -5 and +5 on half the head dims (scores near -100), random on the rest."""
+    graph = make_graph(H_q=1, S_q=17, S_kv=19, D_qk=16, scale=0.5)
+    gen = torch.Generator().manual_seed(5)
+    randn = lambda *d: torch.randn(*d, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, k = randn(1, 1, 17, 16), randn(1, 1, 19, 16)
+    q[..., :8], k[..., :8] = -5.0, 5.0
+    inputs = {"q": q, "k": k, "v": randn(1, 1, 19, 16), "do": randn(1, 1, 17, 16)}
+    prep = prepare(graph, inputs=inputs)
+    assert prep.views["stats"].max() < -88.7
+    check(prep, engine)
+
+
+def test_default_cpu_tiles():
+    """The shipped cpu config (not TEST_TILES) on a multi-block GQA causal case."""
+    engine = TritonEngine("cpu")
+    assert engine.config(make_graph()) == configs.config_for("cpu", 16, 16) != TEST_TILES
+    graph = make_graph(H_q=4, H_k=2, H_v=1, S_q=97, S_kv=150, D_qk=40, D_v=24, right=0,
+                       alignment="BOTTOM_RIGHT", dtype="bf16")
+    check(prepare(graph, seed=2), engine)
+
+
+def test_wide_tile_offsets(engine, monkeypatch):
+    """The 64-bit tile-offset variant (WIDE), forced on a strided GQA band case."""
+    from engines.triton import launch
+    monkeypatch.setattr(launch, "TILE_OFFSET_LIMIT", 0)
+    args = dict(H_q=4, H_k=2, H_v=1, S_q=19, S_kv=35, D_qk=24, D_v=40, left=9, right=2,
+                alignment="BOTTOM_RIGHT")
+    graph = make_graph(layout=_layout("odd-outputs", **args), **args)
+    prep = prepare(graph, seed=9)
+    assert launch.needs_wide(prep.views, TEST_TILES)
+    check(prep, engine)
+
+
+def test_vec_only_for_whole_16_byte_rows(monkeypatch):
+    """VEC = 8 (vectorised loads) only when every io tensor's offset and batch/head/row
+    strides are multiples of 8 elements, its head-dim stride is 1, its head dim a multiple
+    of 8 and its storage 16-byte aligned; each condition alone falls back to VEC = 1."""
+    from engines.triton import launch
+
+    def vec(**kw):
+        layout = kw.pop("layout", None)
+        args = dict(dict(H_q=2, S_q=8, D_qk=16), **kw)
+        graph = make_graph(**args)
+        if layout is not None:
+            graph = make_graph(layout=layout(graph), **args)
+        return launch.vec_for(prepare(graph).views)
+
+    def only(port, strides=None, offset=0):
+        return lambda g: Layout({port: strides(g.tensors[port].dims)} if strides else {},
+                                {port: offset})
+
+    assert vec() == 8
+    assert vec(layout=only("dv", offset=8)) == 8
+    assert vec(layout=only("dv", offset=4)) == 1
+    assert vec(layout=only("k", lambda d: tuple(2 * s for s in packed(d)))) == 1
+    assert vec(layout=only("o", lambda d: permuted(d, (0, 1, 2, 3), pad=4))) == 1
+    assert vec(D_v=12) == 1
+    assert vec(D_qk=12, D_v=12, layout=lambda g: Layout({p: permuted(t.dims, (0, 1, 2, 3), 4)
+                                                         for p, t in g.tensors.items()})) == 1
+    assert vec(layout=only("stats", lambda d: (99, 33, 3, 1), offset=5)) == 8
+    monkeypatch.setattr(launch, "ALIGN_BYTES", 1 << 40)
+    assert vec() == 1
+
+
+def test_needs_wide_past_2_31():
+    """A tile spanning 2^31 elements selects WIDE; the launcher's rule, on meta tensors."""
+    from engines.triton.launch import needs_wide
+    cfg = configs.BlockConfig(64, 64, 64, 64)
+
+    def view(strides, dims=(1, 1, 128, 64)):
+        return torch.empty_strided(dims, strides, device="meta")
+    small = {"q": view((128 * 64, 128 * 64, 64, 1))}
+    assert not needs_wide(small, cfg)
+    assert needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 63, 1))), cfg)
+    assert not needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 64, 1))), cfg)
+    assert needs_wide(dict(small, dv=view((1, 1, 1, 2 ** 31 // 63))), cfg)
+    stats = (1, 1, 128, 1)
+    assert needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 63 + 1, 1), stats)), cfg)
+    assert not needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 63, 2 ** 40), stats)), cfg)
+
+
+def test_deterministic(engine):
+    """Two runs on the same inputs give bitwise equal outputs (the engine declares it)."""
+    graph = make_graph(H_q=4, H_k=1, H_v=2, S_q=33, S_kv=17, D_qk=16, right=0,
+                       alignment="BOTTOM_RIGHT", dtype="bf16")
+    prep = prepare(graph, seed=11)
+    check(prep, engine)
+    first = {p: prep.views[p].clone() for p in ("dq", "dk", "dv")}
+    engine.run(graph, prep.views)
+    for p, t in first.items():
+        assert torch.equal(t.view(torch.int16), prep.views[p].view(torch.int16)), p
