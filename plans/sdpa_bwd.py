@@ -266,6 +266,14 @@ REGRESSIONS = (
                (Spec(_shape(H=2, S=192), distribution="shifted-logits"),
                 Spec(_shape(H=2, S=65, S_kv=320), distribution="shifted-logits", mask="causal-br"),
                 Spec(_shape(H=2, S=192), distribution="shifted-logits", dtype="fp16"))),
+    # The shifted-logits offset grows as 1/sqrt(scale): at 1e-10 Q and K hold ~2.7e5, legal
+    # in bf16 (fp32's exponent range) and far past fp16's 65504; S_kv = 128 takes dQ over
+    # two key blocks, whose partial sums do not cancel until the end.
+    Regression("REG-BF16-BEYOND-FP16-RANGE",
+               "bf16 inputs beyond fp16's range: an fp16 intermediate (a dQ accumulator) overflows",
+               "bundlegen mutate: mutant dq-accumulated-fp16 (issue 6)",
+               (Spec(_shape(H=2, S=128), distribution="shifted-logits",
+                     mutations=(attr("attn_scale", 1e-10),)),)),
     Regression("REG-B2-H2-DERIVED-STRIDES", "B = H = 1 hid swapped LSE batch/head strides",
                f"{_PRS} (review follow-up)",
                (Spec(_shape(B=2, H=2, S=128), port_kinds={"q": "bshd", "k": "bshd", "v": "bshd", "do": "bshd",

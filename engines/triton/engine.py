@@ -17,6 +17,7 @@ from bundlegen.graph import Graph
 from engines.base import Engine
 from engines.triton import configs
 from engines.triton.capabilities import INTERPRET_HINT, ROWS
+from engines.triton.defects import NO_DEFECTS, KernelDefects
 
 
 def interpret_enabled() -> bool:
@@ -43,9 +44,10 @@ class TritonEngine(Engine):
     name = "triton"
     deterministic = True
 
-    def __init__(self, device: torch.device | str = "cpu"):
+    def __init__(self, device: torch.device | str = "cpu", defects: KernelDefects | None = None):
         super().__init__(device)
         self._working: dict[tuple[str, int], configs.BlockConfig] = {}
+        self.defects = defects or NO_DEFECTS   # the mutation gate's defect classes; none here
 
     def archs(self) -> tuple[str, ...]:
         return tuple(ROWS)
@@ -78,7 +80,7 @@ class TritonEngine(Engine):
         key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
         while True:
             try:
-                launch(graph, tensors, cfg)
+                launch(graph, tensors, cfg, self.defects)
             except Exception as exc:  # noqa: BLE001 - only resource exhaustion is retried
                 smaller = configs.shrink(cfg) if out_of_resources(exc) else None
                 if smaller is None:

@@ -22,6 +22,9 @@ BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked 
 
 Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches.
+
+MUT_* constexprs put one defect class back for the mutation gate (engines/triton/defects.py,
+mutants/catalog.py); the production launch passes them all False, which compiles them out.
 """
 import triton
 import triton.language as tl
@@ -49,6 +52,17 @@ def _tile(rows, cols, s_row, s_col, VEC: tl.constexpr):
     if VEC > 1:   # head-dim stride 1, row stride a multiple of VEC
         return rows[:, None] * (s_row * VEC) + cols[None, :]
     return rows[:, None] * s_row + cols[None, :] * s_col
+
+
+@triton.jit
+def _tile_in(rows, cols, s_row, s_col, VEC: tl.constexpr, MUT_ROW_PITCH_EARLY: tl.constexpr):
+    """_tile for loading an input. MUT_ROW_PITCH_EARLY (mutant only): with an odd row pitch,
+    the rows at odd indices are read from one element early (a load rounded down to an even
+    address)."""
+    tile = _tile(rows, cols, s_row, s_col, VEC)
+    if MUT_ROW_PITCH_EARLY:
+        tile = tile - ((rows % 2) * ((s_row * VEC) % 2))[:, None]
+    return tile
 
 
 @triton.jit
@@ -86,9 +100,22 @@ def _dot(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _lse2(lse):
-    """LSE in log2 units; -inf (no kept key) becomes +inf so that exp2(s - lse2) = 0."""
+def _lse2(lse, MUT_MASKED_ROWS_NAN: tl.constexpr):
+    """LSE in log2 units; -inf (no kept key) becomes +inf so that exp2(s - lse2) = 0.
+    MUT_MASKED_ROWS_NAN (mutant only): -inf is kept."""
+    if MUT_MASKED_ROWS_NAN:
+        return lse * LOG2E
     return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)
+
+
+@triton.jit
+def _p(keep, s2, lse2, MUT_MASKED_ROWS_NAN: tl.constexpr):
+    """P = exp2(s2 - lse2) where kept, else 0 (s2, lse2 in log2 units, broadcast).
+    MUT_MASKED_ROWS_NAN (mutant only): the mask is applied to s2 before lse2 is subtracted,
+    so a row with no kept key gives exp2(-inf - (-inf)) = NaN."""
+    if MUT_MASKED_ROWS_NAN:
+        return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)
+    return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))
 
 
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
@@ -98,7 +125,8 @@ def bwd_preprocess(O, DO, Delta,
                    do_off, sdo_b, sdo_h, sdo_s, sdo_d,
                    H_q, S_q, D_v,
                    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   VEC: tl.constexpr, WIDE: tl.constexpr):
+                   VEC: tl.constexpr, WIDE: tl.constexpr,
+                   MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_DELTA_WRONG_DTYPE: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
     num_m = tl.cdiv(S_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -111,10 +139,12 @@ def bwd_preprocess(O, DO, Delta,
     rm, _, _, rd = _ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
     m_ok = start_m + rm < S_q
     mask = m_ok[:, None] & (rd[None, :] < D_v * VEC)
-    o = tl.load(_at(O, o_off, b, so_b, h, so_h, row0, so_s, VEC) + _tile(rm, rd, so_s, so_d, VEC),
-                mask=mask, other=0.0)
+    o = tl.load(_at(O, o_off, b, so_b, h, so_h, row0, so_s, VEC)
+                + _tile_in(rm, rd, so_s, so_d, VEC, MUT_ROW_PITCH_EARLY), mask=mask, other=0.0)
+    if MUT_DELTA_WRONG_DTYPE:   # mutant only: O's bits taken for fp16 whatever the io dtype
+        o = o.to(tl.float16, bitcast=True)
     do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
+                 + _tile_in(rm, rd, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + (pid_bh.to(tl.int64) * S_q + row0) + rm, delta, mask=m_ok)
 
@@ -136,7 +166,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+             MUT_DROP_TAIL: tl.constexpr, MUT_NO_SCALE_DK: tl.constexpr,
+             MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_MASKED_ROWS_NAN: tl.constexpr,
+             MUT_NO_GROUP_REDUCE: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -162,10 +195,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     col0 = tl.cast(start_n, tl.int64)
     kmask = (offs_n[:, None] < S_kv) & (rdq[None, :] < d_qk)
     vmask = (offs_n[:, None] < S_kv) & (rdv[None, :] < d_v)
-    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
-    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    q_tile = _tile_in(rm, rdq, sq_s, sq_d, VEC, MUT_ROW_PITCH_EARLY)
+    do_tile = _tile_in(rm, rdv, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY)
+    k_tile = _tile_in(rn, rdq, sk_s, sk_d, VEC, MUT_ROW_PITCH_EARLY)
+    v_tile = _tile_in(rn, rdv, sv_s, sv_d, VEC, MUT_ROW_PITCH_EARLY)
 
     # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
     lo = start_n * 0
@@ -189,7 +222,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     # One flat loop over (query head of the group, Q block in [lo, hi)).
     n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
-    for it in range(0, group * n_m):
+    if MUT_DROP_TAIL:         # mutant only: the last partial Q block is skipped
+        n_m = tl.maximum(hi - lo, 0) // BLOCK_M
+    n_heads = group
+    if MUT_NO_GROUP_REDUCE:   # mutant only: the group's first query head alone
+        n_heads = 1
+    for it in range(0, n_heads * n_m):
         h = h0 + it // n_m
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV:   # dK pass: the V head of query head h
@@ -206,12 +244,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
         do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
                      mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
         lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0))
+                             mask=m_ok, other=0.0), MUT_MASKED_ROWS_NAN)
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
         qkT = _dot(k, tl.trans(q), None, UPCAST)
         keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
                       HAS_LEFT, HAS_RIGHT)
-        pT = tl.exp2(tl.where(keepT, qkT * qk_scale - lse2[None, :], float("-inf")))
+        pT = _p(keepT, qkT * qk_scale, lse2[None, :], MUT_MASKED_ROWS_NAN)
         if COMPUTE_DV:
             dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
         if COMPUTE_DK:
@@ -221,7 +259,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
             dk = _dot(dsT.to(io), q, dk, UPCAST)            # dK += dS^T Q
 
     if COMPUTE_DK:
-        dk = dk * scale
+        if not MUT_NO_SCALE_DK:   # (mutant only: dK stored unscaled)
+            dk = dk * scale
         tl.store(_at(DK, dk_off, b, sdk_b, g, sdk_h, col0, sdk_s, VEC)
                  + _tile(rn, rdq, sdk_s, sdk_d, VEC), dk.to(io), mask=kmask)
     if COMPUTE_DV:
@@ -243,7 +282,9 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+           MUT_DROP_TAIL: tl.constexpr, MUT_ROW_PITCH_EARLY: tl.constexpr,
+           MUT_MASKED_ROWS_NAN: tl.constexpr, MUT_DQ_FP16: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
     num_m = tl.cdiv(S_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -262,13 +303,13 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
     row0 = tl.cast(start_m, tl.int64)
     m_ok = offs_m < S_q
     qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
-    q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC) + _tile(rm, rdq, sq_s, sq_d, VEC),
-                mask=qmask, other=0.0)
+    q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
+                + _tile_in(rm, rdq, sq_s, sq_d, VEC, MUT_ROW_PITCH_EARLY), mask=qmask, other=0.0)
     do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile(rm, rdv, sdo_s, sdo_d, VEC),
+                 + _tile_in(rm, rdv, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY),
                  mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
     lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                         mask=m_ok, other=0.0))
+                         mask=m_ok, other=0.0), MUT_MASKED_ROWS_NAN)
     delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
 
     # Keys that at least one row of this block keeps: [lo, hi).
@@ -282,9 +323,11 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
 
     kh = h // G_k
     vh = h // G_v
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    k_tile = _tile_in(rn, rdq, sk_s, sk_d, VEC, MUT_ROW_PITCH_EARLY)
+    v_tile = _tile_in(rn, rdv, sv_s, sv_d, VEC, MUT_ROW_PITCH_EARLY)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
+    if MUT_DROP_TAIL:   # mutant only: the last partial KV block is skipped
+        hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
     for start_n in range(lo, hi, BLOCK_N):
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
@@ -296,10 +339,12 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
         qk = _dot(q, tl.trans(k), None, UPCAST)              # S [M, N]
         keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
                      HAS_LEFT, HAS_RIGHT)
-        p = tl.exp2(tl.where(keep, qk * qk_scale - lse2[:, None], float("-inf")))
+        p = _p(keep, qk * qk_scale, lse2[:, None], MUT_MASKED_ROWS_NAN)
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
+        if MUT_DQ_FP16:   # mutant only: an fp16 accumulator
+            dq = dq.to(tl.float16).to(tl.float32)
     dq = dq * scale
     tl.store(_at(DQ, dq_off, b, sdq_b, h, sdq_h, row0, sdq_s, VEC)
              + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)

@@ -14,6 +14,7 @@ import torch
 from bundlegen.graph import Graph
 from bundlegen.mask import diagonal_shift
 from engines.triton.configs import BlockConfig, block_d
+from engines.triton.defects import NO_DEFECTS, KernelDefects
 from engines.triton.engine import interpret_enabled, triton_mode_error
 
 VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
@@ -84,7 +85,14 @@ def _stats_addr(t: torch.Tensor) -> tuple:
     return (_base(t), t.storage_offset(), *t.stride()[:3])
 
 
-def _bounds(graph: Graph) -> tuple[int, int, int]:
+def _packed_stats(t: torch.Tensor) -> torch.Tensor:
+    """Mutant only (KernelDefects.stats_packed): stats re-strided as packed [B, H_q, S_q, 1]
+    over its own storage (as_strided raises where that would reach past the storage)."""
+    B, H, S, _ = t.shape
+    return t.as_strided(t.shape, (H * S, S, 1, 1), t.storage_offset())
+
+
+def _bounds(graph: Graph, defects: KernelDefects = NO_DEFECTS) -> tuple[int, int, int]:
     """(shift, left, right) for the kernels. A bound beyond every |j - i - shift| changes
     nothing, so bounds are clipped to that range to keep them 32-bit."""
     a = graph.attributes
@@ -92,6 +100,10 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     reach = graph.S_q + graph.S_kv + 1
     left = min(a.left_bound, reach) if a.left_bound is not None else 0
     right = min(a.right_bound, reach) if a.right_bound is not None else 0
+    if defects.top_left:          # mutant only: the alignment asked is ignored
+        shift = 0
+    if defects.left_off_by_one:   # mutant only: keeps i - j' <= left_bound
+        left += 1
     return shift, left, right
 
 
@@ -107,14 +119,16 @@ def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) -> bool:
     return False
 
 
-def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) -> None:
-    """Run preprocess, dK/dV (one or two passes) and dQ into tensors['dq'|'dk'|'dv']."""
+def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
+           defects: KernelDefects = NO_DEFECTS) -> None:
+    """Run preprocess, dK/dV (one or two passes) and dQ into tensors['dq'|'dk'|'dv'].
+    `defects` (the mutation gate only) puts defect classes back; see defects.py."""
     kernels = kernels_module()
 
     B, H_q, H_k, H_v = graph.B, graph.H_q, graph.H_k, graph.H_v
     S_q, S_kv, D_qk, D_v = graph.S_q, graph.S_kv, graph.D_qk, graph.D_v
     a = graph.attributes
-    shift, left, right = _bounds(graph)
+    shift, left, right = _bounds(graph, defects)
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
@@ -123,12 +137,14 @@ def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) 
     tiles = dict(BLOCK_DQK=block_d(D_qk), BLOCK_DV=block_d(D_v))
     kw = cfg.launch_kwargs()
     q, k, v, o, do, dq, dk, dv = (_addr(tensors[p], vec) for p in IO_PORTS)
-    lse = _stats_addr(tensors["stats"])
+    stats = tensors["stats"]
+    lse = _stats_addr(_packed_stats(stats) if defects.stats_packed else stats)
 
     delta = torch.empty((B, H_q, S_q), dtype=torch.float32, device=tensors["q"].device)
     kernels.bwd_preprocess[(math.ceil(S_q / cfg.block_m2) * B * H_q,)](
         o[0], do[0], delta, *o[1:], *do[1:], H_q, S_q, D_v // vec,
-        BLOCK_M=cfg.block_m2, BLOCK_DV=tiles["BLOCK_DV"], VEC=vec, WIDE=flags["WIDE"], **kw)
+        BLOCK_M=cfg.block_m2, BLOCK_DV=tiles["BLOCK_DV"], VEC=vec, WIDE=flags["WIDE"],
+        **defects.constexprs("preprocess"), **kw)
 
     pointers = (q[0], k[0], v[0], do[0], lse[0], delta)
     addressing = (*q[1:], *k[1:], *v[1:], *do[1:], *lse[1:])
@@ -141,8 +157,9 @@ def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) 
             *pointers, dk[0], dv[0], *addressing, *dk[1:], *dv[1:],
             H_q, H_grp, H_q // H_k, H_q // H_v, *sizes,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            **flags, **tiles, **kw)
+            **flags, **tiles, **defects.constexprs("dkdv"), **kw)
 
     kernels.bwd_dq[(math.ceil(S_q / cfg.block_m2) * B * H_q,)](
         *pointers, dq[0], *addressing, *dq[1:], H_q, H_q // H_k, H_q // H_v, *sizes,
-        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **flags, **tiles, **kw)
+        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **flags, **tiles,
+        **defects.constexprs("dq"), **kw)

@@ -1,0 +1,197 @@
+"""The catalog of engine mutants: one place, one frozen record each.
+
+Each mutant is one real defect class, built from a correct engine class:
+- `wrapper` mutants (mutants/wrappers.py) alter what the engine is handed or accepts, or
+  what it leaves in memory; they work for any engine that reads the ports they alter;
+- `kernel-flag` mutants switch on one `KernelDefects` flag of the Triton engine
+  (engines/triton/defects.py): the defect is in its kernels or its launcher.
+
+`prefer` lists item globs whose cases the kill runner tries first. It only orders the
+cases (so the cheap, likely killers run early); a mutant is killed by whatever case in the
+level first fails it, and survives only when none does.
+
+The harness builds engines by name, so every (engine, mutant) pair also has a name,
+`mutants.catalog:<engine>@<mutant>`, that `engines.registry.engine_class` resolves through
+this module's `__getattr__`; the class it gives builds the mutant and carries the real
+engine's name (its engine.toml, tolerances and claims apply).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from bundlegen import reasons as R
+from engines.base import Engine
+from mutants import wrappers as W
+
+WRAPPER = "wrapper"
+KERNEL_FLAG = "kernel-flag"
+KINDS = (WRAPPER, KERNEL_FLAG)
+
+#: Engines that recompute O and LSE from Q, K, V and never read the stats or O ports: a
+#: mutant that only misreads those ports computes nothing different there.
+RECOMPUTES_FORWARD = frozenset({"torch-math"})
+FORWARD_PORTS = frozenset({"stats", "o"})
+
+Build = Callable[[type[Engine], "torch.device | str"], Engine]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    defect_class: str
+    description: str
+    kind: str                      # wrapper | kernel-flag
+    build: Build                   # (correct engine class, device) -> the mutant engine
+    prefer: tuple[str, ...] = ()   # item globs tried first (ordering only)
+    reads: tuple[str, ...] = ()    # input ports whose reading the defect corrupts
+
+    def not_applicable(self, engine_cls: type[Engine]) -> str | None:
+        """Why this mutant cannot be put into `engine_cls`, or None."""
+        if self.kind == KERNEL_FLAG:
+            from engines.triton.engine import TritonEngine
+            if not issubclass(engine_cls, TritonEngine):
+                return f"a kernel flag of the triton engine ({engine_cls.name} has no kernels to flag)"
+        if self.reads and set(self.reads) <= FORWARD_PORTS and engine_cls.name in RECOMPUTES_FORWARD:
+            return f"{engine_cls.name} recomputes the forward and never reads {', '.join(self.reads)}"
+        return None
+
+
+# ----------------------------------------------------------------------------- builders
+def _kernel_flag(flag: str) -> Build:
+    def build(engine_cls, device):
+        from engines.triton.defects import KernelDefects
+        return engine_cls(device, defects=KernelDefects(**{flag: True}))
+    build.flag = flag
+    return build
+
+
+def _wrapped(wrapper, *args) -> Build:
+    return lambda engine_cls, device: wrapper(engine_cls(device), *args)
+
+
+def _without_arm(code: str) -> Build:
+    return lambda engine_cls, device: W.without_decline_arm(engine_cls, code)(device)
+
+
+# ----------------------------------------------------------------------------- the catalog
+CATALOG: tuple[Mutant, ...] = (
+    # --- addressing of the inputs
+    Mutant("stats-read-packed", "stats strides ignored",
+           "the launcher passes stats strides derived from Q's dims ([B, H_q, S_q] packed), "
+           "whatever stats' own strides (ALMIOPEN-3037)",
+           KERNEL_FLAG, _kernel_flag("stats_packed"), ("REG-STATS-*",), ("stats",)),
+    Mutant("stats-batch-head-swapped", "stats strides swapped",
+           "stats read with its batch and head strides exchanged (hidden when B = 1 or H = 1)",
+           WRAPPER, _wrapped(W.StatsRestrided, "swap-batch-head"),
+           ("REG-B2-H2-DERIVED-STRIDES", "REG-STATS-*"), ("stats",)),
+    Mutant("v-indexed-with-k-heads", "H_v ignored",
+           "V and dV indexed with K's head count: dV of H_k heads written, past dV's end "
+           "when H_k > H_v (ALMIOPEN-3039)",
+           WRAPPER, _wrapped(W.VHeadsAsKHeads), ("REG-HV-LT-HK", "AX-HEADS-HK*")),
+    Mutant("do-strides-as-o", "dO strides assumed",
+           "dO read through O's strides (correct only when both share a layout)",
+           WRAPPER, _wrapped(W.DoStridesAsO), ("REG-DO-STRIDES-DIFFER", "AX-LAYOUT-DO-STRIDES-DIFFER")),
+    Mutant("odd-pitch-read-early", "stride parity misread",
+           "an input row at an odd index with an odd row pitch is read from one element "
+           "early (a load rounded down to an even address; ALMIOPEN-3038)",
+           KERNEL_FLAG, _kernel_flag("row_pitch_early"),
+           ("REG-ODD-ROW-PITCH", "AX-LAYOUT-PAD1", "AX-LAYOUT-ODD-PITCH")),
+    Mutant("delta-o-wrong-dtype", "wrong dtype",
+           "Delta = sum(O * dO) computed from O read as fp16 whatever the io dtype (a "
+           "hard-coded fp16 type: a bf16 O's bits taken for fp16)",
+           KERNEL_FLAG, _kernel_flag("delta_wrong_dtype"), ("AX-DTYPE-BF16",), ("o",)),
+    # --- addressing of the outputs
+    Mutant("dv-extra-row", "write past the end",
+           "dV written with one extra row past the end of every (batch, head) slice",
+           WRAPPER, _wrapped(W.DvExtraRow), ("REG-HV-LT-HK",)),
+    # --- masks and loops
+    Mutant("top-left-for-bottom-right", "wrong diagonal alignment",
+           "the diagonal aligned top-left when bottom-right was asked (visible when S_q != S_kv)",
+           KERNEL_FLAG, _kernel_flag("top_left"), ("REG-BR-SQ-GT-SKV", "REG-TAIL-S-MOD-128-64")),
+    Mutant("left-bound-off-by-one", "off-by-one window bound",
+           "a key kept when i - j' <= left_bound instead of < left_bound (one key too many)",
+           KERNEL_FLAG, _kernel_flag("left_off_by_one"), ("AX-MASK-WINDOW-*", "AX-MASK-BAND-*")),
+    Mutant("drop-tail-block", "dropped tail block",
+           "the last partial block of each sequence loop is skipped (S mod BLOCK != 0)",
+           KERNEL_FLAG, _kernel_flag("drop_tail"), ("REG-TAIL-S-MOD-128-64", "AX-SEQ-EQ-17")),
+    Mutant("masked-rows-nan", "fully masked rows",
+           "P formed as exp(S_masked - LSE): a row with no kept key gives -inf - (-inf) = NaN",
+           KERNEL_FLAG, _kernel_flag("masked_rows_nan"), ("REG-BR-SQ-GT-SKV", "AX-MASK-STRICT-*")),
+    # --- arithmetic
+    Mutant("scale-ignored-in-dk", "ignored scale",
+           "dK not multiplied by attn_scale",
+           KERNEL_FLAG, _kernel_flag("no_scale_dk")),
+    Mutant("dq-accumulated-fp16", "accumulation precision",
+           "the dQ accumulator rounded to fp16 after every key block (range and precision "
+           "of fp16 instead of fp32)",
+           KERNEL_FLAG, _kernel_flag("dq_fp16"), ("REG-BF16-BEYOND-FP16-RANGE",)),
+    Mutant("gqa-dkdv-not-reduced", "GQA reduction missing",
+           "dK and dV take only the first query head of their group instead of the sum "
+           "over the group",
+           KERNEL_FLAG, _kernel_flag("no_group_reduce"), ("AX-HEADS-GQA*", "AX-HEADS-MQA")),
+    # --- decline arms removed
+    Mutant("accepts-zero-stride-outputs", "decline arm removed",
+           "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",
+           WRAPPER, _without_arm(R.ZERO_STRIDE_OUTPUT), ("PRB-ZERO-STRIDE-*",)),
+    Mutant("accepts-overlapping-outputs", "decline arm removed",
+           "outputs whose strides overlap accepted and run",
+           WRAPPER, _without_arm(R.OVERLAPPING_OUTPUT), ("PRB-OVERLAP-*",)),
+    Mutant("accepts-non-packed-stats", "decline arm removed",
+           "an engine that addresses stats as packed, its non-packed-stats decline arm "
+           "removed: non-packed stats accepted and read as packed",
+           WRAPPER, _wrapped(W.StatsRestrided, "packed"), ("REG-STATS-*",), ("stats",)),
+)
+
+NAMES = tuple(m.name for m in CATALOG)
+assert len(set(NAMES)) == len(NAMES), "mutant names must be unique"
+
+
+def by_name(name: str) -> Mutant:
+    for m in CATALOG:
+        if m.name == name:
+            return m
+    raise KeyError(f"unknown mutant {name!r} (known: {', '.join(NAMES)})")
+
+
+def select(names=None) -> tuple[Mutant, ...]:
+    """The named mutants in catalog order, or the whole catalog."""
+    if not names:
+        return CATALOG
+    wanted = {by_name(n).name for n in names}
+    return tuple(m for m in CATALOG if m.name in wanted)
+
+
+# ----------------------------------------------------------------------------- engine names
+TARGET_SEP = "@"
+
+
+def engine_target(engine: str, mutant: str) -> str:
+    """The name `engines.registry.engine_class` resolves to the mutant of `engine`."""
+    return f"{__name__}:{engine}{TARGET_SEP}{mutant}"
+
+
+def mutant_engine_class(engine: str, mutant: Mutant) -> type[Engine]:
+    from engines.registry import engine_class
+
+    base = engine_class(engine)
+
+    def __new__(cls, device="cpu"):
+        return mutant.build(base, device)
+
+    return type(f"{base.__name__}Mutant[{mutant.name}]", (Engine,),
+                {"name": base.name, "deterministic": base.deterministic, "__new__": __new__,
+                 "__doc__": f"{mutant.name}: {mutant.description}"})
+
+
+def __getattr__(attr: str):
+    if TARGET_SEP not in attr:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+    engine, _, name = attr.rpartition(TARGET_SEP)
+    try:
+        mutant = by_name(name)
+    except KeyError as exc:
+        raise AttributeError(str(exc)) from None
+    return mutant_engine_class(engine, mutant)

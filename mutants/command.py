@@ -1,0 +1,180 @@
+"""`bundlegen mutate`: run every engine mutant over a level and print the kill matrix.
+
+  bundlegen mutate --engine triton --level quick [--device cpu|cuda] [--mutant NAME ...]
+                   [-k PATTERN] [--bundles DIR] [--json PATH] [--all-kills]
+
+Exit 1 when a mutant survives the level (or cannot be built), 2 on a usage error.
+On the CPU the Triton engine runs in the Triton interpreter: TRITON_INTERPRET=1 is set
+here when it is not set already.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", default="triton",
+                        help="engine to mutate (default triton; kernel-flag mutants need triton, "
+                             "wrapper mutants work for any engine)")
+    parser.add_argument("--level", default=None, help="quick, pr, nightly or full (lower levels included)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                        help="run only this mutant (repeatable)")
+    parser.add_argument("-k", dest="pattern", default=None, metavar="PATTERN",
+                        help="only cases whose id, group, level/group/id or an item contains PATTERN "
+                             "or matches it as a glob")
+    parser.add_argument("--bundles", default=None, metavar="DIR", help="bundle root (default: the repo's bundles/)")
+    parser.add_argument("--json", dest="json_path", default=None, metavar="PATH",
+                        help="write the kill matrix as JSON")
+    parser.add_argument("--all-kills", action="store_true",
+                        help="run every case for every mutant and list every kill (slow)")
+    parser.add_argument("--repeat", type=int, default=None, metavar="N",
+                        help="runs per case for the determinism check (default: the harness's)")
+    parser.add_argument("--isolation", action="store_true",
+                        help="run each mutant in a worker process (a mutant that kills its process "
+                             "costs one case); default in-process")
+    parser.add_argument("--list", action="store_true", help="print the catalog and exit")
+    parser.add_argument("--quiet", action="store_true", help="no per-mutant progress lines")
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    err = Console(stderr=True, emoji=False, soft_wrap=True)
+    if args.list:
+        from mutants.catalog import CATALOG
+        Console(width=max(Console().width, 160), emoji=False).print(catalog_table(CATALOG))
+        return 0
+    if not args.level:
+        err.print("[red]error:[/red] --level is required")
+        return 2
+    device = args.device or _default_device()
+    if args.engine == "triton" and device.startswith("cpu") and "TRITON_INTERPRET" not in os.environ:
+        os.environ["TRITON_INTERPRET"] = "1"   # before anything imports Triton
+
+    from engines.registry import EngineNotFound
+    from harness.bundles import levels_upto
+    from mutants import catalog
+    from mutants.kill import kill_matrix, load_cases
+
+    try:
+        levels_upto(args.level)
+        mutants = catalog.select(args.mutant)
+    except (ValueError, KeyError) as exc:
+        err.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}")
+        return 2
+    cases = load_cases(args.level, args.bundles, args.pattern)
+
+    def progress(result) -> None:
+        if not args.quiet:
+            err.print(f"  {result.name}: {_status_text(result)}", highlight=False)
+
+    try:
+        matrix = kill_matrix(mutants, args.engine, cases, level=args.level, device=device,
+                             pattern=args.pattern, first_kill_only=not args.all_kills,
+                             repeat=args.repeat, isolation=args.isolation, on_result=progress)
+    except EngineNotFound as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    out = Console(width=max(Console().width, 160), emoji=False)
+    out.print(matrix_table(matrix))
+    out.print(summary_line(matrix), highlight=False, soft_wrap=True)
+    if args.json_path:
+        from bundlegen.graph import canonical_json
+        path = Path(args.json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(canonical_json(matrix.to_json()), encoding="utf-8")
+        out.print(f"kill matrix written to {path}", highlight=False)
+    return matrix.exit_code
+
+
+def _default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _status_text(result) -> str:
+    from mutants.kill import KILLED
+    if result.status == KILLED:
+        k = result.kill
+        return f"killed by {k.where} ({k.verdict}) after {result.cases_run} case(s), {result.wall_s:.1f} s"
+    return f"{result.status}{': ' + result.note if result.note else ''} ({result.cases_run} case(s))"
+
+
+# ----------------------------------------------------------------------------- rendering
+def catalog_table(mutants):
+    from rich.table import Table
+
+    table = Table(title="mutant catalog")
+    for col in ("mutant", "kind", "defect class", "what it does"):
+        table.add_column(col, overflow="fold")
+    for m in mutants:
+        table.add_row(m.name, m.kind, m.defect_class, m.description)
+    return table
+
+
+def matrix_table(matrix):
+    from rich.table import Table
+
+    from mutants.kill import KILLED, SURVIVED
+
+    from rich.markup import escape
+
+    table = Table(title=f"kill matrix: {matrix.engine} on {matrix.device} ({matrix.arch}), "
+                        f"level {matrix.level}" + (f", -k {matrix.pattern}" if matrix.pattern else ""))
+    for col in ("mutant", "kind", "result", "first killing case", "its items", "check: verdict",
+                "detail", "cases", "s"):
+        table.add_column(col, overflow="fold")
+    for r in matrix.results:
+        style = {KILLED: "green", SURVIVED: "bold red"}.get(r.status, "yellow")
+        k = r.kill
+        table.add_row(
+            r.name, r.kind, f"[{style}]{r.status}[/{style}]",
+            k.where if k else escape(r.note or "-"),
+            ", ".join(shown_items(k.items)) if k else "",
+            f"{k.check}: {k.verdict}" if k else "",
+            escape(_short(k.detail, 70)) if k else "",
+            str(r.cases_run), f"{r.wall_s:.1f}")
+    return table
+
+
+def shown_items(items) -> list[str]:
+    """A case's items less the axis items of default values (every case has most of them)."""
+    from generator.expand import axis_item
+    from plans.sdpa_bwd import AXES
+
+    defaults = {axis_item(a.name, a.default) for a in AXES}
+    return [i for i in items if i not in defaults]
+
+
+def _short(text: str, limit: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def summary_line(matrix) -> str:
+    from mutants.kill import KILLED, NOT_APPLICABLE, SURVIVED
+
+    applicable = matrix.applicable
+    killed = matrix.count(KILLED)
+    pct = 100.0 * killed / applicable if applicable else 100.0
+    text = (f"mutate {matrix.engine} {matrix.level}: {killed} of {applicable} mutants killed "
+            f"({pct:.0f} %) over {matrix.cases} cases in {matrix.wall_s:.1f} s")
+    survived = [r.name for r in matrix.results if r.status == SURVIVED]
+    if survived:
+        text += f"; SURVIVED: {', '.join(survived)}"
+    na = [r.name for r in matrix.results if r.status == NOT_APPLICABLE]
+    if na:
+        text += f"; not applicable: {', '.join(na)}"
+    broken = [r.name for r in matrix.results if r.status not in (KILLED, SURVIVED, NOT_APPLICABLE)]
+    if broken:
+        text += f"; could not build: {', '.join(broken)}"
+    return text
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from bundlegen.cli import main as cli_main
+    sys.exit(cli_main(["mutate", *sys.argv[1:]]))

@@ -1,0 +1,271 @@
+"""The kill matrix: every mutant run over a level's cases through the harness
+(`harness.run.CaseExecutor`, the path `bundlegen run` takes), stopping at the first case
+that kills it.
+
+A case kills a mutant when the mutant gets a failing verdict there (any `fail:*`,
+`rejection-accepted`, `crashed`, `claim-broken`) and the correct engine does not: the
+correct engine's verdict is asked only for killing cases, once per case, so a case that
+fails for the engine itself never counts as a kill.
+
+Cases are tried cheapest first (predicted seconds on the device; probes cost nothing, as
+they are never executed), the mutant's `prefer` items before the rest.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from bundlegen.graph import Case
+from harness import verdicts as V
+
+KILLED = "killed"
+SURVIVED = "survived"
+NOT_APPLICABLE = "n/a"
+BROKEN = "broken"          # the mutant engine could not be built
+
+#: the check a failing verdict names
+CHECK_OF_VERDICT = {
+    V.FAIL_NUMERIC: "tolerance vs oracle",
+    V.FAIL_NAN: "no NaN/Inf",
+    V.FAIL_GUARD: "guard canaries",
+    V.FAIL_INPUT_MODIFIED: "inputs untouched",
+    V.FAIL_NONDETERMINISTIC: "determinism",
+    V.REJECTION_ACCEPTED: "rejection probe",
+    V.CRASHED: "engine raised",
+    V.CLAIM_BROKEN: "claim",
+}
+
+
+def kills(verdict: str) -> bool:
+    return verdict in CHECK_OF_VERDICT
+
+
+@dataclass(frozen=True)
+class Kill:
+    case_id: str
+    level: str
+    group: str
+    purpose: str
+    items: tuple[str, ...]
+    verdict: str
+    detail: str
+
+    @property
+    def check(self) -> str:
+        """The check that failed; for a claimed case, the one behind `claim-broken`."""
+        if self.verdict == V.CLAIM_BROKEN:
+            was = self.detail.partition(" but ")[2]
+            behind = next((c for v, c in CHECK_OF_VERDICT.items() if was.startswith(v)), None)
+            return f"{behind} (claimed case)" if behind else "claim (declined)"
+        return CHECK_OF_VERDICT.get(self.verdict, self.verdict)
+
+    @property
+    def where(self) -> str:
+        return f"{self.level}/{self.group}/{self.case_id}"
+
+    def to_json(self) -> dict:
+        return {"case_id": self.case_id, "level": self.level, "group": self.group,
+                "purpose": self.purpose, "items": list(self.items), "verdict": self.verdict,
+                "check": self.check, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class MutantResult:
+    name: str
+    kind: str
+    defect_class: str
+    status: str                          # killed | survived | n/a | broken
+    kills: tuple[Kill, ...] = ()         # the first only, unless every case was run
+    cases_run: int = 0
+    wall_s: float = 0.0
+    note: str = ""                       # why n/a or broken
+    baseline_failures: tuple[str, ...] = ()   # killing cases the correct engine fails too
+
+    @property
+    def kill(self) -> Kill | None:
+        return self.kills[0] if self.kills else None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "defect_class": self.defect_class,
+                "status": self.status, "kill": self.kill.to_json() if self.kill else None,
+                "kills": [k.to_json() for k in self.kills], "cases_run": self.cases_run,
+                "wall_s": round(self.wall_s, 3), "note": self.note,
+                "baseline_failures": list(self.baseline_failures)}
+
+
+@dataclass(frozen=True)
+class KillMatrix:
+    engine: str
+    device: str
+    arch: str
+    level: str
+    pattern: str | None
+    cases: int
+    results: tuple[MutantResult, ...]
+    wall_s: float
+    first_kill_only: bool = True
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def applicable(self) -> int:
+        return sum(r.status in (KILLED, SURVIVED, BROKEN) for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a mutant survived (or could not be built), else 0."""
+        return 1 if any(r.status in (SURVIVED, BROKEN) for r in self.results) else 0
+
+    def to_json(self) -> dict:
+        return {"version": 1, "engine": self.engine, "device": self.device, "arch": self.arch,
+                "level": self.level, "pattern": self.pattern, "cases": self.cases,
+                "first_kill_only": self.first_kill_only,
+                "killed": self.count(KILLED), "survived": self.count(SURVIVED),
+                "not_applicable": self.count(NOT_APPLICABLE), "broken": self.count(BROKEN),
+                "wall_s": round(self.wall_s, 3), "mutants": [r.to_json() for r in self.results]}
+
+
+# ----------------------------------------------------------------------------- cases
+def load_cases(level: str, bundles: Path | str | None = None, pattern: str | None = None) -> list[Case]:
+    """The level's cases (and every lower level's) matching `-k PATTERN`. Malformed bundle
+    entries are `bundlegen run`'s to report; they kill nothing."""
+    from harness import bundles as B
+    from harness.selection import matches_pattern
+
+    loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
+    return [c for c in loaded.cases if matches_pattern(c, pattern)]
+
+
+def case_cost(case: Case, device: torch.device) -> float:
+    """Predicted seconds of one case on `device`; a probe is never executed."""
+    from harness.run import predicted_seconds
+
+    if case.purpose == "probe":
+        return 0.0
+    predicted = predicted_seconds(case, device)
+    return float(predicted if predicted is not None else case.cost.predicted_s)
+
+
+def order_cases(cases: Sequence[Case], device: torch.device | str,
+                prefer: Iterable[str] = ()) -> list[Case]:
+    """Cases tracing to a `prefer` item glob first, each part cheapest first."""
+    from harness.selection import matches_pattern
+
+    device = torch.device(device)
+    prefer = tuple(prefer)
+    costs = {c.id: case_cost(c, device) for c in cases}
+
+    def preferred(case: Case) -> bool:
+        return any(matches_pattern(case, p) for p in prefer)
+
+    return sorted(cases, key=lambda c: (not preferred(c), costs[c.id], c.level, c.group, c.id))
+
+
+# ----------------------------------------------------------------------------- baseline
+class Baseline:
+    """The correct engine's verdicts, asked lazily (only for cases that kill a mutant)."""
+
+    def __init__(self, engine: str, device: str, make_executor: Callable[[str], object]):
+        self.engine, self.device = engine, device
+        self._make = make_executor
+        self._executor = None
+        self._verdicts: dict[str, str] = {}
+
+    def fails(self, case: Case) -> bool:
+        if case.id not in self._verdicts:
+            if self._executor is None:
+                self._executor = self._make(self.engine)
+            self._verdicts[case.id] = self._executor.execute(case).verdict
+        return V.is_failing(self._verdicts[case.id])
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+
+
+# ----------------------------------------------------------------------------- one mutant
+def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
+               make_executor: Callable[[str], object], *, first_kill_only: bool = True,
+               on_case: Callable[[str, Case], None] | None = None) -> MutantResult:
+    from engines.registry import engine_class
+    from harness.worker import WorkerStartError
+    from mutants.catalog import engine_target
+
+    def result(status, **kw) -> MutantResult:
+        return MutantResult(mutant.name, mutant.kind, mutant.defect_class, status, **kw)
+
+    reason = mutant.not_applicable(engine_class(engine))
+    if reason:
+        return result(NOT_APPLICABLE, note=reason)
+    start = time.perf_counter()
+    try:
+        executor = make_executor(engine_target(engine, mutant.name))
+    except (WorkerStartError, TypeError, ValueError, ImportError) as exc:
+        return result(BROKEN, note=f"cannot build the mutant: {type(exc).__name__}: {exc}",
+                      wall_s=time.perf_counter() - start)
+    found: list[Kill] = []
+    ignored: list[str] = []
+    run = 0
+    try:
+        for case in order_cases(cases, baseline.device, mutant.prefer):
+            if on_case is not None:
+                on_case(mutant.name, case)
+            record = executor.execute(case)
+            run += 1
+            if not kills(record.verdict):
+                continue
+            if baseline.fails(case):
+                ignored.append(case.id)
+                continue
+            found.append(Kill(case.id, case.level, case.group, case.purpose, tuple(case.items),
+                              record.verdict, record.detail))
+            if first_kill_only:
+                break
+    finally:
+        executor.close()
+    return result(KILLED if found else SURVIVED, kills=tuple(found), cases_run=run,
+                  wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored))
+
+
+# ----------------------------------------------------------------------------- the matrix
+def kill_matrix(mutants, engine: str, cases: Sequence[Case], *, level: str = "",
+                device: str | None = None, pattern: str | None = None,
+                first_kill_only: bool = True, repeat: int | None = None,
+                isolation: bool = False, timeout_s: float | None = None, config=None,
+                on_result: Callable[[MutantResult], None] | None = None,
+                on_case: Callable[[str, Case], None] | None = None) -> KillMatrix:
+    """Run each mutant of `engine` over `cases` (already selected) and collect the kills."""
+    from engines.base import arch_of
+    from engines.registry import config_dir, engine_class
+    from harness.config import load_engine_config
+    from harness.run import CaseExecutor, default_device, default_timeout
+
+    device = device or default_device()
+    base = engine_class(engine)
+    config = config if config is not None else load_engine_config(config_dir(base.name))
+    timeout = timeout_s if timeout_s is not None else default_timeout(device)
+
+    def make_executor(target: str) -> CaseExecutor:
+        return CaseExecutor(target, device, config=config, repeat=repeat, isolation=isolation,
+                            timeout_s=timeout)
+
+    start = time.perf_counter()
+    baseline = Baseline(engine, device, make_executor)
+    results = []
+    try:
+        for mutant in mutants:
+            r = run_mutant(mutant, engine, cases, baseline, make_executor,
+                           first_kill_only=first_kill_only, on_case=on_case)
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    finally:
+        baseline.close()
+    return KillMatrix(engine=engine, device=str(device), arch=arch_of(device), level=level,
+                      pattern=pattern, cases=len(cases), results=tuple(results),
+                      wall_s=time.perf_counter() - start, first_kill_only=first_kill_only)

@@ -1,0 +1,158 @@
+"""Data-path mutants: a correct engine handed altered views or graphs, its outputs
+post-processed, or one of its decline arms removed. They work for any engine that reads
+the port they alter (an engine that recomputes O and LSE never reads stats or O).
+
+Every altered view is made with `as_strided` over the port's own storage, so it addresses
+exactly what a kernel told those strides would address; a view that would reach past the
+storage raises, where a kernel would read or write memory it does not own.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import torch
+
+from bundlegen.graph import Graph, TensorSpec
+from bundlegen.reasons import code_of
+from engines.base import Engine
+
+
+# ----------------------------------------------------------------------------- views
+class OutOfStorage(RuntimeError):
+    """A misaddressed view reaches past its port's storage: a kernel would read or write
+    memory it does not own."""
+
+
+def restrided(t: torch.Tensor, dims, strides, port: str = "?") -> torch.Tensor:
+    """A view of t's storage at t's offset with other dims and strides."""
+    dims, strides = tuple(dims), tuple(strides)
+    size = t.untyped_storage().nbytes() // t.element_size()
+    end = t.storage_offset() + 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    if end > size:
+        raise OutOfStorage(f"{port} addressed with dims {list(dims)} and strides {list(strides)} "
+                           f"reaches {end - size} element(s) past its storage")
+    return t.as_strided(dims, strides, t.storage_offset())
+
+
+def packed_strides(dims) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def with_spec(graph: Graph, port: str, spec: TensorSpec) -> Graph:
+    return dataclasses.replace(graph, tensors={**graph.tensors, port: spec})
+
+
+# ----------------------------------------------------------------------------- base
+class EngineWrapper(Engine):
+    """Presents `inner` as itself (name, device, arch, determinism, decline rules), so the
+    harness reads the same engine.toml, claims and tolerances as for the real engine."""
+
+    def __init__(self, inner: Engine):
+        self.inner = inner
+        self.device, self.arch = inner.device, inner.arch
+        self.name, self.deterministic = inner.name, inner.deterministic
+
+    def archs(self) -> tuple[str, ...]:
+        return self.inner.archs()
+
+    def is_applicable(self, graph: Graph) -> str | None:
+        return self.inner.is_applicable(graph)
+
+    def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.inner.run(graph, tensors)
+
+
+# ----------------------------------------------------------------------------- stats
+class StatsRestrided(EngineWrapper):
+    """The engine reads stats through the wrong strides: `packed` (derived from Q's dims,
+    whatever stats' own strides) or `swap-batch-head` (batch and head strides exchanged)."""
+
+    HOW = ("packed", "swap-batch-head")
+
+    def __init__(self, inner: Engine, how: str):
+        if how not in self.HOW:
+            raise ValueError(f"unknown stats misreading {how!r} (known: {', '.join(self.HOW)})")
+        super().__init__(inner)
+        self.how = how
+
+    def run(self, graph, tensors):
+        stats = tensors["stats"]
+        if self.how == "packed":
+            strides = packed_strides(stats.shape)
+        else:
+            s = stats.stride()
+            strides = (s[1], s[0], s[2], s[3])
+        self.inner.run(graph, {**tensors, "stats": restrided(stats, stats.shape, strides, "stats")})
+
+
+# ----------------------------------------------------------------------------- heads
+class VHeadsAsKHeads(EngineWrapper):
+    """H_v ignored: V and dV indexed as if they had H_k heads (their own strides), so the
+    dV of H_k heads is written (past dV's end when H_k > H_v, short of it when H_k < H_v)."""
+
+    def run(self, graph, tensors):
+        if graph.H_v == graph.H_k:
+            return self.inner.run(graph, tensors)
+        views, g = dict(tensors), graph
+        for port in ("v", "dv"):
+            spec = graph.tensors[port]
+            dims = (spec.dims[0], graph.H_k, *spec.dims[2:])
+            g = with_spec(g, port, dataclasses.replace(spec, dims=dims))
+            views[port] = restrided(tensors[port], dims, tensors[port].stride(), port)
+        self.inner.run(g, views)
+
+
+# ----------------------------------------------------------------------------- dO
+class DoStridesAsO(EngineWrapper):
+    """dO assumed to share O's strides: dO's storage read through O's strides."""
+
+    def run(self, graph, tensors):
+        do = tensors["do"]
+        self.inner.run(graph, {**tensors, "do": restrided(do, do.shape, tensors["o"].stride(), "do")})
+
+
+# ----------------------------------------------------------------------------- dV
+def row_past_end(view: torch.Tensor) -> torch.Tensor:
+    """Storage indices of row S (one past the last row) of every (batch, head) slice."""
+    B, H, S, D = view.shape
+    sb, sh, ss, sd = view.stride()
+    dev = view.device
+    b = torch.arange(B, device=dev).view(B, 1, 1)
+    h = torch.arange(H, device=dev).view(1, H, 1)
+    d = torch.arange(D, device=dev).view(1, 1, D)
+    return (view.storage_offset() + b * sb + h * sh + S * ss + d * sd).reshape(-1)
+
+
+class DvExtraRow(EngineWrapper):
+    """dV written with one extra row past its end: after the engine's run, row S_kv of every
+    (batch, head) slice gets what a store mask of `n <= S_kv` writes there (zeros: masked
+    loads give no key, so P = 0). In BHSD that row is the next head's row 0; past the last
+    slice it is the guard band. Indices beyond the storage are not written: that memory is
+    not the harness's to watch."""
+
+    def run(self, graph, tensors):
+        self.inner.run(graph, tensors)
+        dv = tensors["dv"]
+        size = dv.untyped_storage().nbytes() // dv.element_size()
+        index = row_past_end(dv)
+        index = index[index < size]
+        dv.as_strided((size,), (1,), 0)[index] = 0
+
+
+# ----------------------------------------------------------------------------- decline arms
+def without_decline_arm(engine_cls: type[Engine], code: str) -> type[Engine]:
+    """The engine class with one decline arm removed: a graph whose first decline reason has
+    `code` is accepted and run anyway (by the engine's own run, which asks the same method)."""
+
+    class WithoutArm(engine_cls):
+        def is_applicable(self, graph):
+            reason = super().is_applicable(graph)
+            return None if reason is not None and code_of(reason) == code else reason
+
+    WithoutArm.__name__ = WithoutArm.__qualname__ = f"{engine_cls.__name__}Without[{code}]"
+    return WithoutArm

@@ -1,0 +1,11 @@
+"""The checked-in generated files agree with their sources: CI fails on drift."""
+import argparse
+
+from claims import matrix_command
+from claims.matrix import BUNDLE_ROOT, MATRIX_PATH
+
+
+def test_support_matrix_is_current(capsys):
+    args = argparse.Namespace(check=True, output=MATRIX_PATH, bundles=BUNDLE_ROOT, claims_root=None)
+    rc = matrix_command.main(args)
+    assert rc == 0, capsys.readouterr().out

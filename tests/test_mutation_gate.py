@@ -1,0 +1,47 @@
+"""The CPU mutation gate (mutants/ci_gate.py): every mutant of the catalog dies on the quick
+level, run on the Triton engine in the Triton interpreter; and the gate goes red when the
+one plan item that kills a mutant is taken out of the plan."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+from generator.generate import build  # noqa: E402
+from mutants import catalog, ci_gate  # noqa: E402
+from mutants.kill import KILLED, SURVIVED, load_cases  # noqa: E402
+from plans.sdpa_bwd import PLAN  # noqa: E402
+
+#: a mutant that exactly one plan item kills at quick, and that item
+SOLE_KILLER = ("dq-accumulated-fp16", "REG-BF16-BEYOND-FP16-RANGE")
+
+
+@pytest.fixture(scope="module")
+def quick_cases():
+    return load_cases(ci_gate.GATE.level)
+
+
+@pytest.mark.parametrize("name", catalog.NAMES)
+def test_the_quick_level_kills(name, quick_cases):
+    (result,) = ci_gate.run_gate([name], quick_cases).results
+    assert result.status == KILLED, (
+        f"mutant {name} ({result.status}{': ' + result.note if result.note else ''}) survived "
+        f"the quick level after {result.cases_run} cases: the plan has a hole (add the case "
+        f"that kills it; never loosen the mutant)")
+
+
+def test_the_gate_fails_without_the_item_that_kills_a_mutant():
+    mutant, item = SOLE_KILLER
+    with_item = build(PLAN).at_level("quick")
+    (killed,) = ci_gate.run_gate([mutant], with_item).results
+    assert killed.status == KILLED and item in killed.kill.items
+
+    without = dataclasses.replace(PLAN, regressions=tuple(r for r in PLAN.regressions if r.item != item))
+    cases = build(without).at_level("quick")
+    assert cases and not any(item in c.items for c in cases)
+    matrix = ci_gate.run_gate([mutant], cases)
+    (survived,) = matrix.results
+    assert survived.status == SURVIVED and survived.cases_run == len(cases)
+    assert matrix.exit_code == 1
