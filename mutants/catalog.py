@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from bundlegen import reasons as R
 from engines.base import Engine
 from mutants import wrappers as W
@@ -35,7 +33,7 @@ KINDS = (WRAPPER, KERNEL_FLAG)
 RECOMPUTES_FORWARD = frozenset({"torch-math"})
 FORWARD_PORTS = frozenset({"stats", "o"})
 
-Build = Callable[[type[Engine], "torch.device | str"], Engine]
+Build = Callable[[type[Engine], object], Engine]   # (engine class, device) -> engine
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,8 @@ CATALOG: tuple[Mutant, ...] = (
            "whatever stats' own strides (ALMIOPEN-3037)",
            KERNEL_FLAG, _kernel_flag("stats_packed"), ("REG-STATS-*",), ("stats",)),
     Mutant("stats-batch-head-swapped", "stats strides swapped",
-           "stats read with its batch and head strides exchanged (hidden when B = 1 or H = 1)",
+           "stats read with its batch and head strides exchanged (packed stats hide it only "
+           "when H_q = 1)",
            WRAPPER, _wrapped(W.StatsRestrided, "swap-batch-head"),
            ("REG-B2-H2-DERIVED-STRIDES", "REG-STATS-*"), ("stats",)),
     Mutant("v-indexed-with-k-heads", "H_v ignored",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 
@@ -173,8 +172,3 @@ def summary_line(matrix) -> str:
     if broken:
         text += f"; could not build: {', '.join(broken)}"
     return text
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from bundlegen.cli import main as cli_main
-    sys.exit(cli_main(["mutate", *sys.argv[1:]]))

@@ -14,6 +14,9 @@ from mutants import catalog, ci_gate  # noqa: E402
 from mutants.kill import KILLED, SURVIVED, load_cases  # noqa: E402
 from plans.sdpa_bwd import PLAN  # noqa: E402
 
+#: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 #: a mutant that exactly one plan item kills at quick, and that item
 SOLE_KILLER = ("dq-accumulated-fp16", "REG-BF16-BEYOND-FP16-RANGE")
 
