@@ -89,12 +89,6 @@ def output_layout_reason(graph: Graph) -> str | None:
     return None
 
 
-def outputs_alias_each_other(graph: Graph) -> bool:
-    """True when two output ports are declared with the same storage offsets; the harness
-    gives each port its own storage, so this is informational only."""
-    return False
-
-
 def stats_is_packed(graph: Graph) -> bool:
     """Stats stored [B, H_q, S_q, 1] contiguous (strides of size-1 axes are free)."""
     spec = graph.tensors["stats"]
