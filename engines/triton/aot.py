@@ -54,7 +54,6 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
 
     cfg = configs.config_for(arch, d_qk, d_v)
     target = GPUTarget(*TARGETS[arch])
-    options = cfg.launch_kwargs()
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v))
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False, VEC=vec)
     variants = {
@@ -73,7 +72,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
         if label not in only:
             continue
         src = ASTSource(fn, *_specialise(fn, cons, io))
-        kernel = triton.compile(src, target=target, options=options)
+        kernel = triton.compile(src, target=target,
+                                options=cfg.launch_kwargs(dq=label == "dq"))
         shared[label] = kernel.metadata.shared
         if registers is not None and "cubin" in kernel.asm:
             registers[label] = _cubin_usage(kernel.asm["cubin"])

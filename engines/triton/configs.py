@@ -25,9 +25,13 @@ class BlockConfig:
     num_stages: int = 1
     waves_per_eu: int | None = None           # gfx942 only
     matrix_instr_nonkdim: int | None = None   # gfx942 only
+    num_warps_dq: int | None = None           # the dQ kernel's, when they differ
+    num_stages_dq: int | None = None
 
-    def launch_kwargs(self) -> dict:
-        kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+    def launch_kwargs(self, dq: bool = False) -> dict:
+        warps = self.num_warps_dq if dq and self.num_warps_dq is not None else self.num_warps
+        stages = self.num_stages_dq if dq and self.num_stages_dq is not None else self.num_stages
+        kw = {"num_warps": warps, "num_stages": stages}
         if self.waves_per_eu is not None:
             kw["waves_per_eu"] = self.waves_per_eu
         if self.matrix_instr_nonkdim is not None:
@@ -56,10 +60,12 @@ def _amd(m1, n1, m2, n2) -> BlockConfig:
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels (no register spills on sm90)
     # and their shared memory; `python -m engines.triton.aot` re-checks every arch and tier.
+    # sm90: the fastest of `python bench/tune_triton.py` on an H200 (bf16, B4 H16 S4096, the
+    # dK/dV and dQ kernels timed apart, causal and not: one config wins or ties for both).
     "sm90": ArchConfigs("sm90", 232_448, (
-        (64, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=3)),
-        (128, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3)),
-        (256, BlockConfig(32, 32, 64, 32, num_warps=8, num_stages=2)),
+        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3)),
+        (128, BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3, num_warps_dq=8)),
+        (256, BlockConfig(32, 32, 128, 32, num_warps=4, num_stages=3, num_warps_dq=8)),
     )),
     "sm120": ArchConfigs("sm120", 101_376, (
         (64, BlockConfig(32, 64, 64, 32, num_warps=4, num_stages=3)),
@@ -93,8 +99,8 @@ def config_for(arch: str, d_qk: int, d_v: int) -> BlockConfig:
 
 def shrink(cfg: BlockConfig) -> BlockConfig | None:
     """The next smaller config to try when a launch runs out of resources, or None."""
-    if cfg.num_stages > 1:
-        return replace(cfg, num_stages=1)
+    if cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1:
+        return replace(cfg, num_stages=1, num_stages_dq=None)
     blocks = (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if max(blocks) <= MIN_BLOCK:
         return None

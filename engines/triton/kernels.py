@@ -21,7 +21,8 @@ and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQ
 BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
 
 Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
-(not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches.
+(not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
+and blocks the band keeps whole skip the mask.
 
 MUT_* constexprs put one defect class back for the mutation gate (engines/triton/defects.py,
 mutants/catalog.py); the production launch passes them all False, which compiles them out.
@@ -180,6 +181,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     num_n = tl.cdiv(S_kv, BLOCK_N)
     pid = tl.program_id(0)
     pid_n = pid % num_n
+    if HAS_LEFT and not HAS_RIGHT:   # the last KV blocks keep the most rows: launch them first
+        pid_n = num_n - 1 - pid_n
     pid_bg = pid // num_n
     b = (pid_bg // H_grp).to(tl.int64)
     g = (pid_bg % H_grp).to(tl.int64)
@@ -208,6 +211,16 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
         lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M
     if HAS_LEFT:    # i - j + shift < left    =>  i < n_last - shift + left
         hi = tl.minimum(n_last - shift + left, S_q)
+    # Q blocks starting in [mid_lo, mid_hi) lie inside the band: they skip the mask. Q rows
+    # past S_q need none here (their dO loads as 0, so they add nothing) and KV rows past
+    # S_kv are never stored. The branch is uniform per program, so the loop stays one loop.
+    mid_lo = lo
+    mid_hi = hi
+    if HAS_RIGHT:   # whole iff start_m >= start_n + BLOCK_N - 1 - shift - right
+        mid_lo = lo + tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift - right - lo, 0),
+                              BLOCK_M) * BLOCK_M
+    if HAS_LEFT:    # whole iff start_m + BLOCK_M <= start_n - shift + left
+        mid_hi = lo + (tl.maximum(start_n - shift + left - lo, 0) // BLOCK_M) * BLOCK_M
 
     # K and V of this block. With H_k == H_v (both computed) they serve the whole group;
     # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
@@ -246,10 +259,16 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
         lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                              mask=m_ok, other=0.0), MUT_MASKED_ROWS_NAN)
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
-        qkT = _dot(k, tl.trans(q), None, UPCAST)
-        keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
-                      HAS_LEFT, HAS_RIGHT)
-        pT = _p(keepT, qkT * qk_scale, lse2[None, :], MUT_MASKED_ROWS_NAN)
+        s2T = _dot(k, tl.trans(q), None, UPCAST) * qk_scale
+        if HAS_LEFT or HAS_RIGHT:
+            if (start_m < mid_lo) | (start_m >= mid_hi):
+                keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
+                              HAS_LEFT, HAS_RIGHT)
+                pT = _p(keepT, s2T, lse2[None, :], MUT_MASKED_ROWS_NAN)
+            else:
+                pT = tl.exp2(s2T - lse2[None, :])
+        else:
+            pT = tl.exp2(s2T - lse2[None, :])
         if COMPUTE_DV:
             dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
         if COMPUTE_DK:
@@ -289,6 +308,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
     num_m = tl.cdiv(S_q, BLOCK_M)
     pid = tl.program_id(0)
     pid_m = pid % num_m
+    if HAS_RIGHT and not HAS_LEFT:   # the last Q blocks keep the most keys: launch them first
+        pid_m = num_m - 1 - pid_m
     pid_bh = pid // num_m
     b = (pid_bh // H_q).to(tl.int64)
     h = (pid_bh % H_q).to(tl.int64)
@@ -328,6 +349,17 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
     if MUT_DROP_TAIL:   # mutant only: the last partial KV block is skipped
         hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
+    # KV blocks starting in [mid_lo, mid_hi) lie inside the band and below S_kv: they skip
+    # the mask. A key past S_kv loads as 0, but its P = exp2(-LSE) may overflow to inf and
+    # inf * 0 is NaN, so the tail block is masked even without a band.
+    mid_lo = lo
+    if HAS_LEFT:    # whole iff start_n >= start_m + BLOCK_M + shift - left
+        mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M + shift - left - lo, 0),
+                              BLOCK_N) * BLOCK_N
+    whole_end = S_kv + lo * 0
+    if HAS_RIGHT:   # whole iff start_n + BLOCK_N <= start_m + shift + right + 1
+        whole_end = tl.minimum(whole_end, start_m + shift + right + 1)
+    mid_hi = lo + (tl.maximum(whole_end - lo, 0) // BLOCK_N) * BLOCK_N
     for start_n in range(lo, hi, BLOCK_N):
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
@@ -336,10 +368,13 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
                     mask=n_ok & (rdq[None, :] < d_qk), other=0.0)
         v = tl.load(_at(V, v_off, b, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
                     mask=n_ok & (rdv[None, :] < d_v), other=0.0)
-        qk = _dot(q, tl.trans(k), None, UPCAST)              # S [M, N]
-        keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
-                     HAS_LEFT, HAS_RIGHT)
-        p = _p(keep, qk * qk_scale, lse2[:, None], MUT_MASKED_ROWS_NAN)
+        s2 = _dot(q, tl.trans(k), None, UPCAST) * qk_scale    # S [M, N], log2 units
+        if (start_n < mid_lo) | (start_n >= mid_hi):
+            keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
+                         HAS_LEFT, HAS_RIGHT)
+            p = _p(keep, s2, lse2[:, None], MUT_MASKED_ROWS_NAN)
+        else:
+            p = tl.exp2(s2 - lse2[:, None])
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K

@@ -7,7 +7,8 @@ scratch, packed [B, H_q, S_q].
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 
@@ -119,47 +120,88 @@ def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) -> bool:
     return False
 
 
-def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-           defects: KernelDefects = NO_DEFECTS) -> None:
-    """Run preprocess, dK/dV (one or two passes) and dQ into tensors['dq'|'dk'|'dv'].
-    `defects` (the mutation gate only) puts defect classes back; see defects.py."""
-    kernels = kernels_module()
+@dataclass(frozen=True)
+class Launch:
+    """Everything the three kernels of one backward are launched with; the stages below
+    (preprocess, dK/dV, dQ) run in that order and can be timed one by one (bench/tune_triton.py)."""
+    kernels: Any
+    graph: Graph
+    cfg: BlockConfig
+    defects: KernelDefects
+    vec: int
+    flags: Mapping[str, Any]
+    tiles: Mapping[str, int]
+    ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
+    delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
 
-    B, H_q, H_k, H_v = graph.B, graph.H_q, graph.H_k, graph.H_v
-    S_q, S_kv, D_qk, D_v = graph.S_q, graph.S_kv, graph.D_qk, graph.D_v
+    @property
+    def pointers(self) -> tuple:
+        p = self.ports
+        return (p["q"][0], p["k"][0], p["v"][0], p["do"][0], p["stats"][0], self.delta)
+
+    @property
+    def addressing(self) -> tuple:
+        p = self.ports
+        return (*p["q"][1:], *p["k"][1:], *p["v"][1:], *p["do"][1:], *p["stats"][1:])
+
+    @property
+    def sizes(self) -> tuple:
+        g = self.graph
+        shift, left, right = _bounds(g, self.defects)
+        return (g.S_q, g.S_kv, g.D_qk // self.vec, g.D_v // self.vec,
+                float(g.attributes.attn_scale), shift, left, right)
+
+
+def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
+            defects: KernelDefects = NO_DEFECTS) -> Launch:
     a = graph.attributes
-    shift, left, right = _bounds(graph, defects)
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg), VEC=vec)
-    tiles = dict(BLOCK_DQK=block_d(D_qk), BLOCK_DV=block_d(D_v))
-    kw = cfg.launch_kwargs()
-    q, k, v, o, do, dq, dk, dv = (_addr(tensors[p], vec) for p in IO_PORTS)
+    ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     stats = tensors["stats"]
-    lse = _stats_addr(_packed_stats(stats) if defects.stats_packed else stats)
+    ports["stats"] = _stats_addr(_packed_stats(stats) if defects.stats_packed else stats)
+    delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
+                        device=tensors["q"].device)
+    return Launch(kernels_module(), graph, cfg, defects, vec, flags,
+                  dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta)
 
-    delta = torch.empty((B, H_q, S_q), dtype=torch.float32, device=tensors["q"].device)
-    kernels.bwd_preprocess[(math.ceil(S_q / cfg.block_m2) * B * H_q,)](
-        o[0], do[0], delta, *o[1:], *do[1:], H_q, S_q, D_v // vec,
-        BLOCK_M=cfg.block_m2, BLOCK_DV=tiles["BLOCK_DV"], VEC=vec, WIDE=flags["WIDE"],
-        **defects.constexprs("preprocess"), **kw)
 
-    pointers = (q[0], k[0], v[0], do[0], lse[0], delta)
-    addressing = (*q[1:], *k[1:], *v[1:], *do[1:], *lse[1:])
-    sizes = (S_q, S_kv, D_qk // vec, D_v // vec, float(a.attn_scale), shift, left, right)
+def run_preprocess(L: Launch) -> None:
+    g, cfg, o, do = L.graph, L.cfg, L.ports["o"], L.ports["do"]
+    L.kernels.bwd_preprocess[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
+        o[0], do[0], L.delta, *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
+        BLOCK_M=cfg.block_m2, BLOCK_DV=L.tiles["BLOCK_DV"], VEC=L.vec, WIDE=L.flags["WIDE"],
+        **L.defects.constexprs("preprocess"), **cfg.launch_kwargs())
 
-    # dK/dV: one pass grouped by K heads when H_k == H_v, else a dK pass and a dV pass.
-    passes = [(H_k, True, True)] if H_k == H_v else [(H_k, True, False), (H_v, False, True)]
+
+def run_dkdv(L: Launch) -> None:
+    """One pass grouped by K heads when H_k == H_v, else a dK pass and a dV pass."""
+    g, cfg, dk, dv = L.graph, L.cfg, L.ports["dk"], L.ports["dv"]
+    passes = [(g.H_k, True, True)] if g.H_k == g.H_v else [(g.H_k, True, False), (g.H_v, False, True)]
     for H_grp, do_dk, do_dv in passes:
-        kernels.bwd_dkdv[(math.ceil(S_kv / cfg.block_n1) * B * H_grp,)](
-            *pointers, dk[0], dv[0], *addressing, *dk[1:], *dv[1:],
-            H_q, H_grp, H_q // H_k, H_q // H_v, *sizes,
+        L.kernels.bwd_dkdv[(math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp,)](
+            *L.pointers, dk[0], dv[0], *L.addressing, *dk[1:], *dv[1:],
+            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            **flags, **tiles, **defects.constexprs("dkdv"), **kw)
+            **L.flags, **L.tiles, **L.defects.constexprs("dkdv"), **cfg.launch_kwargs())
 
-    kernels.bwd_dq[(math.ceil(S_q / cfg.block_m2) * B * H_q,)](
-        *pointers, dq[0], *addressing, *dq[1:], H_q, H_q // H_k, H_q // H_v, *sizes,
-        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **flags, **tiles,
-        **defects.constexprs("dq"), **kw)
+
+def run_dq(L: Launch) -> None:
+    g, cfg, dq = L.graph, L.cfg, L.ports["dq"]
+    L.kernels.bwd_dq[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
+        *L.pointers, dq[0], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k, g.H_q // g.H_v,
+        *L.sizes, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles,
+        **L.defects.constexprs("dq"), **cfg.launch_kwargs(dq=True))
+
+
+def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
+           defects: KernelDefects = NO_DEFECTS) -> None:
+    """Run preprocess, dK/dV (one or two passes) and dQ into tensors['dq'|'dk'|'dv'].
+    `defects` (the mutation gate only) puts defect classes back; see defects.py."""
+    L = prepare(graph, tensors, cfg, defects)
+    run_preprocess(L)
+    run_dkdv(L)
+    run_dq(L)
