@@ -10,6 +10,7 @@ so a tile choice that breaks the kernel shows up here before the harness runs it
 
     python bench/tune_triton.py                          # D 64 128 256, causal and not
     python bench/tune_triton.py --d 128 --out tune.json
+    python bench/tune_triton.py --orders                 # program order: head- vs block-major
 
 The winners go into engines/triton/configs.py by hand; the harness then proves them.
 """
@@ -116,15 +117,59 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
     return triton.testing.do_bench(fn, warmup=20, rep=80), outs
 
 
+ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal)
+    (4, 16, 16, 4096, 128, True), (4, 16, 2, 4096, 128, True), (4, 16, 16, 4096, 64, True),
+    (1, 16, 16, 16384, 128, True), (4, 16, 16, 4096, 128, False)]
+
+
+def compare_orders() -> list[dict]:
+    """Whole-backward time with the programs head-major and block-major
+    (kernels._block_and_head), table configs."""
+    import triton
+
+    from bench.engine_speed import Shape, graph_of
+    from engines.triton import launch as L
+    rows = []
+    for B, H, H_kv, S, D, causal in ORDER_SHAPES:
+        graph = graph_of(Shape(B, H, H_kv, S, D, "bf16", causal))
+        t = tensors_for(graph, "cuda")
+        cfg = config_for(ARCH, D, D)
+        row = {"shape": f"B{B} H{H}:{H_kv} S{S} D{D} {'causal' if causal else 'non-causal'}",
+               "default_block_major": L.block_major(graph)}
+        for order in (False, True):
+            prepared = L.prepare(graph, t, cfg, order=order)
+
+            def run(p=prepared):
+                L.run_preprocess(p)
+                L.run_dkdv(p)
+                L.run_dq(p)
+            row["block_major" if order else "head_major"] = triton.testing.do_bench(run, warmup=20, rep=80)
+        flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        print(f"{row['shape']:32s} head-major {row['head_major']:.3f} ms "
+              f"({flops / row['head_major'] / 1e9:.0f} TFLOP/s)  block-major {row['block_major']:.3f} ms "
+              f"({flops / row['block_major'] / 1e9:.0f} TFLOP/s)", flush=True)
+        rows.append(row)
+        del t
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "tune_triton_h200.json"))
+    parser.add_argument("--orders", action="store_true",
+                        help="only compare the program orders (head- vs block-major)")
     args = parser.parse_args(argv)
 
     import torch
+    if args.orders:
+        rows = compare_orders()
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "orders": rows},
+                                             indent=1) + "\n")
+        return 0
     jobs = [(d, mask == "causal", kernel, cfg) for d in args.d for mask in args.masks
             for kernel in KERNELS for cfg in candidates(d, kernel)]
     start = time.perf_counter()

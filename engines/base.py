@@ -48,3 +48,7 @@ class Engine(abc.ABC):
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         """Compute dq, dk, dv from q, k, v, o, do, stats and write them into
         tensors['dq'|'dk'|'dv'] (views with the declared dims and strides)."""
+
+    def warm_up(self) -> None:
+        """Called once per process before the first case: one-time set-up (a JIT runtime,
+        a driver context) that no single case should be billed for. Default: nothing."""

@@ -55,7 +55,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     cfg = configs.config_for(arch, d_qk, d_v)
     target = GPUTarget(*TARGETS[arch])
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v))
-    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False, VEC=vec)
+    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False,
+                 VEC=vec)
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     BLOCK_DV=tiles["BLOCK_DV"],

@@ -119,6 +119,26 @@ def _p(keep, s2, lse2, MUT_MASKED_ROWS_NAN: tl.constexpr):
     return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))
 
 
+@triton.jit
+def _block_and_head(num_blocks, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.constexpr):
+    """(block index, batch-head index) of this program. Head-major (each head's blocks are
+    consecutive programs, so the ones running together share that head's tensors in L2)
+    unless BLOCK_MAJOR: then block by block across all heads, so that under a one-sided
+    band, whose blocks differ in work, every head's heaviest block starts in the first wave
+    and none is left to run alone at the end. REVERSE numbers the blocks from the last."""
+    pid = tl.program_id(0)
+    if BLOCK_MAJOR:
+        heads = tl.num_programs(0) // num_blocks
+        blk = pid // heads
+        head = pid % heads
+    else:
+        blk = pid % num_blocks
+        head = pid // num_blocks
+    if REVERSE:
+        blk = num_blocks - 1 - blk
+    return blk, head
+
+
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
                                "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v"])
 def bwd_preprocess(O, DO, Delta,
@@ -129,10 +149,7 @@ def bwd_preprocess(O, DO, Delta,
                    VEC: tl.constexpr, WIDE: tl.constexpr,
                    MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_DELTA_WRONG_DTYPE: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
-    num_m = tl.cdiv(S_q, BLOCK_M)
-    pid = tl.program_id(0)
-    pid_m = pid % num_m
-    pid_bh = pid // num_m
+    pid_m, pid_bh = _block_and_head(tl.cdiv(S_q, BLOCK_M), False, False)
     b = (pid_bh // H_q).to(tl.int64)
     h = (pid_bh % H_q).to(tl.int64)
     start_m = pid_m * BLOCK_M
@@ -163,7 +180,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
              dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
              scale, shift, left, right,
-             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -178,12 +195,9 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     H_q / H_grp query heads of its group and their Q blocks, accumulating in registers:
     no atomics, so dK and dV are deterministic.
     """
-    num_n = tl.cdiv(S_kv, BLOCK_N)
-    pid = tl.program_id(0)
-    pid_n = pid % num_n
-    if HAS_LEFT and not HAS_RIGHT:   # the last KV blocks keep the most rows: launch them first
-        pid_n = num_n - 1 - pid_n
-    pid_bg = pid // num_n
+    # under a left bound alone the last KV blocks keep the most rows: they go first
+    pid_n, pid_bg = _block_and_head(tl.cdiv(S_kv, BLOCK_N), BLOCK_MAJOR,
+                                    HAS_LEFT and not HAS_RIGHT)
     b = (pid_bg // H_grp).to(tl.int64)
     g = (pid_bg % H_grp).to(tl.int64)
     group = H_q // H_grp
@@ -298,19 +312,16 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
            dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
            scale, shift, left, right,
-           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            MUT_DROP_TAIL: tl.constexpr, MUT_ROW_PITCH_EARLY: tl.constexpr,
            MUT_MASKED_ROWS_NAN: tl.constexpr, MUT_DQ_FP16: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
-    num_m = tl.cdiv(S_q, BLOCK_M)
-    pid = tl.program_id(0)
-    pid_m = pid % num_m
-    if HAS_RIGHT and not HAS_LEFT:   # the last Q blocks keep the most keys: launch them first
-        pid_m = num_m - 1 - pid_m
-    pid_bh = pid // num_m
+    # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
+    pid_m, pid_bh = _block_and_head(tl.cdiv(S_q, BLOCK_M), BLOCK_MAJOR,
+                                    HAS_RIGHT and not HAS_LEFT)
     b = (pid_bh // H_q).to(tl.int64)
     h = (pid_bh % H_q).to(tl.int64)
     io = Q.dtype.element_ty

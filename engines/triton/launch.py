@@ -152,11 +152,20 @@ class Launch:
                 float(g.attributes.attn_scale), shift, left, right)
 
 
+def block_major(graph: Graph) -> bool:
+    """Programs ordered block by block across heads (kernels._block_and_head): under a
+    one-sided band (causal, or a left bound alone) blocks differ in work."""
+    a = graph.attributes
+    return (a.left_bound is None) != (a.right_bound is None)
+
+
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-            defects: KernelDefects = NO_DEFECTS) -> Launch:
+            defects: KernelDefects = NO_DEFECTS, order: bool | None = None) -> Launch:
+    """`order` overrides block_major(graph) (bench/tune_triton.py compares the two)."""
     a = graph.attributes
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
+                 BLOCK_MAJOR=block_major(graph) if order is None else order,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg), VEC=vec)
