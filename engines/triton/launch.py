@@ -152,11 +152,18 @@ class Launch:
                 float(g.attributes.attn_scale), shift, left, right)
 
 
+#: Order the programs block-major (kernels._block_and_head) under a one-sided band? Off:
+#: not yet measured on a GPU (`python bench/tune_triton.py --orders` times both orders);
+#: every GPU figure so far is head-major.
+BLOCK_MAJOR_UNDER_ONE_SIDED_BAND = False
+
+
 def block_major(graph: Graph) -> bool:
-    """Programs ordered block by block across heads (kernels._block_and_head): under a
-    one-sided band (causal, or a left bound alone) blocks differ in work."""
+    """Programs ordered block by block across heads: a candidate only under a one-sided
+    band (causal, or a left bound alone), where blocks differ in work."""
     a = graph.attributes
-    return (a.left_bound is None) != (a.right_bound is None)
+    one_sided = (a.left_bound is None) != (a.right_bound is None)
+    return BLOCK_MAJOR_UNDER_ONE_SIDED_BAND and one_sided
 
 
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
