@@ -1,9 +1,13 @@
 """Wall time of `bundlegen run` per level on one GPU with the float64 oracle: first the
 top level in a fresh Triton cache (cold: kernels compile), then every level again on
 the warm cache. Each run is a fresh `python -m bundlegen run` process, timed whole; its
-results.jsonl gives the oracle's time (materialize: fill, float64 forward and backward),
-the engine's and the executed case count. A level includes every lower level, so
-`full` is all four levels.
+results.jsonl gives each case's phases: `materialize_s` (input fill, layout, copies),
+`oracle_s` (the float64 forward and backward alone), `engine_s` (the first run) and
+`check_s` (guards, inputs, tolerance, determinism re-run), and the executed case count.
+The oracle share is the summed oracle_s over the process's elapsed time. A level
+includes every lower level, so `full` is all four levels. (Results files written before
+the phases were split have no materialize_s/check_s, and their oracle_s is all of
+materialize: they read as 0 and as that.)
 
 Targets (printed, not asserted): all four levels against triton in under 20 s with a warm
 cache, and the oracle under 30 % of it.
@@ -35,6 +39,8 @@ TARGET_WARM_S = 20.0
 TARGET_ORACLE_SHARE = 0.30
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
+from harness.results import PHASES, phase_seconds  # noqa: E402  (needs REPO_ROOT on sys.path)
+
 
 @dataclass(frozen=True)
 class LevelStats:
@@ -46,6 +52,8 @@ class LevelStats:
     oracle_s: float
     engine_s: float
     predicted_s: float
+    materialize_s: float = 0.0
+    check_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,8 +78,13 @@ class RunStats:
 
     def to_json(self) -> dict:
         return {**asdict(self), "oracle_share": self.oracle_share, "executed_cases_per_s": self.cases_per_s,
-                "case_wall_s": self.total("wall_s"), "oracle_s": self.total("oracle_s"),
-                "engine_s": self.total("engine_s"), "executed": self.total("executed")}
+                "case_wall_s": self.total("wall_s"), "executed": self.total("executed"),
+                **{phase: self.total(phase) for phase in PHASES}}
+
+    @property
+    def other_s(self) -> float:
+        """Case wall time outside the four phases (worker round trip, skips, probes, ...)."""
+        return self.total("wall_s") - sum(self.total(phase) for phase in PHASES)
 
 
 def level_stats(records: list[dict], levels: tuple[str, ...]) -> tuple[LevelStats, ...]:
@@ -81,9 +94,8 @@ def level_stats(records: list[dict], levels: tuple[str, ...]) -> tuple[LevelStat
         out.append(LevelStats(
             level=level, cases=len(rows), executed=sum(r.get("engine_s") is not None for r in rows),
             wall_s=sum(r.get("wall_s") or 0.0 for r in rows),
-            oracle_s=sum(r.get("oracle_s") or 0.0 for r in rows),
-            engine_s=sum(r.get("engine_s") or 0.0 for r in rows),
-            predicted_s=sum(r.get("predicted_s") or 0.0 for r in rows)))
+            predicted_s=sum(r.get("predicted_s") or 0.0 for r in rows),
+            **phase_seconds(rows)))
     return tuple(out)
 
 
@@ -123,13 +135,22 @@ def print_runs(runs: list[RunStats]) -> None:
               f"{r.total('executed'):9d} {r.cases_per_s:8.1f} {r.exit_code:5d}")
 
 
+def print_phases(runs: list[RunStats]) -> None:
+    """Where the case wall time went, per run: the four phases and the rest."""
+    print(f"\n{'run':5s} {'level':8s} {'case wall s':>12s} {'materialize s':>14s} {'oracle s':>9s} "
+          f"{'engine s':>9s} {'check s':>8s} {'other s':>8s}")
+    for r in runs:
+        print(f"{r.label:5s} {r.level:8s} {r.total('wall_s'):12.1f} {r.total('materialize_s'):14.1f} "
+              f"{r.total('oracle_s'):9.1f} {r.total('engine_s'):9.1f} {r.total('check_s'):8.1f} {r.other_s:8.1f}")
+
+
 def print_breakdown(run: RunStats) -> None:
     print(f"\nper level, {run.label} --level {run.level} (each level's own cases):")
-    print(f"{'level':8s} {'cases':>6s} {'executed':>9s} {'wall s':>8s} {'oracle s':>9s} {'engine s':>9s} "
-          f"{'predicted s':>12s}")
+    print(f"{'level':8s} {'cases':>6s} {'executed':>9s} {'wall s':>8s} {'materialize s':>14s} {'oracle s':>9s} "
+          f"{'engine s':>9s} {'check s':>8s} {'predicted s':>12s}")
     for s in run.levels:
-        print(f"{s.level:8s} {s.cases:6d} {s.executed:9d} {s.wall_s:8.1f} {s.oracle_s:9.1f} {s.engine_s:9.1f} "
-              f"{s.predicted_s:12.1f}")
+        print(f"{s.level:8s} {s.cases:6d} {s.executed:9d} {s.wall_s:8.1f} {s.materialize_s:14.1f} "
+              f"{s.oracle_s:9.1f} {s.engine_s:9.1f} {s.check_s:8.1f} {s.predicted_s:12.1f}")
 
 
 def target_lines(cold: RunStats | None, warm: RunStats | None) -> list[str]:
@@ -188,9 +209,9 @@ def main(argv=None) -> int:
     levels = sorted(set(args.levels), key=LEVELS.index)
     out = args.out or default_out(args.device)
     cache = args.runs_dir / "triton-cache"
-    if cache.exists():
+    if cache.exists() and not args.no_cold:   # --no-cold times the cache that is there
         shutil.rmtree(cache)
-    cache.mkdir(parents=True)
+    cache.mkdir(parents=True, exist_ok=True)
 
     runs: list[RunStats] = []
     cold = warm = None
@@ -206,6 +227,7 @@ def main(argv=None) -> int:
             warm = run
     print()
     print_runs(runs)
+    print_phases(runs)
     if warm is not None:
         print_breakdown(warm)
     print()

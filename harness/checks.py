@@ -48,32 +48,74 @@ class Judgement:
         return min(margins) if margins else None
 
 
-def output_error(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Tolerance) -> OutputError:
-    """Compare one engine output (any device, io dtype) with the oracle (float64, CPU)."""
-    got = out.detach().to(device="cpu", dtype=torch.float64)
+#: the scalars `_error_terms` reads back, in order
+_TERMS = ("nonfinite", "max_err", "within", "min_ratio")
+
+
+def _error_terms(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """float64 [len(_TERMS)] on the reference's device: every scalar output_error needs,
+    computed where the reference lives (no full-size tensor leaves that device). max_err is
+    NaN when any error is NaN (torch's max propagates NaN); the host reads that as the
+    'NaN error' case."""
+    got = out.detach().to(device=ref.device, dtype=torch.float64)
     ref = ref.to(torch.float64)
-    nonfinite = int((~torch.isfinite(got) & torch.isfinite(ref)).sum())
-    err = (got - ref).abs()
-    bound = tol.atol + tol.rtol * mag.to(torch.float64)
-    if nonfinite or torch.isnan(err).any():
-        return OutputError(max_abs_err=math.inf if nonfinite else float(err.nan_to_num(math.inf).max()),
+    nonfinite = torch.isfinite(got).logical_not_().logical_and_(torch.isfinite(ref)).sum(dtype=torch.float64)
+    err = (got - ref).abs_()
+    del got
+    bound = mag.to(device=ref.device, dtype=torch.float64) * tol.rtol + tol.atol  # atol + rtol * mag, bitwise
+    within = (err <= bound).all().to(torch.float64)
+    # min over the elements with an error of bound / err (inf where there is none)
+    ratio = torch.where(err > 0, bound / err, math.inf).min()
+    return torch.stack([nonfinite, err.max(), within, ratio])
+
+
+def _error_of(terms: list[float]) -> OutputError:
+    t = dict(zip(_TERMS, terms))
+    nonfinite = int(t["nonfinite"])
+    if nonfinite or math.isnan(t["max_err"]):  # a NaN error counts as an infinite one
+        return OutputError(max_abs_err=math.inf,
                            normalized_error=math.inf, margin=0.0, within=False, nonfinite=nonfinite)
-    within = bool((err <= bound).all())
-    wrong = err > 0
-    if not bool(wrong.any()):
+    if not t["max_err"] > 0:  # no element has an error
         return OutputError(max_abs_err=0.0, normalized_error=0.0, margin=MARGIN_CAP,
                            within=True, nonfinite=0)
-    margin = min(float((bound[wrong] / err[wrong]).min()), MARGIN_CAP)
-    return OutputError(max_abs_err=float(err.max()),
+    margin = min(t["min_ratio"], MARGIN_CAP)
+    return OutputError(max_abs_err=t["max_err"],
                        normalized_error=1.0 / margin if margin > 0 else math.inf,
-                       margin=margin, within=within, nonfinite=0)
+                       margin=margin, within=bool(t["within"]), nonfinite=0)
+
+
+_EXACT = OutputError(max_abs_err=0.0, normalized_error=0.0, margin=MARGIN_CAP, within=True, nonfinite=0)
+
+
+def output_errors(pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                  tol: Tolerance) -> dict[str, OutputError]:
+    """output_error for several (out, ref, mag) at once, with one read-back per device."""
+    errors: dict[str, OutputError] = {}
+    pending: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for name, (out, ref, mag) in pairs.items():
+        if out.numel() == 0:  # nothing to compare: exact
+            errors[name] = _EXACT
+            continue
+        pending.setdefault(ref.device, []).append((name, _error_terms(out, ref, mag, tol)))
+    for items in pending.values():
+        values = torch.stack([terms for _, terms in items]).tolist()
+        for (name, _), terms in zip(items, values):
+            errors[name] = _error_of(terms)
+    return {name: errors[name] for name in pairs}
+
+
+def output_error(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Tolerance) -> OutputError:
+    """Compare one engine output (any device, io dtype) with the oracle (float64) on the
+    oracle's device: for every element |out - ref| <= atol + rtol * mag; the margin is the
+    least bound / |out - ref| over the elements with an error (capped at MARGIN_CAP); a
+    NaN/Inf where the oracle is finite, or a NaN error, gives margin 0."""
+    return output_errors({"out": (out, ref, mag)}, tol)["out"]
 
 
 def judge_outputs(outputs: Mapping[str, torch.Tensor], reference, tol: Tolerance) -> Judgement:
     """NaN/Inf first (fail:nan), then the tolerance (fail:numeric), over dq, dk, dv."""
-    errors = {port: output_error(outputs[port], getattr(reference, port),
-                                 getattr(reference, f"mag_{port}"), tol)
-              for port in OUTPUT_PORTS}
+    errors = output_errors({port: (outputs[port], getattr(reference, port),
+                                   getattr(reference, f"mag_{port}")) for port in OUTPUT_PORTS}, tol)
     nan_ports = [p for p, e in errors.items() if e.nonfinite]
     if nan_ports:
         counts = ", ".join(f"{p}: {errors[p].nonfinite}" for p in nan_ports)
@@ -98,12 +140,26 @@ def judge_memory(guard_ports: list[str], modified_ports: list[str]) -> tuple[str
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same bits (so NaN == NaN and -0.0 != 0.0), over the whole storage incl. guards."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a_bytes = a.detach().contiguous().reshape(-1).view(torch.uint8)
-    b_bytes = b.detach().contiguous().reshape(-1).view(torch.uint8)
-    return bool(torch.equal(a_bytes, b_bytes.to(a_bytes.device)))
+    return not differing_ports({"t": a}, {"t": b}, ports=("t",))
 
 
-def differing_ports(first: Mapping[str, torch.Tensor], again: Mapping[str, torch.Tensor]) -> list[str]:
-    return [p for p in OUTPUT_PORTS if not bitwise_equal(first[p], again[p])]
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def differing_ports(first: Mapping[str, torch.Tensor], again: Mapping[str, torch.Tensor],
+                    ports=OUTPUT_PORTS) -> list[str]:
+    """Ports whose tensors differ bitwise (shape, dtype or any bit), read back at once."""
+    from harness.materialize import read_flags
+
+    differ, flags = {}, []
+    for p in ports:
+        a, b = first[p], again[p]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            differ[p] = True
+            continue
+        a_bytes = _bytes(a)
+        flags.append((p, (a_bytes != _bytes(b).to(a_bytes.device)).any()))
+    for (p, _), bad in zip(flags, read_flags([f for _, f in flags])):
+        differ[p] = bad
+    return [p for p in ports if differ[p]]

@@ -1,19 +1,29 @@
 """Input values from a case's seed and distribution (DESIGN section 2, `data`), made on
 the CPU so every device sees the same bits.
 
-One torch.Generator seeded with the case seed draws q, k, v, do in that order, each in
-its generated shape (a broadcast axis, stride 0, is drawn with size 1), and each is
-rounded to the io dtype.
+q, k, v, do are each drawn in their generated shape (a broadcast axis, stride 0, is drawn
+with size 1) and rounded to the io dtype. A tensor is drawn in chunks of CHUNK_ELEMS
+elements (flat, row-major); chunk c of port p (index in GENERATED_PORTS) has its own
+torch.Generator seeded from (case seed, p, c) by `chunk_seed`, so the values depend on the
+seed and the shape only, never on how many threads draw the chunks (a pool of
+min(cpu count, MAX_THREADS) threads: torch releases the GIL while it draws).
 - `randn`: standard normal.
-- `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype.
+- `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype
+  (three random bits per element: magnitude, sign, kept).
 - `shifted-logits`: Q and K share an offset along the all-ones direction, opposite in
   sign, with their own parts made orthogonal to it, so every scaled score is about
   -SHIFTED_LOGIT: LSE is below -88.7 for every row (an fp32 exp(s) alone underflows).
-  V and dO are standard normal.
+  V and dO are standard normal. (Its chunks are whole rows of the head dim.)
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import torch
 
@@ -24,6 +34,12 @@ GENERATED_PORTS = ("q", "k", "v", "do")
 #: about where every scaled score of a shifted-logits case sits; LSE adds at most
 #: log(S_kv) + ~1 to it, so LSE stays below -88.7 up to S_kv ~ 2^25
 SHIFTED_LOGIT = 110.0
+#: elements drawn from one generator (a shifted-logits chunk is rounded down to whole rows)
+CHUNK_ELEMS = 1 << 18
+#: the most threads drawing chunks at once
+MAX_THREADS = 16
+#: a case with fewer elements to draw than this draws them on the calling thread
+THREADED_MIN_ELEMS = 1 << 18
 
 
 def generated_shape(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
@@ -31,39 +47,173 @@ def generated_shape(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[in
     return tuple(1 if s == 0 and d > 1 else d for d, s in zip(dims, strides))
 
 
-def _small_int(shape, gen: torch.Generator) -> torch.Tensor:
-    magnitude = torch.randint(1, 3, shape, generator=gen)
-    sign = torch.randint(0, 2, shape, generator=gen) * 2 - 1
-    keep = torch.rand(shape, generator=gen) < 0.5
-    return (magnitude * sign * keep).to(torch.float32)
+def chunk_seed(seed: int, port_index: int, chunk_index: int) -> int:
+    """The seed of one chunk's generator: a hash of (case seed, port, chunk), 63 bits."""
+    digest = hashlib.blake2b(f"{seed}/{port_index}/{chunk_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
-def _shifted(shape, gen: torch.Generator, graph: Graph, sign: float) -> torch.Tensor:
-    """c * (x - mean_d x) + sign * alpha: the scores of two such rows are
-    scale * c^2 * (x~ . y~) - scale * alpha^2 * D = N(0, ~1) - SHIFTED_LOGIT."""
-    scale, d = graph.attributes.attn_scale, graph.D_qk
-    alpha = math.sqrt(SHIFTED_LOGIT / (scale * d))
-    c = 1.0 / math.sqrt(scale * math.sqrt(d))
-    x = torch.randn(shape, generator=gen, dtype=torch.float64)
-    x = x - x.mean(dim=-1, keepdim=True)
-    return (c * x + sign * alpha).to(torch.float32)
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
 
 
-def generate_inputs(graph: Graph, distribution: str, seed: int) -> dict[str, torch.Tensor]:
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=default_threads(), thread_name_prefix="bundlegen-fill")
+        return _pool
+
+
+def _run(tasks: list[Callable[[], None]], threads: int) -> None:
+    """Run every task; on the shared pool when more than one thread is asked for (each
+    task only draws random numbers into its own slice, so the order does not matter)."""
+    if threads <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            task()
+        return
+    if threads >= default_threads():
+        futures = [_executor().submit(task) for task in tasks]
+        for f in futures:
+            f.result()
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for f in [pool.submit(task) for task in tasks]:
+            f.result()
+
+
+def generate_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | None = None,
+                    chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """port -> CPU tensor in the io dtype with the port's generated shape (expand it to the
-    logical dims)."""
+    logical dims). `threads` (default min(cpu count, MAX_THREADS)) changes the speed only."""
+    drawn = draw_inputs(graph, distribution, seed, threads=threads, chunk_elems=chunk_elems)
+    return {port: values.to(TORCH_DTYPES[graph.tensors[port].dtype], copy=True)
+            for port, values in drawn.items()}
+
+
+def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | None = None,
+                chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
+    """generate_inputs before the rounding to the io dtype: float32 values (copying them
+    into an io-dtype tensor rounds them exactly as generate_inputs does). They live in
+    buffers the next call reuses: copy them before drawing again."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r} (known: {', '.join(DISTRIBUTIONS)})")
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    for port in GENERATED_PORTS:
+    threads = default_threads() if threads is None else max(1, threads)
+    tasks: list[Callable[[], None]] = []
+    draws: dict[str, _Draw] = {}
+    for index, port in enumerate(GENERATED_PORTS):
         spec = graph.tensors[port]
         shape = generated_shape(spec.dims, spec.strides)
         if distribution == "small-int":
-            values = _small_int(shape, gen)
+            draw = _SmallInt(shape, index)
         elif distribution == "shifted-logits" and port in ("q", "k"):
-            values = _shifted(shape, gen, graph, 1.0 if port == "q" else -1.0)
+            draw = _Shifted(shape, index, graph, 1.0 if port == "q" else -1.0)
         else:
-            values = torch.randn(shape, generator=gen, dtype=torch.float32)
-        out[port] = values.to(TORCH_DTYPES[spec.dtype])
-    return out
+            draw = _Normal(shape, index)
+        tasks += draw.tasks(seed, index, chunk_elems)
+        draws[port] = draw
+    total = sum(d.numel for d in draws.values())
+    _run(tasks, threads if total >= THREADED_MIN_ELEMS else 1)
+    # elementwise work on whole tensors, on torch's own intra-op threads
+    return {port: draw.values() for port, draw in draws.items()}
+
+
+#: draw buffers kept from one call to the next (per port and kind): a run then does not
+#: page in fresh memory for every case (slow in a VM); a larger one is allocated per call
+SCRATCH_MAX_BYTES = 1 << 30
+_scratch: dict[tuple, torch.Tensor] = {}
+
+
+def _buffer(slot: tuple, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A 1-D tensor of numel elements, reused by the next call with the same slot."""
+    if numel * dtype.itemsize > SCRATCH_MAX_BYTES:
+        return torch.empty(numel, dtype=dtype)
+    buf = _scratch.get((slot, dtype))
+    if buf is None or buf.numel() < numel:
+        buf = _scratch[(slot, dtype)] = torch.empty(numel, dtype=dtype)
+    return buf[:numel]
+
+
+class _Draw:
+    """One port's draws: buffers filled chunk by chunk (`tasks`), then `values` (float32, in
+    a reused buffer: valid until the next draw for the same port)."""
+    row = 1  # a chunk is a whole number of these elements
+
+    def __init__(self, shape: tuple[int, ...], slot: int):
+        self.shape, self.numel, self.slot = shape, math.prod(shape), slot
+
+    def buffer(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        return _buffer((self.slot, name), self.numel, dtype)
+
+    def tasks(self, seed: int, port_index: int, chunk_elems: int) -> list[Callable[[], None]]:
+        step = max(self.row, chunk_elems // self.row * self.row)
+        return [functools.partial(self._fill, a, min(self.numel, a + step), chunk_seed(seed, port_index, c))
+                for c, a in enumerate(range(0, self.numel, step))]
+
+    def _fill(self, a: int, b: int, chunk_seed_: int) -> None:
+        raise NotImplementedError
+
+    def values(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class _Normal(_Draw):
+    def __init__(self, shape, slot):
+        super().__init__(shape, slot)
+        self.x = self.buffer("normal", torch.float32)
+
+    def _fill(self, a, b, s):
+        self.x[a:b].normal_(generator=torch.Generator().manual_seed(s))
+
+    def values(self):
+        return self.x.view(self.shape)
+
+
+class _SmallInt(_Draw):
+    """One draw of 3 random bits per element: magnitude, sign, keep."""
+
+    def __init__(self, shape, slot):
+        super().__init__(shape, slot)
+        self.bits = self.buffer("bits", torch.uint8)
+
+    def _fill(self, a, b, s):
+        self.bits[a:b].random_(0, 8, generator=torch.Generator().manual_seed(s))
+
+    def values(self):
+        return self.buffer("values", torch.float32).copy_(_small_int(self.bits)).view(self.shape)
+
+
+class _Shifted(_Draw):
+    def __init__(self, shape, slot, graph: Graph, sign: float):
+        super().__init__(shape, slot)
+        self.row = max(1, shape[-1]) if shape else 1  # whole rows: the mean is per row
+        self.graph, self.sign = graph, sign
+        self.x = self.buffer("normal", torch.float32)
+
+    def _fill(self, a, b, s):
+        self.x[a:b].normal_(generator=torch.Generator().manual_seed(s))
+
+    def values(self):
+        return _shifted(self.x.view(self.shape), self.graph, self.sign)  # in place
+
+
+def _small_int(bits: torch.Tensor) -> torch.Tensor:
+    """bit 0: magnitude 1 or 2; bit 1: sign; bit 2: zeroed (half of them)."""
+    bits = bits.to(torch.int16)
+    magnitude = (bits & 1) + 1
+    sign = ((bits >> 1) & 1) * 2 - 1
+    keep = (bits >> 2) & 1
+    return magnitude * sign * keep
+
+
+def _shifted(x: torch.Tensor, graph: Graph, sign: float) -> torch.Tensor:
+    """c * (x - mean_d x) + sign * alpha, in place (x standard normal, float32; the io dtype
+    rounds far coarser than float32 does): the scores of two such rows are scale * c^2 * (x~ . y~) - scale * alpha^2 * D = N(0, ~1) - SHIFTED_LOGIT."""
+    scale, d = graph.attributes.attn_scale, graph.D_qk
+    alpha = math.sqrt(SHIFTED_LOGIT / (scale * d))
+    c = 1.0 / math.sqrt(scale * math.sqrt(d))
+    return x.sub_(x.mean(dim=-1, keepdim=True)).mul_(c).add_(sign * alpha)  # in place: x is a scratch

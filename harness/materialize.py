@@ -11,21 +11,26 @@ write of any value into a guard is caught, NaN included.
 
 Inputs q, k, v, do are filled on the CPU (harness.distributions), O and Stats come from the
 float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE in fp32), all
-written with their declared strides, then copied to the device. The oracle backward of the
-same inputs is the reference, kept on the CPU in float64.
+written with their declared strides, then copied to the device (from pinned memory when
+large, on a GPU). The oracle backward of the same inputs is the reference; it stays on the oracle's
+device (the GPU when the case runs on one), where the checks compare against it.
+
+The checks read back as little as they can: each scan builds its per-port flags on the
+device and reads them with one transfer; the input-modified check compares with a copy of
+each input storage made on the device itself.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import torch
 
 from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS, Case, TensorSpec
 from bundlegen.validate import frontend_reason
 from harness import oracle
-from harness.distributions import TORCH_DTYPES, generate_inputs, generated_shape
+from harness.distributions import TORCH_DTYPES, draw_inputs, generated_shape
 
 #: canary elements before the declared storage and after its last addressed element; a
 #: multiple of 64 so the view keeps the alignment its declared offset gives it
@@ -35,6 +40,9 @@ CANARY_BITS = {"bf16": 0x7FDA, "fp16": 0x7E5A, "fp32": 0x7FDADADA}
 BITS_DTYPES = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
 #: elements compared at once when scanning storages (bounds the temporaries)
 SCAN_CHUNK = 1 << 26
+#: host storages of at least this many bytes are pinned when the case runs on a GPU, so
+#: their copies to the device are fast and asynchronous (smaller ones gain nothing)
+PIN_MIN_BYTES = 1 << 20
 
 
 class MaterializeError(ValueError):
@@ -48,11 +56,12 @@ class Materialized:
     tensors: Mapping[str, torch.Tensor]      # port -> view with the declared dims and strides
     storages: Mapping[str, torch.Tensor]     # port -> 1-D storage including guards
     origins: Mapping[str, int]               # port -> storage index of declared element 0
-    unaddressed: Mapping[str, torch.Tensor]  # port -> bool 1-D, True where the view never reads
+    unaddressed: Mapping[str, torch.Tensor]  # port -> bool 1-D, True where the view never reads (lazy)
     snapshots: Mapping[str, torch.Tensor]    # input port -> CPU copy of its whole storage
-    reference: oracle.Backward               # float64, CPU
-    forward: oracle.Forward                  # float64, CPU (exact O and LSE)
-    oracle_s: float                          # seconds in the oracle (forward + backward)
+    baselines: Mapping[str, torch.Tensor]    # input port -> copy of its whole storage on `device`
+    reference: oracle.Backward               # float64, on the oracle device
+    forward: oracle.Forward                  # float64, on the oracle device (exact O and LSE)
+    oracle_s: float                          # seconds in the oracle (forward + backward, synchronised)
 
 
 # ----------------------------------------------------------------------------- layout
@@ -81,6 +90,44 @@ def unaddressed_mask(spec: TensorSpec, device: torch.device | str) -> torch.Tens
     mask = torch.ones(storage_size(spec), dtype=torch.bool, device=device)
     view_of(mask, spec, generated_shape(spec.dims, spec.strides)).fill_(False)
     return mask
+
+
+def addressed_span(spec: TensorSpec) -> tuple[int, int]:
+    """[start, end): storage indices from the view's first to one past its last element."""
+    return GUARD_ELEMS + spec.offset, GUARD_ELEMS + spec.storage_elements
+
+
+def is_dense(spec: TensorSpec) -> bool:
+    """The view addresses every element of its span (and each once): its axes that move
+    (length > 1, stride not 0), ordered by stride, are packed. Then everything outside
+    `addressed_span` is unaddressed and no mask is needed."""
+    if any(d == 0 for d in spec.dims):
+        return True
+    step = 1
+    for stride, dim in sorted((s, d) for d, s in zip(spec.dims, spec.strides) if d > 1 and s != 0):
+        if stride != step:
+            return False
+        step *= dim
+    return True
+
+
+class _LazyMasks(Mapping):
+    """port -> unaddressed_mask, built on first use (the guard scan needs one only for a
+    layout with gaps)."""
+
+    def __init__(self, specs: Mapping[str, TensorSpec], device: torch.device):
+        self._specs, self._device, self._masks = specs, device, {}
+
+    def __getitem__(self, port: str) -> torch.Tensor:
+        if port not in self._masks:
+            self._masks[port] = unaddressed_mask(self._specs[port], self._device)
+        return self._masks[port]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -115,6 +162,31 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
+    """A CPU storage whose unaddressed elements hold the canary, pinned when `pin` and large
+    enough to gain from it. A dense view's span is left unfilled: the caller writes every
+    element of it (all of a port's values go through the view)."""
+    dtype = TORCH_DTYPES[spec.dtype]
+    size = storage_size(spec)
+    pin = pin and size * dtype.itemsize >= PIN_MIN_BYTES
+    storage = torch.empty(size, dtype=dtype, pin_memory=pin)
+    if is_dense(spec):
+        start, end = addressed_span(spec)
+        fill_canary(storage[:start], spec.dtype)
+        fill_canary(storage[end:], spec.dtype)
+    else:
+        fill_canary(storage, spec.dtype)
+    return storage
+
+
+def _copy_to(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of a host storage on `device` (asynchronous from pinned memory: the host
+    storage is never written again)."""
+    if device.type == "cpu":
+        return host.clone()
+    return host.to(device, non_blocking=host.is_pinned())
+
+
 def materialize(case: Case, device: torch.device | str,
                 oracle_device: torch.device | str | None = None, *,
                 max_block_elems: int | None = None) -> Materialized:
@@ -124,21 +196,25 @@ def materialize(case: Case, device: torch.device | str,
         raise MaterializeError(f"case {case.id}: the graph fails frontend validation ({reason})")
     odev = torch.device(oracle_device) if oracle_device is not None else default_oracle_device(device)
     specs = graph.tensors
-    cpu = {port: canary_storage(specs[port], "cpu") for port in INPUT_PORTS}
+    pin = device.type == "cuda" and torch.cuda.is_available()
+    cpu = {port: _host_storage(specs[port], pin) for port in INPUT_PORTS}
 
-    # q, k, v, do: drawn on the CPU, written through their strides; the logical values are
-    # read back from storage, so the oracle sees exactly what an engine reads.
-    for port, values in generate_inputs(graph, case.data.distribution, case.data.seed).items():
+    # q, k, v, do: drawn on the CPU, rounded to the io dtype as they are written through
+    # their strides (generate_inputs' values); the logical values are read back from
+    # storage, so the oracle sees exactly what an engine reads.
+    for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
         spec = specs[port]
         view_of(cpu[port], spec, tuple(values.shape)).copy_(values)
-    storages = {port: cpu[port].to(device, copy=True) for port in ("q", "k", "v", "do")}
+    storages = {port: _copy_to(cpu[port], device) for port in ("q", "k", "v", "do")}
 
     def oracle_view(port: str) -> torch.Tensor:
         source = storages[port] if odev == device else cpu[port].to(odev)
         return view_of(source, specs[port])
 
-    start = time.perf_counter()
     q, k, v, do = (oracle_view(p) for p in ("q", "k", "v", "do"))
+    _sync(device)
+    _sync(odev)
+    start = time.perf_counter()
     fwd = oracle.forward(q, k, v, graph.attributes, max_block_elems=max_block_elems)
     _sync(odev)
     oracle_s = time.perf_counter() - start
@@ -148,48 +224,117 @@ def materialize(case: Case, device: torch.device | str,
     write_view(cpu["o"], specs["o"], o_values, case_id=case.id, port="o")
     write_view(cpu["stats"], specs["stats"], stats_values, case_id=case.id, port="stats")
     for port in ("o", "stats"):
-        storages[port] = cpu[port].to(device, copy=True)
+        storages[port] = _copy_to(cpu[port], device)
 
+    _sync(device)
     start = time.perf_counter()
     bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, max_block_elems=max_block_elems)
     _sync(odev)
     oracle_s += time.perf_counter() - start
     del q, k, v, do
+    fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
     for port in OUTPUT_PORTS:
         storages[port] = canary_storage(specs[port], device)
+    # what the input-modified check compares with: on the CPU the host storages themselves
+    # (the device storages are copies of them), elsewhere a copy made on the device
+    baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in INPUT_PORTS}
     return Materialized(
         case=case, device=device,
         tensors={port: view_of(storages[port], specs[port]) for port in PORTS},
         storages=storages,
         origins={port: GUARD_ELEMS for port in PORTS},
-        unaddressed={port: unaddressed_mask(specs[port], device) for port in PORTS},
-        snapshots=cpu, reference=bwd.to("cpu"), forward=fwd.to("cpu"), oracle_s=oracle_s)
+        unaddressed=_LazyMasks({port: specs[port] for port in PORTS}, device),
+        snapshots=cpu, baselines=baselines, reference=bwd, forward=fwd, oracle_s=oracle_s)
 
 
 # ----------------------------------------------------------------------------- checks
+def read_flags(flags: list[torch.Tensor]) -> list[bool]:
+    """Bool scalars computed on one device, read back with a single transfer."""
+    if not flags:
+        return []
+    return [bool(x) for x in torch.stack([f.reshape(()) for f in flags]).tolist()]
+
+
+def _differs_anywhere(a: torch.Tensor, b: torch.Tensor | int) -> torch.Tensor:
+    """Device bool scalar: a differs from b (a tensor of a's shape, or one value) somewhere.
+    Large storages are compared in SCAN_CHUNK pieces to bound the temporaries."""
+    n = a.numel()
+    if n <= SCAN_CHUNK:
+        return (a != b).any()
+    parts = [(a[i:i + SCAN_CHUNK] != (b if isinstance(b, int) else b[i:i + SCAN_CHUNK])).any()
+             for i in range(0, n, SCAN_CHUNK)]
+    return torch.stack(parts).any()
+
+
+def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
+    """Device bool scalar: the port's storage holds a non-canary pattern where its view
+    never reads. A dense view's unaddressed elements are the two ends of its storage; a
+    view with gaps (padded rows, interleaving, some broadcasts) is scanned through its mask."""
+    spec = m.case.graph.tensors[port]
+    bits, canary = m.storages[port].view(BITS_DTYPES[spec.dtype]), CANARY_BITS[spec.dtype]
+    if is_dense(spec):
+        start, end = addressed_span(spec)
+        return _differs_anywhere(torch.cat([bits[:start], bits[end:]]), canary)
+    mask = m.unaddressed[port]
+    return torch.stack([((bits[i:i + SCAN_CHUNK] != canary) & mask[i:i + SCAN_CHUNK]).any()
+                        for i in range(0, bits.numel(), SCAN_CHUNK)]).any()
+
+
+def _any_bad(ports: list[str], group_key, group_flag, port_flag) -> list[str]:
+    """The ports whose port_flag is set. Ports that share a group_key are first checked
+    together with one group_flag (one comparison over all of them); only a group that
+    fails is looked at port by port. Flags are read back once per round."""
+    groups: dict = {}
+    for port in ports:
+        groups.setdefault(group_key(port), []).append(port)
+    owners = list(groups.values())
+    flags = [port_flag(g[0]) if len(g) == 1 else group_flag(g) for g in owners]
+    bad, suspects = set(), []
+    for group, flag in zip(owners, read_flags(flags)):
+        if flag:
+            (bad.add(group[0]) if len(group) == 1 else suspects.extend(group))
+    for port, flag in zip(suspects, read_flags([port_flag(p) for p in suspects])):
+        if flag:
+            bad.add(port)
+    return [port for port in ports if port in bad]
+
+
 def guard_violations(m: Materialized) -> list[str]:
-    """Ports (inputs and outputs) with a non-canary bit pattern in an unaddressed element."""
-    bad = []
-    for port in PORTS:
-        dtype = m.case.graph.tensors[port].dtype
-        bits, mask = m.storages[port].view(BITS_DTYPES[dtype]), m.unaddressed[port]
-        canary = CANARY_BITS[dtype]
-        if any(bool(((bits[i:i + SCAN_CHUNK] != canary) & mask[i:i + SCAN_CHUNK]).any())
-               for i in range(0, bits.numel(), SCAN_CHUNK)):
-            bad.append(port)
-    return bad
+    """Ports (inputs and outputs) with a non-canary bit pattern in an unaddressed element.
+    The guard ends of every dense view of one canary pattern are compared in one go; a
+    view with gaps is scanned through its mask."""
+    specs = m.case.graph.tensors
+
+    def key(port):
+        spec = specs[port]
+        return ("dense", spec.dtype) if is_dense(spec) else ("gaps", port)
+
+    def dense_ends(ports):
+        spec = specs[ports[0]]
+        ends = []
+        for port in ports:
+            bits = m.storages[port].view(BITS_DTYPES[spec.dtype])
+            start, end = addressed_span(specs[port])
+            ends += [bits[:start], bits[end:]]
+        return _differs_anywhere(torch.cat(ends), CANARY_BITS[spec.dtype])
+
+    return _any_bad(list(PORTS), key, dense_ends, lambda port: _guard_flag(m, port))
 
 
 def modified_inputs(m: Materialized) -> list[str]:
-    """Input ports whose storage (guards included) differs bitwise from its snapshot."""
-    bad = []
-    for port in INPUT_PORTS:
-        now, before = _bits(m.storages[port]), _bits(m.snapshots[port])
-        if any(not torch.equal(now[i:i + SCAN_CHUNK], before[i:i + SCAN_CHUNK].to(now.device))
-               for i in range(0, now.numel(), SCAN_CHUNK)):
-            bad.append(port)
-    return bad
+    """Input ports whose storage (guards included) differs bitwise from its baseline copy.
+    Inputs of one element size are compared in one go."""
+    def now_and_before(port):
+        now = _bits(m.storages[port])
+        return now, _bits(m.baselines[port].to(now.device))
+
+    def group(ports):
+        pairs = [now_and_before(p) for p in ports]
+        return _differs_anywhere(torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs]))
+
+    return _any_bad(list(INPUT_PORTS), lambda port: m.storages[port].element_size(), group,
+                    lambda port: _differs_anywhere(*now_and_before(port)))
 
 
 def nonfinite_outputs(m: Materialized) -> list[str]:

@@ -3,18 +3,24 @@ the elementwise magnitudes the tolerance rule needs (docs/CONTRACTS.md, "Toleran
 semantics"), for the whole graph semantics of DESIGN section 2.
 
 Inputs are logical tensors ([B, H, S, D], any dtype, any strides) on one device; all math
-runs there in float64. Work is split into blocks of (batch, q heads, query rows, key
+runs there in float64. Work is split into blocks of (batches, q heads, query rows, key
 columns) whose score block holds at most `max_block_elems` elements, so a long sequence
 never needs a float64 S_q x S_kv matrix for all heads at once. A block's columns are
 every column any of its rows may keep, so each row's softmax is complete inside it.
+A block spans as many heads, then batches, as the budget allows (a small case is one
+block: few, large operations rather than many small ones); a block with fewer than all
+heads starts and ends on a multiple of lcm(H_q/H_k, H_q/H_v) heads whenever that many fit,
+so each kv group lies inside one block.
 
 GQA/MQA: q head h reads k head h // (H_q // H_k) and v head h // (H_q // H_v); dK and dV
-are summed over the q heads of their group. Rows with no kept key: O = 0, LSE = -inf,
-P = 0, so every gradient there is 0 and nothing is NaN.
+are summed over the q heads of their group, in head order, by one reduction over the
+group axis per block (deterministic for a given shape on every device). Rows with no
+kept key: O = 0, LSE = -inf, P = 0, so every gradient there is 0 and nothing is NaN.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -32,9 +38,15 @@ GPU_BLOCK_ELEMS = 1 << 24
 class Forward:
     o: torch.Tensor    # [B, H_q, S_q, D_v] float64
     lse: torch.Tensor  # [B, H_q, S_q] float64, -inf where a row keeps no key
+    #: (q, k, v, q64, k64, v64, masks): the float64 operands and score masks of the forward,
+    #: which `backward` reuses when it is given the same q, k, v objects (not carried by `to`)
+    operands: tuple | None = field(default=None, repr=False)
 
     def to(self, device: torch.device | str) -> "Forward":
         return Forward(o=self.o.to(device), lse=self.lse.to(device))
+
+    def without_operands(self) -> "Forward":
+        return Forward(o=self.o, lse=self.lse)
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,8 +73,9 @@ GRADIENT_FIELDS = ("dq", "dk", "dv", "mag_dq", "mag_dk", "mag_dv")
 
 @dataclass(frozen=True)
 class Block:
-    """Batch b, q heads [h0, h1), query rows [r0, r1), key columns [c0, c1)."""
-    b: int
+    """Batches [b0, b1), q heads [h0, h1), query rows [r0, r1), key columns [c0, c1)."""
+    b0: int
+    b1: int
     h0: int
     h1: int
     r0: int
@@ -73,6 +86,11 @@ class Block:
     @property
     def empty(self) -> bool:
         return self.c1 <= self.c0
+
+    @property
+    def elements(self) -> int:
+        """Score elements of the block."""
+        return (self.b1 - self.b0) * (self.h1 - self.h0) * (self.r1 - self.r0) * max(0, self.c1 - self.c0)
 
 
 # ----------------------------------------------------------------------------- blocking
@@ -111,20 +129,31 @@ def row_blocks(S_q: int, S_kv: int, attrs: Attributes,
     return out
 
 
+def head_alignment(H_q: int, H_k: int, H_v: int) -> int:
+    """Heads a block should start and end on so that it holds whole k and v groups."""
+    return math.lcm(H_q // H_k, H_q // H_v)
+
+
 def blocks(B: int, H_q: int, S_q: int, S_kv: int, attrs: Attributes,
-           max_block_elems: int) -> Iterator[Block]:
+           max_block_elems: int, align: int = 1) -> Iterator[Block]:
     """The blocks covering every (b, h, row) once, each with at most max_block_elems scores
-    (a single row longer than that is still one block). Row blocks are outermost, so
-    consecutive blocks share their mask."""
+    (a single row longer than that is still one block). A block takes as many heads as
+    fit (a multiple of `align` when fewer than H_q and at least `align` fit), and when all
+    H_q heads fit, as many batches as fit. Row blocks are outermost, so consecutive blocks
+    share their mask."""
     rows = row_blocks(S_q, S_kv, attrs, max_block_elems)
     widest = max((r1 - r0) * max(0, c1 - c0) for r0, r1 in rows
                  for c0, c1 in [kept_columns(S_q, S_kv, attrs, r0, r1)])
-    heads = max(1, min(H_q, max_block_elems // max(1, widest)))  # as many heads as fit
+    planes = max(1, max_block_elems // max(1, widest))  # (batch, head) score planes that fit
+    if planes >= H_q:
+        heads, batches = H_q, max(1, min(B, planes // max(1, H_q)))
+    else:
+        heads, batches = (planes // align * align if planes >= align else planes), 1
     for r0, r1 in rows:
         c0, c1 = kept_columns(S_q, S_kv, attrs, r0, r1)
-        for b in range(B):
+        for b0 in range(0, B, batches):
             for h0 in range(0, H_q, heads):
-                yield Block(b, h0, min(H_q, h0 + heads), r0, r1, c0, c1)
+                yield Block(b0, min(B, b0 + batches), h0, min(H_q, h0 + heads), r0, r1, c0, c1)
 
 
 def default_block_elems(device: torch.device) -> int:
@@ -132,54 +161,106 @@ def default_block_elems(device: torch.device) -> int:
 
 
 # ----------------------------------------------------------------------------- block math
-def _head_groups(h0: int, h1: int, group: int) -> list[tuple[int, int, int]]:
-    """(kv head, first, last+1) for the q heads [h0, h1), indices relative to h0."""
-    out = []
-    for kv in range(h0 // group, (h1 - 1) // group + 1):
-        lo, hi = max(h0, kv * group), min(h1, (kv + 1) * group)
-        out.append((kv, lo - h0, hi - h0))
-    return out
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    """t in float64 (a view when it already is)."""
+    return t if t.dtype == F64 else t.to(F64)
 
 
-def _kv_rows(t: torch.Tensor, blk: Block, H_q: int) -> torch.Tensor:
-    """The k or v rows [c0, c1) each q head of the block reads, float64 [nh, W, D]."""
+def _per_q_head(t: torch.Tensor, H_q: int) -> torch.Tensor:
+    """A k or v tensor [B, H, S, D] as float64 [B, H_q, S, D]: q head h sees head
+    h // (H_q // H)."""
     group = H_q // t.shape[1]
-    idx = torch.arange(blk.h0, blk.h1, device=t.device) // group
-    return t[blk.b, :, blk.c0:blk.c1].index_select(0, idx).to(F64)
+    if group == 1:
+        return _f64(t)
+    B, H, S, D = t.shape
+    return t.unsqueeze(2).expand(B, H, group, S, D).to(F64).reshape(B, H_q, S, D)
+
+
+def _finite_lse(lse: torch.Tensor) -> torch.Tensor:
+    """LSE with -inf (a row with no kept key) as 0: P = exp(s - lse), never exp(s) alone
+    (LSE may be far below -88.7); such a row has every s = -inf, and shifting it by 0
+    gives P = 0, not NaN."""
+    return lse.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+#: masks a _DroppedMask keeps (bool elements) so the backward reuses the forward's
+MASK_CACHE_ELEMS = 1 << 24
 
 
 class _DroppedMask:
-    """The masked-out entries of a block's [R, W] scores, reused while consecutive blocks
-    cover the same rows and columns (they differ only in batch and heads)."""
+    """The masked-out entries of a block's [R, W] scores. Masks are kept (up to
+    MASK_CACHE_ELEMS elements in all), so the backward of the same inputs reuses the
+    forward's; past that, the last one is reused while consecutive blocks cover the same
+    rows and columns (they differ only in batch and heads)."""
 
-    def __init__(self, S_q: int, S_kv: int, attrs: Attributes):
-        self.S_q, self.S_kv, self.attrs = S_q, S_kv, attrs
-        self._key, self._dropped = None, None
+    def __init__(self, S_q: int, S_kv: int, attrs: Attributes, device: torch.device):
+        self.S_q, self.S_kv, self.attrs, self.device = S_q, S_kv, attrs, device
+        self.shift = diagonal_shift(S_q, S_kv, attrs.diagonal_alignment)
+        self._cache: dict[tuple, torch.Tensor | None] = {}
+        self._cached = 0
+        self._last_key, self._last = None, None
 
-    def __call__(self, blk: Block, device: torch.device) -> torch.Tensor | None:
+    def serves(self, S_q: int, S_kv: int, attrs: Attributes, device: torch.device) -> bool:
+        return (self.S_q, self.S_kv, self.attrs, self.device) == (S_q, S_kv, attrs, device)
+
+    def keeps_all(self, blk: Block) -> bool:
+        """Every (row, column) of the block kept: the extreme corners decide (no device
+        round trip). j' - i is largest at (r0, c1 - 1); i - j' at (r1 - 1, c0)."""
+        a = self.attrs
+        right_ok = a.right_bound is None or (blk.c1 - 1 - self.shift) - blk.r0 <= a.right_bound
+        left_ok = a.left_bound is None or (blk.r1 - 1) - (blk.c0 - self.shift) < a.left_bound
+        return right_ok and left_ok
+
+    def __call__(self, blk: Block) -> torch.Tensor | None:
         key = (blk.r0, blk.r1, blk.c0, blk.c1)
-        if key != self._key:
+        if key in self._cache:
+            return self._cache[key]
+        if key == self._last_key:
+            return self._last
+        dropped = None
+        if not self.keeps_all(blk):
             keep = keep_mask(self.S_q, self.S_kv, self.attrs, rows=range(blk.r0, blk.r1),
-                             device=device, cols=range(blk.c0, blk.c1))
-            self._key = key
-            self._dropped = None if keep is None or bool(keep.all()) else ~keep
-        return self._dropped
+                             device=self.device, cols=range(blk.c0, blk.c1))
+            dropped = None if keep is None else keep.logical_not_()
+        size = 0 if dropped is None else dropped.numel()
+        if self._cached + size <= MASK_CACHE_ELEMS:
+            self._cache[key] = dropped
+            self._cached += size
+        self._last_key, self._last = key, dropped
+        return dropped
 
 
 def _scores(qb: torch.Tensor, kb: torch.Tensor, scale: float,
             dropped: torch.Tensor | None) -> torch.Tensor:
-    """scale * Q K^T with masked positions at -inf: [nh, R, W]."""
+    """scale * Q K^T with masked positions at -inf: [nb, nh, R, W]."""
     s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scale)
     if dropped is not None:
         s.masked_fill_(dropped, float("-inf"))
     return s
 
 
-def _probabilities(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """P = exp(s - lse), never exp(s) alone (LSE may be far below -88.7); rows with
-    lse = -inf have every s = -inf, and shifting them by 0 gives P = 0, not NaN."""
-    finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
-    return torch.exp(s - finite.unsqueeze(-1))
+def _add_group_sums(dst: torch.Tensor, part: torch.Tensor, blk: Block, group: int,
+                    scale: float = 1.0) -> None:
+    """dst[b, kv, cols] += scale * sum over the q heads of group kv in the block of part.
+    part: [nb, h1 - h0, W, D] for the block's q heads. Whole groups are summed by one
+    reduction over the group axis (head order); a block that cuts a group (only when
+    fewer than `group` heads fit the budget) adds its share of that group."""
+    b, cols = slice(blk.b0, blk.b1), slice(blk.c0, blk.c1)
+    if group == 1:
+        dst[b, blk.h0:blk.h1, cols].add_(part, alpha=scale)
+        return
+    g0 = -(-blk.h0 // group) * group   # first group start at or after h0
+    g1 = blk.h1 // group * group       # last group end at or before h1
+    pieces = [(blk.h0, blk.h1)] if g0 >= blk.h1 else [(blk.h0, g0), (g0, g1), (max(g0, g1), blk.h1)]
+    for lo, hi in pieces:
+        if hi <= lo:
+            continue
+        sub = part[:, lo - blk.h0:hi - blk.h0]
+        if lo % group == 0 and hi % group == 0:
+            sums = sub.unflatten(1, (-1, group)).sum(2)
+            dst[b, lo // group:hi // group, cols].add_(sums, alpha=scale)
+        else:
+            dst[b, lo // group, cols].add_(sub.sum(1), alpha=scale)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -187,23 +268,31 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
             max_block_elems: int | None = None) -> Forward:
     """O = softmax(scale Q K^T, masked) V and LSE = logsumexp of the masked scaled scores."""
     B, H_q, S_q, _ = q.shape
-    S_kv, D_v = k.shape[2], v.shape[3]
+    H_k, S_kv = k.shape[1], k.shape[2]
+    H_v, D_v = v.shape[1], v.shape[3]
     device = q.device
     budget = max_block_elems or default_block_elems(device)
-    o = torch.zeros(B, H_q, S_q, D_v, dtype=F64, device=device)
-    lse = torch.full((B, H_q, S_q), float("-inf"), dtype=F64, device=device)
-    dropped = _DroppedMask(S_q, S_kv, attrs)
-    for blk in blocks(B, H_q, S_q, S_kv, attrs, budget):
-        if blk.empty:
-            continue
-        qb = q[blk.b, blk.h0:blk.h1, blk.r0:blk.r1].to(F64)
-        s = _scores(qb, _kv_rows(k, blk, H_q), attrs.attn_scale, dropped(blk, device))
+    q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
+    dropped = _DroppedMask(S_q, S_kv, attrs, device)
+    todo = [blk for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v))
+            if not blk.empty]
+    whole = len(todo) == 1 and (todo[0].b0, todo[0].b1, todo[0].h0, todo[0].h1,
+                                todo[0].r0, todo[0].r1) == (0, B, 0, H_q, 0, S_q)
+    if not whole:
+        o = torch.zeros(B, H_q, S_q, D_v, dtype=F64, device=device)
+        lse = torch.full((B, H_q, S_q), float("-inf"), dtype=F64, device=device)
+    for blk in todo:
+        rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
+        kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
+        s = _scores(q64[rows], k64[kv], attrs.attn_scale, dropped(blk))
         row_lse = torch.logsumexp(s, dim=-1)  # -inf for a row with no kept key
-        p = _probabilities(s, row_lse)
-        del s
-        o[blk.b, blk.h0:blk.h1, blk.r0:blk.r1] = torch.matmul(p, _kv_rows(v, blk, H_q))
-        lse[blk.b, blk.h0:blk.h1, blk.r0:blk.r1] = row_lse
-    return Forward(o=o, lse=lse)
+        p = s.sub_(_finite_lse(row_lse).unsqueeze(-1)).exp_()
+        if whole:  # one block holds everything: its results are O and LSE
+            o, lse = torch.matmul(p, v64[kv]), row_lse
+        else:
+            o[rows] = torch.matmul(p, v64[kv])
+            lse[rows] = row_lse
+    return Forward(o=o, lse=lse, operands=(q, k, v, q64, k64, v64, dropped))
 
 
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
@@ -223,42 +312,47 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     device = q.device
     budget = max_block_elems or default_block_elems(device)
     scale = attrs.attn_scale
-    dq = torch.zeros(B, H_q, S_q, D_qk, dtype=F64, device=device)
-    dk = torch.zeros(B, H_k, S_kv, D_qk, dtype=F64, device=device)
-    dv = torch.zeros(B, H_v, S_kv, D_v, dtype=F64, device=device)
-    mag_dq, mag_dk, mag_dv = torch.zeros_like(dq), torch.zeros_like(dk), torch.zeros_like(dv)
-    o_all, lse_all = fwd.o.to(device), fwd.lse.to(device)
+    # the six results as views of one zeroed buffer (one allocation, one fill)
+    shapes = [(B, H_q, S_q, D_qk), (B, H_k, S_kv, D_qk), (B, H_v, S_kv, D_v)] * 2
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = torch.zeros(sum(sizes), dtype=F64, device=device)
+    dq, dk, dv, mag_dq, mag_dk, mag_dv = (part.view(shape) for part, shape in zip(flat.split(sizes), shapes))
 
-    dropped = _DroppedMask(S_q, S_kv, attrs)
-    for blk in blocks(B, H_q, S_q, S_kv, attrs, budget):
+    # Whole-tensor float64 operands, once: a block then only slices them.
+    ops = fwd.operands
+    if ops is not None and ops[0] is q and ops[1] is k and ops[2] is v:
+        q64, k64, v64, dropped = ops[3:]
+    else:
+        q64, k64, v64, dropped = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q), None
+    if dropped is None or not dropped.serves(S_q, S_kv, attrs, device):
+        dropped = _DroppedMask(S_q, S_kv, attrs, device)
+    do64, o64 = _f64(do), _f64(fwd.o.to(device))
+    abs_q, abs_do, abs_k, abs_v = q64.abs(), do64.abs(), k64.abs(), v64.abs()
+    delta = (do64 * o64).sum(-1, keepdim=True)                 # rowsum(dO * O)
+    abs_delta = (abs_do * o64.abs()).sum(-1, keepdim=True)     # rowsum(|dO| * |O|)
+    del o64
+    lse = _finite_lse(fwd.lse.to(device)).unsqueeze(-1)
+    group_k, group_v = H_q // H_k, H_q // H_v
+
+    for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v)):
         if blk.empty:
             continue
-        rows = (blk.b, slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
-        cols = slice(blk.c0, blk.c1)
-        qb, dob, ob = q[rows].to(F64), do[rows].to(F64), o_all[rows]
-        kb, vb = _kv_rows(k, blk, H_q), _kv_rows(v, blk, H_q)
-        p = _probabilities(_scores(qb, kb, scale, dropped(blk, device)), lse_all[rows])
+        rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
+        kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
+        qb, dob, adob = q64[rows], do64[rows], abs_do[rows]
+        kb, vb = k64[kv], v64[kv]
+        p = _scores(qb, kb, scale, dropped(blk)).sub_(lse[rows]).exp_()
         pt = p.transpose(-1, -2)
-        abs_do = dob.abs()
+        _add_group_sums(dv, torch.matmul(pt, dob), blk, group_v)
+        _add_group_sums(mag_dv, torch.matmul(pt, adob), blk, group_v)
 
-        dv_part, mag_dv_part = torch.matmul(pt, dob), torch.matmul(pt, abs_do)
-        delta = (dob * ob).sum(-1, keepdim=True)
-        ds = torch.matmul(dob, vb.transpose(-1, -2)).sub_(delta).mul_(p)
-        dq[rows] = torch.matmul(ds, kb).mul_(scale)
-        dk_part = torch.matmul(ds.transpose(-1, -2), qb).mul_(scale)
+        ds = torch.matmul(dob, vb.transpose(-1, -2)).sub_(delta[rows]).mul_(p)
+        torch.mul(torch.matmul(ds, kb), scale, out=dq[rows])
+        _add_group_sums(dk, torch.matmul(ds.transpose(-1, -2), qb), blk, group_k, scale)
         del ds
-        abs_delta = (abs_do * ob.abs()).sum(-1, keepdim=True)
-        ds_mag = torch.matmul(abs_do, vb.abs().transpose(-1, -2)).add_(abs_delta).mul_(p)
+        ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2)).add_(abs_delta[rows]).mul_(p)
         del p, pt
-        mag_dq[rows] = torch.matmul(ds_mag, kb.abs()).mul_(scale)
-        mag_dk_part = torch.matmul(ds_mag.transpose(-1, -2), qb.abs()).mul_(scale)
+        torch.mul(torch.matmul(ds_mag, abs_k[kv]), scale, out=mag_dq[rows])
+        _add_group_sums(mag_dk, torch.matmul(ds_mag.transpose(-1, -2), abs_q[rows]), blk, group_k, scale)
         del ds_mag
-
-        # Sum each kv group's q heads in a fixed order (deterministic on every device).
-        for kv, lo, hi in _head_groups(blk.h0, blk.h1, H_q // H_k):
-            dk[blk.b, kv, cols] += dk_part[lo:hi].sum(0)
-            mag_dk[blk.b, kv, cols] += mag_dk_part[lo:hi].sum(0)
-        for kv, lo, hi in _head_groups(blk.h0, blk.h1, H_q // H_v):
-            dv[blk.b, kv, cols] += dv_part[lo:hi].sum(0)
-            mag_dv[blk.b, kv, cols] += mag_dv_part[lo:hi].sum(0)
     return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=mag_dv)

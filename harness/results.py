@@ -36,9 +36,11 @@ class CaseResult:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     margin: float | None = None
     predicted_s: float | None = None
-    wall_s: float = 0.0
-    oracle_s: float | None = None
-    engine_s: float | None = None
+    wall_s: float = 0.0            # the whole case, measured by the parent (worker round trip included)
+    oracle_s: float | None = None  # float64 oracle forward + backward only (synchronised)
+    materialize_s: float | None = None  # the rest of materialize: input fill, layout, copies
+    engine_s: float | None = None  # the engine's first run
+    check_s: float | None = None   # guards, inputs unmodified, tolerance, determinism re-run
     file: str = ""
 
     def to_json(self) -> dict:
@@ -159,12 +161,24 @@ def _junit_text(record: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- summary
+#: the per-case phases of a record, in the order a case goes through them; a record from
+#: before a phase was recorded (or a case that never reached it) counts 0 for it
+PHASES = ("materialize_s", "oracle_s", "engine_s", "check_s")
+
+
+def phase_seconds(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """phase -> summed seconds over the records (missing or null fields count 0)."""
+    records = list(records)
+    return {phase: sum(r.get(phase) or 0.0 for r in records) for phase in PHASES}
+
+
 @dataclass(frozen=True)
 class LevelSummary:
     level: str
     counts: Mapping[str, int]
     wall_s: float
     predicted_s: float | None   # None when no case of the level has a prediction
+    phases: Mapping[str, float] = field(default_factory=dict)  # phase -> summed seconds (PHASES)
 
     @property
     def cases(self) -> int:
@@ -182,8 +196,15 @@ def summarize(records: list[Mapping[str, Any]], levels: Iterable[str]) -> list[L
         predicted = [r["predicted_s"] for r in rows if r.get("predicted_s") is not None]
         out.append(LevelSummary(level=level, counts=dict(Counter(r["verdict"] for r in rows)),
                                 wall_s=sum(r.get("wall_s") or 0.0 for r in rows),
-                                predicted_s=sum(predicted) if predicted else None))
+                                predicted_s=sum(predicted) if predicted else None,
+                                phases=phase_seconds(rows)))
     return out
+
+
+def phase_line(summaries: list[LevelSummary]) -> str:
+    """The summed case phases over the levels, e.g. 'materialize 1.2 s, oracle 0.6 s, ...'."""
+    total = {p: sum(s.phases.get(p, 0.0) for s in summaries) for p in PHASES}
+    return ", ".join(f"{p.removesuffix('_s')} {total[p]:.1f} s" for p in PHASES)
 
 
 def summary_table(summaries: list[LevelSummary], title: str = "bundlegen run"):
@@ -191,7 +212,7 @@ def summary_table(summaries: list[LevelSummary], title: str = "bundlegen run"):
     from rich.table import Table
 
     shown = [v for v in V.ALL if any(s.counts.get(v) for s in summaries)]
-    table = Table(title=title)
+    table = Table(title=title, caption=f"phases: {phase_line(summaries)}")
     table.add_column("level")
     table.add_column("cases", justify="right")
     for verdict in shown:

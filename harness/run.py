@@ -33,8 +33,10 @@ class CaseOutcome:
     tolerance: Mapping[str, Any] | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
     margin: float | None = None
-    oracle_s: float | None = None
-    engine_s: float | None = None
+    oracle_s: float | None = None        # float64 oracle forward + backward (synchronised)
+    materialize_s: float | None = None   # the rest of materialize: fill, layout, copies
+    engine_s: float | None = None        # the engine's first run
+    check_s: float | None = None         # guards, inputs, tolerance, determinism re-run
 
 
 # ----------------------------------------------------------------------------- cost rule
@@ -153,34 +155,41 @@ def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
         if isinstance(exc.__cause__, M.MaterializeError):
             return CaseOutcome(V.ERROR_BUNDLE, detail=f"field graph: {exc.__cause__}")
         raise
-    oracle_s = time.perf_counter() - start
+    materialize_s = max(0.0, time.perf_counter() - start - m.oracle_s)
 
     start = time.perf_counter()
     _guarded("engine.run", engine.run, case.graph, m.tensors)
     _sync(engine.device)
     engine_s = time.perf_counter() - start
-    timing = {"tolerance": tol.to_json(), "oracle_s": oracle_s, "engine_s": engine_s}
+
+    check_start = time.perf_counter()
+    timing = {"tolerance": tol.to_json(), "oracle_s": m.oracle_s, "materialize_s": materialize_s,
+              "engine_s": engine_s}
+
+    def outcome(verdict: str, **fields) -> CaseOutcome:
+        return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
 
     memory = checks.judge_memory(M.guard_violations(m), M.modified_inputs(m))
     if memory is not None:
-        return CaseOutcome(memory[0], detail=memory[1], **timing)
+        return outcome(memory[0], detail=memory[1])
     judgement = checks.judge_outputs({p: m.tensors[p] for p in OUTPUT_PORTS}, m.reference, tol)
     result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
-                  margin=judgement.margin, **timing)
+                  margin=judgement.margin)
     if judgement.verdict != V.PASS:
-        return CaseOutcome(judgement.verdict, detail=judgement.detail, **result)
+        return outcome(judgement.verdict, detail=judgement.detail, **result)
 
-    first = {p: m.storages[p].clone() for p in OUTPUT_PORTS}
+    if runs > 1:
+        first = {p: m.storages[p].clone() for p in OUTPUT_PORTS}
     for again in range(2, runs + 1):
         M.reset_outputs(m)
         _guarded(f"engine.run (repeat {again})", engine.run, case.graph, m.tensors)
         _sync(engine.device)
         differing = checks.differing_ports(first, m.storages)
         if differing:
-            return CaseOutcome(V.FAIL_NONDETERMINISTIC,
-                               detail=f"run {again} differs bitwise from run 1 in {', '.join(differing)}",
-                               **result)
-    return CaseOutcome(V.PASS, **result)
+            return outcome(V.FAIL_NONDETERMINISTIC,
+                           detail=f"run {again} differs bitwise from run 1 in {', '.join(differing)}",
+                           **result)
+    return outcome(V.PASS, **result)
 
 
 # ----------------------------------------------------------------------------- records
@@ -189,7 +198,7 @@ class CaseExecutor:
 
     def __init__(self, engine: str, device: str | torch.device, *, config: EngineConfig | None = None,
                  repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
-                 run_id: str | None = None):
+                 run_id: str | None = None, wait: bool = True):
         from engines.registry import config_dir, engine_class
         from harness import worker
 
@@ -199,8 +208,21 @@ class CaseExecutor:
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
                                  repeat=repeat, timeout_s=timeout_s)
-        self.runner = worker.IsolatedRunner(spec) if isolation else worker.InProcessRunner(spec)
-        self.engine_name, self.arch = self.runner.engine_name, self.runner.arch
+        # wait=False: the worker starts in the background (see wait_ready)
+        self.runner = worker.IsolatedRunner(spec, wait=wait) if isolation else worker.InProcessRunner(spec)
+
+    @property
+    def engine_name(self) -> str:
+        return self.runner.engine_name
+
+    @property
+    def arch(self) -> str:
+        return self.runner.arch
+
+    def wait_ready(self) -> None:
+        """Wait for the engine (a worker started with wait=False); WorkerStartError if it
+        cannot be built."""
+        getattr(self.runner, "wait_ready", lambda: None)()
 
     def execute(self, case: Case) -> "CaseResult":
         from harness.bundles import case_file
@@ -219,7 +241,8 @@ class CaseExecutor:
             reason=outcome.reason, tolerance_class=case.tolerance_class,
             tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
             predicted_s=predicted_seconds(case, self.device), wall_s=wall,
-            oracle_s=outcome.oracle_s, engine_s=outcome.engine_s, file=file)
+            oracle_s=outcome.oracle_s, materialize_s=outcome.materialize_s,
+            engine_s=outcome.engine_s, check_s=outcome.check_s, file=file)
 
     def bundle_error(self, error: BundleError) -> "CaseResult":
         from harness.bundles import error_location
@@ -289,20 +312,22 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
 
     device = device or default_device()
     levels = B.levels_upto(level)
-    loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
-    cases = [c for c in loaded.cases if matches_pattern(c, pattern) and in_shard(c.id, shard)]
-    out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
-    results_path, junit_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME
-    if not resume and results_path.exists():
-        results_path.unlink()
-    previous = R.read_results(results_path) if resume else []
-    done = R.finished_keys(previous)
-
-    todo = [c for c in cases if c.id not in done]
+    # the worker imports torch and builds the engine while this process loads the bundles
     executor = CaseExecutor(engine, device, config=config, repeat=repeat, isolation=isolation,
-                            timeout_s=timeout_s if timeout_s is not None else default_timeout(device))
+                            timeout_s=timeout_s if timeout_s is not None else default_timeout(device),
+                            wait=False)
     new_records = []
     try:
+        loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
+        cases = [c for c in loaded.cases if matches_pattern(c, pattern) and in_shard(c.id, shard)]
+        out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
+        results_path, junit_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME
+        if not resume and results_path.exists():
+            results_path.unlink()
+        previous = R.read_results(results_path) if resume else []
+        done = R.finished_keys(previous)
+        todo = [c for c in cases if c.id not in done]
+        executor.wait_ready()
         with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
             def record(result) -> None:
                 writer.write(result)

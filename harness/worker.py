@@ -9,6 +9,7 @@ next case. `InProcessRunner` is the same without the process (debugging and fast
 it cannot survive a hang or a process kill)."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -73,15 +74,36 @@ class InProcessRunner:
 
 
 class IsolatedRunner:
-    def __init__(self, spec: WorkerSpec):
+    """`wait=False` starts the worker and returns at once: the caller does other work while
+    the worker imports and builds its engine, and `wait_ready()` (or the first case) waits
+    for it and raises WorkerStartError if it failed."""
+
+    def __init__(self, spec: WorkerSpec, wait: bool = True):
         self.spec = spec
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
+        self._ready = False
         self.restarts = 0
-        self._start()
+        self._spawn()
+        if wait:
+            self.wait_ready()
+
+    @property
+    def engine_name(self) -> str:
+        self.wait_ready()
+        return self._engine_name
+
+    @property
+    def arch(self) -> str:
+        self.wait_ready()
+        return self._arch
 
     # -- lifecycle
     def _start(self) -> None:
+        self._spawn()
+        self.wait_ready()
+
+    def _spawn(self) -> None:
         # A plain subprocess, not multiprocessing: spawn would re-run the caller's __main__.
         ours, theirs = socket.socketpair()
         try:
@@ -91,7 +113,15 @@ class IsolatedRunner:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
+        self._ready = False
         self._conn.send((list(sys.path), self.spec))
+
+    def wait_ready(self) -> None:
+        """Wait for the worker's engine; WorkerStartError when it cannot be built."""
+        if self._ready:
+            return
+        if self._conn is None:
+            raise WorkerStartError(f"engine {self.spec.engine!r}: no worker")
         if not self._conn.poll(STARTUP_TIMEOUT_S):
             self._kill()
             raise WorkerStartError(f"engine {self.spec.engine!r}: worker did not start "
@@ -106,7 +136,8 @@ class IsolatedRunner:
         if kind != "ready":
             self._kill()
             raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built:\n{payload}")
-        self.engine_name, self.arch = payload
+        self._engine_name, self._arch = payload
+        self._ready = True
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -135,6 +166,8 @@ class IsolatedRunner:
     def run(self, case: Case):
         from harness.run import CaseOutcome
 
+        if self._proc is not None and not self._ready:
+            self.wait_ready()
         if self._proc is None or self._proc.poll() is not None:
             self._restart()
         try:
@@ -186,15 +219,28 @@ def _worker_main(fd: int) -> None:
         try:
             kind, case = conn.recv()
         except (EOFError, OSError):
-            return
+            _exit_now(conn)
         if kind == "stop":
-            return
+            _exit_now(conn)
         try:
             outcome = run_case(case, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
             from harness.run import CaseOutcome
             outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {traceback.format_exc()[-2000:]}")
         conn.send(("outcome", outcome))
+
+
+def _exit_now(conn: Connection) -> None:
+    """End the worker without the interpreter's teardown (torch and a GPU context take a
+    second or more to tear down, and the parent waits for the exit): nothing is left to
+    write but the standard streams."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    conn.close()
+    os._exit(0)
 
 
 if __name__ == "__main__":

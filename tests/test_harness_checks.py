@@ -61,6 +61,13 @@ def test_pass_records_errors_margins_and_timings():
         assert math.isclose(o["normalized_error"], 1 / o["margin"])
     assert result.tolerance == {"rtol": 0.05, "atol": 1e-3, "source": "(none) tolerance_overrides[0]"}
     assert result.oracle_s > 0 and result.engine_s > 0
+    assert result.materialize_s > 0 and result.check_s > 0
+
+
+def test_a_failed_check_still_records_every_phase():
+    bad = outcome(S.WritesPastEnd, S.bad_case())
+    assert bad.verdict == V.FAIL_GUARD
+    assert all(x is not None and x >= 0 for x in (bad.oracle_s, bad.materialize_s, bad.engine_s, bad.check_s))
 
 
 # ----------------------------------------------------------------------------- units
@@ -86,6 +93,95 @@ def test_output_error_nonfinite_only_where_reference_is_finite():
     e = checks.output_error(got, ref, ref.abs(), tol(atol=1.0))
     assert e.nonfinite == 2 and not e.within
     assert e.to_json() == {"max_abs_err": None, "normalized_error": None, "margin": 0.0}
+
+
+def _output_error_on_the_cpu(out, ref, mag, tol):
+    """The rule as first written (every tensor on the CPU, boolean indexing): the device-side
+    output_error must give the same record, bit for bit."""
+    got = out.detach().to(device="cpu", dtype=torch.float64)
+    ref = ref.to(device="cpu", dtype=torch.float64)
+    nonfinite = int((~torch.isfinite(got) & torch.isfinite(ref)).sum())
+    err = (got - ref).abs()
+    bound = tol.atol + tol.rtol * mag.to(device="cpu", dtype=torch.float64)
+    if nonfinite or torch.isnan(err).any():
+        return checks.OutputError(max_abs_err=math.inf if nonfinite else float(err.nan_to_num(math.inf).max()),
+                                  normalized_error=math.inf, margin=0.0, within=False, nonfinite=nonfinite)
+    within = bool((err <= bound).all())
+    wrong = err > 0
+    if not bool(wrong.any()):
+        return checks.OutputError(max_abs_err=0.0, normalized_error=0.0, margin=checks.MARGIN_CAP,
+                                  within=True, nonfinite=0)
+    margin = min(float((bound[wrong] / err[wrong]).min()), checks.MARGIN_CAP)
+    return checks.OutputError(max_abs_err=float(err.max()),
+                              normalized_error=1.0 / margin if margin > 0 else math.inf,
+                              margin=margin, within=within, nonfinite=0)
+
+
+def _same(a: checks.OutputError, b: checks.OutputError) -> bool:
+    def key(e):
+        return tuple(repr(float(x)) for x in (e.max_abs_err, e.normalized_error, e.margin)) + (e.within, e.nonfinite)
+    return key(a) == key(b)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed", range(40))
+def test_output_error_matches_the_plain_cpu_rule(seed, device):
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 300, (1,), generator=g))
+    ref = torch.randn(n, dtype=torch.float64, generator=g) * 10 ** float(torch.randint(-3, 3, (1,), generator=g))
+    mag = ref.abs() * (1 + torch.rand(n, dtype=torch.float64, generator=g))
+    dtype = (torch.bfloat16, torch.float16, torch.float32)[seed % 3]
+    out = ref.to(dtype)
+    kind = seed % 8
+    if kind == 1:  # a few large errors
+        out[torch.randint(0, n, (3,), generator=g)] += 5
+    elif kind == 2:
+        out[n // 2] = math.nan
+    elif kind == 3:
+        out[0] = math.inf
+    elif kind == 4:
+        out = ref.to(torch.float32)  # nearly exact
+    elif kind == 5:
+        out = ref.clone()  # exact
+    elif kind == 6:
+        mag[: n // 2] = 0.0  # bound atol there
+    elif kind == 7:
+        ref = ref.clone()
+        ref[-1] = math.inf  # a non-finite oracle value (never produced; still the same rule)
+    tol = Tolerance(float(torch.rand(1, generator=g)) * 0.05, (0.0, 1e-5, 1e-3)[seed % 3], "t")
+    want = _output_error_on_the_cpu(out, ref, mag, tol)
+    got = checks.output_error(out.to(device), ref.to(device), mag.to(device), tol)
+    assert _same(got, want), (got, want)
+
+
+def test_output_error_of_an_empty_output_is_exact():
+    empty = torch.zeros(0, dtype=torch.float64)
+    e = checks.output_error(empty.to(torch.bfloat16), empty, empty, tol())
+    assert _same(e, _output_error_on_the_cpu(empty.to(torch.bfloat16), empty, empty, tol()))
+
+
+def test_judge_outputs_reads_every_port_like_output_error():
+    g = torch.Generator().manual_seed(3)
+    ref = {p: torch.randn(4, 5, dtype=torch.float64, generator=g) for p in ("dq", "dk", "dv")}
+    reference = type("R", (), {**ref, **{f"mag_{p}": r.abs() + 0.1 for p, r in ref.items()}})
+    outputs = {p: (r + 0.01 * torch.randn(4, 5, dtype=torch.float64, generator=g)).to(torch.bfloat16)
+               for p, r in ref.items()}
+    j = checks.judge_outputs(outputs, reference, tol(0.2, 1e-3))
+    for p in ("dq", "dk", "dv"):
+        assert _same(j.outputs[p], _output_error_on_the_cpu(outputs[p], ref[p], ref[p].abs() + 0.1,
+                                                            tol(0.2, 1e-3)))
+
+
+def test_differing_ports_compares_bits_shapes_and_dtypes():
+    a = {"dq": torch.tensor([1.0, -0.0]), "dk": torch.tensor([float("nan")]), "dv": torch.zeros(3)}
+    same = {p: t.clone() for p, t in a.items()}
+    assert checks.differing_ports(a, same) == []
+    b = dict(same, dq=torch.tensor([1.0, 0.0]), dv=torch.zeros(4))
+    assert checks.differing_ports(a, b) == ["dq", "dv"]
+    assert checks.differing_ports(a, dict(same, dk=torch.tensor([float("nan")], dtype=torch.float64))) == ["dk"]
 
 
 def test_bitwise_equal_compares_bits():

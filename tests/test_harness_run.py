@@ -65,8 +65,13 @@ def test_every_verdict_of_a_mixed_level(tmp_path):
     assert R.SCALE_NONPOSITIVE in got[frontend_wrong_code.id]["detail"]
     record = got[good.id]
     for key in ("run_id", "level", "group", "purpose", "items", "engine", "arch", "device",
-                "tolerance_class", "outputs", "margin", "predicted_s", "wall_s", "oracle_s", "engine_s"):
+                "tolerance_class", "outputs", "margin", "predicted_s", "wall_s", "oracle_s", "engine_s",
+                "materialize_s", "check_s"):
         assert key in record
+    assert all(record[k] > 0 for k in ("oracle_s", "materialize_s", "engine_s", "check_s"))
+    assert record["oracle_s"] + record["materialize_s"] + record["engine_s"] + record["check_s"] <= record["wall_s"]
+    assert got[fp32.id]["check_s"] is None and got[fp32.id]["oracle_s"] is None  # declined: no phases
+    assert summary.levels[0].phases["oracle_s"] == pytest.approx(record["oracle_s"])
     assert (record["level"], record["group"], record["engine"], record["arch"]) == \
         ("quick", "mixed", "torch-math", "cpu")
     assert record["margin"] > 1 and set(record["outputs"]) == {"dq", "dk", "dv"}
@@ -227,3 +232,17 @@ def test_a_header_that_disagrees_with_the_path_is_an_error(tmp_path):
     path.write_text(path.read_text().replace('"level": "quick"', '"level": "pr"'))
     (record,) = read_results(run(tmp_path).results_path)
     assert record["verdict"] == V.ERROR_BUNDLE and "field level:" in record["detail"]
+
+
+def test_the_summary_reads_records_without_phase_fields():
+    """Results from before materialize_s / check_s existed still summarise (as 0)."""
+    from harness.results import PHASES, phase_line, summarize
+    old = {"case_id": "a", "level": "quick", "verdict": V.PASS, "wall_s": 1.0, "oracle_s": 0.5,
+           "engine_s": 0.25}
+    new = {"case_id": "b", "level": "quick", "verdict": V.PASS, "wall_s": 2.0, "oracle_s": 0.25,
+           "materialize_s": 0.5, "engine_s": 0.5, "check_s": 0.5}
+    (level,) = summarize([old, new, {"case_id": "c", "level": "quick", "verdict": V.DECLINED,
+                                      "oracle_s": None, "check_s": None}], ["quick"])
+    assert level.phases == {"materialize_s": 0.5, "oracle_s": 0.75, "engine_s": 0.75, "check_s": 0.5}
+    assert set(level.phases) == set(PHASES)
+    assert phase_line([level]) == "materialize 0.5 s, oracle 0.8 s, engine 0.8 s, check 0.5 s"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bundlegen.graph import OUTPUT_PORTS, PORTS
+from harness import distributions as DIST
 from harness import materialize as M
 from harness import oracle
 from tests.graph_factory import make_case, make_graph, packed_strides
@@ -171,6 +172,69 @@ def test_unaddressed_is_exactly_what_the_view_never_reads(strides_of):
         assert torch.equal(m.unaddressed[port], ~addressed)
 
 
+@pytest.mark.parametrize("strides_of, dense", [
+    (lambda dims: packed_strides(dims), True),
+    (lambda dims: packed_strides(dims, (0, 2, 1, 3)), True),
+    (lambda dims: padded_rows(dims, 5), False),
+    (lambda dims: interleaved_heads(dims), False),
+    (lambda dims: (0, dims[2] * dims[3], dims[3], 1), True),   # broadcast over batch
+    (lambda dims: (dims[2] * dims[3], 0, dims[3], 1), True),   # broadcast over heads
+    (lambda dims: (dims[3], dims[3], 1, 1), False),            # overlapping: scanned by mask
+])
+def test_a_dense_view_leaves_exactly_its_two_ends_unaddressed(strides_of, dense):
+    """The guard scan's shortcut: a view counts as dense only when everything outside its
+    span is all it leaves unaddressed."""
+    dims = (B, H, S_KV, D)
+    m = fresh(H_q=H, H_k=H, H_v=H, out_strides={"k": strides_of(dims)})
+    spec = m.case.graph.tensors["k"]
+    assert M.is_dense(spec) == dense
+    start, end = M.addressed_span(spec)
+    outside = torch.ones(M.storage_size(spec), dtype=torch.bool)
+    outside[start:end] = False
+    if dense:
+        assert torch.equal(m.unaddressed["k"], outside)
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+def test_a_guard_write_is_caught_through_either_scan(pad):
+    """Dense views (no pad) and views with gaps (pad) both catch a write just outside."""
+    dims = (B, H, S_Q, D)
+    m = fresh(out_strides={"dq": padded_rows(dims, pad)} if pad else {})
+    assert M.is_dense(m.case.graph.tensors["dq"]) == (pad == 0)
+    write_reference(m)
+    assert M.guard_violations(m) == []
+    poke(m, "dq", view_end(m, "dq") + M.GUARD_ELEMS - 1)   # the last element of the storage
+    assert M.guard_violations(m) == ["dq"]
+    M.reset_outputs(m)
+    write_reference(m)
+    poke(m, "dq", 0)                                        # the first
+    assert M.guard_violations(m) == ["dq"]
+
+
+def test_several_bad_ports_are_each_named():
+    """The grouped scans fall back to port by port: every bad port is named, no other."""
+    m = fresh(out_strides={"dq": padded_rows((B, H, S_Q, D), 2)})
+    write_reference(m)
+    for port in ("k", "stats", "dv", "dq"):
+        poke(m, port, 0)
+    assert M.guard_violations(m) == ["k", "stats", "dq", "dv"]
+    assert M.modified_inputs(m) == ["k", "stats"]
+    m = fresh()
+    for port in ("q", "do"):
+        view = m.tensors[port]
+        view[(0,) * view.dim()] = view[(0,) * view.dim()] + 1
+    assert M.guard_violations(m) == [] and M.modified_inputs(m) == ["q", "do"]
+
+
+def test_the_input_baselines_are_separate_copies_on_the_device():
+    m = fresh()
+    for port in M.INPUT_PORTS:
+        assert m.baselines[port].device == m.storages[port].device
+        assert m.baselines[port].untyped_storage().data_ptr() != m.storages[port].untyped_storage().data_ptr()
+        assert torch.equal(M._bits(m.baselines[port]), M._bits(m.storages[port]))
+    assert m.oracle_s > 0
+
+
 # ----------------------------------------------------------------------------- inputs
 def test_a_modified_input_element_is_caught():
     for port in ("q", "k", "v", "o", "do", "stats"):
@@ -211,6 +275,61 @@ def test_inputs_are_reproducible_and_layout_independent(distribution):
         assert torch.equal(la[port], lb[port]), port
     other = M.materialize(make_case(graph, seed=8, distribution=distribution), "cpu")
     assert not torch.equal(M.logical_inputs(other)["q"], la["q"])
+
+
+@pytest.mark.parametrize("distribution", ["randn", "small-int", "shifted-logits"])
+def test_inputs_do_not_depend_on_the_thread_count(distribution, monkeypatch):
+    """Chunks drawn by 1, 2 or 5 threads (and by the shared pool) give the same bits; each
+    chunk has its own stream (no two chunks repeat each other)."""
+    monkeypatch.setattr(DIST, "THREADED_MIN_ELEMS", 0)
+    graph = make_graph(B=2, H_q=4, H_k=2, H_v=1, S_q=37, S_kv=29, D_qk=24, D_v=8, dtype="fp16",
+                       out_strides={"v": (0, 29 * 8, 8, 1)})  # v broadcast over batch
+    runs = [DIST.generate_inputs(graph, distribution, 11, threads=t, chunk_elems=100) for t in (1, 2, 5)]
+    runs.append(DIST.generate_inputs(graph, distribution, 11, chunk_elems=100))
+    for port in DIST.GENERATED_PORTS:
+        for other in runs[1:]:
+            assert torch.equal(runs[0][port].view(torch.int16), other[port].view(torch.int16)), port
+    q = runs[0]["q"].reshape(-1)
+    step = 96 if distribution == "shifted-logits" else 100  # shifted-logits: whole rows of 24
+    assert not torch.equal(q[:step], q[step:2 * step])
+    assert runs[0]["v"].shape == (1, 1, 29, 8)
+    other_seed = DIST.generate_inputs(graph, distribution, 12, chunk_elems=100)
+    assert not torch.equal(other_seed["q"], runs[0]["q"])
+    # the chunk size is part of the definition: another chunk size draws other values
+    assert not torch.equal(DIST.generate_inputs(graph, distribution, 11, chunk_elems=1 << 20)["q"],
+                           runs[0]["q"])
+
+
+@pytest.mark.parametrize("distribution", ["randn", "small-int", "shifted-logits"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_materialized_inputs_are_the_generated_values(distribution, dtype):
+    """materialize rounds the drawn values while writing them: the same bits as
+    generate_inputs, through any layout (padded rows, broadcast)."""
+    dims_q = (B, 4, S_Q, D)
+    graph = make_graph(B=B, H_q=4, H_k=2, H_v=1, S_q=S_Q, S_kv=S_KV, D_qk=D, D_v=12, dtype=dtype,
+                       out_strides={"q": padded_rows(dims_q, 3), "v": (0, 0, 12, 1)})
+    m = M.materialize(make_case(graph, seed=5, distribution=distribution), "cpu")
+    want = DIST.generate_inputs(graph, distribution, 5)
+    logical = M.logical_inputs(m)
+    for port in DIST.GENERATED_PORTS:
+        assert torch.equal(M._bits(logical[port]), M._bits(want[port].expand(logical[port].shape))), port
+    assert M.guard_violations(m) == []
+
+
+def test_chunk_seeds_differ_by_seed_port_and_chunk():
+    seeds = {DIST.chunk_seed(s, p, c) for s in (0, 1, 2**40) for p in range(4) for c in range(50)}
+    assert len(seeds) == 3 * 4 * 50
+    assert all(0 <= s < 2**63 for s in seeds)
+
+
+def test_shifted_logits_rows_are_centred_across_chunk_boundaries():
+    graph = make_graph(B=1, H_q=2, S_q=50, S_kv=40, D_qk=24, D_v=8, dtype="fp32")
+    values = DIST.generate_inputs(graph, "shifted-logits", 3, threads=1, chunk_elems=100)
+    scale, d = graph.attributes.attn_scale, graph.D_qk
+    alpha = math.sqrt(DIST.SHIFTED_LOGIT / (scale * d))
+    for port, sign in (("q", 1.0), ("k", -1.0)):
+        row_mean = values[port].double().mean(-1)
+        torch.testing.assert_close(row_mean, torch.full_like(row_mean, sign * alpha), rtol=1e-5, atol=1e-5)
 
 
 def test_broadcast_inputs_hold_one_value_per_element():
