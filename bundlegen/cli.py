@@ -20,24 +20,32 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; given `command`, only that subcommand's module is imported (the others
+    are listed for --help but get no arguments), so `bundlegen run` never pays for the
+    imports of `calibrate` or `report`."""
     parser = argparse.ArgumentParser(prog="bundlegen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # not built yet
-            raise
+        module = None
+        if command is None or command == name:
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name and module_name.startswith(exc.name):
+                    continue  # not built yet
+                raise
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(p)
-        p.set_defaults(_main=module.main)
+        if module is not None:
+            module.add_arguments(p)
+            p.set_defaults(_main=module.main)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in SUBCOMMANDS else None).parse_args(argv)
     return int(args._main(args) or 0)
 
 

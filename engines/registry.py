@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engines.base import Engine
+if TYPE_CHECKING:   # engines.base imports torch: a lookup by name should not
+    from engines.base import Engine
 
 BUILTIN = {
     "torch-math": "engines.torch_math.engine:TorchMathEngine",
@@ -23,7 +25,7 @@ class EngineNotFound(LookupError):
     pass
 
 
-def _load(target: str) -> type[Engine]:
+def _load(target: str) -> "type[Engine]":
     module_name, _, attr = target.partition(":")
     if not attr:
         raise EngineNotFound(f"{target!r}: expected 'package.module:Class'")
@@ -31,6 +33,7 @@ def _load(target: str) -> type[Engine]:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise EngineNotFound(f"cannot load engine {target!r}: {exc}") from exc
+    from engines.base import Engine
     if not (isinstance(obj, type) and issubclass(obj, Engine)):
         raise EngineNotFound(f"{target!r} is not an Engine subclass")
     return obj
@@ -47,7 +50,15 @@ def known_names() -> list[str]:
     return sorted(names)
 
 
-def engine_class(name: str) -> type[Engine]:
+def registered_name(name: str) -> str:
+    """The engine's registry name (what config_dir takes), failing like engine_class for
+    an unknown one; a built-in name is answered without importing its engine (or torch)."""
+    if name in BUILTIN:
+        return name
+    return engine_class(name).name
+
+
+def engine_class(name: str) -> "type[Engine]":
     if ":" in name:
         return _load(name)
     if name in BUILTIN:

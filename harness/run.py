@@ -12,16 +12,24 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from bundlegen import validate
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.reasons import code_of
-from harness import checks
 from harness import verdicts as V
 from harness.config import EngineConfig, load_engine_config
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a case runs (the worker), not at module level: the parent of an
+# isolated run never needs it, so its worker starts while the parent is still loading.
+
+
+def device_type(device: "str | torch.device") -> str:
+    """'cuda' for 'cuda:1' or torch.device('cuda', 1), without importing torch."""
+    return str(device).split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,9 @@ def too_large_for_cpu(graph: Graph) -> bool:
     return predicted is not None and predicted > CPU_CASE_LIMIT_S
 
 
-def predicted_seconds(case: Case, device: torch.device) -> float | None:
+def predicted_seconds(case: Case, device: "str | torch.device") -> float | None:
     """The bundle's prediction is for an h200; on the CPU ask the cost model."""
-    if device.type == "cpu":
+    if device_type(device) == "cpu":
         return cpu_prediction(case.graph)
     return case.cost.predicted_s
 
@@ -82,8 +90,9 @@ def _guarded(stage: str, fn: Callable, *args):
         raise _StepRaised(stage, exc) from exc
 
 
-def _sync(device: torch.device) -> None:
+def _sync(device: "torch.device") -> None:
     if device.type == "cuda":
+        import torch
         torch.cuda.synchronize(device)
 
 
@@ -146,7 +155,7 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
 
 
 def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
-    from harness import materialize as M  # lazy: keeps the plugin and the parent light
+    from harness import checks, materialize as M  # lazy: keeps the plugin and the parent light
 
     start = time.perf_counter()
     try:
@@ -196,15 +205,15 @@ def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
 class CaseExecutor:
     """Runs cases through a runner (in-process or an isolated worker) and makes records."""
 
-    def __init__(self, engine: str, device: str | torch.device, *, config: EngineConfig | None = None,
+    def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
                  repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
                  run_id: str | None = None, wait: bool = True):
-        from engines.registry import config_dir, engine_class
+        from engines.registry import config_dir, registered_name
         from harness import worker
 
-        cls = engine_class(engine)  # unknown names fail here, before any worker starts
-        self.device = torch.device(device)
-        self.config = config if config is not None else load_engine_config(config_dir(cls.name))
+        name = registered_name(engine)  # unknown names fail here, before any worker starts
+        self.device = str(device)
+        self.config = config if config is not None else load_engine_config(config_dir(name))
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
                                  repeat=repeat, timeout_s=timeout_s)
@@ -266,11 +275,12 @@ class CaseExecutor:
 
 # ----------------------------------------------------------------------------- a level
 def default_device() -> str:
+    import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def default_timeout(device: str | torch.device) -> float:
-    return 600.0 if torch.device(device).type == "cpu" else 300.0
+def default_timeout(device: "str | torch.device") -> float:
+    return 600.0 if device_type(device) == "cpu" else 300.0
 
 
 @dataclass(frozen=True)
