@@ -2,7 +2,8 @@
 
 Each executed case of a run (a results.jsonl record whose engine ran) is joined by case id
 with its graph from the bundles; `generator.cost.terms(graph)` gives its features. The fit
-is a non-negative least squares of the measured `wall_s` in the model's own form:
+is a non-negative least squares of the measured `wall_s` in the model's own form, each
+level weighted the same (a case counts sqrt(cases of its level) / its level's total):
 
     wall_s = engine_flops / engine_flops_per_s + oracle_flops / oracle_flops_per_s
              + io_bytes / bytes_per_s + overhead_s
@@ -182,11 +183,22 @@ def fit(samples: Sequence[Sample], prior: CostCoefficients) -> Fit:
     total = float(y.sum())
     if total <= 0:
         raise CalibrationError("the measured cases took no time")
+    # The target is a relative error per level, so each level weighs the same: a case of a
+    # level with n cases and measured total T counts sqrt(n) / T (a misfit shared by the n
+    # cases then costs the same squared relative error in every level). Unweighted, the few
+    # long cases of the upper levels would decide the fit and quick's short ones be left off.
+    level_total: dict[str, float] = {}
+    level_count: dict[str, int] = {}
+    for s in samples:
+        level_total[s.level] = level_total.get(s.level, 0.0) + s.wall_s
+        level_count[s.level] = level_count.get(s.level, 0) + 1
+    w = torch.tensor([math.sqrt(level_count[s.level]) / level_total[s.level]
+                      if level_total[s.level] > 0 else 0.0 for s in samples], dtype=torch.float64)
     fixed: set[int] = set()
     while True:
         free = [j for j in range(len(FITTED)) if j not in fixed]
         target = y - sum((X[:, j] * prior_theta[j] for j in fixed), torch.zeros_like(y))
-        solution = nnls(X[:, free], target)
+        solution = nnls(X[:, free] * w[:, None], target * w)
         theta = list(prior_theta)
         for j, value in zip(free, solution.tolist()):
             theta[j] = value

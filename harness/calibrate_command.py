@@ -48,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"calibrate {device_class}: {result.samples} executed case(s) from {len(args.results)} "
           f"results file(s); {len(samples.probes)} probe(s), {len(samples.not_executed)} not executed, "
           f"{samples.unmatched} not in the bundles, {samples.other_device} of another device class")
-    print("fit: non-negative least squares of wall_s on engine FLOPs, oracle FLOPs, io bytes and 1")
+    print("fit: non-negative least squares of wall_s on engine FLOPs, oracle FLOPs, io bytes and 1, "
+          "each level weighted the same")
     for name in C.FITTED:
         note = "   (kept: the data does not resolve it)" if name in result.kept else ""
         print(f"  {name:20s} {C.format_number(getattr(prior, name)):>10s} -> "

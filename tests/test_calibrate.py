@@ -219,3 +219,22 @@ def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
 def test_command_without_results_file_exits_2(tmp_path, capsys):
     assert run_command([str(tmp_path / "missing.jsonl")]) == 2
     assert "no results file" in capsys.readouterr().out
+
+
+
+def test_every_level_weighs_the_same():
+    """Level 'quick' holds many runs of the small cases, measured 1.4x what the model says
+    (a cost the model has no term for); 'full' holds the others once each. Weighted per
+    level the fit shares the misfit (unweighted, quick's many rows would win and 'full'
+    would be off by over 25 %)."""
+    cases = synthetic_cases()
+    by_size = sorted(cases, key=lambda cid: seconds(terms(cases[cid].graph), TRUE_H200))
+    small, big = by_size[:5], by_size[5:]
+    records = [record(cid, "quick", 1.4 * seconds(terms(cases[cid].graph), TRUE_H200))
+               for cid in small for _ in range(40)] + \
+              [record(cid, "full", seconds(terms(cases[cid].graph), TRUE_H200)) for cid in big]
+    samples = C.collect(records, cases, "h200")
+    got = C.fit(samples.executed, PRIOR).coefficients
+    rows = {r.level: r for r in C.level_errors(samples, PRIOR, got, ["quick", "full"])}
+    assert abs(rows["quick"].after_error) < 0.25
+    assert abs(rows["full"].after_error) < 0.25

@@ -89,17 +89,3 @@ class TritonEngine(Engine):
                 continue
             self._working[key] = cfg
             return
-
-    def warm_up(self) -> None:
-        """One tiny backward, so Triton's runtime and launcher are loaded before case 1."""
-        from engines.triton.selfcheck import make_graph
-        graph = make_graph(B=1, H_q=1, S_q=16, D_qk=16, dtype="fp16")
-        if self.is_applicable(graph) is not None:
-            return
-        tensors = {}
-        for port, spec in graph.tensors.items():
-            dtype = torch.float32 if spec.dtype == "fp32" else torch.float16
-            tensors[port] = torch.zeros(spec.dims, dtype=dtype, device=self.device)
-        self.run(graph, tensors)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
