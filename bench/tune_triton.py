@@ -124,7 +124,7 @@ ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal)
 
 def compare_orders() -> list[dict]:
     """Whole-backward time with the programs head-major and block-major
-    (kernels._block_and_head), table configs."""
+    (kernels._block_batch_head), table configs."""
     import triton
 
     from bench.engine_speed import Shape, graph_of

@@ -5,8 +5,8 @@ q, k, v, do are each drawn in their generated shape (a broadcast axis, stride 0,
 with size 1) and rounded to the io dtype. A tensor is drawn in chunks of CHUNK_ELEMS
 elements (flat, row-major); chunk c of port p (index in GENERATED_PORTS) has its own
 torch.Generator seeded from (case seed, p, c) by `chunk_seed`, so the values depend on the
-seed and the shape only, never on how many threads draw the chunks (a pool of
-min(cpu count, MAX_THREADS) threads: torch releases the GIL while it draws).
+seed and the shape only, never on whether one thread or a pool of min(cpu count,
+MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
 - `randn`: standard normal.
 - `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype
   (three random bits per element: magnitude, sign, kept).
@@ -70,26 +70,21 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def _run(tasks: list[Callable[[], None]], threads: int) -> None:
-    """Run every task; on the shared pool when more than one thread is asked for (each
-    task only draws random numbers into its own slice, so the order does not matter)."""
+    """Run every task: on this thread when one thread is asked for, else on the shared pool
+    (each task only draws random numbers into its own slice, so the order does not matter)."""
     if threads <= 1 or len(tasks) <= 1:
         for task in tasks:
             task()
         return
-    if threads >= default_threads():
-        futures = [_executor().submit(task) for task in tasks]
-        for f in futures:
-            f.result()
-        return
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for f in [pool.submit(task) for task in tasks]:
-            f.result()
+    for f in [_executor().submit(task) for task in tasks]:
+        f.result()
 
 
 def generate_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | None = None,
                     chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """port -> CPU tensor in the io dtype with the port's generated shape (expand it to the
-    logical dims). `threads` (default min(cpu count, MAX_THREADS)) changes the speed only."""
+    logical dims). `threads` (default min(cpu count, MAX_THREADS); 1 draws on this thread)
+    changes the speed only."""
     drawn = draw_inputs(graph, distribution, seed, threads=threads, chunk_elems=chunk_elems)
     return {port: values.to(TORCH_DTYPES[graph.tensors[port].dtype], copy=True)
             for port, values in drawn.items()}
@@ -187,15 +182,11 @@ class _SmallInt(_Draw):
         return self.buffer("values", torch.float32).copy_(_small_int(self.bits)).view(self.shape)
 
 
-class _Shifted(_Draw):
+class _Shifted(_Normal):
     def __init__(self, shape, slot, graph: Graph, sign: float):
         super().__init__(shape, slot)
         self.row = max(1, shape[-1]) if shape else 1  # whole rows: the mean is per row
         self.graph, self.sign = graph, sign
-        self.x = self.buffer("normal", torch.float32)
-
-    def _fill(self, a, b, s):
-        self.x[a:b].normal_(generator=torch.Generator().manual_seed(s))
 
     def values(self):
         return _shifted(self.x.view(self.shape), self.graph, self.sign)  # in place

@@ -279,13 +279,13 @@ def test_inputs_are_reproducible_and_layout_independent(distribution):
 
 @pytest.mark.parametrize("distribution", ["randn", "small-int", "shifted-logits"])
 def test_inputs_do_not_depend_on_the_thread_count(distribution, monkeypatch):
-    """Chunks drawn by 1, 2 or 5 threads (and by the shared pool) give the same bits; each
-    chunk has its own stream (no two chunks repeat each other)."""
+    """Chunks drawn on one thread and by the shared pool give the same bits; each chunk has
+    its own stream (no two chunks repeat each other)."""
     monkeypatch.setattr(DIST, "THREADED_MIN_ELEMS", 0)
     graph = make_graph(B=2, H_q=4, H_k=2, H_v=1, S_q=37, S_kv=29, D_qk=24, D_v=8, dtype="fp16",
                        out_strides={"v": (0, 29 * 8, 8, 1)})  # v broadcast over batch
-    runs = [DIST.generate_inputs(graph, distribution, 11, threads=t, chunk_elems=100) for t in (1, 2, 5)]
-    runs.append(DIST.generate_inputs(graph, distribution, 11, chunk_elems=100))
+    monkeypatch.setattr(DIST, "default_threads", lambda: 4)  # a pool even on a 1-core machine
+    runs = [DIST.generate_inputs(graph, distribution, 11, threads=t, chunk_elems=100) for t in (1, 4)]
     for port in DIST.GENERATED_PORTS:
         for other in runs[1:]:
             assert torch.equal(runs[0][port].view(torch.int16), other[port].view(torch.int16)), port

@@ -185,7 +185,7 @@ def test_default_cpu_tiles():
 @pytest.mark.parametrize("order", [False, True], ids=["head-major", "block-major"])
 @pytest.mark.parametrize("mask", [dict(right=0), dict(left=7)], ids=["causal", "left-only"])
 def test_program_orders(monkeypatch, order, mask):
-    """Both program orders (kernels._block_and_head) give the right gradients on a
+    """Both program orders (kernels._block_batch_head) give the right gradients on a
     multi-block GQA case with a one-sided band, whatever the launcher picks by default."""
     from engines.triton import launch
     monkeypatch.setattr(launch, "block_major", lambda graph: order)

@@ -120,23 +120,24 @@ def _p(keep, s2, lse2, MUT_MASKED_ROWS_NAN: tl.constexpr):
 
 
 @triton.jit
-def _block_and_head(num_blocks, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.constexpr):
-    """(block index, batch-head index) of this program. Head-major (each head's blocks are
-    consecutive programs, so the ones running together share that head's tensors in L2)
-    unless BLOCK_MAJOR: then block by block across all heads, so that under a one-sided
-    band, whose blocks differ in work, every head's heaviest block starts in the first wave
-    and none is left to run alone at the end. REVERSE numbers the blocks from the last."""
+def _block_batch_head(num_blocks, heads, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.constexpr):
+    """(block index, batch b, head h) of this program, b and h 64-bit; `heads` per batch.
+    Head-major (each head's blocks are consecutive programs, so the ones running together
+    share that head's tensors in L2) unless BLOCK_MAJOR: then block by block across all
+    heads, so that under a one-sided band, whose blocks differ in work, every head's
+    heaviest block starts in the first wave and none is left to run alone at the end.
+    REVERSE numbers the blocks from the last."""
     pid = tl.program_id(0)
     if BLOCK_MAJOR:
-        heads = tl.num_programs(0) // num_blocks
-        blk = pid // heads
-        head = pid % heads
+        batch_heads = tl.num_programs(0) // num_blocks
+        blk = pid // batch_heads
+        bh = pid % batch_heads
     else:
         blk = pid % num_blocks
-        head = pid // num_blocks
+        bh = pid // num_blocks
     if REVERSE:
         blk = num_blocks - 1 - blk
-    return blk, head
+    return blk, (bh // heads).to(tl.int64), (bh % heads).to(tl.int64)
 
 
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
@@ -149,9 +150,7 @@ def bwd_preprocess(O, DO, Delta,
                    VEC: tl.constexpr, WIDE: tl.constexpr,
                    MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_DELTA_WRONG_DTYPE: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
-    pid_m, pid_bh = _block_and_head(tl.cdiv(S_q, BLOCK_M), False, False)
-    b = (pid_bh // H_q).to(tl.int64)
-    h = (pid_bh % H_q).to(tl.int64)
+    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False)
     start_m = pid_m * BLOCK_M
     row0 = tl.cast(start_m, tl.int64)
     rm, _, _, rd = _ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
@@ -164,7 +163,7 @@ def bwd_preprocess(O, DO, Delta,
     do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
                  + _tile_in(rm, rd, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(Delta + (pid_bh.to(tl.int64) * S_q + row0) + rm, delta, mask=m_ok)
+    tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + [
@@ -196,10 +195,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     no atomics, so dK and dV are deterministic.
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
-    pid_n, pid_bg = _block_and_head(tl.cdiv(S_kv, BLOCK_N), BLOCK_MAJOR,
+    pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, BLOCK_MAJOR,
                                     HAS_LEFT and not HAS_RIGHT)
-    b = (pid_bg // H_grp).to(tl.int64)
-    g = (pid_bg % H_grp).to(tl.int64)
     group = H_q // H_grp
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
@@ -320,10 +317,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
            MUT_MASKED_ROWS_NAN: tl.constexpr, MUT_DQ_FP16: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
-    pid_m, pid_bh = _block_and_head(tl.cdiv(S_q, BLOCK_M), BLOCK_MAJOR,
+    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
                                     HAS_RIGHT and not HAS_LEFT)
-    b = (pid_bh // H_q).to(tl.int64)
-    h = (pid_bh % H_q).to(tl.int64)
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
     d_qk = D_qk * VEC

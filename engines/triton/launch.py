@@ -152,7 +152,7 @@ class Launch:
                 float(g.attributes.attn_scale), shift, left, right)
 
 
-#: Order the programs block-major (kernels._block_and_head) under a one-sided band? Off:
+#: Order the programs block-major (kernels._block_batch_head) under a one-sided band? Off:
 #: not yet measured on a GPU (`python bench/tune_triton.py --orders` times both orders);
 #: every GPU figure so far is head-major.
 BLOCK_MAJOR_UNDER_ONE_SIDED_BAND = False
