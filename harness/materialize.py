@@ -281,60 +281,23 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
                         for i in range(0, bits.numel(), SCAN_CHUNK)]).any()
 
 
-def _any_bad(ports: list[str], group_key, group_flag, port_flag) -> list[str]:
-    """The ports whose port_flag is set. Ports that share a group_key are first checked
-    together with one group_flag (one comparison over all of them); only a group that
-    fails is looked at port by port. Flags are read back once per round."""
-    groups: dict = {}
-    for port in ports:
-        groups.setdefault(group_key(port), []).append(port)
-    owners = list(groups.values())
-    flags = [port_flag(g[0]) if len(g) == 1 else group_flag(g) for g in owners]
-    bad, suspects = set(), []
-    for group, flag in zip(owners, read_flags(flags)):
-        if flag:
-            (bad.add(group[0]) if len(group) == 1 else suspects.extend(group))
-    for port, flag in zip(suspects, read_flags([port_flag(p) for p in suspects])):
-        if flag:
-            bad.add(port)
-    return [port for port in ports if port in bad]
+def _flagged(ports, flag) -> list[str]:
+    """The ports whose device flag is set, read back with one transfer."""
+    ports = list(ports)
+    return [port for port, bad in zip(ports, read_flags([flag(p) for p in ports])) if bad]
 
 
 def guard_violations(m: Materialized) -> list[str]:
-    """Ports (inputs and outputs) with a non-canary bit pattern in an unaddressed element.
-    The guard ends of every dense view of one canary pattern are compared in one go; a
-    view with gaps is scanned through its mask."""
-    specs = m.case.graph.tensors
-
-    def key(port):
-        spec = specs[port]
-        return ("dense", spec.dtype) if is_dense(spec) else ("gaps", port)
-
-    def dense_ends(ports):
-        spec = specs[ports[0]]
-        ends = []
-        for port in ports:
-            bits = m.storages[port].view(BITS_DTYPES[spec.dtype])
-            start, end = addressed_span(specs[port])
-            ends += [bits[:start], bits[end:]]
-        return _differs_anywhere(torch.cat(ends), CANARY_BITS[spec.dtype])
-
-    return _any_bad(list(PORTS), key, dense_ends, lambda port: _guard_flag(m, port))
+    """Ports (inputs and outputs) with a non-canary bit pattern in an unaddressed element."""
+    return _flagged(PORTS, lambda port: _guard_flag(m, port))
 
 
 def modified_inputs(m: Materialized) -> list[str]:
-    """Input ports whose storage (guards included) differs bitwise from its baseline copy.
-    Inputs of one element size are compared in one go."""
-    def now_and_before(port):
+    """Input ports whose storage (guards included) differs bitwise from its baseline copy."""
+    def differs(port):
         now = _bits(m.storages[port])
-        return now, _bits(m.baselines[port].to(now.device))
-
-    def group(ports):
-        pairs = [now_and_before(p) for p in ports]
-        return _differs_anywhere(torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs]))
-
-    return _any_bad(list(INPUT_PORTS), lambda port: m.storages[port].element_size(), group,
-                    lambda port: _differs_anywhere(*now_and_before(port)))
+        return _differs_anywhere(now, _bits(m.baselines[port].to(now.device)))
+    return _flagged(INPUT_PORTS, differs)
 
 
 def nonfinite_outputs(m: Materialized) -> list[str]:

@@ -212,7 +212,7 @@ def test_a_guard_write_is_caught_through_either_scan(pad):
 
 
 def test_several_bad_ports_are_each_named():
-    """The grouped scans fall back to port by port: every bad port is named, no other."""
+    """Every bad port is named, no other, in port order."""
     m = fresh(out_strides={"dq": padded_rows((B, H, S_Q, D), 2)})
     write_reference(m)
     for port in ("k", "stats", "dv", "dq"):
