@@ -69,6 +69,10 @@ def _error_terms(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: T
     return torch.stack([nonfinite, err.max(), within, ratio])
 
 
+#: an output that matches the oracle exactly (or has no elements)
+_EXACT = OutputError(max_abs_err=0.0, normalized_error=0.0, margin=MARGIN_CAP, within=True, nonfinite=0)
+
+
 def _error_of(terms: list[float]) -> OutputError:
     t = dict(zip(_TERMS, terms))
     nonfinite = int(t["nonfinite"])
@@ -76,15 +80,11 @@ def _error_of(terms: list[float]) -> OutputError:
         return OutputError(max_abs_err=math.inf,
                            normalized_error=math.inf, margin=0.0, within=False, nonfinite=nonfinite)
     if not t["max_err"] > 0:  # no element has an error
-        return OutputError(max_abs_err=0.0, normalized_error=0.0, margin=MARGIN_CAP,
-                           within=True, nonfinite=0)
+        return _EXACT
     margin = min(t["min_ratio"], MARGIN_CAP)
     return OutputError(max_abs_err=t["max_err"],
                        normalized_error=1.0 / margin if margin > 0 else math.inf,
                        margin=margin, within=bool(t["within"]), nonfinite=0)
-
-
-_EXACT = OutputError(max_abs_err=0.0, normalized_error=0.0, margin=MARGIN_CAP, within=True, nonfinite=0)
 
 
 def output_errors(pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
@@ -138,6 +138,13 @@ def judge_memory(guard_ports: list[str], modified_ports: list[str]) -> tuple[str
     return None
 
 
+def read_flags(flags: list[torch.Tensor]) -> list[bool]:
+    """Bool scalars computed on one device, read back with a single transfer."""
+    if not flags:
+        return []
+    return [bool(x) for x in torch.stack([f.reshape(()) for f in flags]).tolist()]
+
+
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same bits (so NaN == NaN and -0.0 != 0.0), over the whole storage incl. guards."""
     return not differing_ports({"t": a}, {"t": b}, ports=("t",))
@@ -150,8 +157,6 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 def differing_ports(first: Mapping[str, torch.Tensor], again: Mapping[str, torch.Tensor],
                     ports=OUTPUT_PORTS) -> list[str]:
     """Ports whose tensors differ bitwise (shape, dtype or any bit), read back at once."""
-    from harness.materialize import read_flags
-
     differ, flags = {}, []
     for p in ports:
         a, b = first[p], again[p]

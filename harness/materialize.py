@@ -30,6 +30,7 @@ import torch
 from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS, Case, TensorSpec
 from bundlegen.validate import frontend_reason
 from harness import oracle
+from harness.checks import read_flags
 from harness.distributions import TORCH_DTYPES, draw_inputs, generated_shape
 
 #: canary elements before the declared storage and after its last addressed element; a
@@ -249,13 +250,6 @@ def materialize(case: Case, device: torch.device | str,
 
 
 # ----------------------------------------------------------------------------- checks
-def read_flags(flags: list[torch.Tensor]) -> list[bool]:
-    """Bool scalars computed on one device, read back with a single transfer."""
-    if not flags:
-        return []
-    return [bool(x) for x in torch.stack([f.reshape(()) for f in flags]).tolist()]
-
-
 def _differs_anywhere(a: torch.Tensor, b: torch.Tensor | int) -> torch.Tensor:
     """Device bool scalar: a differs from b (a tensor of a's shape, or one value) somewhere.
     Large storages are compared in SCAN_CHUNK pieces to bound the temporaries."""
