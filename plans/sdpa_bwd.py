@@ -384,12 +384,13 @@ LEVELS = (
 # ============================================================================ cost model
 # predicted seconds = engine FLOPs / rate + oracle FLOPs / rate + io bytes / host rate + overhead
 # (generator/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
-# h200: fitted to the H200 run of all four levels against torch-math on 2026-11-29
-# (bench/results/h200/torch-math-full-3.results.jsonl.gz); the oracle rate is the prior's
-# (engine and oracle FLOPs are proportional, so only their sum is resolved). cpu: prior.
+# h200: fitted (`bundlegen calibrate`) to the H200 run of all four levels against triton on
+# a warm kernel cache, 2026-11-29 (bench/results/h200/triton-warm-full.results.jsonl.gz);
+# the oracle rate is the prior's (engine and oracle FLOPs are proportional, so only their
+# sum is resolved). cpu: prior.
 COST_MODEL = {
-    "h200": CostCoefficients(engine_flops_per_s=8.27e12, oracle_flops_per_s=50e12,
-                             bytes_per_s=1.99e9, overhead_s=0.0134),
+    "h200": CostCoefficients(engine_flops_per_s=38.1e12, oracle_flops_per_s=50e12,
+                             bytes_per_s=1.93e9, overhead_s=0.0116),
     "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=2e9,
                             bytes_per_s=1e9, overhead_s=0.005),
 }
