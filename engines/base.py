@@ -7,7 +7,7 @@ writes dQ, dK, dV into the harness's preallocated, declared-stride outputs.
 from __future__ import annotations
 
 import abc
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 
@@ -62,6 +62,11 @@ class Engine(abc.ABC):
         self.run(graph, tensors)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def prepare(self, graphs: Sequence[Graph]) -> None:
+        """Called once per run, after warm_up and before the first case, with the graph of
+        every case the run will execute: an engine may build ahead, in parallel, what those
+        cases need (a JIT engine compiles its kernel variants). Nothing by default."""
 
 
 def tiny_graph(S: int = 16, D: int = 16) -> Graph:

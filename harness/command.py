@@ -57,9 +57,16 @@ def main(args: argparse.Namespace) -> int:
         return 2
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
+    if summary.times is not None and summary.times.prepare_problem:
+        err.print(f"[yellow]engine prepare failed (cases built on use instead):[/yellow] "
+                  f"{summary.times.prepare_problem}", highlight=False)
     out = Console()
     out.print(summary_table(list(summary.levels), title=f"{args.engine} {args.level}"))
     resumed = f" ({summary.resumed} already recorded)" if summary.resumed else ""
     out.print(f"ran {summary.ran} cases{resumed}; results {summary.results_path}, "
               f"junit {summary.junit_path}", highlight=False, soft_wrap=True)
+    if summary.times is not None:
+        t = summary.times
+        out.print(f"time: {t.elapsed_s:.1f} s = start {t.start_s:.1f} + prepare {t.prepare_s:.1f} "
+                  f"+ cases {t.cases_s:.1f} + finish {t.finish_s:.1f}", highlight=False)
     return summary.exit_code

@@ -23,6 +23,8 @@ from harness.config import EngineConfig, load_engine_config
 if TYPE_CHECKING:
     import torch
 
+    from harness.results import RunTimes
+
 # torch is imported where a case runs (the worker), not at module level: the parent of an
 # isolated run never needs it, so its worker starts while the parent is still loading.
 
@@ -233,6 +235,13 @@ class CaseExecutor:
         cannot be built."""
         getattr(self.runner, "wait_ready", lambda: None)()
 
+    def prepare(self, cases: list[Case]) -> str | None:
+        """Engine.prepare with the graphs these cases will execute (no probes, no frontend
+        rejections); None, or what went wrong (the run goes on)."""
+        graphs = [c.graph for c in cases
+                  if c.expected_rejection is None and validate.frontend_reason(c.graph) is None]
+        return self.runner.prepare(graphs) if graphs else None
+
     def execute(self, case: Case) -> "CaseResult":
         from harness.bundles import case_file
         from harness.results import CaseResult
@@ -292,6 +301,7 @@ class RunSummary:
     ran: int       # cases run by this invocation
     resumed: int   # cases found already recorded and skipped
     bundle_errors: tuple[str, ...]
+    times: "RunTimes | None" = None
 
     @property
     def failing(self) -> int:
@@ -315,11 +325,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels; write results.jsonl (appended per
-    case), junit.xml; give the per-level summary."""
+    case), junit.xml and run.json; give the per-level summary."""
     from harness import bundles as B
     from harness import results as R
     from harness.selection import in_shard, matches_pattern
 
+    started = time.perf_counter()
     device = device or default_device()
     levels = B.levels_upto(level)
     # the worker imports torch and builds the engine while this process loads the bundles
@@ -338,6 +349,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         done = R.finished_keys(previous)
         todo = [c for c in cases if c.id not in done]
         executor.wait_ready()
+        ready = time.perf_counter()
+        prepare_problem = executor.prepare(todo)
+        prepared = time.perf_counter()
         with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
             def record(result) -> None:
                 writer.write(result)
@@ -351,14 +365,23 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 advance(f"{case.level}/{case.group}/{case.id}")
                 record(executor.execute(case))
             advance(None)
+        cases_done = time.perf_counter()
     finally:
         executor.close()
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels)
+    finished = time.perf_counter()
+    times = R.RunTimes(run_id=executor.run_id, level=level, engine=executor.engine_name,
+                       arch=executor.arch, device=str(device), cases=len(todo),
+                       start_s=ready - started, prepare_s=prepared - ready,
+                       cases_s=cases_done - prepared, finish_s=finished - cases_done,
+                       elapsed_s=finished - started, prepare_problem=prepare_problem)
+    R.write_run_times(out / R.RUN_NAME, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
                       results_path=results_path, junit_path=junit_path, ran=len(todo),
-                      resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors))
+                      resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
+                      times=times)
 
 
 def _engine_label(engine: str) -> str:

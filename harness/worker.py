@@ -24,6 +24,8 @@ from harness.config import EngineConfig
 
 #: seconds a fresh worker may take to import torch and build the engine
 STARTUP_TIMEOUT_S = 180.0
+#: seconds an engine may take to prepare a run (compile its variants in parallel)
+PREPARE_TIMEOUT_S = 1800.0
 
 
 class WorkerStartError(RuntimeError):
@@ -58,11 +60,24 @@ def restart_after_crash(outcome, device: str) -> bool:
     return outcome.verdict == V.CRASHED and not device.startswith("cpu")
 
 
+def prepare_engine(engine, graphs) -> str | None:
+    """Engine.prepare; None, or what went wrong (a run goes on without it: the cases then
+    build on use what prepare would have built ahead)."""
+    try:
+        engine.prepare(graphs)
+    except Exception:  # noqa: BLE001 - engine code; reported, never fatal
+        return traceback.format_exc()[-2000:]
+    return None
+
+
 class InProcessRunner:
     def __init__(self, spec: WorkerSpec):
         self.spec = spec
         self.engine = build_engine(spec)
         self.engine_name, self.arch = self.engine.name, self.engine.arch
+
+    def prepare(self, graphs) -> str | None:
+        return prepare_engine(self.engine, graphs)
 
     def run(self, case: Case):
         from harness.run import run_case
@@ -162,6 +177,21 @@ class IsolatedRunner:
                 pass
         self._kill()
 
+    # -- the run's set-up
+    def prepare(self, graphs) -> str | None:
+        """Engine.prepare in the worker; None, or why it did not finish (a worker that dies
+        or overruns PREPARE_TIMEOUT_S is replaced, and the run goes on)."""
+        self.wait_ready()
+        try:
+            self._conn.send(("prepare", list(graphs)))
+            if self._conn.poll(PREPARE_TIMEOUT_S):
+                return self._conn.recv()[1]
+            problem = f"engine prepare did not finish within {PREPARE_TIMEOUT_S:.0f} s"
+        except (EOFError, OSError):
+            problem = f"worker died in engine prepare ({describe_exit(self._proc.wait(10))})"
+        self._restart()
+        return problem
+
     # -- one case
     def run(self, case: Case):
         from harness.run import CaseOutcome
@@ -217,13 +247,16 @@ def _worker_main(fd: int) -> None:
     conn.send(("ready", (engine.name, engine.arch)))
     while True:
         try:
-            kind, case = conn.recv()
+            kind, payload = conn.recv()
         except (EOFError, OSError):
             _exit_now(conn)
         if kind == "stop":
             _exit_now(conn)
+        if kind == "prepare":
+            conn.send(("prepared", prepare_engine(engine, payload)))
+            continue
         try:
-            outcome = run_case(case, engine, spec.config, spec.repeat)
+            outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
             from harness.run import CaseOutcome
             outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {traceback.format_exc()[-2000:]}")

@@ -64,6 +64,15 @@ class TritonEngine(Engine):
             return f"{R.ARCH_NOT_SERVED}: {self.arch} (configured: {', '.join(ROWS)})"
         return row.mismatch(graph)
 
+    def prepare(self, graphs) -> None:
+        """Compile the variants these graphs need in parallel (engines/triton/warm.py); the
+        interpreter compiles nothing."""
+        if self.device.type != "cuda":
+            return
+        from engines.triton import warm
+        warm.compile_missing(str(self.device), self.arch,
+                             [g for g in graphs if self.is_applicable(g) is None])
+
     def config(self, graph: Graph) -> configs.BlockConfig:
         """The block config for this device and head dim (a smaller one once a launch has
         run out of resources with the table's)."""

@@ -1,19 +1,29 @@
-"""Compile, in parallel, every kernel variant the bundles of some levels will need, so that a
-following `bundlegen run --engine triton` on the same machine finds them in Triton's cache.
+"""Compile, in parallel, every kernel variant some cases will need, so that the cases find
+them in Triton's cache instead of compiling them one after the other on first use.
 
 A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
 dK/dV passes): no integer argument is specialised. So each case has a tiny twin with the
 same variant; the twins are deduplicated and run on the device by --jobs processes.
+A marker file per variant, kept in Triton's cache directory under a fingerprint of the
+kernel sources and versions, lets a later run skip what was compiled without asking
+Triton (clearing the cache clears the markers with it).
+
+`TritonEngine.prepare` calls `compile_missing` before a run's first case; by hand:
 
     python -m engines.triton.warm --levels quick pr nightly full --jobs 16
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
+import hashlib
 import multiprocessing as mp
 import os
+import sys
 import time
+from pathlib import Path
+from typing import Iterable
 
 from bundlegen.graph import Graph, load_bundle
 from bundlegen.validate import frontend_reason
@@ -21,6 +31,8 @@ from engines.triton import configs
 from engines.triton.selfcheck import Layout, make_graph
 
 HARNESS_GUARD = 512  # harness/materialize.py: guard elements before every view (a multiple of 8)
+SOURCES = ("kernels.py", "launch.py", "configs.py", "defects.py")
+MARKER_DIR = "bundlegen-variants"
 
 
 def _vec(graph: Graph) -> int:
@@ -31,9 +43,9 @@ def _vec(graph: Graph) -> int:
                       for t in specs) else 1
 
 
-def twin(graph: Graph) -> tuple | None:
+def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
     """Arguments of a tiny graph compiling the same kernels, or None for a WIDE case."""
-    cfg = configs.config_for("sm90", graph.D_qk, graph.D_v)
+    cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
     rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if any((rows - 1) * t.strides[2] + (t.dims[3] - 1) * t.strides[3] >= 2 ** 31
            for t in graph.tensors.values()):
@@ -43,21 +55,54 @@ def twin(graph: Graph) -> tuple | None:
             a.right_bound is not None, graph.H_k == graph.H_v, _vec(graph))
 
 
-def twins(levels: list[str], root: str = "bundles") -> tuple[list[tuple], int]:
+def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
+    """One twin per distinct variant, and how many graphs are WIDE (no twin)."""
     found, wide = {}, 0
+    for graph in graphs:
+        key = twin(graph, arch)
+        if key is None:
+            wide += 1
+            continue
+        tiles = (key[0], configs.block_d(key[1]), configs.block_d(key[2]), *key[3:])
+        found.setdefault(tiles, key)
+    return list(found.values()), wide
+
+
+def level_graphs(levels: list[str], root: str = "bundles") -> list[Graph]:
+    """The executed graphs of some levels' bundles (no probes, no frontend rejections)."""
+    graphs = []
     for level in levels:
         for path in sorted(glob.glob(os.path.join(root, level, "sdpa_bwd", "*.json"))):
             bundle, _ = load_bundle(path)
-            for case in bundle.cases:
-                if case.purpose == "probe" or frontend_reason(case.graph) is not None:
-                    continue
-                key = twin(case.graph)
-                if key is None:
-                    wide += 1
-                    continue
-                tiles = (key[0], configs.block_d(key[1]), configs.block_d(key[2]), *key[3:])
-                found.setdefault(tiles, key)
-    return list(found.values()), wide
+            graphs += [c.graph for c in bundle.cases
+                       if c.purpose != "probe" and frontend_reason(c.graph) is None]
+    return graphs
+
+
+def cache_dir() -> Path:
+    try:
+        from triton import knobs
+        return Path(knobs.cache.dir)
+    except (ImportError, AttributeError):
+        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+
+
+@functools.lru_cache(maxsize=None)
+def fingerprint(arch: str) -> str:
+    """Changes whenever a compiled variant could: kernel sources, Triton, torch, the arch."""
+    import torch
+    import triton
+
+    digest = hashlib.sha256(f"{arch} {triton.__version__} {torch.__version__}".encode())
+    here = Path(__file__).parent
+    for name in SOURCES:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def marker(arch: str, key: tuple) -> Path:
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+    return cache_dir() / MARKER_DIR / fingerprint(arch) / name
 
 
 def _run_twins(device: str, keys: list[tuple]) -> int:
@@ -83,20 +128,45 @@ def _run_twins(device: str, keys: list[tuple]) -> int:
     return len(keys)
 
 
+def default_jobs() -> int:
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def compile_missing(device: str, arch: str, graphs: Iterable[Graph], jobs: int | None = None,
+                    *, announce: bool = True) -> tuple[int, int, int]:
+    """Compile the variants of `graphs` that have no marker yet, `jobs` processes at a time;
+    (compiled, already there, WIDE graphs left to compile on use)."""
+    keys, wide = twin_keys(graphs, arch)
+    missing = [k for k in keys if not marker(arch, k).exists()]
+    if missing:
+        jobs = max(1, min(jobs or default_jobs(), len(missing)))
+        if announce:
+            print(f"triton: compiling {len(missing)} kernel variant(s) with {jobs} process(es) "
+                  f"({len(keys) - len(missing)} cached)", file=sys.stderr, flush=True)
+        shards = [missing[i::jobs] for i in range(jobs)]
+        with mp.get_context("spawn").Pool(jobs) as pool:
+            pool.starmap(_run_twins, [(device, s) for s in shards])
+        for key in missing:
+            path = marker(arch, key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    return len(missing), len(keys) - len(missing), wide
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", nargs="+", default=["quick", "pr", "nightly", "full"])
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--bundles", default="bundles")
     args = parser.parse_args(argv)
-    keys, wide = twins(args.levels, args.bundles)
+    from engines.base import arch_of
+
     start = time.perf_counter()
-    shards = [keys[i::args.jobs] for i in range(args.jobs) if keys[i::args.jobs]]
-    with mp.get_context("spawn").Pool(len(shards)) as pool:
-        done = sum(pool.starmap(_run_twins, [(args.device, s) for s in shards]))
-    print(f"warmed {done} variants ({wide} WIDE cases left to compile on use) for "
-          f"{' '.join(args.levels)} in {time.perf_counter() - start:.1f} s with {len(shards)} jobs")
+    compiled, cached, wide = compile_missing(args.device, arch_of(args.device),
+                                             level_graphs(args.levels, args.bundles), args.jobs)
+    print(f"{compiled} variant(s) compiled, {cached} already cached ({wide} WIDE cases left to "
+          f"compile on use) for {' '.join(args.levels)} in {time.perf_counter() - start:.1f} s")
     return 0
 
 

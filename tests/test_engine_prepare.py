@@ -1,0 +1,188 @@
+"""Engine.prepare: called once per run, in the worker, after the engine is built and before
+the first case, with the graphs the run will execute (no probes); a prepare that raises or
+kills its worker never stops the run. run.json says where the run's time went. The
+Triton engine's prepare compiles only the variants without a marker (engines/triton/warm.py)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from bundlegen import reasons as R
+from bundlegen.graph import Rejection
+from harness import verdicts as V
+from harness.results import RUN_NAME, read_results, read_run_times
+from harness.run import run_level
+from tests import harness_support as S
+from tests.graph_factory import make_case, make_graph
+
+LOG_ENV = "BUNDLEGEN_TEST_PREPARE_LOG"
+
+
+def _log(line: str) -> None:
+    with open(os.environ[LOG_ENV], "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+
+
+class LogsPrepare(S.TorchMathEngine):
+    name = "logs-prepare"
+
+    def prepare(self, graphs):
+        _log("prepare " + " ".join(str(g.S_q) for g in graphs))
+
+    def run(self, graph, tensors):
+        if graph.S_q != 16:  # not warm_up's tiny graph
+            _log(f"run {graph.S_q}")
+        super().run(graph, tensors)
+
+
+class PrepareRaises(S.TorchMathEngine):
+    name = "prepare-raises"
+
+    def prepare(self, graphs):
+        raise RuntimeError("injected prepare fault")
+
+
+class PrepareKillsWorker(S.TorchMathEngine):
+    name = "prepare-kills-worker"
+
+    def prepare(self, graphs):
+        os._exit(3)
+
+
+def _level(tmp_path, probe: bool = False):
+    cases = [S.case_of(1, S_q=3), S.case_of(2, S_q=4)]
+    if probe:
+        cases.append(make_case(make_graph(B=1, H_q=1, S_q=7, S_kv=7, D_qk=8, left=0),
+                               purpose="probe", rejection=Rejection("frontend", R.LEFT_BOUND_NONPOSITIVE)))
+    S.write_bundle(tmp_path / "bundles", "quick", "g", cases)
+    return cases
+
+
+def _run(tmp_path, engine, **kwargs):
+    return run_level("quick", S.engine_ref(engine), device="cpu", bundles=tmp_path / "bundles",
+                     out=tmp_path / "out", config=S.LOOSE, repeat=1, **kwargs)
+
+
+@pytest.mark.parametrize("isolation", [True, False], ids=["isolated", "in-process"])
+def test_prepare_sees_the_executed_graphs_once_before_the_first_case(tmp_path, monkeypatch, isolation):
+    monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
+    _level(tmp_path, probe=True)
+    summary = _run(tmp_path, LogsPrepare, isolation=isolation)
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["prepare 3 4", "run 3", "run 4"]
+    assert summary.counts() == {V.PASS: 2, V.REJECTED: 1}
+    assert summary.times.prepare_problem is None
+
+
+@pytest.mark.parametrize("engine, problem", [(PrepareRaises, "injected prepare fault"),
+                                             (PrepareKillsWorker, "worker died in engine prepare")])
+def test_a_failed_prepare_is_reported_and_the_run_goes_on(tmp_path, engine, problem):
+    _level(tmp_path)
+    summary = _run(tmp_path, engine)
+    assert problem in summary.times.prepare_problem
+    assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
+
+
+def test_run_json_accounts_for_the_run(tmp_path):
+    _level(tmp_path)
+    summary = _run(tmp_path, S.TorchMathEngine)
+    data = json.loads((tmp_path / "out" / RUN_NAME).read_text())
+    times = read_run_times(tmp_path / "out")
+    assert times == summary.times and data["cases"] == 2 and data["engine"] == "torch-math"
+    parts = times.start_s + times.prepare_s + times.cases_s + times.finish_s
+    assert min(times.start_s, times.prepare_s, times.cases_s, times.finish_s) >= 0
+    assert parts == pytest.approx(times.elapsed_s, rel=1e-6)
+    case_wall = sum(r["wall_s"] for r in read_results(summary.results_path))
+    assert case_wall <= times.cases_s
+    assert data["outside_cases_s"] == pytest.approx(times.elapsed_s - times.cases_s)
+
+
+# ----------------------------------------------------------------------------- triton markers
+class _InlinePool:
+    """multiprocessing's spawn context stand-in: runs starmap in this process."""
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def starmap(self, fn, args):
+        return [fn(*a) for a in args]
+
+
+class _InlineContext:
+    def Pool(self, jobs):  # noqa: N802 - multiprocessing's name
+        return _InlinePool(jobs)
+
+
+@pytest.fixture
+def warm(tmp_path, monkeypatch):
+    from engines.triton import warm
+
+    compiled: list[tuple] = []
+
+    def fake_run_twins(device, keys):
+        compiled.extend(keys)
+        return len(keys)
+
+    monkeypatch.setattr(warm, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v1")
+    monkeypatch.setattr(warm.mp, "get_context", lambda method: _InlineContext())
+    monkeypatch.setattr(warm, "_run_twins", fake_run_twins)
+    warm.compiled = compiled
+    return warm
+
+
+def _graphs():
+    from engines.triton.selfcheck import make_graph as triton_graph
+    return [triton_graph(S_q=16, D_qk=64), triton_graph(S_q=300, D_qk=64),    # one variant
+            triton_graph(S_q=16, D_qk=64, dtype="bf16"),                      # another dtype
+            triton_graph(S_q=16, D_qk=64, right=0)]                           # causal
+
+
+def test_twins_deduplicate_by_variant(warm):
+    keys, wide = warm.twin_keys(_graphs())
+    assert len(keys) == 3 and wide == 0
+
+
+def test_compile_missing_compiles_each_variant_once(warm, monkeypatch):
+    assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (3, 0, 0)
+    assert len(warm.compiled) == 3
+    assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (0, 3, 0)
+    assert len(warm.compiled) == 3
+    more = _graphs() + [replace(_graphs()[0], attributes=replace(_graphs()[0].attributes, left_bound=4))]
+    assert warm.compile_missing("cuda", "sm90", more, jobs=2, announce=False) == (1, 3, 0)
+    # changed kernel sources (another fingerprint): everything again
+    monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v2")
+    assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (3, 0, 0)
+
+
+def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
+    def fails(device, keys):
+        raise RuntimeError("ptxas died")
+
+    monkeypatch.setattr(warm, "_run_twins", fails)
+    with pytest.raises(RuntimeError, match="ptxas"):
+        warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False)
+    assert not list((warm.cache_dir()).rglob("*"))
+
+
+def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
+    from engines.triton import warm
+
+    before = warm.fingerprint.__wrapped__("sm90")
+    assert before == warm.fingerprint.__wrapped__("sm90")
+    assert before != warm.fingerprint.__wrapped__("sm100")
+    copied = tmp_path / "triton"
+    copied.mkdir()
+    for name in warm.SOURCES:
+        (copied / name).write_bytes((warm.Path(warm.__file__).parent / name).read_bytes())
+    (copied / "kernels.py").write_bytes((copied / "kernels.py").read_bytes() + b"\n# changed\n")
+    monkeypatch.setattr(warm, "__file__", str(copied / "warm.py"))
+    assert warm.fingerprint.__wrapped__("sm90") != before
