@@ -64,6 +64,14 @@ class RunStats:
     exit_code: int
     levels: tuple[LevelStats, ...]
     results: str
+    start_s: float | None = None      # run.json: until the worker's engine was ready
+    prepare_s: float | None = None    # run.json: Engine.prepare (parallel compile when cold)
+    run_start_s: float = 0.0          # the cost model's per-run start for this device class
+
+    @property
+    def predicted_run_s(self) -> float:
+        """The cost model's whole-process prediction: every case plus the run start."""
+        return self.total("predicted_s") + self.run_start_s
 
     def total(self, field: str) -> float:
         return sum(getattr(s, field) for s in self.levels)
@@ -78,6 +86,7 @@ class RunStats:
 
     def to_json(self) -> dict:
         return {**asdict(self), "oracle_share": self.oracle_share, "executed_cases_per_s": self.cases_per_s,
+                "predicted_run_s": self.predicted_run_s,
                 "case_wall_s": self.total("wall_s"), "executed": self.total("executed"),
                 **{phase: self.total(phase) for phase in PHASES}}
 
@@ -100,7 +109,8 @@ def level_stats(records: list[dict], levels: tuple[str, ...]) -> tuple[LevelStat
 
 
 def run_level(label: str, level: str, args, cache: Path) -> RunStats:
-    from harness.results import read_results
+    from harness.results import read_results, read_run_times
+    from plans.sdpa_bwd import COST_MODEL
 
     out = args.runs_dir / f"{label}-{level}"
     if out.exists():
@@ -122,15 +132,25 @@ def run_level(label: str, level: str, args, cache: Path) -> RunStats:
     elapsed = time.perf_counter() - start
     records = read_results(out / "results.jsonl")
     upto = LEVELS[: LEVELS.index(level) + 1]
-    return RunStats(label, level, elapsed, code, level_stats(records, upto), str(out / "results.jsonl"))
+    times = read_run_times(out)
+    device_class = "cpu" if args.device.startswith("cpu") else "h200"
+    return RunStats(label, level, elapsed, code, level_stats(records, upto), str(out / "results.jsonl"),
+                    start_s=times.start_s if times else None, prepare_s=times.prepare_s if times else None,
+                    run_start_s=COST_MODEL[device_class].run_start_s)
 
 
 def print_runs(runs: list[RunStats]) -> None:
-    print(f"{'run':5s} {'level':8s} {'elapsed s':>10s} {'case wall s':>12s} {'outside s':>10s} "
-          f"{'oracle s':>9s} {'oracle %':>9s} {'engine s':>9s} {'executed':>9s} {'cases/s':>8s} {'exit':>5s}")
+    def opt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    print(f"{'run':5s} {'level':8s} {'elapsed s':>10s} {'predicted':>10s} {'error':>7s} {'case wall s':>12s} "
+          f"{'outside s':>10s} {'start s':>8s} {'prepare s':>10s} {'oracle s':>9s} {'oracle %':>9s} "
+          f"{'engine s':>9s} {'executed':>9s} {'cases/s':>8s} {'exit':>5s}")
     for r in runs:
         wall = r.total("wall_s")
-        print(f"{r.label:5s} {r.level:8s} {r.elapsed_s:10.1f} {wall:12.1f} {r.elapsed_s - wall:10.1f} "
+        error = (r.predicted_run_s - r.elapsed_s) / r.elapsed_s if r.elapsed_s > 0 else 0.0
+        print(f"{r.label:5s} {r.level:8s} {r.elapsed_s:10.1f} {r.predicted_run_s:10.1f} {error:+7.0%} "
+              f"{wall:12.1f} {r.elapsed_s - wall:10.1f} {opt(r.start_s):>8s} {opt(r.prepare_s):>10s} "
               f"{r.total('oracle_s'):9.1f} {r.oracle_share:9.1%} {r.total('engine_s'):9.1f} "
               f"{r.total('executed'):9d} {r.cases_per_s:8.1f} {r.exit_code:5d}")
 
@@ -173,7 +193,9 @@ def target_lines(cold: RunStats | None, warm: RunStats | None, judged: bool = Tr
         lines.append(f"executed cases per second (warm): {warm.cases_per_s:.1f}")
     if cold is not None:
         extra = f", {cold.elapsed_s - warm.elapsed_s:+.1f} s over warm" if warm is not None else ""
-        lines.append(f"cold cache, --level {cold.level}: {cold.elapsed_s:.1f} s{extra}")
+        compiled = f" (of which the engine's prepare, compiling ahead: {cold.prepare_s:.1f} s)" \
+            if cold.prepare_s is not None else ""
+        lines.append(f"cold cache, --level {cold.level}: {cold.elapsed_s:.1f} s{extra}{compiled}")
     for r in (cold, warm):
         if r is not None and r.exit_code not in (0, 1):
             lines.append(f"WARNING: {r.label} --level {r.level} exited {r.exit_code} (see {Path(r.results).parent}/log.txt)")

@@ -38,8 +38,10 @@ def render(g: GeneratedPlan) -> str:
     out.append("")
 
     # ---- levels
+    start = plan.cost_model["h200"].run_start_s   # once per run, not per case
     out.append("Levels (seconds predicted on h200; budgets cover the level and every lower one, "
-               "with the reserve kept free)")
+               "with the reserve kept free; run s: a `bundlegen run --level` process, "
+               f"its {start:g} s start included)")
     rows, cumulative = [], 0.0
     for level, proof in zip(plan.levels, g.proofs):
         own = g.only_level(level.name)
@@ -50,10 +52,11 @@ def render(g: GeneratedPlan) -> str:
         status = "ok" if cumulative <= usable else "OVER"
         rows.append([level.name, len(own), len(g.at_level(level.name)), purposes["claim"],
                      purposes["regression"], purposes["probe"], f"{seconds:.1f}", f"{cumulative:.1f}",
+                     f"{cumulative + start:.1f}",
                      f"{usable:.1f} of {level.budget_seconds:g}", status,
                      f"{level.per_case_seconds:g} s / {_size(level.per_case_bytes)}",
                      f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"])
-    out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s",
+    out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s", "run s",
                    "budget s (usable)", "status", "ceiling/case", "coverage"], rows)
     quick = g.at_level(plan.levels[0].name)
     cpu = sum(g.cpu_seconds[c.id] for c in quick)

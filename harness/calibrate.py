@@ -14,6 +14,9 @@ feature collinear with the others) keeps the plan's value and the other terms ar
 plan never holds an infinite rate. `probe_s` is not fitted (probes are never executed);
 probes count in the per-level sums at the model's `probe_s`.
 
+`run_start_s`, the once-per-run time around the cases, is not part of that fit: it is the
+median `outside_cases_s` of the given runs' run.json files (kept when none has one).
+
 `write_coefficients` edits, in place, only the number literals of one COST_MODEL entry.
 """
 from __future__ import annotations
@@ -33,6 +36,8 @@ from plans.records import CostCoefficients
 #: the coefficients the fit sets, in the order of the feature columns
 FITTED = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s")
 RATES = FITTED[:3]
+#: what --write puts into the plan: the fitted coefficients and the measured run start
+WRITTEN = FITTED + ("run_start_s",)
 #: which device class a record's arch measures
 DEVICE_CLASS_OF_ARCH = {"sm90": "h200", "cpu": "cpu"}
 SIGNIFICANT_DIGITS = 3
@@ -89,6 +94,28 @@ def read_records(paths: Iterable[Path | str]) -> list[dict]:
             raise CalibrationError(f"no results file at {p}")
         records.extend(read_results(file))
     return records
+
+
+def run_starts(paths: Iterable[Path | str], device_class: str) -> list[float]:
+    """Seconds outside the cases (run.json outside_cases_s) of each given run of this device
+    class that has a run.json."""
+    from harness.results import read_run_times
+
+    starts = []
+    for p in paths:
+        times = read_run_times(results_path(p).parent)
+        if times is not None and DEVICE_CLASS_OF_ARCH.get(times.arch) == device_class:
+            starts.append(times.outside_cases_s)
+    return starts
+
+
+def fitted_run_start(starts: Sequence[float], prior: CostCoefficients) -> float:
+    if not starts:
+        return prior.run_start_s
+    ordered = sorted(starts)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return round_significant(median)
 
 
 def case_index(bundle_root: Path | str | None = None) -> dict[str, Case]:
@@ -287,9 +314,9 @@ def format_number(x: float) -> str:
 def coefficient_block(device_class: str, coeffs: CostCoefficients, indent: int = 4) -> str:
     """The COST_MODEL entry as it would be pasted into the plan."""
     head = " " * indent + f'"{device_class}": CostCoefficients('
-    parts = [f"{f}={format_number(getattr(coeffs, f))}" for f in FITTED]
+    parts = [f"{f}={format_number(getattr(coeffs, f))}" for f in WRITTEN]
     pad = " " * len(head)
-    return f"{head}{parts[0]}, {parts[1]},\n{pad}{parts[2]}, {parts[3]}),"
+    return f"{head}{parts[0]}, {parts[1]},\n{pad}{parts[2]}, {parts[3]},\n{pad}{parts[4]}),"
 
 
 @dataclass(frozen=True)
@@ -322,7 +349,7 @@ def _literal_nodes(call: ast.Call) -> dict[str, ast.Constant]:
     found = {names[i]: arg for i, arg in enumerate(call.args)}
     found.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
     out = {}
-    for name in FITTED:
+    for name in WRITTEN:
         node = found.get(name)
         if node is None:
             raise CalibrationError(f"the entry does not set {name}")
@@ -355,9 +382,9 @@ def write_coefficients(plan_path: Path | str, device_class: str, coeffs: CostCoe
         edits.append(Edit(name, data[begin:end].decode(), new))
         out = out[:begin] + new.encode() + out[end:]
     written = _literal_nodes(_entry_call(ast.parse(out), device_class))
-    for name in FITTED:
+    for name in WRITTEN:
         if float(written[name].value) != float(format_number(getattr(coeffs, name))):
             raise CalibrationError(f"rewrite check failed for {name}")  # the file is not written
     if out != data:
         path.write_bytes(out)
-    return sorted(edits, key=lambda e: FITTED.index(e.field))
+    return sorted(edits, key=lambda e: WRITTEN.index(e.field))

@@ -5,6 +5,7 @@ the new COST_MODEL entry; `--write` puts its numbers into plans/sdpa_bwd.py (the
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from harness import calibrate as C
@@ -44,7 +45,8 @@ def main(args: argparse.Namespace) -> int:
     except C.CalibrationError as exc:
         print(f"calibrate: {exc}")
         return 2
-    new = result.coefficients
+    starts = C.run_starts(args.results, device_class)
+    new = replace(result.coefficients, run_start_s=C.fitted_run_start(starts, prior))
     print(f"calibrate {device_class}: {result.samples} executed case(s) from {len(args.results)} "
           f"results file(s); {len(samples.probes)} probe(s), {len(samples.not_executed)} not executed, "
           f"{samples.unmatched} not in the bundles, {samples.other_device} of another device class")
@@ -62,6 +64,11 @@ def main(args: argparse.Namespace) -> int:
         mean = sum(p.wall_s for p in samples.probes) / len(samples.probes)
         print(f"  probe_s              {C.format_number(prior.probe_s):>10s}    "
               f"(not fitted; measured mean {mean:.4f} s)")
+
+    shown = ", ".join(f"{x:.2f}" for x in starts)
+    source = f"median of {len(starts)} run.json: {shown}" if starts else "kept: no run.json among the results"
+    print(f"  run_start_s          {C.format_number(prior.run_start_s):>10s} -> "
+          f"{C.format_number(new.run_start_s):>10s}   ({source})")
 
     rows = C.level_errors(samples, prior, new, [lv.name for lv in LEVELS])
     print(f"\n{'level':8s} {'cases':>6s} {'measured s':>11s} {'plan s':>9s} {'error':>8s} "

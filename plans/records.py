@@ -210,6 +210,8 @@ class CostCoefficients:
     bytes_per_s: float
     overhead_s: float
     probe_s: float = 0.001       # a probe is validated and offered to engines, never run
+    run_start_s: float = 0.0     # once per `bundlegen run`: worker start, engine warm-up and
+                                 # prepare on a warm cache, reports (run.json outside_cases_s)
 
 
 @dataclass(frozen=True)

@@ -387,12 +387,17 @@ LEVELS = (
 # h200: fitted (`bundlegen calibrate`) to the H200 run of all four levels against triton on
 # a warm kernel cache, 2026-11-29 (bench/results/h200/triton-warm-full.results.jsonl.gz);
 # the oracle rate is the prior's (engine and oracle FLOPs are proportional, so only their
-# sum is resolved). cpu: prior.
+# sum is resolved). run_start_s: the median time outside the cases of the four warm runs
+# of bench/harness_throughput.py on the H200 (bench/results/harness_throughput_h200.json).
+# cpu: prior rates; run_start_s: run.json of two smoke runs (`-k shapes`) on a 2-core CPU
+# machine like CI's: torch-math 3.3 s, triton (interpreter) 2.6 s.
 COST_MODEL = {
     "h200": CostCoefficients(engine_flops_per_s=38.1e12, oracle_flops_per_s=50e12,
-                             bytes_per_s=1.93e9, overhead_s=0.0116),
+                             bytes_per_s=1.93e9, overhead_s=0.0116,
+                             run_start_s=5.45),
     "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=2e9,
-                            bytes_per_s=1e9, overhead_s=0.005),
+                            bytes_per_s=1e9, overhead_s=0.005,
+                            run_start_s=3.0),
 }
 CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph, "cpu") exceeds it
 

@@ -149,21 +149,22 @@ def test_write_edits_only_the_numbers_of_one_entry(tmp_path, device_class, other
     before = path.read_text()
     original = load_cost_model(path)
 
-    edits = C.write_coefficients(path, device_class, TRUE_H200)
+    measured = replace(TRUE_H200, run_start_s=4.25)
+    edits = C.write_coefficients(path, device_class, measured)
     after = path.read_text()
-    assert [e.field for e in edits] == list(C.FITTED)
-    assert load_cost_model(path)[device_class] == replace(TRUE_H200, probe_s=original[device_class].probe_s)
+    assert [e.field for e in edits] == list(C.WRITTEN)
+    assert load_cost_model(path)[device_class] == replace(measured, probe_s=original[device_class].probe_s)
     assert load_cost_model(path)[other] == original[other]
 
     removed = [line[2:] for line in changed_lines(before, after) if line.startswith("- ")]
-    assert len(removed) == 2 and f'"{device_class}"' in removed[0]
+    assert len(removed) == 3 and f'"{device_class}"' in removed[0]
     # only the literals differ: put the old literals back and the file is what it was
     restored = after
     for e in edits:
         restored = restored.replace(f"{e.field}={e.new}", f"{e.field}={e.old}", 1)
     assert restored == before
 
-    assert all(e.old == e.new for e in C.write_coefficients(path, device_class, TRUE_H200))
+    assert all(e.old == e.new for e in C.write_coefficients(path, device_class, measured))
     assert path.read_text() == after
 
 
@@ -212,8 +213,39 @@ def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
         row = next(line for line in out.splitlines() if line.startswith(level.name + " "))
         assert row.split()[-1] == "+0.0%", row     # fitted prediction matches exactly
     assert "target: every level within 25% of measured: met" in out
-    assert C.coefficient_block("h200", TRUE_H200) in out
+    from plans.sdpa_bwd import COST_MODEL   # no run.json here: the run start is kept
+    assert C.coefficient_block("h200", replace(TRUE_H200, run_start_s=COST_MODEL["h200"].run_start_s)) in out
     assert load_cost_model(path)["h200"].engine_flops_per_s == TRUE_H200.engine_flops_per_s
+
+
+def run_json(run_dir: Path, outside_s: float, arch: str = "sm90") -> None:
+    from harness.results import RUN_NAME, RunTimes, write_run_times
+
+    write_run_times(run_dir / RUN_NAME, RunTimes(
+        run_id="r", level="full", engine="triton", arch=arch, device="cuda", cases=3, start_s=outside_s,
+        prepare_s=0.0, cases_s=10.0, finish_s=0.0, elapsed_s=10.0 + outside_s))
+
+
+def test_run_start_is_the_median_time_outside_the_cases(tmp_path):
+    runs = []
+    for i, (outside, arch) in enumerate([(5.0, "sm90"), (9.0, "sm90"), (6.0, "sm90"), (1.0, "cpu")]):
+        runs.append(tmp_path / f"run{i}")
+        runs[-1].mkdir()
+        run_json(runs[-1], outside, arch)
+    runs.append(tmp_path / "no-run-json")
+    assert C.run_starts(runs, "h200") == [5.0, 9.0, 6.0]
+    assert C.fitted_run_start(C.run_starts(runs, "h200"), PRIOR) == 6.0
+    assert C.fitted_run_start(C.run_starts(runs[:2], "h200"), PRIOR) == 7.0
+    assert C.fitted_run_start([], replace(PRIOR, run_start_s=2.5)) == 2.5
+
+
+def test_command_writes_the_measured_run_start(tmp_path, capsys):
+    run_dir, _ = bundle_results(tmp_path, TRUE_H200)
+    run_json(run_dir, 4.25)
+    path = plan_copy(tmp_path)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write", "--plan-file", str(path)]) == 0
+    assert "median of 1 run.json: 4.25" in capsys.readouterr().out
+    assert load_cost_model(path)["h200"].run_start_s == 4.25
 
 
 def test_command_without_results_file_exits_2(tmp_path, capsys):

@@ -135,6 +135,21 @@ def test_report_shows_what_the_issue_asks_for(generated):
         assert gated.item in text and gated.gate in text
 
 
+def test_report_predicts_each_level_run_with_its_start(generated):
+    """run s = the level's and lower levels' predicted case seconds + the run start."""
+    lines = report.render(generated).splitlines()
+    header = next(line for line in lines if line.startswith("level ") and "run s" in line)
+    columns = header.split("  ")
+    columns = [c.strip() for c in columns if c.strip()]
+    start = generated.plan.cost_model["h200"].run_start_s
+    assert start > 0
+    for level in generated.plan.levels:
+        row = next(line for line in lines if line.startswith(level.name + " "))
+        cells = row.split()
+        cumulative, run = float(cells[columns.index("cumul s")]), float(cells[columns.index("run s")])
+        assert run == pytest.approx(cumulative + start, abs=0.051)
+
+
 # ----------------------------------------------------------------------------- TOML block
 ENGINE_FILE = """# hand-written header, kept as is
 [meta]
