@@ -117,14 +117,15 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
     return triton.testing.do_bench(fn, warmup=20, rep=80), outs
 
 
-ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal)
-    (4, 16, 16, 4096, 128, True), (4, 16, 2, 4096, 128, True), (4, 16, 16, 4096, 64, True),
-    (1, 16, 16, 16384, 128, True), (4, 16, 16, 4096, 128, False)]
+ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal): MHA and GQA over the head-dim tiers and lengths
+    *[(16 * 1024 // S, 16, 16, S, D, True) for D in (64, 128, 192, 256) for S in (1024, 4096, 16384)],
+    *[(16 * 1024 // S, 16, 2, S, D, True) for D in (64, 128, 256) for S in (1024, 4096, 16384)],
+    (4, 16, 4, 4096, 128, True), (4, 16, 8, 4096, 128, True), (4, 16, 16, 4096, 128, False)]
 
 
 def compare_orders() -> list[dict]:
-    """Whole-backward time with the programs head-major and block-major
-    (kernels._block_batch_head), table configs."""
+    """Time with the programs head-major and block-major (kernels._block_batch_head), table
+    configs: the whole backward and the dK/dV and dQ kernels alone."""
     import triton
 
     from bench.engine_speed import Shape, graph_of
@@ -137,17 +138,23 @@ def compare_orders() -> list[dict]:
         row = {"shape": f"B{B} H{H}:{H_kv} S{S} D{D} {'causal' if causal else 'non-causal'}",
                "default_block_major": L.block_major(graph)}
         for order in (False, True):
-            prepared = L.prepare(graph, t, cfg, order=order)
+            p = L.prepare(graph, t, cfg, order=order)
+            name = "block_major" if order else "head_major"
 
-            def run(p=prepared):
+            def whole(p=p):
                 L.run_preprocess(p)
                 L.run_dkdv(p)
                 L.run_dq(p)
-            row["block_major" if order else "head_major"] = triton.testing.do_bench(run, warmup=20, rep=80)
+            row[name] = triton.testing.do_bench(whole, warmup=20, rep=80)
+            row[name + "_dkdv"] = triton.testing.do_bench(lambda p=p: L.run_dkdv(p), warmup=20, rep=80)
+            row[name + "_dq"] = triton.testing.do_bench(lambda p=p: L.run_dq(p), warmup=20, rep=80)
         flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
-        print(f"{row['shape']:32s} head-major {row['head_major']:.3f} ms "
-              f"({flops / row['head_major'] / 1e9:.0f} TFLOP/s)  block-major {row['block_major']:.3f} ms "
-              f"({flops / row['block_major'] / 1e9:.0f} TFLOP/s)", flush=True)
+
+        def gain(part: str) -> str:
+            return f"{row['head_major' + part] / row['block_major' + part] - 1:+6.1%}"
+        print(f"{row['shape']:32s} head-major {flops / row['head_major'] / 1e9:4.0f} TFLOP/s  "
+              f"block-major {flops / row['block_major'] / 1e9:4.0f}  block-major gain: whole {gain('')}  "
+              f"dK/dV {gain('_dkdv')}  dQ {gain('_dq')}", flush=True)
         rows.append(row)
         del t
     return rows

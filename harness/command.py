@@ -67,6 +67,8 @@ def main(args: argparse.Namespace) -> int:
               f"junit {summary.junit_path}", highlight=False, soft_wrap=True)
     if summary.times is not None:
         t = summary.times
-        out.print(f"time: {t.elapsed_s:.1f} s = start {t.start_s:.1f} + prepare {t.prepare_s:.1f} "
-                  f"+ cases {t.cases_s:.1f} + finish {t.finish_s:.1f}", highlight=False)
+        before = f"process start {t.before_s:.1f} + " if t.before_s is not None else ""
+        out.print(f"time: {(t.before_s or 0.0) + t.elapsed_s:.1f} s = {before}worker start {t.start_s:.1f} "
+                  f"+ prepare {t.prepare_s:.1f} + cases {t.cases_s:.1f} + finish {t.finish_s:.1f}",
+                  highlight=False, soft_wrap=True)
     return summary.exit_code

@@ -75,12 +75,13 @@ class RunTimes:
     prepare_s: float      # Engine.prepare (compiling ahead on a cold cache)
     cases_s: float        # the case loop
     finish_s: float       # junit, summary, worker stop
-    elapsed_s: float      # all of run_level (the interpreter's own start is not in it)
+    elapsed_s: float      # all of run_level
     prepare_problem: str | None = None
+    before_s: float | None = None   # the process's start until run_level (None: the OS does not say)
 
     @property
     def outside_cases_s(self) -> float:
-        return self.elapsed_s - self.cases_s
+        return (self.before_s or 0.0) + self.elapsed_s - self.cases_s
 
     def to_json(self) -> dict:
         return {**asdict(self), "outside_cases_s": self.outside_cases_s}

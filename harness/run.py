@@ -331,6 +331,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     from harness.selection import in_shard, matches_pattern
 
     started = time.perf_counter()
+    before = process_age_s()
     device = device or default_device()
     levels = B.levels_upto(level)
     # the worker imports torch and builds the engine while this process loads the bundles
@@ -376,12 +377,27 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                        arch=executor.arch, device=str(device), cases=len(todo),
                        start_s=ready - started, prepare_s=prepared - ready,
                        cases_s=cases_done - prepared, finish_s=finished - cases_done,
-                       elapsed_s=finished - started, prepare_problem=prepare_problem)
+                       elapsed_s=finished - started, prepare_problem=prepare_problem,
+                       before_s=before)
     R.write_run_times(out / R.RUN_NAME, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
                       results_path=results_path, junit_path=junit_path, ran=len(todo),
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
                       times=times)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc, 10 ms ticks); None elsewhere."""
+    import os
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            after_name = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - int(after_name[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _engine_label(engine: str) -> str:

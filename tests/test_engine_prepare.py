@@ -96,7 +96,19 @@ def test_run_json_accounts_for_the_run(tmp_path):
     assert parts == pytest.approx(times.elapsed_s, rel=1e-6)
     case_wall = sum(r["wall_s"] for r in read_results(summary.results_path))
     assert case_wall <= times.cases_s
-    assert data["outside_cases_s"] == pytest.approx(times.elapsed_s - times.cases_s)
+    if os.path.exists("/proc/self/stat"):   # the process's own start (this test process: long ago)
+        assert times.before_s is not None and times.before_s > 0
+    assert data["outside_cases_s"] == pytest.approx((times.before_s or 0) + times.elapsed_s - times.cases_s)
+
+
+def test_process_age_counts_from_the_process_start():
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.5); from harness.run import process_age_s; print(process_age_s())"
+    age = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    if age.strip() != "None":
+        assert 0.45 <= float(age) < 5.0
 
 
 # ----------------------------------------------------------------------------- triton markers
@@ -186,3 +198,24 @@ def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
     (copied / "kernels.py").write_bytes((copied / "kernels.py").read_bytes() + b"\n# changed\n")
     monkeypatch.setattr(warm, "__file__", str(copied / "warm.py"))
     assert warm.fingerprint.__wrapped__("sm90") != before
+
+
+def test_a_twin_compiles_the_variant_of_its_graph():
+    """Every constexpr choice the launcher makes from the graph is the same for a bundle
+    case and its tiny twin: dtype, head-dim tiles, mask kinds, dK/dV passes, program order, VEC."""
+    from engines.triton import configs, launch, warm
+
+    def choices(graph):
+        a = graph.attributes
+        return (graph.dtype, configs.block_d(graph.D_qk), configs.block_d(graph.D_v),
+                a.left_bound is not None, a.right_bound is not None, graph.H_k == graph.H_v,
+                launch.block_major(graph), warm._vec(graph))
+
+    graphs = warm.level_graphs(["quick", "pr"])
+    keys = [k for k in (warm.twin(g) for g in graphs) if k is not None]
+    assert len(graphs) > 300 and len(keys) > 300
+    assert len({choices(g) for g in graphs}) > 10 and any(launch.block_major(g) for g in graphs)
+    for graph in graphs:
+        key = warm.twin(graph)
+        if key is not None:
+            assert choices(warm.twin_graph(key)) == choices(graph), graph

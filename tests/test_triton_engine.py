@@ -194,6 +194,16 @@ def test_program_orders(monkeypatch, order, mask):
     check(prepare(graph, seed=6), SmallTileEngine("cpu"))
 
 
+@pytest.mark.parametrize("heads, mask, expected", [
+    ((4, 2, 2), dict(right=0), True), ((4, 4, 2), dict(left=7), True),
+    ((4, 4, 4), dict(right=0), False), ((4, 2, 2), {}, False), ((4, 2, 2), dict(left=3, right=2), False)],
+    ids=["gqa-causal", "gqa-v-left-only", "mha-causal", "gqa-no-mask", "gqa-two-sided"])
+def test_block_major_only_for_a_one_sided_band_over_a_head_group(heads, mask, expected):
+    from engines.triton import launch
+    H_q, H_k, H_v = heads
+    assert launch.block_major(make_graph(H_q=H_q, H_k=H_k, H_v=H_v, S_q=64, **mask)) is expected
+
+
 def test_wide_tile_offsets(engine, monkeypatch):
     """The 64-bit tile-offset variant (WIDE), forced on a strided GQA band case."""
     from engines.triton import launch

@@ -52,7 +52,17 @@ def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
         return None
     a = graph.attributes
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
-            a.right_bound is not None, graph.H_k == graph.H_v, _vec(graph))
+            a.right_bound is not None, graph.H_k == graph.H_v,
+            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph))
+
+
+def twin_graph(key: tuple) -> Graph:
+    """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
+    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec = key
+    return make_graph(B=1, H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, S_q=16,
+                      D_qk=d_qk, D_v=d_v, dtype=dtype, left=4 if has_left else None,
+                      right=0 if has_right else None,
+                      layout=Layout(offsets={} if vec > 1 else {"q": 1}))
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
@@ -111,15 +121,12 @@ def _run_twins(device: str, keys: list[tuple]) -> int:
     from engines.triton.engine import TritonEngine
     from engines.triton.selfcheck import TORCH_DTYPES
     engine = TritonEngine(device)
-    for dtype, d_qk, d_v, has_left, has_right, same_kv_heads, vec in keys:
-        args = dict(B=1, H_q=2, H_k=2, H_v=2 if same_kv_heads else 1, S_q=16, D_qk=d_qk,
-                    D_v=d_v, dtype=dtype, left=4 if has_left else None,
-                    right=0 if has_right else None)
-        graph = make_graph(layout=Layout(offsets={} if vec > 1 else {"q": 1}), **args)
+    for key in keys:
+        graph = twin_graph(key)
         tensors = {}
         for port, spec in graph.tensors.items():
             storage = torch.zeros(spec.storage_elements, device=device,
-                                  dtype=torch.float32 if port == "stats" else TORCH_DTYPES[dtype])
+                                  dtype=torch.float32 if port == "stats" else TORCH_DTYPES[graph.dtype])
             tensors[port] = storage.as_strided(spec.dims, spec.strides, spec.offset)
         if engine.is_applicable(graph) is None:
             engine.run(graph, tensors)
