@@ -384,17 +384,17 @@ LEVELS = (
 # ============================================================================ cost model
 # predicted seconds = engine FLOPs / rate + oracle FLOPs / rate + io bytes / host rate + overhead
 # (generator/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
-# h200: fitted (`bundlegen calibrate`) to the H200 run of all four levels against triton on
-# a warm kernel cache, 2026-11-29 (bench/results/h200/triton-warm-full.results.jsonl.gz);
-# the oracle rate is the prior's (engine and oracle FLOPs are proportional, so only their
-# sum is resolved). run_start_s: the median time outside the cases of the four warm runs
-# of bench/harness_throughput.py on the H200 (bench/results/harness_throughput_h200.json).
+# h200: `bundlegen calibrate --write` on the four warm runs (quick, pr, nightly, full) of
+# bench/harness_throughput.py against triton on the H200, 2026-11-30 (bench/results/h200/
+# calibrate.log, runs/*.run.json, triton-warm-full.results.jsonl.gz). The oracle rate is the
+# prior's (engine and oracle FLOPs are proportional, so only their sum is resolved).
+# run_start_s is the median time of those runs outside their cases, process start included.
 # cpu: prior rates; run_start_s: run.json of two smoke runs (`-k shapes`) on a 2-core CPU
 # machine like CI's: torch-math 3.3 s, triton (interpreter) 2.6 s.
 COST_MODEL = {
-    "h200": CostCoefficients(engine_flops_per_s=38.1e12, oracle_flops_per_s=50e12,
-                             bytes_per_s=1.93e9, overhead_s=0.0116,
-                             run_start_s=5.45),
+    "h200": CostCoefficients(engine_flops_per_s=31.8e12, oracle_flops_per_s=50e12,
+                             bytes_per_s=1.98e9, overhead_s=0.012,
+                             run_start_s=4.74),
     "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=2e9,
                             bytes_per_s=1e9, overhead_s=0.005,
                             run_start_s=3.0),
