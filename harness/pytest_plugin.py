@@ -10,6 +10,7 @@ takes cuda:N mod (GPU count)."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 
@@ -77,7 +78,7 @@ class BundleCaseItem(pytest.Item):
     def runtest(self) -> None:
         from harness import verdicts as V
 
-        result = _executor(self.config).execute(self.case)
+        result = _executor(self.config, self.session).execute(self.case)
         for name in ("verdict", "reason", "detail", "margin", "wall_s"):
             self.user_properties.append((name, getattr(result, name)))
         if result.verdict in V.FAILING:
@@ -126,7 +127,9 @@ def _device(config) -> str:
     return device
 
 
-def _executor(config):
+def _executor(config, session):
+    """One executor per session, built at the first case; its engine prepares for every
+    selected case then (like `bundlegen run`), and a failed prepare is only a warning."""
     executor = config.stash.get(_EXECUTOR, None)
     if executor is None:
         from harness.run import CaseExecutor, default_timeout
@@ -137,4 +140,7 @@ def _executor(config):
                                 isolation=not config.getoption("bundlegen_no_isolation"))
         config.stash[_EXECUTOR] = executor
         config.add_cleanup(executor.close)
+        problem = executor.prepare([item.case for item in session.items if isinstance(item, BundleCaseItem)])
+        if problem:
+            warnings.warn(f"bundlegen: engine prepare failed (cases build on use): {problem}")
     return executor

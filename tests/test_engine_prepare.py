@@ -18,6 +18,7 @@ from harness.run import run_level
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 
+pytest_plugins = ["pytester"]
 LOG_ENV = "BUNDLEGEN_TEST_PREPARE_LOG"
 
 
@@ -219,3 +220,14 @@ def test_a_twin_compiles_the_variant_of_its_graph():
         key = warm.twin(graph)
         if key is not None:
             assert choices(warm.twin_graph(key)) == choices(graph), graph
+
+
+def test_the_pytest_plugin_prepares_for_the_selected_cases(tmp_path, monkeypatch, pytester):
+    monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
+    cases = _level(tmp_path, probe=True)
+    result = pytester.runpytest_inprocess(
+        "--bundlegen-level=quick", f"--bundlegen-engine={S.engine_ref(LogsPrepare)}",
+        "--bundlegen-device=cpu", f"--bundlegen-bundles={tmp_path / 'bundles'}",
+        "--bundlegen-no-isolation", "-p", "no:xdist", "-k", f"not {cases[0].id}")
+    result.assert_outcomes(passed=2, deselected=1)
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["prepare 4", "run 4", "run 4"]  # + determinism re-run
