@@ -66,8 +66,8 @@ class TritonEngine(Engine):
 
     def prepare(self, graphs) -> None:
         """Compile the variants these graphs need in parallel (engines/triton/warm.py); the
-        interpreter compiles nothing."""
-        if self.device.type != "cuda":
+        interpreter compiles nothing, and a mutant (defects on) compiles its own on use."""
+        if self.device.type != "cuda" or self.defects != NO_DEFECTS:
             return
         from engines.triton import warm
         warm.compile_missing(str(self.device), self.arch,
