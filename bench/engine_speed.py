@@ -35,7 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale  # noqa: E402
+from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale, packed_strides  # noqa: E402
 
 TRITON = "triton"
 PEERS = ("torch-flash", "torch-cudnn", "torch-efficient")
@@ -91,14 +91,6 @@ def cpu_shapes() -> list[Shape]:
 
 
 # ----------------------------------------------------------------------------- graph, tensors
-def packed_strides(dims, order) -> tuple[int, ...]:
-    strides, step = [0] * len(dims), 1
-    for axis in reversed(order):
-        strides[axis] = step
-        step *= dims[axis]
-    return tuple(strides)
-
-
 def graph_of(shape: Shape) -> Graph:
     s = shape
     dims = {"q": (s.B, s.H_q, s.S, s.D), "k": (s.B, s.H_kv, s.S, s.D), "v": (s.B, s.H_kv, s.S, s.D),

@@ -33,6 +33,16 @@ class BundleError(ValueError):
         super().__init__(f"{file}: case {case_id}: field {field}: {message}")
 
 
+def packed_strides(dims: tuple[int, ...], order: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Contiguous strides of `dims` stored with its axes nested as `order` (outermost
+    first; default: as given)."""
+    strides, step = [0] * len(dims), 1
+    for axis in reversed(order if order is not None else range(len(dims))):
+        strides[axis] = step
+        step *= dims[axis]
+    return tuple(strides)
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     dims: tuple[int, ...]

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec
+from bundlegen.graph import Attributes, Graph, TensorSpec, packed_strides
 
 
 def arch_of(device: torch.device | str) -> str:
@@ -71,10 +71,8 @@ class Engine(abc.ABC):
 
 def tiny_graph(S: int = 16, D: int = 16) -> Graph:
     """One batch, one head, S x D, fp16, packed, no mask: what warm_up runs."""
-    def packed(dims):
-        return (dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1)
     io, stats = (1, 1, S, D), (1, 1, S, 1)
-    tensors = {port: TensorSpec(io, packed(io), "fp16") for port in
+    tensors = {port: TensorSpec(io, packed_strides(io), "fp16") for port in
                ("q", "k", "v", "o", "do", "dq", "dk", "dv")}
-    tensors["stats"] = TensorSpec(stats, packed(stats), "fp32")
+    tensors["stats"] = TensorSpec(stats, packed_strides(stats), "fp32")
     return Graph(tensors=tensors, attributes=Attributes(attn_scale=D ** -0.5))

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from bundlegen import reasons as R
-from bundlegen.graph import Graph
+from bundlegen.graph import Graph, packed_strides
 from bundlegen.mask import is_masked
 from bundlegen.validate import output_layout_reason
 from engines.base import Engine
@@ -227,12 +227,9 @@ def matching_layout_copy(like: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(like, dtype=t.dtype)
     else:
         strides = [s if s != 0 else math.inf for s in like.stride()]
-        inner_to_outer = sorted(range(t.dim()), key=lambda axis: (strides[axis], axis))
-        ordered, step = [0] * t.dim(), 1
-        for axis in inner_to_outer:
-            ordered[axis] = step
-            step *= t.shape[axis]
-        out = torch.empty_strided(tuple(t.shape), tuple(ordered), dtype=t.dtype, device=t.device)
+        outer_to_inner = sorted(range(t.dim()), key=lambda axis: (strides[axis], axis), reverse=True)
+        out = torch.empty_strided(tuple(t.shape), packed_strides(tuple(t.shape), outer_to_inner),
+                                  dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
 

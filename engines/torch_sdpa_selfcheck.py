@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale
+from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale, packed_strides
 from bundlegen.reasons import code_of
 from engines.registry import engine_class
 from engines.torch_sdpa_common import TORCH_DTYPES, write_gradients
@@ -44,14 +44,6 @@ CANARY = -77.0
 
 
 # ----------------------------------------------------------------------------- graphs
-def packed(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [0] * 4, 1
-    for axis in reversed(order):
-        strides[axis] = step
-        step *= dims[axis]
-    return tuple(strides)
-
-
 BHSD, BSHD = (0, 1, 2, 3), (0, 2, 1, 3)
 
 
@@ -69,7 +61,7 @@ def graph(B=2, H_q=4, H_k=4, H_v=4, S_q=128, S_kv=128, D_qk=64, D_v=64, dtype="f
             "v": (B, H_v, S_kv, D_v), "dv": (B, H_v, S_kv, D_v),
             "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1)}
     strides, offsets = dict(strides or {}), dict(offsets or {})
-    tensors = {p: TensorSpec(dims=d, strides=tuple(strides.get(p, packed(d, BHSD if p == "stats" else order))),
+    tensors = {p: TensorSpec(dims=d, strides=tuple(strides.get(p, packed_strides(d, BHSD if p == "stats" else order))),
                              dtype="fp32" if p == "stats" else dtype, offset=offsets.get(p, 0))
                for p, d in dims.items()}
     attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
@@ -118,9 +110,9 @@ def cases() -> list[SelfCase]:
         SelfCase("sq1-skv77", g(S_q=1, S_kv=77)),
         # cuDNN caches its graph by q, k, v dims and strides only: same q/k/v, new dO strides.
         SelfCase("do-like-o", g(S_q=96, S_kv=96)),
-        SelfCase("do-bshd-same-qkv", g(S_q=96, S_kv=96, strides={"do": packed((2, 4, 96, 64), BSHD)}),
+        SelfCase("do-bshd-same-qkv", g(S_q=96, S_kv=96, strides={"do": packed_strides((2, 4, 96, 64), BSHD)}),
                  "after do-like-o: a stale cuDNN graph would misread dO"),
-        SelfCase("do-bshd-fresh-key", g(S_q=95, S_kv=96, strides={"do": packed((2, 4, 95, 64), BSHD)}),
+        SelfCase("do-bshd-fresh-key", g(S_q=95, S_kv=96, strides={"do": packed_strides((2, 4, 95, 64), BSHD)}),
                  "control: new cache key"),
     ]
 

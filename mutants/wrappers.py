@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from bundlegen.graph import Graph, TensorSpec
+from bundlegen.graph import Graph, TensorSpec, packed_strides
 from bundlegen.reasons import code_of
 from engines.base import Engine
 
@@ -33,14 +33,6 @@ def restrided(t: torch.Tensor, dims, strides, port: str = "?") -> torch.Tensor:
         raise OutOfStorage(f"{port} addressed with dims {list(dims)} and strides {list(strides)} "
                            f"reaches {end - size} element(s) past its storage")
     return t.as_strided(dims, strides, t.storage_offset())
-
-
-def packed_strides(dims) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(dims):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 def with_spec(graph: Graph, port: str, spec: TensorSpec) -> Graph:

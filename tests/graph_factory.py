@@ -6,20 +6,10 @@ import hashlib
 from typing import Mapping
 
 from bundlegen.graph import (Attributes, Case, DataSpec, Graph, Rejection, TensorSpec,
-                             canonical_json, default_scale)
+                             canonical_json, default_scale, packed_strides)
 
 #: Axis order from outermost to innermost, as indices into [B, H, S, D].
 LAYOUT_ORDERS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
-
-
-def packed_strides(dims: tuple[int, ...], order: tuple[int, ...] = (0, 1, 2, 3)) -> tuple[int, ...]:
-    """Contiguous strides for `dims` stored with axes nested as `order` (outermost first)."""
-    strides = [0] * len(dims)
-    step = 1
-    for axis in reversed(order):
-        strides[axis] = step
-        step *= dims[axis]
-    return tuple(strides)
 
 
 def make_graph(B: int = 1, H_q: int = 2, H_k: int = 1, H_v: int = 1, S_q: int = 17,

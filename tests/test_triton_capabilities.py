@@ -14,7 +14,8 @@ from bundlegen.graph import Graph  # noqa: E402
 from engines.triton import configs  # noqa: E402
 from engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
 from engines.triton.engine import TritonEngine  # noqa: E402
-from engines.triton.selfcheck import Layout, make_graph, packed, permuted  # noqa: E402
+from bundlegen.graph import packed_strides  # noqa: E402
+from engines.triton.selfcheck import Layout, make_graph, permuted  # noqa: E402
 
 GPU_ARCHS = ("sm90", "sm120", "gfx942")
 
@@ -81,7 +82,7 @@ def _accepts():
     yield "bshd", make_graph(layout=Layout({p: permuted(d, (0, 2, 1, 3))
                                             for p, d in dims.items() if p != "stats"}), **g)
     yield "head-dim-stride-2-everywhere", make_graph(
-        layout=Layout({p: tuple(2 * s for s in packed(d)) for p, d in dims.items()}), **g)
+        layout=Layout({p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()}), **g)
     yield "broadcast-inputs", make_graph(layout=Layout({
         "q": (0, 0, 64, 1), "k": (0, 24 * 64, 64, 1), "v": (2 * 24 * 64, 0, 64, 1),
         "o": (0, 16 * 64, 64, 1), "do": (4 * 16 * 64, 0, 64, 1)}), **g)

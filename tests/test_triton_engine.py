@@ -9,9 +9,10 @@ os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from bundlegen.graph import packed_strides  # noqa: E402
 from engines.triton import configs  # noqa: E402
 from engines.triton.engine import TritonEngine  # noqa: E402
-from engines.triton.selfcheck import (Layout, check, make_graph, packed, permuted,  # noqa: E402
+from engines.triton.selfcheck import (Layout, check, make_graph, permuted,  # noqa: E402
                                       prepare)
 
 
@@ -45,7 +46,7 @@ def _layout(kind: str, **g) -> Layout:
         return Layout({p: permuted(d, (0, 1, 2, 3), pad=16 - d[3]) for p, d in dims.items()
                        if p != "stats"})
     if kind == "head-dim-stride-2":
-        return Layout({p: tuple(2 * s for s in packed(d)) for p, d in dims.items()
+        return Layout({p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()
                        if p != "stats"})
     if kind == "broadcast-kv":     # K and V read through zero batch and head strides
         k, v = dims["k"], dims["v"]
@@ -60,7 +61,7 @@ def _layout(kind: str, **g) -> Layout:
     if kind == "odd-outputs":      # dQ BSHD with odd pitch, dK head-dim stride 3, dV D-major
         dk = dims["dk"]
         return Layout({"dq": permuted(dims["dq"], (0, 2, 1, 3), pad=3),
-                       "dk": tuple(3 * s for s in packed(dk)),
+                       "dk": tuple(3 * s for s in packed_strides(dk)),
                        "dv": permuted(dims["dv"], (0, 1, 3, 2))},
                       {"dq": 1, "dk": 2, "dv": 7})
     raise ValueError(kind)
@@ -237,7 +238,7 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     assert vec() == 8
     assert vec(layout=only("dv", offset=8)) == 8
     assert vec(layout=only("dv", offset=4)) == 1
-    assert vec(layout=only("k", lambda d: tuple(2 * s for s in packed(d)))) == 1
+    assert vec(layout=only("k", lambda d: tuple(2 * s for s in packed_strides(d)))) == 1
     assert vec(layout=only("o", lambda d: permuted(d, (0, 1, 2, 3), pad=4))) == 1
     assert vec(D_v=12) == 1
     assert vec(D_qk=12, D_v=12, layout=lambda g: Layout({p: permuted(t.dims, (0, 1, 2, 3), 4)

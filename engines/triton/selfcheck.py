@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec
+from bundlegen.graph import Attributes, Graph, TensorSpec, packed_strides
 from bundlegen.mask import keep_mask
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -21,14 +21,6 @@ OUTPUTS = ("dq", "dk", "dv")
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
-
-
-def packed(dims) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(dims):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
 
 
 def permuted(dims, order, pad=0) -> tuple[int, ...]:
@@ -60,7 +52,7 @@ def make_graph(B=1, H_q=2, H_k=None, H_v=None, S_q=16, S_kv=None, D_qk=16, D_v=N
             "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1),
             "dq": (B, H_q, S_q, D_qk), "dk": (B, H_k, S_kv, D_qk), "dv": (B, H_v, S_kv, D_v)}
     layout = layout or Layout()
-    tensors = {p: TensorSpec(d, tuple(layout.strides.get(p, packed(d))),
+    tensors = {p: TensorSpec(d, tuple(layout.strides.get(p, packed_strides(d))),
                              "fp32" if p == "stats" else dtype, layout.offsets.get(p, 0))
                for p, d in dims.items()}
     attrs = Attributes(attn_scale=scale if scale is not None else 1 / math.sqrt(D_qk),
