@@ -390,7 +390,7 @@ def write_json(path: Path, payload: dict) -> None:
 
 # ----------------------------------------------------------------------------- main
 def build_engines(names, device) -> dict[str, object]:
-    from engines.registry import engine_class
+    from bundlegen.engines.registry import engine_class
 
     engines = {}
     for name in names:

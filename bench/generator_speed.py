@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def once() -> dict:
     t0 = time.perf_counter()
     c0 = time.process_time()
-    from generator import build, write
+    from bundlegen.generator import build, write
     t1 = time.perf_counter()
     generated = build()
     t2 = time.perf_counter()

@@ -39,7 +39,7 @@ TARGET_WARM_S = 20.0
 TARGET_ORACLE_SHARE = 0.30
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
-from harness.results import PHASES, phase_seconds  # noqa: E402  (needs REPO_ROOT on sys.path)
+from bundlegen.harness.results import PHASES, phase_seconds  # noqa: E402  (needs REPO_ROOT on sys.path)
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ def level_stats(records: list[dict], levels: tuple[str, ...]) -> tuple[LevelStat
 
 
 def run_level(label: str, level: str, args, cache: Path) -> RunStats:
-    from harness.results import read_results, read_run_times
-    from plans.sdpa_bwd import COST_MODEL
+    from bundlegen.harness.results import read_results, read_run_times
+    from bundlegen.plans.sdpa_bwd import COST_MODEL
 
     out = args.runs_dir / f"{label}-{level}"
     if out.exists():

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from engines.triton.configs import BlockConfig, config_for  # noqa: E402
+from bundlegen.engines.triton.configs import BlockConfig, config_for  # noqa: E402
 
 ARCH = "sm90"
 TILES = {   # padded head dim -> ((M, N) of dK/dV, (M, N) of dQ) candidates
@@ -83,7 +83,7 @@ def _compile(jobs: list[tuple]) -> list[bool]:
     """Launch each (d, causal, kernel, cfg) once on a tiny shape; False when it cannot run."""
     import torch
 
-    from engines.triton import launch as L
+    from bundlegen.engines.triton import launch as L
     ok = []
     for d, causal, kernel, cfg in jobs:
         graph = shape(d, causal, S=256, B=1)
@@ -105,7 +105,7 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
     import torch
     import triton
 
-    from engines.triton import launch as L
+    from bundlegen.engines.triton import launch as L
     prepared = L.prepare(graph, t, cfg)
     L.run_preprocess(prepared)
     fn = (lambda: L.run_dkdv(prepared)) if kernel == "dkdv" else (lambda: L.run_dq(prepared))
@@ -129,7 +129,7 @@ def compare_orders() -> list[dict]:
     import triton
 
     from bench.engine_speed import Shape, graph_of
-    from engines.triton import launch as L
+    from bundlegen.engines.triton import launch as L
     rows = []
     for B, H, H_kv, S, D, causal in ORDER_SHAPES:
         graph = graph_of(Shape(B, H, H_kv, S, D, "bf16", causal))

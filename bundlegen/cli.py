@@ -10,13 +10,13 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "generate": ("generator.command", "expand the plan into bundles and tolerance blocks"),
-    "run": ("harness.command", "run a level's cases against an engine"),
-    "harvest": ("claims.harvest_command", "turn passing results into support claims"),
-    "matrix": ("claims.matrix_command", "render SUPPORT_MATRIX.md from the claims"),
-    "report": ("claims.report_command", "an HTML report of results with plots"),
-    "mutate": ("mutants.command", "run engine mutants and print the kill matrix"),
-    "calibrate": ("harness.calibrate_command", "fit the cost model to measured case times"),
+    "generate": ("bundlegen.generator.command", "expand the plan into bundles and tolerance blocks"),
+    "run": ("bundlegen.harness.command", "run a level's cases against an engine"),
+    "harvest": ("bundlegen.claims.harvest_command", "turn passing results into support claims"),
+    "matrix": ("bundlegen.claims.matrix_command", "render SUPPORT_MATRIX.md from the claims"),
+    "report": ("bundlegen.claims.report_command", "an HTML report of results with plots"),
+    "mutate": ("bundlegen.mutants.command", "run engine mutants and print the kill matrix"),
+    "calibrate": ("bundlegen.harness.calibrate_command", "fit the cost model to measured case times"),
 }
 
 

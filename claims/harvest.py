@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from claims.store import ClaimSet
+from bundlegen.claims.store import ClaimSet
 
 CLAIMABLE_PURPOSES = frozenset({"claim", "regression"})
 DEFAULT_MIN_RUNS = 2
@@ -29,9 +29,9 @@ REQUIRED_KEYS = ("case_id", "engine", "arch", "verdict")
 
 
 def plan_min_margin() -> float:
-    """plans.sdpa_bwd.MIN_CLAIM_MARGIN, or 1.5 while the plan does not define it."""
+    """bundlegen.plans.sdpa_bwd.MIN_CLAIM_MARGIN, or 1.5 while the plan does not define it."""
     try:
-        from plans.sdpa_bwd import MIN_CLAIM_MARGIN
+        from bundlegen.plans.sdpa_bwd import MIN_CLAIM_MARGIN
     except ImportError:
         return FALLBACK_MIN_MARGIN
     return float(MIN_CLAIM_MARGIN)
@@ -181,7 +181,7 @@ class UnclaimedCase:
 
 def unclaimed_support(results: Iterable[Mapping], claims: Mapping[str, Iterable[str]]) -> list[UnclaimedCase]:
     """Cases of one engine's results that passed but carry no claim on their arch (candidates
-    for `bundlegen harvest`). `claims`: arch -> claimed ids, as claims.store.load_claims gives."""
+    for `bundlegen harvest`). `claims`: arch -> claimed ids, as bundlegen.claims.store.load_claims gives."""
     claimed = {arch: set(ids) for arch, ids in claims.items()}
     found = {}
     for r in results:
@@ -203,6 +203,6 @@ def results_file(path: Path | str) -> Path:
 
 
 def read_run(path: Path | str) -> list[dict]:
-    from harness.results import read_results
+    from bundlegen.harness.results import read_results
 
     return read_results(results_file(path))

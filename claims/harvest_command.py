@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, plan_min_margin, read_run, results_file
-from claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
+from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, plan_min_margin, read_run, results_file
+from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

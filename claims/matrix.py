@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from bundlegen.reasons import code_of
-from claims.store import ClaimSet, ClaimsError, load_claim_set
+from bundlegen.claims.store import ClaimSet, ClaimsError, load_claim_set
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLE_ROOT = REPO_ROOT / "bundles"
@@ -166,8 +166,8 @@ def feature_groups(plan=None) -> tuple[list[FeatureGroup], list[GatedFeature]]:
     """The plan's feature rows: one group per axis (an AX- item per value), then the shape
     catalog and the regressions; and the gated items (declared, not written)."""
     if plan is None:
-        from plans.sdpa_bwd import PLAN as plan
-    from generator.expand import axis_item
+        from bundlegen.plans.sdpa_bwd import PLAN as plan
+    from bundlegen.generator.expand import axis_item
 
     groups = [FeatureGroup(axis.title, tuple(Feature(axis_item(axis.name, v), v) for v in axis.values))
               for axis in plan.axes]
@@ -202,7 +202,7 @@ def feature_cases(bundle_root: Path | str = BUNDLE_ROOT, plan: str = PLAN_NAME
 
 def default_columns(engine_names: Iterable[str] | None = None) -> list[Column]:
     """Every registered engine x every arch its archs() names, in registry order."""
-    from engines.registry import engine_class, known_names
+    from bundlegen.engines.registry import engine_class, known_names
 
     columns = []
     for name in engine_names or known_names():

@@ -5,8 +5,8 @@ import argparse
 import difflib
 from pathlib import Path
 
-from claims.matrix import BUNDLE_ROOT, MATRIX_PATH, support_matrix_text
-from claims.store import ClaimsError
+from bundlegen.claims.matrix import BUNDLE_ROOT, MATRIX_PATH, support_matrix_text
+from bundlegen.claims.store import ClaimsError
 
 DIFF_LINES = 40
 

@@ -31,8 +31,8 @@ def core_axes(plan=None) -> list[AxisValues]:
     """The plan's core axes with their AX- items; [] when the plan cannot be read."""
     try:
         if plan is None:
-            from plans.sdpa_bwd import PLAN as plan
-        from generator.expand import axis_item
+            from bundlegen.plans.sdpa_bwd import PLAN as plan
+        from bundlegen.generator.expand import axis_item
     except ImportError:
         return []
     return [AxisValues(a.name, tuple(axis_item(a.name, v) for v in a.values), tuple(a.values))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from claims.harvest import plan_min_margin, read_run, results_file
-from claims.report import write_report
+from bundlegen.claims.harvest import plan_min_margin, read_run, results_file
+from bundlegen.claims.report import write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -49,7 +49,7 @@ class ClaimSet:
 
 def claims_path(engine: str, root: Path | str | None = None) -> Path:
     """engines/<dir>/claims.json, or <root>/<dir>/claims.json (tests, other checkouts)."""
-    from engines.registry import config_dir
+    from bundlegen.engines.registry import config_dir
 
     directory = config_dir(engine)
     if root is not None:

@@ -7,15 +7,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # engines.base imports torch: a lookup by name should not
-    from engines.base import Engine
+if TYPE_CHECKING:   # bundlegen.engines.base imports torch: a lookup by name should not
+    from bundlegen.engines.base import Engine
 
 BUILTIN = {
-    "torch-math": "engines.torch_math.engine:TorchMathEngine",
-    "triton": "engines.triton.engine:TritonEngine",
-    "torch-flash": "engines.torch_flash.engine:TorchFlashEngine",
-    "torch-efficient": "engines.torch_efficient.engine:TorchEfficientEngine",
-    "torch-cudnn": "engines.torch_cudnn.engine:TorchCudnnEngine",
+    "torch-math": "bundlegen.engines.torch_math.engine:TorchMathEngine",
+    "triton": "bundlegen.engines.triton.engine:TritonEngine",
+    "torch-flash": "bundlegen.engines.torch_flash.engine:TorchFlashEngine",
+    "torch-efficient": "bundlegen.engines.torch_efficient.engine:TorchEfficientEngine",
+    "torch-cudnn": "bundlegen.engines.torch_cudnn.engine:TorchCudnnEngine",
 }
 ENTRY_POINT_GROUP = "bundlegen.engines"
 ENGINES_ROOT = Path(__file__).resolve().parent
@@ -33,7 +33,7 @@ def _load(target: str) -> "type[Engine]":
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise EngineNotFound(f"cannot load engine {target!r}: {exc}") from exc
-    from engines.base import Engine
+    from bundlegen.engines.base import Engine
     if not (isinstance(obj, type) and issubclass(obj, Engine)):
         raise EngineNotFound(f"{target!r} is not an Engine subclass")
     return obj

@@ -27,7 +27,7 @@ from bundlegen import reasons as R
 from bundlegen.graph import Graph, packed_strides
 from bundlegen.mask import is_masked
 from bundlegen.validate import output_layout_reason
-from engines.base import Engine
+from bundlegen.engines.base import Engine
 
 #: The archs these engines are configured for (the support-matrix columns).
 TARGET_ARCHS = ("sm90", "sm120")

@@ -1,6 +1,6 @@
 """Self-check of torch-flash, torch-efficient and torch-cudnn on a real GPU, in one call.
 
-    python -m engines.torch_sdpa_selfcheck [--device cuda:0] [--only NAME]
+    python -m bundlegen.engines.torch_sdpa_selfcheck [--device cuda:0] [--only NAME]
 
 For a handful of graphs (layouts, masks, GQA, head dims, odd strides) it builds the
 declared strided tensors itself (each storage with a guard region), derives O and Stats
@@ -24,11 +24,11 @@ import torch
 
 from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale, packed_strides
 from bundlegen.reasons import code_of
-from engines.registry import engine_class
-from engines.torch_sdpa_common import TORCH_DTYPES, write_gradients
-from harness import oracle
-from harness.checks import output_error
-from harness.config import Tolerance
+from bundlegen.engines.registry import engine_class
+from bundlegen.engines.torch_sdpa_common import TORCH_DTYPES, write_gradients
+from bundlegen.harness import oracle
+from bundlegen.harness.checks import output_error
+from bundlegen.harness.config import Tolerance
 
 ENGINES = ("torch-flash", "torch-efficient", "torch-cudnn")
 DISPATCHER = {"torch-flash": "can_use_flash_attention",
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}, "
           f"{props.name} sm{props.major}{props.minor}")
     forward_layouts(device)
-    from engines.torch_sdpa_common import cudnn_lse_has_unit_dim
+    from bundlegen.engines.torch_sdpa_common import cudnn_lse_has_unit_dim
     print(f"  cudnn LSE presented as {'[B,H,S,1]' if cudnn_lse_has_unit_dim() else '[B,H,S]'} (meta kernel)")
     try_declined = frozenset(c for c in args.try_declined.split(",") if c)
     failing = 0

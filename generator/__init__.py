@@ -1,6 +1,6 @@
 """The generator: expands plans/sdpa_bwd.py into bundles, the engine-TOML tolerance block
 and the dry-run report. `build(plan) -> GeneratedPlan` does the work without I/O."""
-from generator.generate import build, build_default
-from generator.errors import PlanError
+from bundlegen.generator.generate import build, build_default
+from bundlegen.generator.errors import PlanError
 
 __all__ = ["build", "build_default", "PlanError"]

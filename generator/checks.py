@@ -6,12 +6,12 @@ import re
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES
 from bundlegen.validate import frontend_reason, output_layout_reason
-from generator import layouts
-from generator.errors import PlanError
-from generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
-from generator.legality import Legality
-from generator.records import Draft
-from plans.records import LEVEL_NAMES, Plan, Spec
+from bundlegen.generator import layouts
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.records import Draft
+from bundlegen.plans.records import LEVEL_NAMES, Plan, Spec
 
 ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",

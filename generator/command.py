@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from generator import report, write
-from generator.errors import PlanError
-from generator.generate import build_default
-from generator.paths import REPO_ROOT
-from generator.records import GeneratedPlan
+from bundlegen.generator import report, write
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.generate import build_default
+from bundlegen.generator.paths import REPO_ROOT
+from bundlegen.generator.records import GeneratedPlan
 
 EXIT_DRIFT = 1
 EXIT_PLAN_ERROR = 2

@@ -1,5 +1,5 @@
 """The cost model: FLOPs and bytes of a case for the engine and the float64 oracle, and
-the predicted seconds per device class (coefficients: plans.sdpa_bwd.COST_MODEL).
+the predicted seconds per device class (coefficients: bundlegen.plans.sdpa_bwd.COST_MODEL).
 
 predicted_s = engine_flops / engine rate + oracle_flops / oracle rate
               + io_bytes / host rate (materialize: fill, copies, snapshots, guard checks)
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bundlegen.graph import Cost, Graph
-from plans.records import CostCoefficients
+from bundlegen.plans.records import CostCoefficients
 
 ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLOAT64 = 8
@@ -59,7 +59,7 @@ def predict(graph: Graph, device_class: str, model: Mapping[str, CostCoefficient
 def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoefficients] | None = None,
                   *, probe: bool = False) -> Cost:
     if model is None:
-        from plans.sdpa_bwd import COST_MODEL as model
+        from bundlegen.plans.sdpa_bwd import COST_MODEL as model
     if device_class not in model:
         raise KeyError(f"unknown device class {device_class!r} (known: {', '.join(sorted(model))})")
     if probe:

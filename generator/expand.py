@@ -12,12 +12,12 @@ from typing import Collection
 
 from bundlegen.graph import (INPUT_PORTS, OUTPUT_PORTS, Attributes, Graph, Rejection, TensorSpec,
                              default_scale)
-from generator import layouts
-from generator.errors import PlanError
-from generator.legality import Legality
-from generator.pairs import suite_rows
-from generator.records import Combo, Draft
-from plans.records import Plan, Shape, Spec
+from bundlegen.generator import layouts
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.pairs import suite_rows
+from bundlegen.generator.records import Combo, Draft
+from bundlegen.plans.records import Plan, Shape, Spec
 
 SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
 SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution")

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from bundlegen.graph import Case, DataSpec
-from generator import cost as cost_model
-from generator import ids, levels, pairs
-from generator.checks import check_draft, check_plan, declared_items
-from generator.errors import PlanError
-from generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
-from generator.legality import Legality
-from generator.records import Combo, Draft, GeneratedPlan, PairProof
-from plans.records import Plan
+from bundlegen.generator import cost as cost_model
+from bundlegen.generator import ids, levels, pairs
+from bundlegen.generator.checks import check_draft, check_plan, declared_items
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.records import Combo, Draft, GeneratedPlan, PairProof
+from bundlegen.plans.records import Plan
 
 PURPOSE_PRECEDENCE = ("claim", "regression", "probe")   # a merged case takes the last one present
 REPAIR_ROUNDS = 3
@@ -45,13 +45,13 @@ class _Merged:
 
 @lru_cache(maxsize=1)
 def build_default() -> GeneratedPlan:
-    """build() of plans.sdpa_bwd.PLAN, once per process (the result is immutable)."""
+    """build() of bundlegen.plans.sdpa_bwd.PLAN, once per process (the result is immutable)."""
     return build()
 
 
 def build(plan: Plan | None = None) -> GeneratedPlan:
     if plan is None:
-        from plans.sdpa_bwd import PLAN as plan
+        from bundlegen.plans.sdpa_bwd import PLAN as plan
     check_plan(plan)
     legality = Legality(plan)
     drafts = value_drafts(plan, legality) + declared_drafts(plan)

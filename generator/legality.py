@@ -7,8 +7,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from generator.records import Combo, RuleExclusion
-from plans.records import Plan, Rule
+from bundlegen.generator.records import Combo, RuleExclusion
+from bundlegen.plans.records import Plan, Rule
 
 
 @dataclass(frozen=True)

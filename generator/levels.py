@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from generator.errors import PlanError
-from plans.records import Level
+from bundlegen.generator.errors import PlanError
+from bundlegen.plans.records import Level
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from typing import Iterable
 
 from allpairspy import AllPairs
 
-from generator.errors import PlanError
-from generator.legality import Legality
-from generator.records import Combo, PairProof
-from plans.records import PairSuite
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.records import Combo, PairProof
+from bundlegen.plans.records import PairSuite
 
 SCOPES = ("values", "core", "all")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bundlegen.graph import Case, Graph, Rejection
-from plans.records import Plan
+from bundlegen.plans.records import Plan
 
 Combo = tuple[str, ...]                       # one value per plan axis, in plan order
 Pair = tuple[tuple[str, str], tuple[str, str]]   # ((axis, value), (axis, value)), axes in plan order

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from generator.records import GeneratedPlan
+from bundlegen.generator.records import GeneratedPlan
 
 SCOPE_LABEL = {"values": "axis values", "core": "all-pairs (core axes)", "all": "all-pairs"}
 

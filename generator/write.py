@@ -13,9 +13,9 @@ from pathlib import Path
 import tomlkit
 
 from bundlegen.graph import Bundle, canonical_json
-from generator.paths import bundle_relpath, engine_toml_relpath
-from generator.records import GeneratedPlan
-from plans.records import Plan
+from bundlegen.generator.paths import bundle_relpath, engine_toml_relpath
+from bundlegen.generator.records import GeneratedPlan
+from bundlegen.plans.records import Plan
 
 
 def begin_marker(plan_name: str) -> str:

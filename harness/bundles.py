@@ -15,7 +15,7 @@ DEFAULT_LEVELS = ("quick", "pr", "nightly", "full")
 
 def level_names() -> tuple[str, ...]:
     try:
-        from plans.sdpa_bwd import LEVELS
+        from bundlegen.plans.sdpa_bwd import LEVELS
     except ImportError:
         return DEFAULT_LEVELS
     return tuple(level.name for level in LEVELS)
@@ -31,7 +31,7 @@ def levels_upto(level: str) -> tuple[str, ...]:
 
 def default_bundle_root() -> Path:
     try:
-        from generator.paths import BUNDLE_ROOT
+        from bundlegen.generator.paths import BUNDLE_ROOT
     except ImportError:
         return Path(__file__).resolve().parent.parent / "bundles"
     return Path(BUNDLE_ROOT)

@@ -1,7 +1,7 @@
 """Fitting the cost model (plans/sdpa_bwd.py COST_MODEL) to measured case times.
 
 Each executed case of a run (a results.jsonl record whose engine ran) is joined by case id
-with its graph from the bundles; `generator.cost.terms(graph)` gives its features. The fit
+with its graph from the bundles; `bundlegen.generator.cost.terms(graph)` gives its features. The fit
 is a non-negative least squares of the measured `wall_s` in the model's own form, each
 level weighted the same (a case counts sqrt(cases of its level) / its level's total):
 
@@ -30,8 +30,8 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from bundlegen.graph import Case
-from generator.cost import CostTerms, seconds, terms
-from plans.records import CostCoefficients
+from bundlegen.generator.cost import CostTerms, seconds, terms
+from bundlegen.plans.records import CostCoefficients
 
 #: the coefficients the fit sets, in the order of the feature columns
 FITTED = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s")
@@ -78,14 +78,14 @@ class SampleSet:
 
 def results_path(path: Path | str) -> Path:
     """A results.jsonl file, or a run directory holding one."""
-    from harness.results import RESULTS_NAME
+    from bundlegen.harness.results import RESULTS_NAME
 
     path = Path(path)
     return path / RESULTS_NAME if path.is_dir() else path
 
 
 def read_records(paths: Iterable[Path | str]) -> list[dict]:
-    from harness.results import read_results
+    from bundlegen.harness.results import read_results
 
     records: list[dict] = []
     for p in paths:
@@ -99,7 +99,7 @@ def read_records(paths: Iterable[Path | str]) -> list[dict]:
 def run_starts(paths: Iterable[Path | str], device_class: str) -> list[float]:
     """Seconds outside the cases (run.json outside_cases_s) of each given run of this device
     class that has a run.json."""
-    from harness.results import read_run_times
+    from bundlegen.harness.results import read_run_times
 
     starts = []
     for p in paths:
@@ -120,7 +120,7 @@ def fitted_run_start(starts: Sequence[float], prior: CostCoefficients) -> float:
 
 def case_index(bundle_root: Path | str | None = None) -> dict[str, Case]:
     """Every case of every level, by id."""
-    from harness import bundles as B
+    from bundlegen.harness import bundles as B
 
     root = Path(bundle_root) if bundle_root else B.default_bundle_root()
     loaded = B.load_level(root, B.level_names()[-1])

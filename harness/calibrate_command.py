@@ -8,16 +8,16 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from harness import calibrate as C
+from bundlegen.harness import calibrate as C
 
 #: the per-level error the plan aims for (issue 7)
 TARGET_ERROR = 0.25
 
 
 def default_plan_path() -> Path:
-    import plans.sdpa_bwd
+    import bundlegen.plans.sdpa_bwd
 
-    return Path(plans.sdpa_bwd.__file__)
+    return Path(bundlegen.plans.sdpa_bwd.__file__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from generator.cost import seconds
-    from plans.sdpa_bwd import COST_MODEL, LEVELS
+    from bundlegen.generator.cost import seconds
+    from bundlegen.plans.sdpa_bwd import COST_MODEL, LEVELS
 
     device_class = args.device_class
     try:

@@ -10,8 +10,8 @@ from typing import Mapping
 import torch
 
 from bundlegen.graph import OUTPUT_PORTS
-from harness import verdicts as V
-from harness.config import Tolerance
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import Tolerance
 
 #: the margin written when an output matches the oracle exactly (JSON has no infinity)
 MARGIN_CAP = 1e9

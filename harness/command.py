@@ -1,4 +1,4 @@
-"""`bundlegen run`: a thin layer over harness.run.run_level."""
+"""`bundlegen run`: a thin layer over bundlegen.harness.run.run_level."""
 from __future__ import annotations
 
 import argparse
@@ -31,13 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from engines.registry import EngineNotFound
-    from harness.bundles import levels_upto
-    from harness.config import EngineConfigError
-    from harness.results import summary_table
-    from harness.run import run_level
-    from harness.selection import parse_shard
-    from harness.worker import WorkerStartError
+    from bundlegen.engines.registry import EngineNotFound
+    from bundlegen.harness.bundles import levels_upto
+    from bundlegen.harness.config import EngineConfigError
+    from bundlegen.harness.results import summary_table
+    from bundlegen.harness.run import run_level
+    from bundlegen.harness.selection import parse_shard
+    from bundlegen.harness.worker import WorkerStartError
 
     err = Console(stderr=True)
     try:

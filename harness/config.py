@@ -3,7 +3,7 @@
 first match wins, optional archs) and `engines/<dir>/claims.json`.
 
 A case with no matching override row gets its plan tolerance class
-(`plans.sdpa_bwd.TOLERANCE_CLASSES`)."""
+(`bundlegen.plans.sdpa_bwd.TOLERANCE_CLASSES`)."""
 from __future__ import annotations
 
 import fnmatch
@@ -106,7 +106,7 @@ class EngineConfig:
 
 
 def plan_tolerance(case: Case) -> Tolerance:
-    from plans import sdpa_bwd  # lazy: the plan is data the harness only needs per case
+    from bundlegen.plans import sdpa_bwd  # lazy: the plan is data the harness only needs per case
 
     try:
         name = case.tolerance_class or sdpa_bwd.tolerance_class_for(case.graph)

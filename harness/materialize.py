@@ -9,7 +9,7 @@ canary, so an element an engine never writes is a NaN in its output.
 The canary is a quiet NaN with a payload no arithmetic produces, compared bitwise, so a
 write of any value into a guard is caught, NaN included.
 
-Inputs q, k, v, do are filled on the CPU (harness.distributions), O and Stats come from the
+Inputs q, k, v, do are filled on the CPU (bundlegen.harness.distributions), O and Stats come from the
 float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE in fp32), all
 written with their declared strides, then copied to the device (from pinned memory when
 large, on a GPU). The oracle backward of the same inputs is the reference; it stays on the oracle's
@@ -29,9 +29,9 @@ import torch
 
 from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS, Case, TensorSpec
 from bundlegen.validate import frontend_reason
-from harness import oracle
-from harness.checks import read_flags
-from harness.distributions import TORCH_DTYPES, draw_inputs, generated_shape
+from bundlegen.harness import oracle
+from bundlegen.harness.checks import read_flags
+from bundlegen.harness.distributions import TORCH_DTYPES, draw_inputs, generated_shape
 
 #: canary elements before the declared storage and after its last addressed element; a
 #: multiple of 64 so the view keeps the alignment its declared offset gives it

@@ -43,7 +43,7 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_collection_modifyitems(session, config, items) -> None:
     if not _active(config):
         return
-    from harness.bundles import default_bundle_root, error_location, load_level
+    from bundlegen.harness.bundles import default_bundle_root, error_location, load_level
 
     root = config.getoption("bundlegen_bundles") or default_bundle_root()
     try:
@@ -76,7 +76,7 @@ class BundleCaseItem(pytest.Item):
         self.extra_keyword_matches.update({case.group, *case.items})
 
     def runtest(self) -> None:
-        from harness import verdicts as V
+        from bundlegen.harness import verdicts as V
 
         result = _executor(self.config, self.session).execute(self.case)
         for name in ("verdict", "reason", "detail", "margin", "wall_s"):
@@ -114,7 +114,7 @@ class BundleErrorItem(pytest.Item):
 
 
 def _device(config) -> str:
-    from harness.run import default_device
+    from bundlegen.harness.run import default_device
 
     device = config.getoption("bundlegen_device") or default_device()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -132,7 +132,7 @@ def _executor(config, session):
     selected case then (like `bundlegen run`), and a failed prepare is only a warning."""
     executor = config.stash.get(_EXECUTOR, None)
     if executor is None:
-        from harness.run import CaseExecutor, default_timeout
+        from bundlegen.harness.run import CaseExecutor, default_timeout
 
         device = _device(config)
         timeout = config.getoption("bundlegen_timeout") or default_timeout(device)

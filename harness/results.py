@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness import verdicts as V
+from bundlegen.harness import verdicts as V
 
 RESULTS_NAME = "results.jsonl"
 JUNIT_NAME = "junit.xml"

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from bundlegen import validate
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.reasons import code_of
-from harness import verdicts as V
-from harness.config import EngineConfig, load_engine_config
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import EngineConfig, load_engine_config
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.results import RunTimes
+    from bundlegen.harness.results import RunTimes
 
 # torch is imported where a case runs (the worker), not at module level: the parent of an
 # isolated run never needs it, so its worker starts while the parent is still loading.
@@ -53,7 +53,7 @@ class CaseOutcome:
 def cpu_prediction(graph: Graph) -> float | None:
     """Predicted seconds of the case on the CPU, or None while the cost model is missing."""
     try:
-        from generator.cost import predict
+        from bundlegen.generator.cost import predict
     except ImportError:
         return None
     return float(predict(graph, "cpu").predicted_s)
@@ -61,7 +61,7 @@ def cpu_prediction(graph: Graph) -> float | None:
 
 def too_large_for_cpu(graph: Graph) -> bool:
     try:
-        from plans.sdpa_bwd import CPU_CASE_LIMIT_S
+        from bundlegen.plans.sdpa_bwd import CPU_CASE_LIMIT_S
     except ImportError:
         return False
     predicted = cpu_prediction(graph)
@@ -157,7 +157,7 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
 
 
 def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
-    from harness import checks, materialize as M  # lazy: keeps the plugin and the parent light
+    from bundlegen.harness import checks, materialize as M  # lazy: keeps the plugin and the parent light
 
     start = time.perf_counter()
     try:
@@ -210,8 +210,8 @@ class CaseExecutor:
     def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
                  repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
                  run_id: str | None = None, wait: bool = True):
-        from engines.registry import config_dir, registered_name
-        from harness import worker
+        from bundlegen.engines.registry import config_dir, registered_name
+        from bundlegen.harness import worker
 
         name = registered_name(engine)  # unknown names fail here, before any worker starts
         self.device = str(device)
@@ -243,8 +243,8 @@ class CaseExecutor:
         return self.runner.prepare(graphs) if graphs else None
 
     def execute(self, case: Case) -> "CaseResult":
-        from harness.bundles import case_file
-        from harness.results import CaseResult
+        from bundlegen.harness.bundles import case_file
+        from bundlegen.harness.results import CaseResult
 
         start = time.perf_counter()
         outcome = self.runner.run(case)
@@ -263,8 +263,8 @@ class CaseExecutor:
             engine_s=outcome.engine_s, check_s=outcome.check_s, file=file)
 
     def bundle_error(self, error: BundleError) -> "CaseResult":
-        from harness.bundles import error_location
-        from harness.results import CaseResult
+        from bundlegen.harness.bundles import error_location
+        from bundlegen.harness.results import CaseResult
 
         level, group = error_location(error)
         return CaseResult(run_id=self.run_id, case_id=error.case_id, level=level, group=group,
@@ -326,9 +326,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               config: EngineConfig | None = None, progress: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels; write results.jsonl (appended per
     case), junit.xml and run.json; give the per-level summary."""
-    from harness import bundles as B
-    from harness import results as R
-    from harness.selection import in_shard, matches_pattern
+    from bundlegen.harness import bundles as B
+    from bundlegen.harness import results as R
+    from bundlegen.harness.selection import in_shard, matches_pattern
 
     started = time.perf_counter()
     before = process_age_s()

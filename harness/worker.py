@@ -1,9 +1,9 @@
 """Crash isolation: an engine that raises, hangs past the per-case timeout, or kills its
 process costs only that case.
 
-`IsolatedRunner` keeps one long-lived worker process (`python -m harness.worker`, talking
+`IsolatedRunner` keeps one long-lived worker process (`python -m bundlegen.harness.worker`, talking
 over a socket pair in pickled messages) that builds the engine once and runs whole cases
-(materialize, run, checks) with `harness.run.run_case`; only the case record goes in and
+(materialize, run, checks) with `bundlegen.harness.run.run_case`; only the case record goes in and
 the small `CaseOutcome` comes back, so large tensors never cross processes. A timeout or a dead worker gives `crashed`, and a fresh worker takes the
 next case. `InProcessRunner` is the same without the process (debugging and fast tests;
 it cannot survive a hang or a process kill)."""
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bundlegen.graph import Case
-from harness import verdicts as V
-from harness.config import EngineConfig
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import EngineConfig
 
 #: seconds a fresh worker may take to import torch and build the engine
 STARTUP_TIMEOUT_S = 180.0
@@ -43,7 +43,7 @@ class WorkerSpec:
 
 def build_engine(spec: WorkerSpec):
     """The engine, warmed up (Engine.warm_up) so that case 1 is not billed for start-up."""
-    from engines.registry import engine_class
+    from bundlegen.engines.registry import engine_class
 
     engine = engine_class(spec.engine)(spec.device)
     try:
@@ -80,7 +80,7 @@ class InProcessRunner:
         return prepare_engine(self.engine, graphs)
 
     def run(self, case: Case):
-        from harness.run import run_case
+        from bundlegen.harness.run import run_case
 
         return run_case(case, self.engine, self.spec.config, self.spec.repeat)
 
@@ -123,7 +123,7 @@ class IsolatedRunner:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "bundlegen.harness.worker", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
@@ -194,7 +194,7 @@ class IsolatedRunner:
 
     # -- one case
     def run(self, case: Case):
-        from harness.run import CaseOutcome
+        from bundlegen.harness.run import CaseOutcome
 
         if self._proc is not None and not self._ready:
             self.wait_ready()
@@ -242,7 +242,7 @@ def _worker_main(fd: int) -> None:
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
-    from harness.run import run_case
+    from bundlegen.harness.run import run_case
 
     conn.send(("ready", (engine.name, engine.arch)))
     while True:
@@ -258,7 +258,7 @@ def _worker_main(fd: int) -> None:
         try:
             outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
-            from harness.run import CaseOutcome
+            from bundlegen.harness.run import CaseOutcome
             outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {traceback.format_exc()[-2000:]}")
         conn.send(("outcome", outcome))
 

@@ -11,7 +11,7 @@ cases (so the cheap, likely killers run early); a mutant is killed by whatever c
 level first fails it, and survives only when none does.
 
 The harness builds engines by name, so every (engine, mutant) pair also has a name,
-`mutants.catalog:<engine>@<mutant>`, that `engines.registry.engine_class` resolves through
+`bundlegen.mutants.catalog:<engine>@<mutant>`, that `bundlegen.engines.registry.engine_class` resolves through
 this module's `__getattr__`; the class it gives builds the mutant and carries the real
 engine's name (its engine.toml, tolerances and claims apply).
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bundlegen import reasons as R
-from engines.base import Engine
-from mutants import wrappers as W
+from bundlegen.engines.base import Engine
+from bundlegen.mutants import wrappers as W
 
 WRAPPER = "wrapper"
 KERNEL_FLAG = "kernel-flag"
@@ -49,7 +49,7 @@ class Mutant:
     def not_applicable(self, engine_cls: type[Engine]) -> str | None:
         """Why this mutant cannot be put into `engine_cls`, or None."""
         if self.kind == KERNEL_FLAG:
-            from engines.triton.engine import TritonEngine
+            from bundlegen.engines.triton.engine import TritonEngine
             if not issubclass(engine_cls, TritonEngine):
                 return f"a kernel flag of the triton engine ({engine_cls.name} has no kernels to flag)"
         if self.reads and set(self.reads) <= FORWARD_PORTS and engine_cls.name in RECOMPUTES_FORWARD:
@@ -60,7 +60,7 @@ class Mutant:
 # ----------------------------------------------------------------------------- builders
 def _kernel_flag(flag: str) -> Build:
     def build(engine_cls, device):
-        from engines.triton.defects import KernelDefects
+        from bundlegen.engines.triton.defects import KernelDefects
         return engine_cls(device, defects=KernelDefects(**{flag: True}))
     build.flag = flag
     return build
@@ -168,12 +168,12 @@ TARGET_SEP = "@"
 
 
 def engine_target(engine: str, mutant: str) -> str:
-    """The name `engines.registry.engine_class` resolves to the mutant of `engine`."""
+    """The name `bundlegen.engines.registry.engine_class` resolves to the mutant of `engine`."""
     return f"{__name__}:{engine}{TARGET_SEP}{mutant}"
 
 
 def mutant_engine_class(engine: str, mutant: Mutant) -> type[Engine]:
-    from engines.registry import engine_class
+    from bundlegen.engines.registry import engine_class
 
     base = engine_class(engine)
 

@@ -3,7 +3,7 @@ the Triton interpreter on the CPU, over the whole quick level, each stopped at i
 One run per case: the determinism re-run is `bundlegen run`'s check, and no mutant here
 needs it to die. tests/test_mutation_gate.py runs it in the test suite; by hand:
 
-    python -m mutants.ci_gate [--mutant NAME ...] [--json PATH]
+    python -m bundlegen.mutants.ci_gate [--mutant NAME ...] [--json PATH]
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ GATE = Gate()
 def use_interpreter() -> None:
     """TRITON_INTERPRET=1 for this process; Triton must not be imported without it yet."""
     os.environ["TRITON_INTERPRET"] = "1"
-    from engines.triton.engine import triton_mode_error
+    from bundlegen.engines.triton.engine import triton_mode_error
     error = triton_mode_error()
     if error is not None:
         raise RuntimeError(f"the CPU mutation gate needs the Triton interpreter: {error}")
@@ -40,8 +40,8 @@ def run_gate(names: Sequence[str] | None = None, cases: Sequence[Case] | None = 
              gate: Gate = GATE, **kwargs):
     """The kill matrix of the named mutants (default: all) over `cases` (default: the
     gate's level from the checked-in bundles)."""
-    from mutants import catalog
-    from mutants.kill import kill_matrix, load_cases
+    from bundlegen.mutants import catalog
+    from bundlegen.mutants.kill import kill_matrix, load_cases
 
     use_interpreter()
     if cases is None:
@@ -51,7 +51,7 @@ def run_gate(names: Sequence[str] | None = None, cases: Sequence[Case] | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutants.ci_gate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bundlegen.mutants.ci_gate", description=__doc__.splitlines()[0])
     parser.add_argument("--mutant", action="append", default=[], metavar="NAME")
     parser.add_argument("--json", dest="json_path", default=None, metavar="PATH")
     args = parser.parse_args(argv)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from bundlegen.graph import canonical_json
-    from mutants.command import matrix_table, summary_line
+    from bundlegen.mutants.command import matrix_table, summary_line
 
     matrix = run_gate(args.mutant or None)
     out = Console(width=160, emoji=False)

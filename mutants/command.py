@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True, emoji=False, soft_wrap=True)
     if args.list:
-        from mutants.catalog import CATALOG
+        from bundlegen.mutants.catalog import CATALOG
         Console(width=max(Console().width, 160), emoji=False).print(catalog_table(CATALOG))
         return 0
     if not args.level:
@@ -54,10 +54,10 @@ def main(args: argparse.Namespace) -> int:
     if args.engine == "triton" and device.startswith("cpu") and "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"   # before anything imports Triton
 
-    from engines.registry import EngineNotFound
-    from harness.bundles import levels_upto
-    from mutants import catalog
-    from mutants.kill import kill_matrix, load_cases
+    from bundlegen.engines.registry import EngineNotFound
+    from bundlegen.harness.bundles import levels_upto
+    from bundlegen.mutants import catalog
+    from bundlegen.mutants.kill import kill_matrix, load_cases
 
     try:
         levels_upto(args.level)
@@ -96,7 +96,7 @@ def _default_device() -> str:
 
 
 def _status_text(result) -> str:
-    from mutants.kill import KILLED
+    from bundlegen.mutants.kill import KILLED
     if result.status == KILLED:
         k = result.kill
         return f"killed by {k.where} ({k.verdict}) after {result.cases_run} case(s), {result.wall_s:.1f} s"
@@ -118,7 +118,7 @@ def catalog_table(mutants):
 def matrix_table(matrix):
     from rich.table import Table
 
-    from mutants.kill import KILLED, SURVIVED
+    from bundlegen.mutants.kill import KILLED, SURVIVED
 
     from rich.markup import escape
 
@@ -142,8 +142,8 @@ def matrix_table(matrix):
 
 def shown_items(items) -> list[str]:
     """A case's items less the axis items of default values (every case has most of them)."""
-    from generator.expand import axis_item
-    from plans.sdpa_bwd import AXES
+    from bundlegen.generator.expand import axis_item
+    from bundlegen.plans.sdpa_bwd import AXES
 
     defaults = {axis_item(a.name, a.default) for a in AXES}
     return [i for i in items if i not in defaults]
@@ -155,7 +155,7 @@ def _short(text: str, limit: int = 110) -> str:
 
 
 def summary_line(matrix) -> str:
-    from mutants.kill import KILLED, NOT_APPLICABLE, SURVIVED
+    from bundlegen.mutants.kill import KILLED, NOT_APPLICABLE, SURVIVED
 
     applicable = matrix.applicable
     killed = matrix.count(KILLED)

@@ -1,5 +1,5 @@
 """The kill matrix: every mutant run over a level's cases through the harness
-(`harness.run.CaseExecutor`, the path `bundlegen run` takes), stopping at the first case
+(`bundlegen.harness.run.CaseExecutor`, the path `bundlegen run` takes), stopping at the first case
 that kills it.
 
 A case kills a mutant when the mutant gets a failing verdict there (any `fail:*`,
@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from bundlegen.graph import Case
-from harness import verdicts as V
+from bundlegen.harness import verdicts as V
 
 KILLED = "killed"
 SURVIVED = "survived"
@@ -134,8 +134,8 @@ class KillMatrix:
 def load_cases(level: str, bundles: Path | str | None = None, pattern: str | None = None) -> list[Case]:
     """The level's cases (and every lower level's) matching `-k PATTERN`. Malformed bundle
     entries are `bundlegen run`'s to report; they kill nothing."""
-    from harness import bundles as B
-    from harness.selection import matches_pattern
+    from bundlegen.harness import bundles as B
+    from bundlegen.harness.selection import matches_pattern
 
     loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
     return [c for c in loaded.cases if matches_pattern(c, pattern)]
@@ -143,7 +143,7 @@ def load_cases(level: str, bundles: Path | str | None = None, pattern: str | Non
 
 def case_cost(case: Case, device: torch.device) -> float:
     """Predicted seconds of one case on `device`; a probe is never executed."""
-    from harness.run import predicted_seconds
+    from bundlegen.harness.run import predicted_seconds
 
     if case.purpose == "probe":
         return 0.0
@@ -154,7 +154,7 @@ def case_cost(case: Case, device: torch.device) -> float:
 def order_cases(cases: Sequence[Case], device: torch.device | str,
                 prefer: Iterable[str] = ()) -> list[Case]:
     """Cases tracing to a `prefer` item glob first, each part cheapest first."""
-    from harness.selection import matches_pattern
+    from bundlegen.harness.selection import matches_pattern
 
     device = torch.device(device)
     prefer = tuple(prefer)
@@ -192,9 +192,9 @@ class Baseline:
 def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                make_executor: Callable[[str], object], *, first_kill_only: bool = True,
                on_case: Callable[[str, Case], None] | None = None) -> MutantResult:
-    from engines.registry import engine_class
-    from harness.worker import WorkerStartError
-    from mutants.catalog import engine_target
+    from bundlegen.engines.registry import engine_class
+    from bundlegen.harness.worker import WorkerStartError
+    from bundlegen.mutants.catalog import engine_target
 
     def result(status, **kw) -> MutantResult:
         return MutantResult(mutant.name, mutant.kind, mutant.defect_class, status, **kw)
@@ -240,10 +240,10 @@ def kill_matrix(mutants, engine: str, cases: Sequence[Case], *, level: str = "",
                 on_result: Callable[[MutantResult], None] | None = None,
                 on_case: Callable[[str, Case], None] | None = None) -> KillMatrix:
     """Run each mutant of `engine` over `cases` (already selected) and collect the kills."""
-    from engines.base import arch_of
-    from engines.registry import config_dir, engine_class
-    from harness.config import load_engine_config
-    from harness.run import CaseExecutor, default_device, default_timeout
+    from bundlegen.engines.base import arch_of
+    from bundlegen.engines.registry import config_dir, engine_class
+    from bundlegen.harness.config import load_engine_config
+    from bundlegen.harness.run import CaseExecutor, default_device, default_timeout
 
     device = device or default_device()
     base = engine_class(engine)

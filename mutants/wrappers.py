@@ -15,7 +15,7 @@ import torch
 
 from bundlegen.graph import Graph, TensorSpec, packed_strides
 from bundlegen.reasons import code_of
-from engines.base import Engine
+from bundlegen.engines.base import Engine
 
 
 # ----------------------------------------------------------------------------- views

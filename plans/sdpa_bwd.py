@@ -8,7 +8,7 @@ Item IDs are stable handles: renaming one renames a support-matrix row.
 """
 from __future__ import annotations
 
-from plans.records import (
+from bundlegen.plans.records import (
     Axis, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Level,
     MaskSpec, PairSuite, Plan, Probe, Regression, Rule, SeqPair, Shape, Spec, Sweep,
     ToleranceClass, attr, dims, dtype, stride,

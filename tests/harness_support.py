@@ -15,8 +15,8 @@ from typing import Iterable
 import torch
 
 from bundlegen.graph import Bundle, Case, canonical_json
-from engines.torch_math.engine import TorchMathEngine
-from harness.config import EngineConfig, OverrideRow
+from bundlegen.engines.torch_math.engine import TorchMathEngine
+from bundlegen.harness.config import EngineConfig, OverrideRow
 from tests.graph_factory import make_case, make_graph
 
 BAD_S_Q = 5
@@ -159,5 +159,5 @@ def engine_ref(cls: type) -> str:
 
 
 def skip_row(filters: dict, reason: str, archs: tuple[str, ...] | None = None):
-    from harness.config import SkipRow
+    from bundlegen.harness.config import SkipRow
     return SkipRow(filters=filters, reason=reason, archs=archs)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from generator.cost import seconds, terms
-from harness import calibrate as C
-from harness import calibrate_command
-from plans.records import CostCoefficients
+from bundlegen.generator.cost import seconds, terms
+from bundlegen.harness import calibrate as C
+from bundlegen.harness import calibrate_command
+from bundlegen.plans.records import CostCoefficients
 from tests.graph_factory import make_case, make_graph
 
 PLAN_FILE = Path(__file__).resolve().parents[1] / "plans" / "sdpa_bwd.py"
@@ -170,7 +170,7 @@ def test_write_edits_only_the_numbers_of_one_entry(tmp_path, device_class, other
 
 def test_write_refuses_an_entry_it_cannot_edit(tmp_path):
     path = tmp_path / "plan.py"
-    text = ("from plans.records import CostCoefficients\nRATE = 1e12\nCOST_MODEL = {\n"
+    text = ("from bundlegen.plans.records import CostCoefficients\nRATE = 1e12\nCOST_MODEL = {\n"
             '    "h200": CostCoefficients(engine_flops_per_s=2 * RATE, oracle_flops_per_s=1e12,\n'
             "                             bytes_per_s=1e9, overhead_s=0.01),\n}\n")
     path.write_text(text)
@@ -203,7 +203,7 @@ def run_command(argv: list[str]) -> int:
 
 
 def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
-    from plans.sdpa_bwd import LEVELS
+    from bundlegen.plans.sdpa_bwd import LEVELS
 
     run_dir, _ = bundle_results(tmp_path, TRUE_H200)
     path = plan_copy(tmp_path)
@@ -213,13 +213,13 @@ def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
         row = next(line for line in out.splitlines() if line.startswith(level.name + " "))
         assert row.split()[-1] == "+0.0%", row     # fitted prediction matches exactly
     assert "target: every level within 25% of measured: met" in out
-    from plans.sdpa_bwd import COST_MODEL   # no run.json here: the run start is kept
+    from bundlegen.plans.sdpa_bwd import COST_MODEL   # no run.json here: the run start is kept
     assert C.coefficient_block("h200", replace(TRUE_H200, run_start_s=COST_MODEL["h200"].run_start_s)) in out
     assert load_cost_model(path)["h200"].engine_flops_per_s == TRUE_H200.engine_flops_per_s
 
 
 def run_json(run_dir: Path, outside_s: float, arch: str = "sm90") -> None:
-    from harness.results import RUN_NAME, RunTimes, write_run_times
+    from bundlegen.harness.results import RUN_NAME, RunTimes, write_run_times
 
     write_run_times(run_dir / RUN_NAME, RunTimes(
         run_id="r", level="full", engine="triton", arch=arch, device="cuda", cases=3, start_s=outside_s,

@@ -1,8 +1,8 @@
 """The checked-in generated files agree with their sources: CI fails on drift."""
 import argparse
 
-from claims import matrix_command
-from claims.matrix import BUNDLE_ROOT, MATRIX_PATH
+from bundlegen.claims import matrix_command
+from bundlegen.claims.matrix import BUNDLE_ROOT, MATRIX_PATH
 
 
 def test_support_matrix_is_current(capsys):

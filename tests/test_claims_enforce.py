@@ -1,11 +1,11 @@
-"""Claim enforcement: claims.store's lookups, `bundlegen run` turning a claimed case that is
-declined into claim-broken (harness.run with a claims.json written by claims.store), and
+"""Claim enforcement: bundlegen.claims.store's lookups, `bundlegen run` turning a claimed case that is
+declined into claim-broken (bundlegen.harness.run with a claims.json written by bundlegen.claims.store), and
 unclaimed support (passing cases with no claim)."""
 import pytest
 import torch
 
-from claims.harvest import UnclaimedCase, unclaimed_support
-from claims.store import ClaimSet, claims_path, is_claimed, load_claims, write_claim_set
+from bundlegen.claims.harvest import UnclaimedCase, unclaimed_support
+from bundlegen.claims.store import ClaimSet, claims_path, is_claimed, load_claims, write_claim_set
 from tests.graph_factory import make_case, make_graph
 
 
@@ -26,7 +26,7 @@ def test_load_claims_and_is_claimed(root):
 
 
 def test_checked_in_claims_files_parse():
-    from engines.registry import known_names
+    from bundlegen.engines.registry import known_names
 
     for name in known_names():
         load_claims(name)      # raises ClaimsError on a malformed file
@@ -45,8 +45,8 @@ class DecliningEngine:
 
 @pytest.mark.parametrize("claimed,verdict", [(True, "claim-broken"), (False, "declined")])
 def test_run_enforces_claims(root, claimed, verdict):
-    run = pytest.importorskip("harness.run")
-    config = pytest.importorskip("harness.config")
+    run = pytest.importorskip("bundlegen.harness.run")
+    config = pytest.importorskip("bundlegen.harness.config")
     case = make_case(make_graph(left=4, right=0))
     ids = {case.id} if claimed else {"someone-else"}
     write_claim_set(claims_path("torch-flash", root), ClaimSet("torch-flash", claims={"sm90": frozenset(ids)}))

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from bundlegen.graph import canonical_json
-from claims import harvest_command
-from claims.harvest import HarvestRules, harvest, plan_min_margin
-from claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
+from bundlegen.claims import harvest_command
+from bundlegen.claims.harvest import HarvestRules, harvest, plan_min_margin
+from bundlegen.claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
 
 RULES = HarvestRules(min_runs=2, min_margin=1.5)
 
@@ -105,7 +105,7 @@ def test_unusable_records_ignored():
 
 
 def test_default_min_margin_is_the_plans():
-    sdpa_bwd = pytest.importorskip("plans.sdpa_bwd")
+    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
     assert plan_min_margin() == float(sdpa_bwd.MIN_CLAIM_MARGIN)
 
 
@@ -127,7 +127,7 @@ def test_claims_json_canonical(tmp_path):
 
 
 def test_harness_reads_our_claims(tmp_path):
-    config = pytest.importorskip("harness.config")
+    config = pytest.importorskip("bundlegen.harness.config")
     write_claim_set(claims_path("triton", tmp_path), ClaimSet("triton", claims={"sm90": frozenset({"a"})},
                                                                declines={"sm90": {"b": "x"}}))
     loaded = config.load_engine_config(tmp_path / "triton")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from claims import report_command
-from claims.report import AxisValues, pair_counts, write_report
+from bundlegen.claims import report_command
+from bundlegen.claims.report import AxisValues, pair_counts, write_report
 
 AXES = [AxisValues("dtype", ("AX-DTYPE-BF16", "AX-DTYPE-FP16"), ("bf16", "fp16")),
         AxisValues("mask", ("AX-MASK-NONE", "AX-MASK-CAUSAL"), ("none", "causal"))]

@@ -12,9 +12,9 @@ import pytest
 
 from bundlegen import reasons as R
 from bundlegen.graph import Rejection
-from harness import verdicts as V
-from harness.results import RUN_NAME, read_results, read_run_times
-from harness.run import run_level
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.results import RUN_NAME, read_results, read_run_times
+from bundlegen.harness.run import run_level
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 
@@ -106,7 +106,7 @@ def test_process_age_counts_from_the_process_start():
     import subprocess
     import sys
 
-    code = "import time; time.sleep(0.5); from harness.run import process_age_s; print(process_age_s())"
+    code = "import time; time.sleep(0.5); from bundlegen.harness.run import process_age_s; print(process_age_s())"
     age = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     if age.strip() != "None":
         assert 0.45 <= float(age) < 5.0
@@ -136,7 +136,7 @@ class _InlineContext:
 
 @pytest.fixture
 def warm(tmp_path, monkeypatch):
-    from engines.triton import warm
+    from bundlegen.engines.triton import warm
 
     compiled: list[tuple] = []
 
@@ -153,7 +153,7 @@ def warm(tmp_path, monkeypatch):
 
 
 def _graphs():
-    from engines.triton.selfcheck import make_graph as triton_graph
+    from bundlegen.engines.triton.selfcheck import make_graph as triton_graph
     return [triton_graph(S_q=16, D_qk=64), triton_graph(S_q=300, D_qk=64),    # one variant
             triton_graph(S_q=16, D_qk=64, dtype="bf16"),                      # another dtype
             triton_graph(S_q=16, D_qk=64, right=0)]                           # causal
@@ -187,7 +187,7 @@ def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
 
 
 def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
-    from engines.triton import warm
+    from bundlegen.engines.triton import warm
 
     before = warm.fingerprint.__wrapped__("sm90")
     assert before == warm.fingerprint.__wrapped__("sm90")
@@ -204,7 +204,7 @@ def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
 def test_a_twin_compiles_the_variant_of_its_graph():
     """Every constexpr choice the launcher makes from the graph is the same for a bundle
     case and its tiny twin: dtype, head-dim tiles, mask kinds, dK/dV passes, program order, VEC."""
-    from engines.triton import configs, launch, warm
+    from bundlegen.engines.triton import configs, launch, warm
 
     def choices(graph):
         a = graph.attributes

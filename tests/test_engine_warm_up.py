@@ -2,9 +2,9 @@
 set-up), called once when a worker builds its engine; a failing warm-up never stops the
 build (the first case meets the fault and records it)."""
 from bundlegen.validate import frontend_reason
-from engines.base import tiny_graph
-from engines.torch_math.engine import TorchMathEngine
-from harness.worker import WorkerSpec, build_engine
+from bundlegen.engines.base import tiny_graph
+from bundlegen.engines.torch_math.engine import TorchMathEngine
+from bundlegen.harness.worker import WorkerSpec, build_engine
 from tests import harness_support as S
 
 

@@ -8,12 +8,12 @@ from collections import Counter
 import pytest
 
 from bundlegen.graph import load_bundle
-from generator import PlanError, build, build_default, ids, levels, pairs
-from generator.generate import _proofs
-from generator.legality import Legality
-from generator.paths import REPO_ROOT
-from plans import sdpa_bwd
-from plans.records import Level
+from bundlegen.generator import PlanError, build, build_default, ids, levels, pairs
+from bundlegen.generator.generate import _proofs
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.paths import REPO_ROOT
+from bundlegen.plans import sdpa_bwd
+from bundlegen.plans.records import Level
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_every_level_fits_its_ceilings_and_budgets(generated):
 
 
 def test_costs_are_the_cost_models_predictions(generated):
-    from generator.cost import predict
+    from bundlegen.generator.cost import predict
     for case in generated.cases[::17]:
         if case.purpose != "probe":
             assert case.cost == predict(case.graph, "h200")

@@ -13,9 +13,9 @@ import pytest
 import tomlkit
 
 from bundlegen.graph import canonical_json, load_bundle
-from generator import build, build_default, command, report, write
-from generator.paths import REPO_ROOT, engine_toml_relpath
-from plans import sdpa_bwd
+from bundlegen.generator import build, build_default, command, report, write
+from bundlegen.generator.paths import REPO_ROOT, engine_toml_relpath
+from bundlegen.plans import sdpa_bwd
 
 
 @pytest.fixture(scope="module")

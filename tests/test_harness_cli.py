@@ -94,6 +94,6 @@ def test_pytest_plugin_under_xdist(bundles, tmp_path):
 def test_plugin_is_inert_without_a_level(pytester):
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     pytester.runpytest_inprocess("-p", "no:xdist").assert_outcomes(passed=1)
-    proc = subprocess.run([sys.executable, "-c", "import sys, harness.pytest_plugin; "
+    proc = subprocess.run([sys.executable, "-c", "import sys, bundlegen.harness.pytest_plugin; "
                            "assert 'torch' not in sys.modules"], cwd=REPO, timeout=60)
     assert proc.returncode == 0

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.config import EngineConfigError, load_engine_config
+from bundlegen.harness.config import EngineConfigError, load_engine_config
 from tests import harness_support as S
 
 TOML = '''
@@ -69,7 +69,7 @@ def test_last_matching_override_wins(config):
 
 
 def test_no_matching_row_falls_back_to_the_plan_class(config):
-    plan = pytest.importorskip("plans.sdpa_bwd")
+    plan = pytest.importorskip("bundlegen.plans.sdpa_bwd")
     tol = config.tolerance_for(case(tolerance_class="fp16-r1k"))
     assert tol.rtol == plan.TOLERANCE_CLASSES["fp16-r1k"].rtol and tol.source == "plan class fp16-r1k"
     with pytest.raises(KeyError):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import verdicts as V
-from harness.results import read_results
-from harness.run import CaseExecutor, run_level
-from harness.worker import WorkerStartError
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.results import read_results
+from bundlegen.harness.run import CaseExecutor, run_level
+from bundlegen.harness.worker import WorkerStartError
 from tests import harness_support as S
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from bundlegen import reasons as R
 from bundlegen.graph import Rejection
-from harness import verdicts as V
-from harness.config import EngineConfig
-from harness.results import read_results
-from harness.run import run_level
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.results import read_results
+from bundlegen.harness.run import run_level
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 
@@ -121,8 +121,8 @@ def test_a_level_includes_the_lower_levels(tmp_path):
 
 
 def test_cases_too_large_for_the_cpu_are_skipped_by_the_cost_model(tmp_path, monkeypatch):
-    pytest.importorskip("generator.cost")
-    from harness import materialize as M
+    pytest.importorskip("bundlegen.generator.cost")
+    from bundlegen.harness import materialize as M
 
     huge = S.case_of(1, B=8, H_q=32, H_k=32, H_v=32, S_q=16384, S_kv=16384, D_qk=128, D_v=128)
     small = S.case_of(2)
@@ -236,7 +236,7 @@ def test_a_header_that_disagrees_with_the_path_is_an_error(tmp_path):
 
 def test_the_summary_reads_records_without_phase_fields():
     """Results from before materialize_s / check_s existed still summarise (as 0)."""
-    from harness.results import PHASES, phase_line, summarize
+    from bundlegen.harness.results import PHASES, phase_line, summarize
     old = {"case_id": "a", "level": "quick", "verdict": V.PASS, "wall_s": 1.0, "oracle_s": 0.5,
            "engine_s": 0.25}
     new = {"case_id": "b", "level": "quick", "verdict": V.PASS, "wall_s": 2.0, "oracle_s": 0.25,

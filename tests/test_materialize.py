@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bundlegen.graph import OUTPUT_PORTS, PORTS
-from harness import distributions as DIST
-from harness import materialize as M
-from harness import oracle
+from bundlegen.harness import distributions as DIST
+from bundlegen.harness import materialize as M
+from bundlegen.harness import oracle
 from tests.graph_factory import make_case, make_graph, packed_strides
 
 B, H, S_Q, S_KV, D = 2, 2, 5, 7, 8

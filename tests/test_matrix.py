@@ -3,9 +3,9 @@ excluded, every level's bundles read, the plan's feature rows, deterministic ren
 import pytest
 
 from bundlegen.graph import Bundle, Rejection, canonical_json
-from claims.matrix import (CLAIMED, DECLINED, NOT_RUN, NO_CASES, PARTIAL, Column, Feature, FeatureGroup,
+from bundlegen.claims.matrix import (CLAIMED, DECLINED, NOT_RUN, NO_CASES, PARTIAL, Column, Feature, FeatureGroup,
                            GatedFeature, build_matrix, cell_for, feature_cases, feature_groups, render)
-from claims.store import ClaimSet
+from bundlegen.claims.store import ClaimSet
 from tests.graph_factory import make_case, make_graph
 
 SM90 = Column("torch-flash", "sm90")
@@ -85,7 +85,7 @@ def test_feature_cases_all_levels_probes_excluded(tmp_path):
 
 
 def test_feature_groups_from_the_plan():
-    sdpa_bwd = pytest.importorskip("plans.sdpa_bwd")
+    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
     groups, gated = feature_groups(sdpa_bwd.PLAN)
     ids = [f.id for grp in groups for f in grp.features]
     assert "AX-DTYPE-BF16" in ids and "AX-MASK-CAUSAL-BR" in ids and "AX-HEADS-HK4-HV2" in ids

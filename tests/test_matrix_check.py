@@ -2,8 +2,8 @@
 (exit 1, a short diff) when the claims or the file drift."""
 import argparse
 
-from claims import matrix_command
-from claims.store import ClaimSet, claims_path, write_claim_set
+from bundlegen.claims import matrix_command
+from bundlegen.claims.store import ClaimSet, claims_path, write_claim_set
 
 
 def _args(tmp_path, check=False):

@@ -11,12 +11,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bundlegen import reasons as R  # noqa: E402
-from engines.registry import engine_class  # noqa: E402
-from engines.torch_math.engine import TorchMathEngine  # noqa: E402
-from engines.triton.engine import TritonEngine  # noqa: E402
-from harness.materialize import materialize  # noqa: E402
-from mutants import catalog as C  # noqa: E402
-from mutants import wrappers as W  # noqa: E402
+from bundlegen.engines.registry import engine_class  # noqa: E402
+from bundlegen.engines.torch_math.engine import TorchMathEngine  # noqa: E402
+from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
+from bundlegen.harness.materialize import materialize  # noqa: E402
+from bundlegen.mutants import catalog as C  # noqa: E402
+from bundlegen.mutants import wrappers as W  # noqa: E402
 from tests.graph_factory import make_case, make_graph, packed_strides  # noqa: E402
 
 #: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter

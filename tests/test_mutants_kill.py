@@ -8,9 +8,9 @@ import pytest
 from bundlegen import reasons as R
 from bundlegen.cli import main
 from bundlegen.graph import Rejection
-from harness import verdicts as V
-from mutants import catalog as C
-from mutants.kill import KILLED, NOT_APPLICABLE, SURVIVED, kill_matrix, load_cases, order_cases
+from bundlegen.harness import verdicts as V
+from bundlegen.mutants import catalog as C
+from bundlegen.mutants.kill import KILLED, NOT_APPLICABLE, SURVIVED, kill_matrix, load_cases, order_cases
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph, packed_strides
 
@@ -144,7 +144,7 @@ def test_mutate_list(capsys):
 
 
 def test_the_check_behind_a_broken_claim():
-    from mutants.kill import Kill
+    from bundlegen.mutants.kill import Kill
 
     def kill(verdict, detail):
         return Kill("c", "quick", "a", "claim", (), verdict, detail)

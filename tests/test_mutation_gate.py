@@ -9,10 +9,10 @@ import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 
-from generator.generate import build  # noqa: E402
-from mutants import catalog, ci_gate  # noqa: E402
-from mutants.kill import KILLED, SURVIVED, load_cases  # noqa: E402
-from plans.sdpa_bwd import PLAN  # noqa: E402
+from bundlegen.generator.generate import build  # noqa: E402
+from bundlegen.mutants import catalog, ci_gate  # noqa: E402
+from bundlegen.mutants.kill import KILLED, SURVIVED, load_cases  # noqa: E402
+from bundlegen.plans.sdpa_bwd import PLAN  # noqa: E402
 
 #: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -12,7 +12,7 @@ import torch
 
 from bundlegen.graph import Attributes
 from bundlegen.mask import keep_mask
-from harness import oracle
+from bundlegen.harness import oracle
 
 MASKS = {  # name -> (left_bound, right_bound)
     "none": (None, None),

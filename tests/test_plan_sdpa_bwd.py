@@ -8,12 +8,12 @@ import pytest
 
 from bundlegen.graph import Attributes, Graph, TensorSpec
 from bundlegen.validate import frontend_reason, has_zero_stride_on_long_axis, output_layout_reason, overlaps_itself
-from generator import PlanError, build, build_default
-from generator import pairs
-from generator.expand import axis_item
-from generator.legality import Legality
-from plans import sdpa_bwd
-from plans.records import Regression, Rule, Shape, Spec, stride
+from bundlegen.generator import PlanError, build, build_default
+from bundlegen.generator import pairs
+from bundlegen.generator.expand import axis_item
+from bundlegen.generator.legality import Legality
+from bundlegen.plans import sdpa_bwd
+from bundlegen.plans.records import Regression, Rule, Shape, Spec, stride
 
 
 @pytest.fixture(scope="module")

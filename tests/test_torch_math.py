@@ -10,11 +10,11 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Attributes
-from engines.registry import engine_class
-from engines.torch_math.engine import TorchMathEngine, attention_backward
-from harness import verdicts as V
-from harness.config import EngineConfig
-from harness.run import run_case
+from bundlegen.engines.registry import engine_class
+from bundlegen.engines.torch_math.engine import TorchMathEngine, attention_backward
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.run import run_case
 from tests.graph_factory import make_case, make_graph, packed_strides
 
 SMALL = dict(B=2, H_q=4, H_k=2, H_v=1, S_q=19, S_kv=33, D_qk=24, D_v=16)
@@ -114,7 +114,7 @@ def test_runs_on_cuda():
 
 def test_every_probe_of_the_checked_in_bundles_is_rejected(engine):
     """Probes are never executed, so this runs every level's probes in a moment."""
-    from harness.bundles import default_bundle_root, level_names, load_level
+    from bundlegen.harness.bundles import default_bundle_root, level_names, load_level
 
     loaded = load_level(default_bundle_root(), level_names()[-1])
     probes = [c for c in loaded.cases if c.expected_rejection is not None]

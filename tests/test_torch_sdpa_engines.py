@@ -8,8 +8,8 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Attributes, Graph, TensorSpec
-from engines.registry import engine_class
-from engines.torch_sdpa_common import (TARGET_ARCHS, TORCH_DTYPES, DeviceFacts, bshd_packed_copy,
+from bundlegen.engines.registry import engine_class
+from bundlegen.engines.torch_sdpa_common import (TARGET_ARCHS, TORCH_DTYPES, DeviceFacts, bshd_packed_copy,
                                        call_by_schema, cuda_facts, cudnn_lse_has_unit_dim,
                                        lse_padded, lse_rows, lse_unit_last, matching_layout_copy,
                                        write_gradients)
@@ -228,8 +228,8 @@ def test_length_one_axes_exempt_except_efficient_heads():
 
 # ----------------------------------------------------------------------------- the plan's probes
 def test_engine_probes_rejected_with_their_reason():
-    sdpa_bwd = pytest.importorskip("plans.sdpa_bwd")
-    expand = pytest.importorskip("generator.expand")
+    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
+    expand = pytest.importorskip("bundlegen.generator.expand")
     probes = [p for p in sdpa_bwd.PROBES if p.by == "engine"]
     assert probes
     for probe in probes:
@@ -366,7 +366,7 @@ class MathStub:
 
 def test_selfcheck_cases_are_valid_graphs():
     from bundlegen.validate import frontend_reason
-    from engines.torch_sdpa_selfcheck import cases
+    from bundlegen.engines.torch_sdpa_selfcheck import cases
 
     labels = [c.label for c in cases()]
     assert len(labels) == len(set(labels))
@@ -374,7 +374,7 @@ def test_selfcheck_cases_are_valid_graphs():
 
 
 def test_selfcheck_judges_engines():
-    from engines.torch_sdpa_selfcheck import cases, check
+    from bundlegen.engines.torch_sdpa_selfcheck import cases, check
 
     case = next(c for c in cases() if c.label == "causal-BR-sq>skv")
     cpu = torch.device("cpu")

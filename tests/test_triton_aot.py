@@ -1,7 +1,7 @@
 """The kernels compile for the archs this project configures but cannot run (no GPU needed:
 Triton targets them ahead of time), and the compiled dK/dV kernel, the one with the most
 shared memory, fits each arch's budget at the two largest head-dim tiers. sm90 runs on the
-H200; `python -m engines.triton.aot` checks every kernel, arch and tier (a few minutes)."""
+H200; `python -m bundlegen.engines.triton.aot` checks every kernel, arch and tier (a few minutes)."""
 import json
 import os
 import subprocess
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from engines.triton import configs
+from bundlegen.engines.triton import configs
 
 CASES = [("sm120", 128), ("sm120", 256), ("gfx942", 128), ("gfx942", 256)]
 
@@ -19,7 +19,7 @@ def _compile_in_subprocess(arch: str, d: int) -> dict:
     interpreter: compiling for a GPU target needs a process of its own."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silences triton 3.9's notice
-    code = ("import json; from engines.triton import aot; "
+    code = ("import json; from bundlegen.engines.triton import aot; "
             f"print(json.dumps(aot.compile_all({arch!r}, {d}, {d}, only=('dkdv',))))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -11,11 +11,11 @@ import pytest  # noqa: E402
 
 from bundlegen import reasons as R  # noqa: E402
 from bundlegen.graph import Graph  # noqa: E402
-from engines.triton import configs  # noqa: E402
-from engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
-from engines.triton.engine import TritonEngine  # noqa: E402
+from bundlegen.engines.triton import configs  # noqa: E402
+from bundlegen.engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
+from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.graph import packed_strides  # noqa: E402
-from engines.triton.selfcheck import Layout, make_graph, permuted  # noqa: E402
+from bundlegen.engines.triton.selfcheck import Layout, make_graph, permuted  # noqa: E402
 
 GPU_ARCHS = ("sm90", "sm120", "gfx942")
 
@@ -127,8 +127,8 @@ def test_cpu_with_triton_imported_in_the_other_mode():
     import sys
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None); import triton.language; "
             "os.environ['TRITON_INTERPRET'] = '1'; "
-            "from engines.triton.engine import TritonEngine; "
-            "from engines.triton.selfcheck import make_graph; "
+            "from bundlegen.engines.triton.engine import TritonEngine; "
+            "from bundlegen.engines.triton.selfcheck import make_graph; "
             "print(TritonEngine('cpu').is_applicable(make_graph()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,7 +162,7 @@ def test_engine_identity():
 def test_every_head_dim_has_a_config(arch):
     """Every head-dim pair up to 256 maps to a config whose tiles are powers of two >= 16;
     only gfx942 passes the AMD launch options. (Shared memory against each arch's budget:
-    test_triton_aot.py and `python -m engines.triton.aot`.)"""
+    test_triton_aot.py and `python -m bundlegen.engines.triton.aot`.)"""
     for d_qk in range(1, 257, 7):
         for d_v in (d_qk, 8, 256):
             cfg = configs.config_for(arch, d_qk, d_v)

@@ -10,9 +10,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from bundlegen.graph import packed_strides  # noqa: E402
-from engines.triton import configs  # noqa: E402
-from engines.triton.engine import TritonEngine  # noqa: E402
-from engines.triton.selfcheck import (Layout, check, make_graph, permuted,  # noqa: E402
+from bundlegen.engines.triton import configs  # noqa: E402
+from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
+from bundlegen.engines.triton.selfcheck import (Layout, check, make_graph, permuted,  # noqa: E402
                                       prepare)
 
 
@@ -188,7 +188,7 @@ def test_default_cpu_tiles():
 def test_program_orders(monkeypatch, order, mask):
     """Both program orders (kernels._block_batch_head) give the right gradients on a
     multi-block GQA case with a one-sided band, whatever the launcher picks by default."""
-    from engines.triton import launch
+    from bundlegen.engines.triton import launch
     monkeypatch.setattr(launch, "block_major", lambda graph: order)
     graph = make_graph(H_q=4, H_k=2, H_v=1, S_q=45, S_kv=70, D_qk=16, alignment="BOTTOM_RIGHT",
                        **mask)
@@ -200,14 +200,14 @@ def test_program_orders(monkeypatch, order, mask):
     ((4, 4, 4), dict(right=0), False), ((4, 2, 2), {}, False), ((4, 2, 2), dict(left=3, right=2), False)],
     ids=["gqa-causal", "gqa-v-left-only", "mha-causal", "gqa-no-mask", "gqa-two-sided"])
 def test_block_major_only_for_a_one_sided_band_over_a_head_group(heads, mask, expected):
-    from engines.triton import launch
+    from bundlegen.engines.triton import launch
     H_q, H_k, H_v = heads
     assert launch.block_major(make_graph(H_q=H_q, H_k=H_k, H_v=H_v, S_q=64, **mask)) is expected
 
 
 def test_wide_tile_offsets(engine, monkeypatch):
     """The 64-bit tile-offset variant (WIDE), forced on a strided GQA band case."""
-    from engines.triton import launch
+    from bundlegen.engines.triton import launch
     monkeypatch.setattr(launch, "TILE_OFFSET_LIMIT", 0)
     args = dict(H_q=4, H_k=2, H_v=1, S_q=19, S_kv=35, D_qk=24, D_v=40, left=9, right=2,
                 alignment="BOTTOM_RIGHT")
@@ -221,7 +221,7 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     """VEC = 8 (vectorised loads) only when every io tensor's offset and batch/head/row
     strides are multiples of 8 elements, its head-dim stride is 1, its head dim a multiple
     of 8 and its storage 16-byte aligned; each condition alone falls back to VEC = 1."""
-    from engines.triton import launch
+    from bundlegen.engines.triton import launch
 
     def vec(**kw):
         layout = kw.pop("layout", None)
@@ -250,7 +250,7 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
 
 def test_needs_wide_past_2_31():
     """A tile spanning 2^31 elements selects WIDE; the launcher's rule, on meta tensors."""
-    from engines.triton.launch import needs_wide
+    from bundlegen.engines.triton.launch import needs_wide
     cfg = configs.BlockConfig(64, 64, 64, 64)
 
     def view(strides, dims=(1, 1, 128, 64)):

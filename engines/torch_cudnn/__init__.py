@@ -1,4 +1,4 @@
 """torch-cudnn: PyTorch's cuDNN SDPA backward (aten::_scaled_dot_product_cudnn_attention_backward)."""
-from engines.torch_cudnn.engine import TorchCudnnEngine
+from bundlegen.engines.torch_cudnn.engine import TorchCudnnEngine
 
 __all__ = ["TorchCudnnEngine"]

@@ -14,7 +14,7 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
+from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
                                        aligned_strides, call_by_schema, capability_between,
                                        causal_only, cudnn_lse_has_unit_dim, dtype_in,
                                        elements_per_16_bytes, head_dim_stride_one, is_causal,

@@ -14,7 +14,7 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
+from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
                                        aligned_strides, bshd_packed_copy, call_by_schema,
                                        capability_between, causal_only, head_dim_stride_one,
                                        is_causal, lse_padded, needs_nvidia_gpu, no_dropout,

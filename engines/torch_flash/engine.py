@@ -14,7 +14,7 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
+from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
                                        aligned_strides, bshd_packed_copy, call_by_schema,
                                        capability_between, causal_only, dtype_in,
                                        elements_per_16_bytes, equal_head_dims,

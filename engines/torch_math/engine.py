@@ -18,7 +18,7 @@ from bundlegen import reasons as R
 from bundlegen.graph import Graph
 from bundlegen.mask import keep_mask
 from bundlegen.validate import output_layout_reason
-from engines.base import Engine
+from bundlegen.engines.base import Engine
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: the dtype of every intermediate, as PyTorch's math SDPA upcasts fp16/bf16

@@ -5,13 +5,13 @@ generator), so the archs this project cannot run (sm120, gfx942) are still check
 compile with their configs, and every arch's shared memory is read from the compiled
 kernel and compared with its budget:
 
-    python -m engines.triton.aot [ARCH ...]        # default: sm90 sm120 gfx942
+    python -m bundlegen.engines.triton.aot [ARCH ...]        # default: sm90 sm120 gfx942
 """
 from __future__ import annotations
 
 import sys
 
-from engines.triton import configs
+from bundlegen.engines.triton import configs
 
 TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip", "gfx942", 64)}
 _INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"}
@@ -49,8 +49,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from engines.triton import kernels
-    from engines.triton.defects import NO_DEFECTS
+    from bundlegen.engines.triton import kernels
+    from bundlegen.engines.triton.defects import NO_DEFECTS
 
     cfg = configs.config_for(arch, d_qk, d_v)
     target = GPUTarget(*TARGETS[arch])

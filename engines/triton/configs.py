@@ -59,7 +59,7 @@ def _amd(m1, n1, m2, n2) -> BlockConfig:
 
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels (no register spills on sm90)
-    # and their shared memory; `python -m engines.triton.aot` re-checks every arch and tier.
+    # and their shared memory; `python -m bundlegen.engines.triton.aot` re-checks every arch and tier.
     # sm90: the fastest of `python bench/tune_triton.py` on an H200 (bf16, B4 H16 S4096, the
     # dK/dV and dQ kernels timed apart, causal and not: one config wins or ties for both).
     "sm90": ArchConfigs("sm90", 232_448, (

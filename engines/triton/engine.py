@@ -14,10 +14,10 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from engines.base import Engine
-from engines.triton import configs
-from engines.triton.capabilities import INTERPRET_HINT, ROWS
-from engines.triton.defects import NO_DEFECTS, KernelDefects
+from bundlegen.engines.base import Engine
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
+from bundlegen.engines.triton.defects import NO_DEFECTS, KernelDefects
 
 
 def interpret_enabled() -> bool:
@@ -69,7 +69,7 @@ class TritonEngine(Engine):
         interpreter compiles nothing, and a mutant (defects on) compiles its own on use."""
         if self.device.type != "cuda" or self.defects != NO_DEFECTS:
             return
-        from engines.triton import warm
+        from bundlegen.engines.triton import warm
         warm.compile_missing(str(self.device), self.arch,
                              [g for g in graphs if self.is_applicable(g) is None])
 
@@ -83,7 +83,7 @@ class TritonEngine(Engine):
         reason = self.is_applicable(graph)
         if reason is not None:
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
-        from engines.triton.launch import launch, out_of_resources
+        from bundlegen.engines.triton.launch import launch, out_of_resources
 
         cfg = self.config(graph)
         key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))

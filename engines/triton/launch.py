@@ -14,9 +14,9 @@ import torch
 
 from bundlegen.graph import Graph
 from bundlegen.mask import diagonal_shift
-from engines.triton.configs import BlockConfig, block_d
-from engines.triton.defects import NO_DEFECTS, KernelDefects
-from engines.triton.engine import interpret_enabled, triton_mode_error
+from bundlegen.engines.triton.configs import BlockConfig, block_d
+from bundlegen.engines.triton.defects import NO_DEFECTS, KernelDefects
+from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 
 VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
 ALIGN_BYTES = 16
@@ -25,7 +25,7 @@ IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 
 
 def kernels_module():
-    """engines.triton.kernels, decorated for the mode TRITON_INTERPRET asks for now. Triton
+    """bundlegen.engines.triton.kernels, decorated for the mode TRITON_INTERPRET asks for now. Triton
     reads it when a function is decorated: a kernels module imported under the other mode
     is reloaded, but Triton's own library (tl.sum, tl.cdiv, ...) cannot be, so a process
     that imported Triton under the other mode gets a clear error instead of a crash inside."""
@@ -34,7 +34,7 @@ def kernels_module():
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
 
-    from engines.triton import kernels
+    from bundlegen.engines.triton import kernels
     error = triton_mode_error()
     if error is not None:
         raise RuntimeError(error)

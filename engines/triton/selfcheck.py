@@ -2,7 +2,7 @@
 
 Library (used by tests/test_triton_*.py): graphs with any layout, strided views over
 guarded storage, the reference, and `check` (canaries, untouched inputs, no NaN, error).
-Script (the GPU smoke run): `python -m engines.triton.selfcheck [--device cuda]` runs a few
+Script (the GPU smoke run): `python -m bundlegen.engines.triton.selfcheck [--device cuda]` runs a few
 bigger shapes, prints max errors relative to max |ref| and the kernel time of each."""
 from __future__ import annotations
 
@@ -201,8 +201,8 @@ def main(argv=None) -> int:
 
     import triton
 
-    from engines.triton.engine import TritonEngine
-    from engines.triton.launch import needs_wide, vec_for
+    from bundlegen.engines.triton.engine import TritonEngine
+    from bundlegen.engines.triton.launch import needs_wide, vec_for
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-bench", action="store_true")

@@ -10,7 +10,7 @@ Triton (clearing the cache clears the markers with it).
 
 `TritonEngine.prepare` calls `compile_missing` before a run's first case; by hand:
 
-    python -m engines.triton.warm --levels quick pr nightly full --jobs 16
+    python -m bundlegen.engines.triton.warm --levels quick pr nightly full --jobs 16
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from typing import Iterable
 
 from bundlegen.graph import Graph, load_bundle
 from bundlegen.validate import frontend_reason
-from engines.triton import configs
-from engines.triton.selfcheck import Layout, make_graph
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton.selfcheck import Layout, make_graph
 
 HARNESS_GUARD = 512  # harness/materialize.py: guard elements before every view (a multiple of 8)
 SOURCES = ("kernels.py", "launch.py", "configs.py", "defects.py")
@@ -37,7 +37,7 @@ MARKER_DIR = "bundlegen-variants"
 
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages."""
-    from engines.triton.launch import IO_PORTS, VEC, rows_aligned
+    from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
     specs = [graph.tensors[p] for p in IO_PORTS]
     return VEC if all(rows_aligned(t.dims, t.strides, HARNESS_GUARD + t.offset)
                       for t in specs) else 1
@@ -118,8 +118,8 @@ def marker(arch: str, key: tuple) -> Path:
 def _run_twins(device: str, keys: list[tuple]) -> int:
     import torch
 
-    from engines.triton.engine import TritonEngine
-    from engines.triton.selfcheck import TORCH_DTYPES
+    from bundlegen.engines.triton.engine import TritonEngine
+    from bundlegen.engines.triton.selfcheck import TORCH_DTYPES
     engine = TritonEngine(device)
     for key in keys:
         graph = twin_graph(key)
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--bundles", default="bundles")
     args = parser.parse_args(argv)
-    from engines.base import arch_of
+    from bundlegen.engines.base import arch_of
 
     start = time.perf_counter()
     compiled, cached, wide = compile_missing(args.device, arch_of(args.device),
