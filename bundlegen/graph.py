@@ -330,3 +330,41 @@ def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError
 
 def default_scale(d_qk: int) -> float:
     return 1.0 / math.sqrt(d_qk)
+
+
+#: Axis order from outermost to innermost, as indices into [B, H, S, D].
+LAYOUT_ORDERS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+
+
+def port_dims(B: int, H_q: int, H_k: int, H_v: int, S_q: int, S_kv: int, D_qk: int,
+              D_v: int) -> dict[str, tuple[int, int, int, int]]:
+    """The logical dims of every port (DESIGN section 2)."""
+    return {"q": (B, H_q, S_q, D_qk), "k": (B, H_k, S_kv, D_qk), "v": (B, H_v, S_kv, D_v),
+            "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1),
+            "dq": (B, H_q, S_q, D_qk), "dk": (B, H_k, S_kv, D_qk), "dv": (B, H_v, S_kv, D_v)}
+
+
+def dense_graph(B: int = 1, H_q: int = 2, H_k: int | None = None, H_v: int | None = None,
+                S_q: int = 16, S_kv: int | None = None, D_qk: int = 16, D_v: int | None = None,
+                dtype: str = "fp16", layout: str = "bhsd", scale: float | None = None,
+                alignment: str = "TOP_LEFT", left: int | None = None, right: int | None = None,
+                dropout: float | None = None, strides: Mapping[str, tuple[int, ...]] | None = None,
+                offsets: Mapping[str, int] | None = None) -> Graph:
+    """A graph from sizes: every port packed in `layout` (stats packed [B, H_q, S_q, 1],
+    fp32); H_k defaults to H_q, H_v to H_k, S_kv to S_q, D_v to D_qk. `strides` and
+    `offsets` override any port's strides or offset by name."""
+    H_k = H_q if H_k is None else H_k
+    H_v = H_k if H_v is None else H_v
+    S_kv = S_q if S_kv is None else S_kv
+    D_v = D_qk if D_v is None else D_v
+    strides, offsets = dict(strides or {}), dict(offsets or {})
+    tensors = {}
+    for port, d in port_dims(B, H_q, H_k, H_v, S_q, S_kv, D_qk, D_v).items():
+        order = LAYOUT_ORDERS["bhsd" if port == "stats" else layout]
+        tensors[port] = TensorSpec(dims=d, strides=tuple(strides.get(port, packed_strides(d, order))),
+                                   dtype="fp32" if port == "stats" else dtype,
+                                   offset=offsets.get(port, 0))
+    attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
+                       diagonal_alignment=alignment, left_bound=left, right_bound=right,
+                       dropout_probability=dropout)
+    return Graph(tensors=tensors, attributes=attrs)
