@@ -25,21 +25,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     are listed for --help but get no arguments), so `bundlegen run` never pays for the
     imports of `calibrate` or `report`."""
     parser = argparse.ArgumentParser(prog="bundlegen", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = None
-        if command is None or command == name:
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name and module_name.startswith(exc.name):
-                    continue  # not built yet
-                raise
+        module = importlib.import_module(module_name) if command in (None, name) else None
         p = sub.add_parser(name, help=help_text, description=help_text)
         if module is not None:
             module.add_arguments(p)
             p.set_defaults(_main=module.main)
     return parser
+
+
+def version() -> str:
+    from importlib import metadata
+
+    return metadata.version("bundlegen")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,8 +74,12 @@ def builtin_engine_dir(name: str) -> Path:
     return package_root() / "engines" / engine_dir_name(name)
 
 
+def is_engine_name(name: object) -> bool:
+    return isinstance(name, str) and ENGINE_NAME_RE.match(name) is not None
+
+
 def check_engine_name(name: str) -> str:
-    if not ENGINE_NAME_RE.match(name):
+    if not is_engine_name(name):
         raise WorkspaceError(f"engine name {name!r}: expected lower-case letters, digits and '-' "
                              "(starting with a letter or digit)")
     return name

@@ -49,12 +49,11 @@ class ClaimSet:
 
 def claims_path(engine: str, root: Path | str | None = None) -> Path:
     """engines/<dir>/claims.json, or <root>/<dir>/claims.json (tests, other checkouts)."""
-    from bundlegen.engines.registry import config_dir
+    from bundlegen.workspace import engine_config_dir, engine_dir_name
 
-    directory = config_dir(engine)
     if root is not None:
-        directory = Path(root) / directory.name
-    return directory / CLAIMS_NAME
+        return Path(root) / engine_dir_name(engine) / CLAIMS_NAME
+    return engine_config_dir(engine) / CLAIMS_NAME
 
 
 def read_claim_set(path: Path | str, engine: str) -> ClaimSet:

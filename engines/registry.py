@@ -1,11 +1,15 @@
 """Finding engines by name: the built-in table, the `bundlegen.engines` entry point
-group, or an explicit `package.module:Class`."""
+group, or an explicit `package.module:Class` (a module in the current folder or the
+current workspace imports without PYTHONPATH)."""
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from bundlegen.workspace import WorkspaceError, check_engine_name, find_workspace, is_engine_name
 
 if TYPE_CHECKING:   # bundlegen.engines.base imports torch: a lookup by name should not
     from bundlegen.engines.base import Engine
@@ -18,17 +22,26 @@ BUILTIN = {
     "torch-cudnn": "bundlegen.engines.torch_cudnn.engine:TorchCudnnEngine",
 }
 ENTRY_POINT_GROUP = "bundlegen.engines"
-ENGINES_ROOT = Path(__file__).resolve().parent
 
 
 class EngineNotFound(LookupError):
     pass
 
 
+def _importable_from_here() -> None:
+    """Put the current folder and the current workspace's root on sys.path (a worker
+    process inherits the parent's sys.path), as `python -m` would for the folder."""
+    workspace = find_workspace()
+    for folder in (Path.cwd(), workspace.root if workspace else None):
+        if folder is not None and str(folder) not in sys.path and str(folder.resolve()) not in sys.path:
+            sys.path.append(str(folder))
+
+
 def _load(target: str) -> "type[Engine]":
     module_name, _, attr = target.partition(":")
-    if not attr:
+    if not module_name or not attr:
         raise EngineNotFound(f"{target!r}: expected 'package.module:Class'")
+    _importable_from_here()
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -36,23 +49,24 @@ def _load(target: str) -> "type[Engine]":
     from bundlegen.engines.base import Engine
     if not (isinstance(obj, type) and issubclass(obj, Engine)):
         raise EngineNotFound(f"{target!r} is not an Engine subclass")
+    try:
+        check_engine_name(obj.name)
+    except WorkspaceError as exc:
+        raise EngineNotFound(f"{target!r}: {exc}") from None
     return obj
-
-
-def config_dir(name: str) -> Path:
-    """engines/<dir>/ holding engine.toml and claims.json: the name with '-' as '_'."""
-    return ENGINES_ROOT / name.replace("-", "_")
 
 
 def known_names() -> list[str]:
     names = set(BUILTIN)
-    names.update(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    names.update(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+                 if is_engine_name(ep.name))
     return sorted(names)
 
 
 def registered_name(name: str) -> str:
-    """The engine's registry name (what config_dir takes), failing like engine_class for
-    an unknown one; a built-in name is answered without importing its engine (or torch)."""
+    """The engine's registry name (what names its config folder), failing like
+    engine_class for an unknown one; a built-in name is answered without importing its
+    engine (or torch)."""
     if name in BUILTIN:
         return name
     return engine_class(name).name
@@ -63,6 +77,10 @@ def engine_class(name: str) -> "type[Engine]":
         return _load(name)
     if name in BUILTIN:
         return _load(BUILTIN[name])
+    try:
+        check_engine_name(name)
+    except WorkspaceError as exc:
+        raise EngineNotFound(str(exc)) from None
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return _load(ep.value)

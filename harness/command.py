@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per case for the determinism check (default 2 for a deterministic engine)")
     parser.add_argument("--no-isolation", action="store_true",
                         help="run the engine in this process (debugging: no timeout, a crash ends the run)")
-    parser.add_argument("--bundles", default=None, metavar="DIR", help="bundle root (default: the repo's bundles/)")
+    parser.add_argument("--bundles", default=None, metavar="DIR",
+                        help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    parser.add_argument("--engine-config", default=None, metavar="DIR",
+                        help="folder with the engine's engine.toml and claims.json (default: the "
+                             "workspace's folder for the engine, else the built-in engine's)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -33,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
 
     from bundlegen.engines.registry import EngineNotFound
     from bundlegen.harness.bundles import levels_upto
-    from bundlegen.harness.config import EngineConfigError
+    from bundlegen.harness.config import EngineConfigError, load_engine_config
     from bundlegen.harness.results import summary_table
     from bundlegen.harness.run import run_level
     from bundlegen.harness.selection import parse_shard
@@ -47,10 +52,15 @@ def main(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     try:
+        config = None
+        if args.engine_config is not None:
+            if not Path(args.engine_config).is_dir():
+                raise EngineConfigError(f"--engine-config {args.engine_config}: not a folder")
+            config = load_engine_config(args.engine_config)
         summary = run_level(
             args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles,
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
-            repeat=args.repeat, isolation=not args.no_isolation,
+            repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=not args.quiet and sys.stderr.isatty())
     except (EngineNotFound, EngineConfigError, WorkerStartError) as exc:
         err.print(f"[red]error:[/red] {exc}")

@@ -210,12 +210,13 @@ class CaseExecutor:
     def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
                  repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
                  run_id: str | None = None, wait: bool = True):
-        from bundlegen.engines.registry import config_dir, registered_name
+        from bundlegen.engines.registry import registered_name
         from bundlegen.harness import worker
+        from bundlegen.workspace import engine_config_dir
 
         name = registered_name(engine)  # unknown names fail here, before any worker starts
         self.device = str(device)
-        self.config = config if config is not None else load_engine_config(config_dir(name))
+        self.config = config if config is not None else load_engine_config(engine_config_dir(name))
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
                                  repeat=repeat, timeout_s=timeout_s)

@@ -241,13 +241,14 @@ def kill_matrix(mutants, engine: str, cases: Sequence[Case], *, level: str = "",
                 on_case: Callable[[str, Case], None] | None = None) -> KillMatrix:
     """Run each mutant of `engine` over `cases` (already selected) and collect the kills."""
     from bundlegen.engines.base import arch_of
-    from bundlegen.engines.registry import config_dir, engine_class
+    from bundlegen.engines.registry import engine_class
     from bundlegen.harness.config import load_engine_config
+    from bundlegen.workspace import engine_config_dir
     from bundlegen.harness.run import CaseExecutor, default_device, default_timeout
 
     device = device or default_device()
     base = engine_class(engine)
-    config = config if config is not None else load_engine_config(config_dir(base.name))
+    config = config if config is not None else load_engine_config(engine_config_dir(base.name))
     timeout = timeout_s if timeout_s is not None else default_timeout(device)
 
     def make_executor(target: str) -> CaseExecutor:
