@@ -1,0 +1,109 @@
+"""The package as a user gets it: build the wheel from a copy of this tree, install it into
+a fresh venv (no network: the test venv's dependencies are lent through a .pth file), and
+run from an empty folder. The wheel must add exactly one importable top-level name,
+carry the built-in plan's bundles, and no command may write into site-packages."""
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "out", "build", "dist", "*.egg-info",
+                                    "__pycache__", "results")
+#: what the test venv lends the new one: everything but bundlegen's own install
+NOT_LENT = ("__editable__", "bundlegen", "_bundlegen", "__pycache__")
+
+
+def _run(args, cwd, env=None, check=True):
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _site_packages(python: Path) -> Path:
+    out = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd="/")
+    return Path(out.stdout.strip())
+
+
+def _lend_dependencies(venv_site: Path, farm: Path) -> None:
+    farm.mkdir()
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for entry in ours.iterdir():
+        if entry.name.startswith(NOT_LENT) or entry.suffix == ".pth":
+            continue
+        (farm / entry.name).symlink_to(entry)
+    (venv_site / "lent-test-dependencies.pth").write_text(f"{farm}\n")
+
+
+def _snapshot(site: Path) -> dict[str, tuple[int, int]]:
+    """Every file under site-packages but Python's own bytecode caches."""
+    return {p.relative_to(site).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _top_level_names(site: Path) -> set[str]:
+    return {m.name for m in pkgutil.iter_modules([str(site)])}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(REPO, src, ignore=NOT_COPIED, symlinks=True)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+          "-q", "-w", str(tmp / "dist"), str(src)], cwd=tmp)
+    wheel = next((tmp / "dist").glob("bundlegen-*.whl"))
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
+    python = venv / "bin" / "python"
+    site = _site_packages(python)
+    _lend_dependencies(site, tmp / "lent")
+    names_before = _top_level_names(site)
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+          "-q", str(wheel)], cwd=tmp)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    empty = tmp / "empty"
+    empty.mkdir()
+    return {"site": site, "names_before": names_before, "env": env, "empty": empty,
+            "bundlegen": str(venv / "bin" / "bundlegen"), "python": str(python)}
+
+
+def test_the_wheel_adds_one_top_level_name(installed):
+    assert _top_level_names(installed["site"]) - installed["names_before"] == {"bundlegen"}
+    out = _run([installed["python"], "-c",
+                "from importlib import metadata; "
+                "print([ep.value for ep in metadata.entry_points(group='pytest11') if ep.name == 'bundlegen'])"],
+               cwd=installed["empty"], env=installed["env"])
+    assert out.stdout.strip() == "['bundlegen.harness.pytest_plugin']"
+
+
+def test_quick_runs_from_an_empty_folder_and_writes_nothing_into_site_packages(installed):
+    site, env, empty, bundlegen = installed["site"], installed["env"], installed["empty"], installed["bundlegen"]
+    before = _snapshot(site)
+    version = _run([bundlegen, "--version"], cwd=empty, env=env)
+    assert version.stdout.startswith("bundlegen ")
+    report = _run([bundlegen, "generate", "--dry-run", "--report"], cwd=empty, env=env)
+    assert "all-pairs" in report.stdout
+    for writer in (["generate"], ["matrix"]):
+        refused = _run([bundlegen, *writer], cwd=empty, env=env, check=False)
+        assert refused.returncode == 2, (writer, refused.stdout, refused.stderr)
+        message = (refused.stdout + refused.stderr).strip()
+        assert len(message.splitlines()) == 1 and "workspace" in message, message
+    _run([bundlegen, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "--quiet",
+          "--out", "out"], cwd=empty, env=env)
+    records = [json.loads(line) for line in (empty / "out" / "results.jsonl").read_text().splitlines()]
+    verdicts = Counter(r["verdict"] for r in records)
+    assert len(records) == 125 and verdicts == {"pass": 103, "rejected": 22}, verdicts
+    assert sorted(p.name for p in empty.iterdir()) == ["out"]
+    assert _snapshot(site) == before
