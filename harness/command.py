@@ -12,9 +12,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="engine name (torch-math, triton, ...) or package.module:Class")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
     parser.add_argument("--out", default=None, help="output directory (default out/<engine>-<level>)")
-    parser.add_argument("-k", dest="pattern", default=None, metavar="PATTERN",
-                        help="only cases whose id, group, level/group/id or an item contains PATTERN "
-                             "or matches it as a glob")
+    parser.add_argument("-k", dest="pattern", action="append", default=None, metavar="EXPRESSION",
+                        help="only cases matching EXPRESSION: terms joined by and/or/not and "
+                             "parentheses; a term matches when the case id, group, level/group/id "
+                             "or an item contains it or matches it as a glob; repeated -k must all match")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="run shard I of N (1-based), split by a hash of the case id")
     parser.add_argument("--resume", action="store_true",
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-config", default=None, metavar="DIR",
                         help="folder with the engine's engine.toml and claims.json (default: the "
                              "workspace's folder for the engine, else the built-in engine's)")
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="exit 0 even when nothing was tested (every case declined or skipped, "
+                             "or none selected); without it such a run exits 5")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -41,16 +45,18 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.config import EngineConfigError, load_engine_config
     from bundlegen.harness.results import summary_table
     from bundlegen.harness.run import run_level
-    from bundlegen.harness.selection import parse_shard
+    from bundlegen.harness import verdicts as V
+    from bundlegen.harness.selection import parse_shard, selection
     from bundlegen.harness.worker import WorkerStartError
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         levels_upto(args.level)
         shard = parse_shard(args.shard)
+        selection(args.pattern)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        return 2
+        return V.EXIT_USAGE
     try:
         config = None
         if args.engine_config is not None:
@@ -64,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.quiet and sys.stderr.isatty())
     except (EngineNotFound, EngineConfigError, WorkerStartError) as exc:
         err.print(f"[red]error:[/red] {exc}")
-        return 2
+        return V.EXIT_USAGE
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
     if summary.times is not None and summary.times.prepare_problem:
@@ -81,4 +87,13 @@ def main(args: argparse.Namespace) -> int:
         out.print(f"time: {(t.before_s or 0.0) + t.elapsed_s:.1f} s = {before}worker start {t.start_s:.1f} "
                   f"+ prepare {t.prepare_s:.1f} + cases {t.cases_s:.1f} + finish {t.finish_s:.1f}",
                   highlight=False, soft_wrap=True)
-    return summary.exit_code
+    code = summary.exit_code
+    if code == V.EXIT_NOTHING_TESTED:
+        counts = summary.counts()
+        why = (", ".join(f"{counts[v]} {v}" for v in sorted(V.NOT_RUN) if counts.get(v))
+               or "no case was selected")
+        if args.allow_empty:
+            return V.EXIT_OK
+        err.print(f"[red]error:[/red] nothing was tested ({why}); exit {code} "
+                  "(pass --allow-empty to accept an empty run)", highlight=False)
+    return code

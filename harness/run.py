@@ -12,7 +12,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
@@ -309,8 +309,15 @@ class RunSummary:
         return sum(s.failing for s in self.levels)
 
     @property
+    def tested(self) -> int:
+        """Cases whose verdict tested something (all but declined and skipped)."""
+        return sum(n for verdict, n in self.counts().items() if verdict not in V.NOT_RUN)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.failing else 0
+        if self.failing:
+            return V.EXIT_FAILED
+        return V.EXIT_OK if self.tested else V.EXIT_NOTHING_TESTED
 
     def counts(self) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -321,7 +328,7 @@ class RunSummary:
 
 
 def run_level(level: str, engine: str, *, device: str | None = None, out: Path | str | None = None,
-              bundles: Path | str | None = None, pattern: str | None = None,
+              bundles: Path | str | None = None, pattern: str | Sequence[str] | None = None,
               shard: tuple[int, int] | None = None, resume: bool = False,
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: bool = False) -> RunSummary:
@@ -329,7 +336,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     case), junit.xml and run.json; give the per-level summary."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness import results as R
-    from bundlegen.harness.selection import in_shard, matches_pattern
+    from bundlegen.harness.selection import in_shard, selection
 
     started = time.perf_counter()
     before = process_age_s()
@@ -342,7 +349,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     new_records = []
     try:
         loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
-        cases = [c for c in loaded.cases if matches_pattern(c, pattern) and in_shard(c.id, shard)]
+        selected = selection(pattern)
+        cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
         results_path, junit_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME
         if not resume and results_path.exists():

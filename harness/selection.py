@@ -1,19 +1,95 @@
-"""Which cases a run takes: `-k PATTERN` and `--shard I/N`."""
+"""Which cases a run takes: `-k EXPRESSION` and `--shard I/N`.
+
+A `-k` expression is built from terms with `and`, `or`, `not` and parentheses, as in
+pytest; a term matches a case when it is a substring or an fnmatch glob of the case id,
+its group, one of its items or `level/group/id`. Several `-k` must all match."""
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
+from typing import Callable, Sequence
 
 from bundlegen.graph import Case
 
+Predicate = Callable[[Case], bool]
+_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_KEYWORDS = frozenset({"and", "or", "not", "(", ")"})
 
-def matches_pattern(case: Case, pattern: str | None) -> bool:
-    """A substring or an fnmatch glob over the case id, its group, its items and
-    `level/group/id`."""
-    if not pattern:
-        return True
+
+def term_matches(case: Case, term: str) -> bool:
     names = [case.id, case.group, f"{case.level}/{case.group}/{case.id}", *case.items]
-    return any(pattern in name or fnmatch.fnmatchcase(name, pattern) for name in names)
+    return any(term in name or fnmatch.fnmatchcase(name, term) for name in names)
+
+
+def parse_expression(text: str) -> Predicate:
+    """The predicate of one -k expression; ValueError naming the expression when malformed."""
+    tokens = _TOKEN.findall(text)
+    pos = 0
+
+    def error(why: str) -> ValueError:
+        return ValueError(f"-k {text!r}: {why}")
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def either() -> Predicate:
+        parts = [both()]
+        while peek() == "or":
+            take()
+            parts.append(both())
+        return parts[0] if len(parts) == 1 else (lambda c: any(p(c) for p in parts))
+
+    def both() -> Predicate:
+        parts = [negated()]
+        while peek() == "and":
+            take()
+            parts.append(negated())
+        return parts[0] if len(parts) == 1 else (lambda c: all(p(c) for p in parts))
+
+    def negated() -> Predicate:
+        token = peek()
+        if token is None:
+            raise error("ends where a term was expected")
+        if token == "not":
+            take()
+            inner = negated()
+            return lambda c: not inner(c)
+        if token == "(":
+            take()
+            inner = either()
+            if peek() != ")":
+                raise error("a '(' is not closed")
+            take()
+            return inner
+        if token in _KEYWORDS:
+            raise error(f"{token!r} where a term was expected")
+        term = take()
+        return lambda c: term_matches(c, term)
+
+    if not tokens:
+        raise error("empty expression")
+    predicate = either()
+    if pos != len(tokens):
+        raise error(f"unexpected {tokens[pos]!r}")
+    return predicate
+
+
+def selection(patterns: str | Sequence[str] | None) -> Predicate:
+    """One predicate for every -k given (all must match); everything when none is."""
+    if not patterns:
+        return lambda case: True
+    predicates = [parse_expression(p) for p in ([patterns] if isinstance(patterns, str) else patterns)]
+    return lambda case: all(p(case) for p in predicates)
+
+
+def matches_pattern(case: Case, pattern: str | Sequence[str] | None) -> bool:
+    return selection(pattern)(case)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -32,6 +32,11 @@ CLAIM_BREAKING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_
 #: verdicts that say the engine did not run the case, for a reason that is not a failure
 NOT_RUN = frozenset({DECLINED, SKIPPED})
 
+#: `bundlegen run` exit codes: nothing failed; something failed; bad usage; nothing failed
+#: but nothing was tested either (every case declined or skipped, or none selected), which
+#: must not pass a CI job unless asked for (--allow-empty). 5 is pytest's "no tests ran".
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TESTED = 0, 1, 2, 5
+
 #: the detail of a case the cost model keeps off the CPU
 TOO_LARGE_FOR_CPU = "too large for cpu"
 

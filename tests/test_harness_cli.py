@@ -56,6 +56,42 @@ def test_unknown_engine_exits_2(bundles, capsys):
     assert "unknown engine" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("selection", [["-k", "no-such-case"], ["-k", "a", "-k", "not a"]])
+def test_a_run_that_selects_nothing_is_not_green(bundles, capsys, selection):
+    assert cli(bundles, S.TorchMathEngine, *selection) == 5
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing was tested (no case was selected)" in err[0]
+    assert cli(bundles, S.TorchMathEngine, *selection, "--allow-empty") == 0
+
+
+def test_a_run_where_every_case_is_declined_is_not_green(tmp_path, capsys):
+    root = tmp_path / "bundles"
+    S.write_bundle(root, "quick", "a", [S.case_of(1), S.case_of(2)])
+    assert cli(root, S.DeclinesEverything) == 5
+    assert "nothing was tested (2 declined)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("a or", "ends where a term"), ("(a", "'(' is not closed"), ("a b", "unexpected 'b'"),
+    ("and a", "'and' where a term"), ("", "empty expression")])
+def test_a_malformed_k_expression_is_a_usage_error(bundles, capsys, expression, message):
+    assert cli(bundles, S.TorchMathEngine, "-k", expression) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_k_expressions_combine_terms():
+    from bundlegen.harness.selection import selection
+
+    cases = [S.case_of(1, dtype="bf16"), S.case_of(2, dtype="fp16")]
+    one, two = (c.id for c in cases)
+    picked = lambda *ks: [c.id for c in cases if selection(list(ks))(c)]  # noqa: E731
+    assert picked(f"{one} or {two}") == [one, two]
+    assert picked(f"not {one}") == [two]
+    assert picked(f"({one} or {two}) and not {two}") == [one]
+    assert picked(one, two) == []
+    assert picked("*") == [one, two]
+
+
 def plugin_args(bundles, engine, *extra):
     return ["--bundlegen-level=quick", f"--bundlegen-engine={S.engine_ref(engine)}",
             "--bundlegen-device=cpu", f"--bundlegen-bundles={bundles}", *extra]
