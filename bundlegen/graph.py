@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from bundlegen import reasons
 
 INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
 OUTPUT_PORTS = ("dq", "dk", "dv")
@@ -22,7 +26,7 @@ PURPOSES = ("claim", "probe", "regression")
 DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
 REJECTION_LAYERS = ("frontend", "engine")
 BUNDLE_VERSION = 1
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class BundleError(ValueError):
@@ -240,7 +244,7 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     if not isinstance(raw, dict):
         raise r.fail("cases[]", f"expected an object, got {type(raw).__name__}")
     case_id = r.get(raw, "id", str, "")
-    if not _ID_RE.match(case_id):
+    if not _ID_RE.fullmatch(case_id):
         raise r.fail("id", f"invalid id {case_id!r}: letters, digits, '_', '.', '-' only")
     r.case_id = case_id
     purpose = r.get(raw, "purpose", str, "")
@@ -262,7 +266,11 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
         by = r.get(rej_raw, "by", str, "expected_rejection")
         if by not in REJECTION_LAYERS:
             raise r.fail("expected_rejection.by", f"unknown layer {by!r}")
-        rejection = Rejection(by=by, reason=r.get(rej_raw, "reason", str, "expected_rejection"))
+        reason = r.get(rej_raw, "reason", str, "expected_rejection")
+        known = reasons.FRONTEND if by == "frontend" else reasons.ENGINE
+        if reason not in known:
+            raise r.fail("expected_rejection.reason", f"{reason!r} is not a {by} reason code")
+        rejection = Rejection(by=by, reason=reason)
     if (purpose == "probe") != (rejection is not None):
         raise r.fail("expected_rejection", "a probe needs one and only probes may have one")
     c = r.get(raw, "cost", dict, "", optional=True) or {}
@@ -294,13 +302,16 @@ def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError
     r = _Reader(file, "-")
     try:
         if text is None:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            text = _read_regular_file(path)
         raw = json.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise r.fail("-", f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise r.fail("-", f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    except RecursionError:
+        raise r.fail("-", "JSON nested too deep") from None
+    except ValueError as exc:   # e.g. an integer literal past Python's digit limit
+        raise r.fail("-", f"bad JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise r.fail("-", "top level is not an object")
     version = r.get(raw, "version", int, "")
@@ -326,6 +337,22 @@ def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError
         seen.add(case.id)
         cases.append(case)
     return Bundle(level=level, group=group, cases=tuple(cases), plan=plan), errors
+
+
+#: a bundle file larger than this is refused unread (the biggest generated one is ~1 MB)
+MAX_BUNDLE_BYTES = 64 * 2 ** 20
+
+
+def _read_regular_file(path) -> str:
+    """The text of a regular file; a FIFO, device or folder named *.json is refused
+    without opening it (opening a FIFO would block)."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError("not a regular file")
+    if info.st_size > MAX_BUNDLE_BYTES:
+        raise OSError(f"{info.st_size} bytes, more than the {MAX_BUNDLE_BYTES} a bundle may have")
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
 
 
 def default_scale(d_qk: int) -> float:

@@ -32,8 +32,11 @@ def keep_mask(S_q: int, S_kv: int, attrs: Attributes, rows: range | None = None,
     j = torch.arange(cols.start, cols.stop, device=device).unsqueeze(0)
     jp = j - diagonal_shift(S_q, S_kv, attrs.diagonal_alignment)
     keep = torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
+    # |j' - i| < S_q + S_kv, so a bound past that keeps everything on its side; clamping it
+    # keeps a bound like 10**30 from overflowing the int64 comparison.
+    reach = S_q + S_kv
     if attrs.right_bound is not None:
-        keep &= (jp - i) <= attrs.right_bound
+        keep &= (jp - i) <= min(attrs.right_bound, reach)
     if attrs.left_bound is not None:
-        keep &= (i - jp) < attrs.left_bound
+        keep &= (i - jp) < min(attrs.left_bound, reach)
     return keep

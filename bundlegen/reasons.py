@@ -25,13 +25,14 @@ LEFT_BOUND_NONPOSITIVE = "left-bound-nonpositive"
 BAD_ALIGNMENT = "bad-alignment"
 SCALE_NONPOSITIVE = "scale-nonpositive"
 SCALE_NONFINITE = "scale-nonfinite"
+SPAN_OVERFLOW = "span-overflow"                # a dim, stride, offset or addressed span past MAX_SPAN
 
 FRONTEND = frozenset({
     MISSING_TENSOR, BAD_RANK, STRIDE_COUNT, NONPOSITIVE_DIM, NEGATIVE_STRIDE,
     NEGATIVE_OFFSET, UNKNOWN_DTYPE, DTYPE_MISMATCH, STATS_DTYPE, BATCH_MISMATCH,
     O_DIMS_MISMATCH, KV_DIMS_MISMATCH, STATS_DIMS_MISMATCH, GQA_NOT_DIVISIBLE,
     RIGHT_BOUND_BELOW_MINUS_ONE, LEFT_BOUND_NONPOSITIVE, BAD_ALIGNMENT,
-    SCALE_NONPOSITIVE, SCALE_NONFINITE,
+    SCALE_NONPOSITIVE, SCALE_NONFINITE, SPAN_OVERFLOW,
 })
 
 # --- engine: a valid graph the engine cannot address ----------------------------------

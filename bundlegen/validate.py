@@ -3,61 +3,101 @@ engines decline with. Each rule returns the first reason code (bundlegen.reasons
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, OUTPUT_PORTS, PORTS, Graph, TensorSpec
 
 
+#: the largest element index a tensor may address (offset + span): 64-bit offset arithmetic
+#: with room to spare; past it sizes and costs are not numbers any engine computes with
+MAX_SPAN = 2 ** 62
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why a graph is invalid: the reason code and the field at fault."""
+    reason: str
+    field: str      # e.g. "graph.tensors.k.dims", "graph.attributes.left_bound"
+
+    def __str__(self) -> str:
+        return f"{self.reason} at {self.field}"
+
+
 def frontend_reason(graph: Graph) -> str | None:
     """The first reason the graph is not a well-formed SDPA backward node, else None."""
+    finding = frontend_finding(graph)
+    return None if finding is None else finding.reason
+
+
+def span(spec: TensorSpec) -> int:
+    """The last element index the tensor addresses, plus one (its offset included)."""
+    return spec.offset + sum((d - 1) * s for d, s in zip(spec.dims, spec.strides)) + 1
+
+
+def frontend_finding(graph: Graph) -> Finding | None:
+    """frontend_reason with the field at fault."""
     t = graph.tensors
+
+    def at(port: str, field: str = "") -> str:
+        return f"graph.tensors.{port}" + (f".{field}" if field else "")
+
     for port in PORTS:
         if port not in t:
-            return R.MISSING_TENSOR
+            return Finding(R.MISSING_TENSOR, at(port))
     for port in PORTS:
         spec = t[port]
         if len(spec.dims) != 4:
-            return R.BAD_RANK
+            return Finding(R.BAD_RANK, at(port, "dims"))
         if len(spec.strides) != len(spec.dims):
-            return R.STRIDE_COUNT
+            return Finding(R.STRIDE_COUNT, at(port, "strides"))
         if any(d <= 0 for d in spec.dims):
-            return R.NONPOSITIVE_DIM
+            return Finding(R.NONPOSITIVE_DIM, at(port, "dims"))
         if any(s < 0 for s in spec.strides):
-            return R.NEGATIVE_STRIDE
+            return Finding(R.NEGATIVE_STRIDE, at(port, "strides"))
         if spec.offset < 0:
-            return R.NEGATIVE_OFFSET
+            return Finding(R.NEGATIVE_OFFSET, at(port, "offset"))
         if spec.dtype not in DTYPES:
-            return R.UNKNOWN_DTYPE
+            return Finding(R.UNKNOWN_DTYPE, at(port, "dtype"))
+        if max(*spec.dims, *spec.strides, spec.offset) >= MAX_SPAN or span(spec) > MAX_SPAN:
+            return Finding(R.SPAN_OVERFLOW, at(port))
     io = t["q"].dtype
-    if any(t[p].dtype != io for p in PORTS if p != "stats"):
-        return R.DTYPE_MISMATCH
+    for port in PORTS:
+        if port != "stats" and t[port].dtype != io:
+            return Finding(R.DTYPE_MISMATCH, at(port, "dtype"))
     if t["stats"].dtype != "fp32":
-        return R.STATS_DTYPE
+        return Finding(R.STATS_DTYPE, at("stats", "dtype"))
     B, H_q, S_q, D_qk = t["q"].dims
     _, H_k, S_kv, _ = t["k"].dims
     H_v, D_v = t["v"].dims[1], t["v"].dims[3]
-    if t["k"].dims[0] != B or t["v"].dims[0] != B:
-        return R.BATCH_MISMATCH
+    for port in ("k", "v"):
+        if t[port].dims[0] != B:
+            return Finding(R.BATCH_MISMATCH, at(port, "dims"))
     q_like = (B, H_q, S_q)
-    if t["dq"].dims != (B, H_q, S_q, D_qk) or t["o"].dims != (*q_like, D_v) or t["do"].dims != (*q_like, D_v):
-        return R.O_DIMS_MISMATCH
-    if (t["v"].dims[2] != S_kv or t["dk"].dims != t["k"].dims or t["dv"].dims != t["v"].dims):
-        return R.KV_DIMS_MISMATCH
+    for port, want in (("dq", (*q_like, D_qk)), ("o", (*q_like, D_v)), ("do", (*q_like, D_v))):
+        if t[port].dims != want:
+            return Finding(R.O_DIMS_MISMATCH, at(port, "dims"))
+    if t["v"].dims[2] != S_kv:
+        return Finding(R.KV_DIMS_MISMATCH, at("v", "dims"))
+    for port, like in (("dk", "k"), ("dv", "v")):
+        if t[port].dims != t[like].dims:
+            return Finding(R.KV_DIMS_MISMATCH, at(port, "dims"))
     if t["stats"].dims != (B, H_q, S_q, 1):
-        return R.STATS_DIMS_MISMATCH
-    if H_q % H_k or H_q % H_v:
-        return R.GQA_NOT_DIVISIBLE
+        return Finding(R.STATS_DIMS_MISMATCH, at("stats", "dims"))
+    for port, heads in (("k", H_k), ("v", H_v)):
+        if H_q % heads:
+            return Finding(R.GQA_NOT_DIVISIBLE, at(port, "dims"))
     a = graph.attributes
     if a.diagonal_alignment not in ALIGNMENTS:
-        return R.BAD_ALIGNMENT
+        return Finding(R.BAD_ALIGNMENT, "graph.attributes.diagonal_alignment")
     if a.right_bound is not None and a.right_bound < -1:
-        return R.RIGHT_BOUND_BELOW_MINUS_ONE
+        return Finding(R.RIGHT_BOUND_BELOW_MINUS_ONE, "graph.attributes.right_bound")
     if a.left_bound is not None and a.left_bound <= 0:
-        return R.LEFT_BOUND_NONPOSITIVE
+        return Finding(R.LEFT_BOUND_NONPOSITIVE, "graph.attributes.left_bound")
     if not math.isfinite(a.attn_scale):
-        return R.SCALE_NONFINITE
+        return Finding(R.SCALE_NONFINITE, "graph.attributes.attn_scale")
     if a.attn_scale <= 0:
-        return R.SCALE_NONPOSITIVE
+        return Finding(R.SCALE_NONPOSITIVE, "graph.attributes.attn_scale")
     return None
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import time
 import traceback
 import uuid
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -69,7 +70,10 @@ def too_large_for_cpu(graph: Graph) -> bool:
 
 
 def predicted_seconds(case: Case, device: "str | torch.device") -> float | None:
-    """The bundle's prediction is for an h200; on the CPU ask the cost model."""
+    """The bundle's prediction is for an h200; on the CPU ask the cost model (None for a
+    graph the frontend refuses: it is never executed, and its sizes may not be numbers)."""
+    if validate.frontend_reason(case.graph) is not None:
+        return None
     if device_type(device) == "cpu":
         return cpu_prediction(case.graph)
     return case.cost.predicted_s
@@ -83,6 +87,13 @@ class _StepRaised(Exception):
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
         super().__init__(f"{stage} raised {type(exc).__name__}: {exc}{where}")
+
+
+class _ContractBroken(_StepRaised):
+    """Engine code answered outside its contract (a crash, charged to the engine)."""
+
+    def __init__(self, stage: str, answer: str):
+        Exception.__init__(self, f"{stage} {answer}")
 
 
 def _guarded(stage: str, fn: Callable, *args):
@@ -121,7 +132,8 @@ def run_case(case: Case, engine, config: EngineConfig, repeat: int | None = None
 
 def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> CaseOutcome:
     graph, expected = case.graph, case.expected_rejection
-    frontend = validate.frontend_reason(graph)
+    finding = validate.frontend_finding(graph)
+    frontend = None if finding is None else finding.reason
     if expected is not None and expected.by == "frontend":
         if frontend == expected.reason:
             return CaseOutcome(V.REJECTED, reason=frontend)
@@ -130,10 +142,10 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
                            detail=f"frontend {said}; expected {expected.reason!r}")
     if frontend is not None:
         return CaseOutcome(V.ERROR_BUNDLE, reason=frontend,
-                           detail=f"field graph: fails frontend validation ({frontend}) "
+                           detail=f"field {finding.field}: fails frontend validation ({frontend}) "
                                   "but the case is not a frontend probe")
     if expected is not None:  # an engine probe: asked, never executed
-        reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+        reason = _decline_reason(engine, graph)
         if not reason:
             return CaseOutcome(V.REJECTION_ACCEPTED,
                                detail=f"engine accepted a graph it must decline ({expected.reason})")
@@ -146,7 +158,7 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
         return CaseOutcome(V.SKIPPED, detail=skip)
     if engine.device.type == "cpu" and too_large_for_cpu(graph):
         return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
-    reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+    reason = _decline_reason(engine, graph)
     if reason:
         return CaseOutcome(V.DECLINED, reason=reason)
     try:
@@ -154,6 +166,22 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     except KeyError as exc:
         return CaseOutcome(V.ERROR_BUNDLE, detail=f"field tolerance_class: {exc.args[0]}")
     return _execute(case, engine, tol, repeat_count(engine, repeat))
+
+
+def _decline_reason(engine, graph: Graph) -> str | None:
+    """engine.is_applicable's answer, held to its contract: None or a reason string."""
+    reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+    if reason is not None and not (isinstance(reason, str) and reason.strip()):
+        raise _ContractBroken("engine.is_applicable",
+                              f"returned {reason!r}: expected None or a non-empty reason string")
+    return reason
+
+
+def _run_engine(stage: str, engine, graph: Graph, tensors: Mapping[str, "torch.Tensor"]) -> None:
+    """engine.run on a read-only copy of the port map: the outputs are judged through the
+    harness's own views, so an engine must write into them, not replace them."""
+    _guarded(stage, engine.run, graph, MappingProxyType(dict(tensors)))
+    _sync(engine.device)
 
 
 def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
@@ -169,8 +197,7 @@ def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
     materialize_s = max(0.0, time.perf_counter() - start - m.oracle_s)
 
     start = time.perf_counter()
-    _guarded("engine.run", engine.run, case.graph, m.tensors)
-    _sync(engine.device)
+    _run_engine("engine.run", engine, case.graph, m.tensors)
     engine_s = time.perf_counter() - start
 
     check_start = time.perf_counter()
@@ -193,8 +220,7 @@ def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
         first = {p: m.storages[p].clone() for p in OUTPUT_PORTS}
     for again in range(2, runs + 1):
         M.reset_outputs(m)
-        _guarded(f"engine.run (repeat {again})", engine.run, case.graph, m.tensors)
-        _sync(engine.device)
+        _run_engine(f"engine.run (repeat {again})", engine, case.graph, m.tensors)
         differing = checks.differing_ports(first, m.storages)
         if differing:
             return outcome(V.FAIL_NONDETERMINISTIC,

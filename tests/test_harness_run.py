@@ -60,7 +60,7 @@ def test_every_verdict_of_a_mixed_level(tmp_path):
     assert got[fp32.id]["reason"].startswith(R.DTYPE_NOT_SERVED)
     assert "declined" in got[claimed_fp32.id]["detail"]
     assert got[skipped.id]["detail"] == "TICKET-7: flaky"
-    assert got[not_a_probe.id]["detail"].startswith(f"quick/sdpa_bwd/mixed.json: case {not_a_probe.id}: field graph:")
+    assert got[not_a_probe.id]["detail"].startswith(f"quick/sdpa_bwd/mixed.json: case {not_a_probe.id}: field graph.attributes.left_bound: fails frontend validation (left-bound-nonpositive)")
     assert got[engine_probe.id]["reason"] == R.ZERO_STRIDE_OUTPUT
     assert R.SCALE_NONPOSITIVE in got[frontend_wrong_code.id]["detail"]
     record = got[good.id]
