@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -37,6 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+DEVICE_RE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """This command line with --resume, to go on where an interrupted run stopped."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--resume" not in args:
+        args.append("--resume")
+    return " ".join(shlex.quote(a) for a in ["bundlegen", *args])
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -47,13 +60,15 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.run import run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
-    from bundlegen.harness.worker import WorkerStartError
+    from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
 
     err = Console(stderr=True, soft_wrap=True)
     try:
         levels_upto(args.level)
         shard = parse_shard(args.shard)
         selection(args.pattern)
+        if args.device is not None and not DEVICE_RE.fullmatch(args.device):
+            raise ValueError(f"--device {args.device}: expected cpu, cuda or cuda:N")
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         return V.EXIT_USAGE
@@ -68,8 +83,8 @@ def main(args: argparse.Namespace) -> int:
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=not args.quiet and sys.stderr.isatty())
-    except (EngineNotFound, EngineConfigError, WorkerStartError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+    except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
@@ -88,6 +103,11 @@ def main(args: argparse.Namespace) -> int:
                   f"+ prepare {t.prepare_s:.1f} + cases {t.cases_s:.1f} + finish {t.finish_s:.1f}",
                   highlight=False, soft_wrap=True)
     code = summary.exit_code
+    if summary.interrupted:
+        err.print(f"[yellow]interrupted[/yellow] after {summary.ran} of {summary.planned} cases; "
+                  f"results, junit and run.json are written. Go on with:\n  {resume_command()}",
+                  highlight=False)
+        return code
     if code == V.EXIT_NOTHING_TESTED:
         counts = summary.counts()
         why = (", ".join(f"{counts[v]} {v}" for v in sorted(V.NOT_RUN) if counts.get(v))

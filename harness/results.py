@@ -3,6 +3,7 @@ fsynced per case (so a killed run keeps every finished case and `--resume` can s
 them), a JUnit XML file, and the per-level summary table."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -78,6 +79,10 @@ class RunTimes:
     elapsed_s: float      # all of run_level
     prepare_problem: str | None = None
     before_s: float | None = None   # the process's start until run_level (None: the OS does not say)
+    engine_spec: str = ""           # --engine as given (a name or package.module:Class)
+    selection: str = ""             # the -k expressions and --shard, as resume compares them
+    bundles_digest: str = ""        # sha256 over the bundle files the run loaded
+    complete: bool = True           # False while the run is going on, or when it was cut short
 
     @property
     def outside_cases_s(self) -> float:
@@ -131,14 +136,43 @@ class ResultsWriter:
 
 
 def _drop_partial_last_line(path: Path) -> None:
-    """A run killed while writing can leave half a line; cut it so appends start clean."""
+    """A run killed while writing can leave half a line: cut it so appends start clean. A
+    whole record that lost only its newline is kept (the newline is added)."""
     if not path.is_file() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as fh:
         data = fh.read()
         if data.endswith(b"\n"):
             return
-        fh.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+            whole = isinstance(json.loads(data[start:]), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            fh.write(b"\n")
+        else:
+            fh.truncate(start)
+
+
+def bundles_digest(files: Iterable[Path], root: Path) -> str:
+    """sha256 over the bundle files a run loaded (their paths under the root and bytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(f) for f in files):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def resume_mismatch(previous: RunTimes | None, current: RunTimes) -> str | None:
+    """Why results recorded under `previous` cannot be resumed by `current`, else None."""
+    if previous is None:
+        return "it has no readable run.json, so what its results were run on is unknown"
+    for name in ("engine_spec", "device", "arch", "level", "selection", "bundles_digest"):
+        have, want = getattr(previous, name), getattr(current, name)
+        if have != want:
+            return f"its {name.replace('_', ' ')} is {have!r}, this run's is {want!r}"
+    return None
 
 
 def read_results(path: Path | str) -> list[dict]:

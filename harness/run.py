@@ -329,6 +329,9 @@ class RunSummary:
     resumed: int   # cases found already recorded and skipped
     bundle_errors: tuple[str, ...]
     times: "RunTimes | None" = None
+    interrupted: bool = False   # Ctrl-C: the cases finished until then are recorded
+    planned: int = 0            # cases this invocation set out to run
+
 
     @property
     def failing(self) -> int:
@@ -341,6 +344,8 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return V.EXIT_INTERRUPTED
         if self.failing:
             return V.EXIT_FAILED
         return V.EXIT_OK if self.tested else V.EXIT_NOTHING_TESTED
@@ -373,52 +378,81 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                             timeout_s=timeout_s if timeout_s is not None else default_timeout(device),
                             wait=False)
     new_records = []
+    interrupted = False
+    prepare_problem, todo, ran = None, [], 0
+    ready = prepared = cases_done = None
     try:
-        loaded = B.load_level(Path(bundles) if bundles else B.default_bundle_root(), level)
+        root = Path(bundles) if bundles else B.default_bundle_root()
+        loaded = B.load_level(root, level)
         selected = selection(pattern)
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
-        results_path, junit_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME
-        if not resume and results_path.exists():
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out}: is a file, not a folder")
+        results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
+        executor.wait_ready()
+        ready = time.perf_counter()
+
+        def run_times(complete: bool) -> "RunTimes":
+            now = time.perf_counter()
+            at = lambda t: now if t is None else t  # noqa: E731 - a phase not reached ends now
+            return R.RunTimes(
+                run_id=executor.run_id, level=level, engine=executor.engine_name, arch=executor.arch,
+                device=str(device), cases=ran, start_s=ready - started,
+                prepare_s=at(prepared) - ready, cases_s=at(cases_done) - at(prepared),
+                finish_s=now - at(cases_done), elapsed_s=now - started,
+                prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
+                selection=_selection_text(pattern, shard),
+                bundles_digest=R.bundles_digest(loaded.files, root), complete=complete)
+
+        if resume and results_path.exists():
+            why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
+            if why:
+                raise ValueError(f"--resume: {out} holds another run ({why}); "
+                                 "use another --out, or run without --resume")
+        elif results_path.exists():
             results_path.unlink()
         previous = R.read_results(results_path) if resume else []
         done = R.finished_keys(previous)
         todo = [c for c in cases if c.id not in done]
-        executor.wait_ready()
-        ready = time.perf_counter()
-        prepare_problem = executor.prepare(todo)
-        prepared = time.perf_counter()
-        with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
-            def record(result) -> None:
-                writer.write(result)
-                new_records.append(result.to_json())
+        R.write_run_times(run_path, run_times(False))
+        try:
+            prepare_problem = executor.prepare(todo)
+            prepared = time.perf_counter()
+            with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
+                def record(result) -> None:
+                    writer.write(result)
+                    new_records.append(result.to_json())
 
-            for error in loaded.errors:
-                result = executor.bundle_error(error)
-                if in_shard(result.key, shard) and result.key not in done:
-                    record(result)
-            for case in todo:
-                advance(f"{case.level}/{case.group}/{case.id}")
-                record(executor.execute(case))
-            advance(None)
+                for error in loaded.errors:
+                    result = executor.bundle_error(error)
+                    if in_shard(result.key, shard) and result.key not in done:
+                        record(result)
+                for case in todo:
+                    advance(f"{case.level}/{case.group}/{case.id}")
+                    record(executor.execute(case))
+                    ran += 1
+                advance(None)
+        except KeyboardInterrupt:
+            interrupted = True   # what finished is recorded; junit and run.json still follow
         cases_done = time.perf_counter()
     finally:
         executor.close()
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels)
-    finished = time.perf_counter()
-    times = R.RunTimes(run_id=executor.run_id, level=level, engine=executor.engine_name,
-                       arch=executor.arch, device=str(device), cases=len(todo),
-                       start_s=ready - started, prepare_s=prepared - ready,
-                       cases_s=cases_done - prepared, finish_s=finished - cases_done,
-                       elapsed_s=finished - started, prepare_problem=prepare_problem,
-                       before_s=before)
-    R.write_run_times(out / R.RUN_NAME, times)
+    times = run_times(complete=not interrupted)
+    R.write_run_times(run_path, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
-                      results_path=results_path, junit_path=junit_path, ran=len(todo),
+                      results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
-                      times=times)
+                      times=times, interrupted=interrupted, planned=len(todo))
+
+
+def _selection_text(pattern: str | Sequence[str] | None, shard: tuple[int, int] | None) -> str:
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern or [])
+    parts = [f"-k {p!r}" for p in patterns] + ([f"--shard {shard[0]}/{shard[1]}"] if shard else [])
+    return " ".join(parts) or "all"
 
 
 def process_age_s() -> float | None:

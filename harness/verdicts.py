@@ -34,8 +34,9 @@ NOT_RUN = frozenset({DECLINED, SKIPPED})
 
 #: `bundlegen run` exit codes: nothing failed; something failed; bad usage; nothing failed
 #: but nothing was tested either (every case declined or skipped, or none selected), which
-#: must not pass a CI job unless asked for (--allow-empty). 5 is pytest's "no tests ran".
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TESTED = 0, 1, 2, 5
+#: must not pass a CI job unless asked for (--allow-empty; 5 is pytest's "no tests ran");
+#: stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TESTED, EXIT_INTERRUPTED = 0, 1, 2, 5, 130
 
 #: the detail of a case the cost model keeps off the CPU
 TOO_LARGE_FOR_CPU = "too large for cpu"

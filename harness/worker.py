@@ -9,6 +9,7 @@ next case. `InProcessRunner` is the same without the process (debugging and fast
 it cannot survive a hang or a process kill)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -29,7 +30,12 @@ PREPARE_TIMEOUT_S = 1800.0
 
 
 class WorkerStartError(RuntimeError):
-    """The engine cannot be built at all: the run cannot go on."""
+    """The engine cannot be built at all: the run cannot go on. str() is one line; the
+    worker's traceback, when there is one, is in `details`."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
 
 
 @dataclass(frozen=True)
@@ -41,11 +47,38 @@ class WorkerSpec:
     timeout_s: float | None = None   # per case; None: no limit (in-process ignores it)
 
 
+class DeviceUnavailable(RuntimeError):
+    """--device names a device this machine does not have."""
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    kind = torch.device(device)
+    if kind.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise DeviceUnavailable(f"--device {device}: no GPU is visible to torch "
+                                    f"(torch {torch.__version__}); use --device cpu")
+        if kind.index is not None and kind.index >= count:
+            raise DeviceUnavailable(f"--device {device}: only {count} GPU(s) are visible")
+
+
 def build_engine(spec: WorkerSpec):
     """The engine, warmed up (Engine.warm_up) so that case 1 is not billed for start-up."""
+    engine = construct_engine(spec)
+    warm_up(engine)
+    return engine
+
+
+def construct_engine(spec: WorkerSpec):
     from bundlegen.engines.registry import engine_class
 
-    engine = engine_class(spec.engine)(spec.device)
+    check_device(spec.device)
+    return engine_class(spec.engine)(spec.device)
+
+
+def warm_up(engine) -> None:
     try:
         engine.warm_up()
     except Exception:  # noqa: BLE001 - the first case meets the same fault and records it
@@ -98,6 +131,8 @@ class IsolatedRunner:
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._ready = False
+        self._engine_name: str | None = None
+        self._arch: str | None = None
         self.restarts = 0
         self._spawn()
         if wait:
@@ -105,12 +140,14 @@ class IsolatedRunner:
 
     @property
     def engine_name(self) -> str:
-        self.wait_ready()
+        if self._engine_name is None:   # known from the first worker on, whatever came after
+            self.wait_ready()
         return self._engine_name
 
     @property
     def arch(self) -> str:
-        self.wait_ready()
+        if self._arch is None:
+            self.wait_ready()
         return self._arch
 
     # -- lifecycle
@@ -122,9 +159,10 @@ class IsolatedRunner:
         # A plain subprocess, not multiprocessing: spawn would re-run the caller's __main__.
         ours, theirs = socket.socketpair()
         try:
+            # its own process group: a timeout ends the engine's helper processes with it
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "bundlegen.harness.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
@@ -137,27 +175,34 @@ class IsolatedRunner:
             return
         if self._conn is None:
             raise WorkerStartError(f"engine {self.spec.engine!r}: no worker")
-        if not self._conn.poll(STARTUP_TIMEOUT_S):
-            self._kill()
-            raise WorkerStartError(f"engine {self.spec.engine!r}: worker did not start "
-                                   f"within {STARTUP_TIMEOUT_S:.0f} s")
-        try:
-            kind, payload = self._conn.recv()
-        except (EOFError, OSError):
-            code = self._proc.wait(10)
-            self._kill()
-            raise WorkerStartError(f"engine {self.spec.engine!r}: worker died while starting "
-                                   f"({describe_exit(code)})") from None
-        if kind != "ready":
-            self._kill()
-            raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built:\n{payload}")
+        # two steps: import and build within STARTUP_TIMEOUT_S, then the engine's warm-up
+        # within the per-case timeout, like any engine code
+        for step, limit in (("built", STARTUP_TIMEOUT_S), ("ready", self.spec.timeout_s)):
+            if not self._conn.poll(limit):
+                self._kill()
+                what = "start" if step == "built" else "finish its warm-up"
+                raise WorkerStartError(f"engine {self.spec.engine!r}: worker did not {what} "
+                                       f"within {limit:.0f} s")
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                code = self._proc.wait(10)
+                self._kill()
+                raise WorkerStartError(f"engine {self.spec.engine!r}: worker died while starting "
+                                       f"({describe_exit(code)})") from None
+            if kind == "error":
+                self._kill()
+                summary, details = payload
+                raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built: {summary}", details)
         self._engine_name, self._arch = payload
         self._ready = True
 
     def _kill(self) -> None:
         if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
+            try:   # the whole group: helpers the engine started die with the worker
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             self._proc.wait(10)
         if self._conn is not None:
             self._conn.close()
@@ -167,6 +212,15 @@ class IsolatedRunner:
         self._kill()
         self.restarts += 1
         self._start()
+
+    def _try_restart(self) -> str:
+        """Restart the worker; '' or, when the engine can no longer be built, why (each
+        case then gets `crashed` with that reason, and the run goes on)."""
+        try:
+            self._restart()
+        except WorkerStartError as exc:
+            return f"; the engine could not be rebuilt: {exc}"
+        return ""
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -180,17 +234,18 @@ class IsolatedRunner:
     # -- the run's set-up
     def prepare(self, graphs) -> str | None:
         """Engine.prepare in the worker; None, or why it did not finish (a worker that dies
-        or overruns PREPARE_TIMEOUT_S is replaced, and the run goes on)."""
+        or overruns the per-case timeout, or PREPARE_TIMEOUT_S without one, is replaced, and
+        the run goes on)."""
         self.wait_ready()
+        limit = self.spec.timeout_s if self.spec.timeout_s is not None else PREPARE_TIMEOUT_S
         try:
             self._conn.send(("prepare", list(graphs)))
-            if self._conn.poll(PREPARE_TIMEOUT_S):
+            if self._conn.poll(limit):
                 return self._conn.recv()[1]
-            problem = f"engine prepare did not finish within {PREPARE_TIMEOUT_S:.0f} s"
+            problem = f"engine prepare did not finish within {limit:g} s"
         except (EOFError, OSError):
             problem = f"worker died in engine prepare ({describe_exit(self._proc.wait(10))})"
-        self._restart()
-        return problem
+        return problem + self._try_restart()
 
     # -- one case
     def run(self, case: Case):
@@ -199,24 +254,31 @@ class IsolatedRunner:
         if self._proc is not None and not self._ready:
             self.wait_ready()
         if self._proc is None or self._proc.poll() is not None:
-            self._restart()
+            broken = self._try_restart()
+            if broken:
+                return CaseOutcome(V.CRASHED, detail=f"no worker for this case{broken}")
         try:
             self._conn.send(("case", case))
         except OSError:
-            self._restart()
+            broken = self._try_restart()
+            if broken:
+                return CaseOutcome(V.CRASHED, detail=f"no worker for this case{broken}")
             self._conn.send(("case", case))
         timeout = self.spec.timeout_s
         if not self._conn.poll(timeout):
-            self._restart()
-            return CaseOutcome(V.CRASHED, detail=f"timed out after {timeout:g} s (worker killed)")
+            broken = self._try_restart()
+            return CaseOutcome(V.CRASHED, detail=f"timed out after {timeout:g} s (worker and its "
+                                                 f"process group killed){broken}")
         try:
             kind, outcome = self._conn.recv()
         except (EOFError, OSError):
             code = self._proc.wait(10)
-            self._restart()
-            return CaseOutcome(V.CRASHED, detail=f"worker process died ({describe_exit(code)})")
+            broken = self._try_restart()
+            return CaseOutcome(V.CRASHED, detail=f"worker process died ({describe_exit(code)}){broken}")
         if restart_after_crash(outcome, self.spec.device):
-            self._restart()
+            broken = self._try_restart()
+            if broken:
+                outcome = dataclasses.replace(outcome, detail=outcome.detail + broken)
         return outcome
 
 
@@ -238,10 +300,13 @@ def _worker_main(fd: int) -> None:
     try:
         parent_path, spec = conn.recv()
         sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
-        engine = build_engine(spec)
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        engine = construct_engine(spec)
+    except BaseException as exc:
+        summary = str(exc) if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
+        conn.send(("error", (summary, traceback.format_exc())))
         return
+    conn.send(("built", None))
+    warm_up(engine)
     from bundlegen.harness.run import run_case
 
     conn.send(("ready", (engine.name, engine.arch)))
