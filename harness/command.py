@@ -50,13 +50,48 @@ def resume_command(argv: list[str] | None = None) -> str:
     return " ".join(shlex.quote(a) for a in ["bundlegen", *args])
 
 
+#: failing cases listed in full after the summary; the rest are counted
+LIST_FAILING = 40
+
+
+def print_failing(out, records, args: argparse.Namespace) -> None:
+    """Each failing case: verdict, where, items, detail, and the command that re-runs it."""
+    from bundlegen.harness import verdicts as V
+
+    failing = [r for r in records if r.get("verdict") in V.FAILING]
+    if not failing:
+        return
+    out.print(f"failing cases ({len(failing)}):", style="bold red")
+    for r in failing[:LIST_FAILING]:
+        where = r.get("file") or f"{r.get('level')}/{r.get('group')}"
+        detail = " ".join(str(r.get("detail") or r.get("reason") or "").split())
+        out.print(f"  {r['verdict']}  {r.get('case_id')}  {where}  {' '.join(r.get('items') or [])}",
+                  highlight=False, soft_wrap=True)
+        if detail:
+            out.print(f"    {detail[:300]}", highlight=False, soft_wrap=True)
+        if r.get("level") and r.get("case_id"):
+            out.print(f"    re-run: {rerun_command(args, r)}", highlight=False, soft_wrap=True)
+    if len(failing) > LIST_FAILING:
+        out.print(f"  ... and {len(failing) - LIST_FAILING} more in the results file", highlight=False)
+
+
+def rerun_command(args: argparse.Namespace, record) -> str:
+    """The command that runs one recorded case alone."""
+    words = ["bundlegen", "run", "--level", record["level"], "--engine", args.engine,
+             "--device", record.get("device") or args.device or "cpu", "-k", record["case_id"],
+             "--out", f"out/rerun-{record['case_id']}"]
+    if args.bundles:
+        words += ["--bundles", str(args.bundles)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from bundlegen.engines.registry import EngineNotFound
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
-    from bundlegen.harness.results import summary_table
+    from bundlegen.harness.results import read_results, summary_table
     from bundlegen.harness.run import run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
@@ -82,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
             args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles,
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
-            progress=not args.quiet and sys.stderr.isatty())
+            progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"))
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
@@ -91,8 +126,13 @@ def main(args: argparse.Namespace) -> int:
     if summary.times is not None and summary.times.prepare_problem:
         err.print(f"[yellow]engine prepare failed (cases built on use instead):[/yellow] "
                   f"{summary.times.prepare_problem}", highlight=False)
+    table = summary_table(list(summary.levels), title=f"{args.engine} {args.level}")
     out = Console()
-    out.print(summary_table(list(summary.levels), title=f"{args.engine} {args.level}"))
+    if not out.is_terminal:   # a log is as wide as the table needs, never cut at 80 columns
+        out = Console(width=max(80, Console(width=1000).measure(table).maximum,
+                                len(str(table.caption or "")) + 2))
+    out.print(table)
+    print_failing(out, read_results(summary.results_path), args)
     resumed = f" ({summary.resumed} already recorded)" if summary.resumed else ""
     out.print(f"ran {summary.ran} cases{resumed}; results {summary.results_path}, "
               f"junit {summary.junit_path}", highlight=False, soft_wrap=True)

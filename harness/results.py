@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -229,6 +230,7 @@ def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iter
         totals.update(counts)
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(totals[key]))
+    _xml_safe_tree(root)
     ET.indent(root)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
@@ -236,7 +238,25 @@ def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iter
 
 def _junit_text(record: Mapping[str, Any]) -> str:
     parts = [p for p in (record.get("reason"), record.get("detail")) if p]
-    return "; ".join(parts)
+    return "; ".join(str(p) for p in parts)
+
+
+#: characters XML 1.0 cannot carry (C0 controls but tab, newline and carriage return;
+#: lone surrogates; U+FFFE/U+FFFF)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with every character XML cannot carry written as \\xNN / \\uNNNN."""
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _xml_safe_tree(root: ET.Element) -> None:
+    for element in root.iter():
+        if element.text:
+            element.text = xml_safe(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, xml_safe(value))
 
 
 # ----------------------------------------------------------------------------- summary

@@ -362,7 +362,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               bundles: Path | str | None = None, pattern: str | Sequence[str] | None = None,
               shard: tuple[int, int] | None = None, resume: bool = False,
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
-              config: EngineConfig | None = None, progress: bool = False) -> RunSummary:
+              config: EngineConfig | None = None, progress: str | bool | None = None) -> RunSummary:
     """Run every case of `level` and the lower levels; write results.jsonl (appended per
     case), junit.xml and run.json; give the per-level summary."""
     from bundlegen.harness import bundles as B
@@ -475,14 +475,19 @@ def _engine_label(engine: str) -> str:
 
 
 class _progress:
-    """A rich progress bar on stderr, or nothing. `advance(label)` before each case;
-    `advance(None)` after the last."""
+    """Progress on stderr: a rich bar ("bar", for a terminal), a plain line every
+    LINE_EVERY_S seconds ("lines", for a log or a pipe), or nothing (None).
+    `advance(label)` before each case; `advance(None)` after the last."""
+    LINE_EVERY_S = 5.0
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total, self._bar = enabled, total, None
+    def __init__(self, mode: str | bool | None, total: int):
+        self.mode = "bar" if mode is True else (mode or None)
+        self.total, self._bar = total, None
 
     def __enter__(self):
-        if not self.enabled:
+        if self.mode == "lines":
+            return self._lines()
+        if self.mode != "bar":
             return lambda label: None
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
@@ -501,6 +506,22 @@ class _progress:
             started[0] = label is not None
             if label is not None:
                 self._bar.update(task, description=label)
+        return advance
+
+    def _lines(self):
+        import sys
+
+        start = last = time.monotonic()
+        done = [-1]
+
+        def advance(label):
+            nonlocal last
+            done[0] += 1
+            now = time.monotonic()
+            if label is None or now - last >= self.LINE_EVERY_S:
+                last = now
+                where = f" {label}" if label else " done"
+                print(f"[{done[0]}/{self.total}] {now - start:.0f} s{where}", file=sys.stderr, flush=True)
         return advance
 
     def __exit__(self, *exc) -> None:

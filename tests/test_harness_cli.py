@@ -92,6 +92,40 @@ def test_k_expressions_combine_terms():
     assert picked("*") == [one, two]
 
 
+def test_the_summary_lists_each_failing_case_with_the_command_that_reruns_it(bundles, capsys):
+    assert cli(bundles, S.WritesNaN) == 1
+    out = capsys.readouterr().out
+    bad = S.bad_case(3)
+    assert "failing cases (1):" in out and f"fail:nan  {bad.id}  quick/sdpa_bwd/a.json  TEST" in out
+    rerun = next(line for line in out.splitlines() if "re-run:" in line).split("re-run: ", 1)[1]
+    assert f"-k {bad.id}" in rerun and "--level quick" in rerun
+    argv = rerun.split()[1:]
+    argv[argv.index("--engine") + 1] = S.engine_ref(S.WritesNaN)
+    assert main([*argv, "--no-isolation", "--quiet"]) == 1
+    assert "failing cases (1):" in capsys.readouterr().out
+
+
+def test_a_piped_run_prints_plain_progress_lines_and_a_whole_table(bundles):
+    proc = subprocess.run([sys.executable, "-m", "bundlegen", "run", "--level", "quick", "--engine",
+                           S.engine_ref(S.TorchMathEngine), "--device", "cpu", "--bundles", str(bundles),
+                           "--out", str(bundles.parent / "out")], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "[4/4] " in proc.stderr and proc.stderr.rstrip().endswith("done")
+    header = next(line for line in proc.stdout.splitlines() if "level" in line and "cases" in line)
+    assert "rejection-accepted" not in header and "predicted s" in header and "…" not in proc.stdout
+
+
+def test_control_characters_in_a_bundle_keep_junit_parseable(tmp_path):
+    from bundlegen.harness.results import write_junit
+
+    record = {"verdict": "fail:numeric", "level": "quick", "group": "g\x01", "case_id": "a\x1b[31m",
+              "detail": "bad \x00 byte \ud800", "wall_s": 0.1, "engine": "e\x0c"}
+    write_junit(tmp_path / "junit.xml", [record], ["quick"])
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    case = root.find(".//testcase")
+    assert case.get("name") == "a\\x1b[31m" and "bad \\x00 byte" in case.find("failure").text
+
+
 def plugin_args(bundles, engine, *extra):
     return ["--bundlegen-level=quick", f"--bundlegen-engine={S.engine_ref(engine)}",
             "--bundlegen-device=cpu", f"--bundlegen-bundles={bundles}", *extra]
