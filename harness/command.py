@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per case for the determinism check (default 2 for a deterministic engine)")
     parser.add_argument("--no-isolation", action="store_true",
                         help="run the engine in this process (debugging: no timeout, a crash ends the run)")
-    parser.add_argument("--bundles", default=None, metavar="DIR", help="bundle root (default: the repo's bundles/)")
+    parser.add_argument("--bundles", default=None, metavar="DIR",
+                        help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    parser.add_argument("--plan", default=None, metavar="NAME",
+                        help="the plan to run when the bundle root holds several")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -41,14 +44,14 @@ def main(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     try:
-        levels_upto(args.level)
+        levels_upto(args.level, args.bundles, args.plan)
         shard = parse_shard(args.shard)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     try:
         summary = run_level(
-            args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles,
+            args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles, plan=args.plan,
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation,
             progress=not args.quiet and sys.stderr.isatty())
