@@ -106,6 +106,7 @@ class Matrix:
     sections: tuple[Section, ...]
     summaries: tuple[ColumnSummary, ...]
     gated: tuple[GatedFeature, ...] = ()
+    plan: str = ""
 
 
 # ----------------------------------------------------------------------------- cells
@@ -128,7 +129,7 @@ def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet) -> C
 
 def build_matrix(groups: Iterable[FeatureGroup], cases: Mapping[str, frozenset[str]],
                  columns: Iterable[Column], claim_sets: Mapping[str, ClaimSet],
-                 gated: Iterable[GatedFeature] = ()) -> Matrix:
+                 gated: Iterable[GatedFeature] = (), plan: str = "") -> Matrix:
     columns = tuple(columns)
     sets = {c.engine: claim_sets.get(c.engine) or ClaimSet(engine=c.engine) for c in columns}
     sections = []
@@ -142,7 +143,7 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: Mapping[str, frozenset[s
                                     declines=len(sets[c.engine].declined(c.arch)))
                       for c in columns)
     return Matrix(columns=columns, sections=tuple(sections), summaries=summaries,
-                  gated=tuple(gated))
+                  gated=tuple(gated), plan=plan)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -250,7 +251,7 @@ def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets:
     groups, gated = feature_groups(manifest)
     cases, errors = feature_cases(bundle_root, manifest.plan)
     columns = list(columns) if columns is not None else default_columns(list(claim_sets), claim_sets)
-    matrix = build_matrix(groups, cases, columns, claim_sets, gated)
+    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan)
     return render(matrix), errors
 
 
