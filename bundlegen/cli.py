@@ -16,7 +16,7 @@ SUBCOMMANDS = {
     "matrix": ("bundlegen.claims.matrix_command", "render SUPPORT_MATRIX.md from the claims"),
     "report": ("bundlegen.claims.report_command", "an HTML report of results with plots"),
     "mutate": ("bundlegen.mutants.command", "run engine mutants and print the kill matrix"),
-    "calibrate": ("bundlegen.harness.calibrate_command", "fit the cost model to measured case times"),
+    "calibrate": ("bundlegen.generator.calibrate_command", "fit the cost model to measured case times"),
 }
 
 

@@ -17,6 +17,7 @@ configuration from the installed package, and writes nothing there.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from dataclasses import dataclass
@@ -60,10 +61,10 @@ class Workspace:
 
 def package_root() -> Path:
     """The folder the package's built-in data hangs from: `plans/`, `bundles/` and
-    `engines/` are its children, in a checkout and in an installed wheel alike."""
-    import bundlegen.plans
-
-    return Path(bundlegen.plans.__file__).resolve().parent.parent
+    `engines/` are its children, in a checkout and in an installed wheel alike. Found, not
+    imported: core imports no subpackage."""
+    spec = importlib.util.find_spec("bundlegen.plans")
+    return Path(spec.origin).resolve().parent.parent
 
 
 def builtin_bundle_root() -> Path:

@@ -4,7 +4,7 @@ A case becomes a claim (engine, arch, case id) when
 - its purpose is `claim` or `regression` (valid graphs; probes never become claims),
 - it appears in at least `min_runs` of the given results files, and
 - in every file where it appears its verdict is `pass` with margin >= `min_margin`
-  (the plan's MIN_CLAIM_MARGIN).
+  (the plan's, from the bundle manifest's `min_claim_margin`).
 Claims only grow: existing claims are kept unless `prune`, which drops the claims of each
 (engine, arch) the given runs cover that those runs do not support.
 
@@ -19,28 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bundlegen.results_file import read_results, results_file
 from bundlegen.claims.store import ClaimSet
 
 CLAIMABLE_PURPOSES = frozenset({"claim", "regression"})
 DEFAULT_MIN_RUNS = 2
-FALLBACK_MIN_MARGIN = 1.5
 PASS, DECLINED, CLAIM_BROKEN, SKIPPED = "pass", "declined", "claim-broken", "skipped"
 REQUIRED_KEYS = ("case_id", "engine", "arch", "verdict")
 
 
-def plan_min_margin() -> float:
-    """bundlegen.plans.sdpa_bwd.MIN_CLAIM_MARGIN, or 1.5 while the plan does not define it."""
-    try:
-        from bundlegen.plans.sdpa_bwd import MIN_CLAIM_MARGIN
-    except ImportError:
-        return FALLBACK_MIN_MARGIN
-    return float(MIN_CLAIM_MARGIN)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HarvestRules:
+    min_margin: float               # the manifest's min_claim_margin unless given
     min_runs: int = DEFAULT_MIN_RUNS
-    min_margin: float = FALLBACK_MIN_MARGIN
 
 
 @dataclass(frozen=True)
@@ -196,13 +187,6 @@ def unclaimed_support(results: Iterable[Mapping], claims: Mapping[str, Iterable[
 
 
 # ----------------------------------------------------------------------------- files
-def results_file(path: Path | str) -> Path:
-    """A results.jsonl file, or a run directory holding one."""
-    path = Path(path)
-    return path / "results.jsonl" if path.is_dir() else path
-
-
 def read_run(path: Path | str) -> list[dict]:
-    from bundlegen.harness.results import read_results
-
+    """The records of a results file (.jsonl, .jsonl.gz) or a run directory."""
     return read_results(results_file(path))

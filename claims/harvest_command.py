@@ -1,10 +1,15 @@
-"""`bundlegen harvest RESULTS... [--min-runs N] [--prune]`: passing results -> claims.json."""
+"""`bundlegen harvest RESULTS... [--min-runs N] [--prune]`: passing results -> claims.json
+in each engine's config folder of the current workspace."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, plan_min_margin, read_run, results_file
+from bundlegen.graph import BundleError
+from bundlegen.manifest import load_manifest
+from bundlegen.results_file import results_file
+from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
+from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
@@ -14,11 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
                         help=f"runs a case must pass in to be claimed (default {DEFAULT_MIN_RUNS})")
     parser.add_argument("--min-margin", type=float, default=None,
-                        help="least margin in every run (default: the plan's MIN_CLAIM_MARGIN)")
+                        help="least margin in every run (default: the bundle manifest's min_claim_margin)")
+    parser.add_argument("--plan", default=None, metavar="NAME",
+                        help="whose manifest gives the margin, when the bundle root holds several plans")
     parser.add_argument("--prune", action="store_true",
                         help="drop claims of the covered engine/archs these runs do not support")
     parser.add_argument("--claims-root", type=Path, default=None,
-                        help="directory holding <engine dir>/claims.json (default: engines/)")
+                        help="directory holding <engine dir>/claims.json (default: the workspace's "
+                             "engine config folders)")
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
 
 
@@ -30,16 +38,23 @@ def main(args: argparse.Namespace) -> int:
     if args.min_runs < 1:
         print("harvest: --min-runs must be at least 1")
         return 2
-    rules = HarvestRules(min_runs=args.min_runs,
-                         min_margin=plan_min_margin() if args.min_margin is None else args.min_margin)
+    try:
+        workspace = None if args.claims_root is not None else require_workspace("harvest")
+        min_margin = (load_manifest(default_bundle_root(), args.plan).min_claim_margin
+                      if args.min_margin is None else args.min_margin)
+    except (WorkspaceError, BundleError) as exc:
+        print(f"harvest: {exc}")
+        return 2
+    rules = HarvestRules(min_runs=args.min_runs, min_margin=min_margin)
     runs = [read_run(p) for p in args.results]
     engines = sorted({r.get("engine") for run in runs for r in run if isinstance(r.get("engine"), str)})
     storable = [e for e in engines if ":" not in e]
     for engine in sorted(set(engines) - set(storable)):
         print(f"harvest: {engine}: not a registered engine name, its claims are not stored")
     try:
-        existing = {e: read_claim_set(claims_path(e, args.claims_root), e) for e in storable}
-    except ClaimsError as exc:
+        paths = {e: claims_path(e, args.claims_root, workspace) for e in storable}
+        existing = {e: read_claim_set(paths[e], e) for e in storable}
+    except (ClaimsError, WorkspaceError) as exc:
         print(f"harvest: {exc}")
         return 2
     updated, changes = harvest(runs, existing, rules, prune=args.prune)
@@ -52,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     for engine in storable:
-        path = claims_path(engine, args.claims_root)
+        path = paths[engine]
         if write_claim_set(path, updated[engine]):
             print(f"  wrote {path}")
     return 0

@@ -1,15 +1,17 @@
 """The support matrix (DESIGN section 7): plan features x (engine, arch) cells.
 
-Rows are the plan's feature items (one per axis value, AX-<AXIS>-<VALUE>, grouped by axis;
-then the shape catalog and the regressions). A feature's cases are the claim and
-regression cases of the checked-in bundles (every level) that trace to it; probes are
-excluded. Columns are every registered engine x every arch its archs() names. A cell:
+Rows are the plan's feature items as the bundle manifest lists them (one per axis value,
+AX-<AXIS>-<VALUE>, grouped by axis; then its sections: the shape catalog, the
+regressions). A feature's cases are the claim and regression cases of the bundles (every
+level) that trace to it; probes are excluded. Columns are the engines with a config
+folder in the workspace x every arch the engine's archs() names (or its claims hold). A cell:
   ✅ n/n     every case of the feature is claimed
   🟡 k/n     k of them are claimed
   ❌ reason  none is claimed and the engine declined some (the most common reason code)
   —          the engine has not been harvested on that arch
 Everything here takes explicit inputs (build_matrix, render); `feature_groups`,
-`feature_cases` and `default_columns` read the plan, the bundles and the registry.
+`feature_cases`, `workspace_engines` and `default_columns` read the manifest, the bundles,
+the workspace and the registry.
 """
 from __future__ import annotations
 
@@ -18,15 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from bundlegen.manifest import Manifest
 from bundlegen.reasons import code_of
-from bundlegen.claims.store import ClaimSet, ClaimsError, load_claim_set
+from bundlegen.workspace import Workspace, builtin_engine_dir, check_engine_name, package_root
+from bundlegen.claims.store import CLAIMS_NAME, ClaimSet, ClaimsError, load_claim_set, read_claim_set
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUNDLE_ROOT = REPO_ROOT / "bundles"
-MATRIX_PATH = REPO_ROOT / "SUPPORT_MATRIX.md"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "support_matrix.md.j2"
-PLAN_NAME = "sdpa_bwd"
 
 CLAIMED, PARTIAL, DECLINED, NOT_RUN, NO_CASES = "claimed", "partial", "declined", "not-run", "no-cases"
 
@@ -106,6 +106,7 @@ class Matrix:
     sections: tuple[Section, ...]
     summaries: tuple[ColumnSummary, ...]
     gated: tuple[GatedFeature, ...] = ()
+    plan: str = ""
 
 
 # ----------------------------------------------------------------------------- cells
@@ -128,7 +129,7 @@ def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet) -> C
 
 def build_matrix(groups: Iterable[FeatureGroup], cases: Mapping[str, frozenset[str]],
                  columns: Iterable[Column], claim_sets: Mapping[str, ClaimSet],
-                 gated: Iterable[GatedFeature] = ()) -> Matrix:
+                 gated: Iterable[GatedFeature] = (), plan: str = "") -> Matrix:
     columns = tuple(columns)
     sets = {c.engine: claim_sets.get(c.engine) or ClaimSet(engine=c.engine) for c in columns}
     sections = []
@@ -142,7 +143,7 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: Mapping[str, frozenset[s
                                     declines=len(sets[c.engine].declined(c.arch)))
                       for c in columns)
     return Matrix(columns=columns, sections=tuple(sections), summaries=summaries,
-                  gated=tuple(gated))
+                  gated=tuple(gated), plan=plan)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -162,23 +163,17 @@ def render(matrix: Matrix, template_dir: Path = TEMPLATE_DIR) -> str:
 
 
 # ----------------------------------------------------------------------------- inputs
-def feature_groups(plan=None) -> tuple[list[FeatureGroup], list[GatedFeature]]:
-    """The plan's feature rows: one group per axis (an AX- item per value), then the shape
-    catalog and the regressions; and the gated items (declared, not written)."""
-    if plan is None:
-        from bundlegen.plans.sdpa_bwd import PLAN as plan
-    from bundlegen.generator.expand import axis_item
-
-    groups = [FeatureGroup(axis.title, tuple(Feature(axis_item(axis.name, v), v) for v in axis.values))
-              for axis in plan.axes]
-    groups.append(FeatureGroup("shape catalog", tuple(Feature(e.item, e.purpose) for e in plan.catalog)))
-    groups.append(FeatureGroup("regressions", tuple(Feature(r.item, r.defect) for r in plan.regressions)))
-    gated = [GatedFeature(g.item, g.title, g.gate) for g in plan.gated]
+def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[GatedFeature]]:
+    """The manifest's feature rows: one group per axis (an AX- item per value), then its
+    sections (shape catalog, regressions); and the gated items (declared, not written)."""
+    groups = [FeatureGroup(axis.title, tuple(Feature(item, v) for item, v in zip(axis.items, axis.values)))
+              for axis in manifest.axes]
+    groups += [FeatureGroup(s.title, tuple(Feature(i.id, i.title) for i in s.items)) for s in manifest.sections]
+    gated = [GatedFeature(g.item, g.title, g.gate) for g in manifest.gates]
     return groups, gated
 
 
-def feature_cases(bundle_root: Path | str = BUNDLE_ROOT, plan: str = PLAN_NAME
-                  ) -> tuple[dict[str, frozenset[str]], list[str]]:
+def feature_cases(bundle_root: Path | str, plan: str) -> tuple[dict[str, frozenset[str]], list[str]]:
     """item -> ids of the claim/regression cases tracing to it, over every level's bundles;
     and the bundle errors met on the way (a bad case is left out, not fatal)."""
     from bundlegen.graph import BundleError, load_bundle
@@ -200,16 +195,47 @@ def feature_cases(bundle_root: Path | str = BUNDLE_ROOT, plan: str = PLAN_NAME
     return {item: frozenset(ids) for item, ids in found.items()}, errors
 
 
-def default_columns(engine_names: Iterable[str] | None = None) -> list[Column]:
-    """Every registered engine x every arch its archs() names, in registry order."""
+def _engine_name(folder: Path) -> str:
+    """The engine a config folder belongs to: its claims.json's `engine`, else the folder
+    name with '_' as '-'."""
+    claims = folder / CLAIMS_NAME
+    name = read_claim_set(claims, "").engine if claims.is_file() else ""
+    return check_engine_name(name or folder.name.replace("_", "-"))
+
+
+def workspace_engines(workspace: Workspace) -> dict[str, Path]:
+    """Engine name -> config folder, for every folder in the workspace's engine folders that
+    holds an engine.toml or claims.json (the first folder naming an engine wins), plus the
+    built-in engines when those folders are the package's own."""
+    found: dict[str, Path] = {}
+    for folder in workspace.engine_dirs:
+        if not folder.is_dir():
+            continue
+        for sub in sorted(folder.iterdir()):
+            if (sub / "engine.toml").is_file() or (sub / CLAIMS_NAME).is_file():
+                found.setdefault(_engine_name(sub), sub)
+    own = (package_root() / "engines").resolve()
+    if any(folder.resolve() == own for folder in workspace.engine_dirs):
+        from bundlegen.engines.registry import BUILTIN
+
+        for name in BUILTIN:
+            found.setdefault(name, builtin_engine_dir(name))
+    return dict(sorted(found.items()))
+
+
+def default_columns(engine_names: Iterable[str] | None = None,
+                    claim_sets: Mapping[str, ClaimSet] | None = None) -> list[Column]:
+    """Each engine x every arch its archs() names (an engine that cannot load: the archs
+    its claims hold), in the order given (default: every registered engine)."""
     from bundlegen.engines.registry import engine_class, known_names
 
     columns = []
-    for name in engine_names or known_names():
+    for name in engine_names if engine_names is not None else known_names():
         try:
             archs = engine_class(name)("cpu").archs()
-        except Exception:  # noqa: BLE001 - an engine that cannot load has no column
-            continue
+        except Exception:  # noqa: BLE001 - an engine that cannot load shows what it claimed
+            held = (claim_sets or {}).get(name)
+            archs = sorted(held.archs_run) if held is not None else []
         columns.extend(Column(name, arch) for arch in archs)
     return columns
 
@@ -218,18 +244,17 @@ def load_claim_sets(engines: Iterable[str], claims_root: Path | str | None = Non
     return {e: load_claim_set(e, claims_root) for e in sorted(set(engines))}
 
 
-def support_matrix_text(bundle_root: Path | str = BUNDLE_ROOT, claims_root: Path | str | None = None,
-                        plan=None, columns: Iterable[Column] | None = None) -> tuple[str, list[str]]:
-    """SUPPORT_MATRIX.md's text from the checked-in plan, bundles and claims, and the
-    bundle errors met. Raises ClaimsError for a malformed claims.json."""
-    groups, gated = feature_groups(plan)
-    cases, errors = feature_cases(bundle_root)
-    columns = list(columns) if columns is not None else default_columns()
-    matrix = build_matrix(groups, cases, columns,
-                          load_claim_sets((c.engine for c in columns), claims_root), gated)
+def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets: Mapping[str, ClaimSet],
+                        columns: Iterable[Column] | None = None) -> tuple[str, list[str]]:
+    """SUPPORT_MATRIX.md's text from a manifest, its bundles and the engines' claims (columns
+    default: each claim set's engine, by default_columns), and the bundle errors met."""
+    groups, gated = feature_groups(manifest)
+    cases, errors = feature_cases(bundle_root, manifest.plan)
+    columns = list(columns) if columns is not None else default_columns(list(claim_sets), claim_sets)
+    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan)
     return render(matrix), errors
 
 
 __all__ = ["Cell", "Column", "Feature", "FeatureGroup", "GatedFeature", "Matrix", "ClaimsError",
            "build_matrix", "cell_for", "default_columns", "feature_cases", "feature_groups",
-           "render", "support_matrix_text"]
+           "render", "support_matrix_text", "workspace_engines"]

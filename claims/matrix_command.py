@@ -1,12 +1,18 @@
-"""`bundlegen matrix [--check]`: render SUPPORT_MATRIX.md, or fail when it has drifted."""
+"""`bundlegen matrix [--check]`: render the workspace's support matrix (its `matrix` path,
+SUPPORT_MATRIX.md here), or fail when it has drifted. It reads the bundles and manifest of
+the default bundle root and the claims of every engine with a config folder in the
+workspace."""
 from __future__ import annotations
 
 import argparse
 import difflib
 from pathlib import Path
 
-from bundlegen.claims.matrix import BUNDLE_ROOT, MATRIX_PATH, support_matrix_text
-from bundlegen.claims.store import ClaimsError
+from bundlegen.graph import BundleError
+from bundlegen.manifest import load_manifest
+from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
+from bundlegen.claims.matrix import load_claim_sets, support_matrix_text, workspace_engines
+from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
 
 DIFF_LINES = 40
 
@@ -14,11 +20,13 @@ DIFF_LINES = 40
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="re-render and fail (exit 1) when the file differs")
-    parser.add_argument("--output", type=Path, default=MATRIX_PATH,
-                        help="the matrix file (default: SUPPORT_MATRIX.md at the repository root)")
-    parser.add_argument("--bundles", type=Path, default=BUNDLE_ROOT, help="bundle root (default: bundles/)")
+    parser.add_argument("--bundles", type=Path, default=None,
+                        help="bundle root (default: the workspace's, else the built-in bundles)")
+    parser.add_argument("--plan", default=None, metavar="NAME",
+                        help="the plan to render when the bundle root holds several")
     parser.add_argument("--claims-root", type=Path, default=None,
-                        help="directory holding <engine dir>/claims.json (default: engines/)")
+                        help="directory holding <engine dir>/claims.json (default: the workspace's "
+                             "engine config folders)")
 
 
 def drift(expected: str, path: Path) -> list[str]:
@@ -36,21 +44,30 @@ def drift(expected: str, path: Path) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        text, errors = support_matrix_text(args.bundles, args.claims_root)
-    except ClaimsError as exc:
+        workspace = require_workspace("matrix")
+        bundles = args.bundles if args.bundles is not None else default_bundle_root()
+        manifest = load_manifest(bundles, args.plan)
+        folders = workspace_engines(workspace)
+        if args.claims_root is not None:
+            claim_sets = load_claim_sets(folders, args.claims_root)
+        else:
+            claim_sets = {name: read_claim_set(folder / CLAIMS_NAME, name) for name, folder in folders.items()}
+        text, errors = support_matrix_text(manifest, bundles, claim_sets)
+    except (ClaimsError, BundleError, WorkspaceError) as exc:
         print(f"matrix: {exc}")
         return 2
+    output = workspace.matrix
     for error in errors:
         print(f"matrix: bundle error (case left out): {error}")
     if args.check:
-        diff = drift(text, args.output)
+        diff = drift(text, output)
         if diff:
-            print(f"matrix: {args.output} has drifted from the plan, bundles and claims; "
+            print(f"matrix: {output} has drifted from the plan, bundles and claims; "
                   "run `bundlegen matrix`")
             print("\n".join(diff))
             return 1
-        print(f"matrix: {args.output} is up to date")
+        print(f"matrix: {output} is up to date")
         return 0
-    args.output.write_text(text, encoding="utf-8")
-    print(f"matrix: wrote {args.output}")
+    output.write_text(text, encoding="utf-8")
+    print(f"matrix: wrote {output}")
     return 0

@@ -3,7 +3,7 @@
 - margins.png: the margin distribution per engine, one panel per output (dQ, dK, dV);
   log10 scale, with the tolerance (margin 1) and the plan's claim margin marked.
 - pairs_<engine>.png: pair coverage of what was validated (verdict pass, so neither
-  declined nor failed) over the plan's core axes: for every two values of different core
+  declined nor failed) over the plan's core axes (from the bundle manifest): for every two values of different core
   axes, how many passing cases hold both. An empty cell is a pair nothing validated.
 - cost.png: predicted vs measured seconds per case (the cost model's check).
 """
@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import matplotlib
+
+from bundlegen.manifest import Manifest
+
 OUTPUTS = ("dq", "dk", "dv")
 PASS = "pass"
 
@@ -27,21 +31,12 @@ class AxisValues:
     values: tuple[str, ...]
 
 
-def core_axes(plan=None) -> list[AxisValues]:
-    """The plan's core axes with their AX- items; [] when the plan cannot be read."""
-    try:
-        if plan is None:
-            from bundlegen.plans.sdpa_bwd import PLAN as plan
-        from bundlegen.generator.expand import axis_item
-    except ImportError:
-        return []
-    return [AxisValues(a.name, tuple(axis_item(a.name, v) for v in a.values), tuple(a.values))
-            for a in plan.axes if a.core]
+def core_axes(manifest: Manifest) -> list[AxisValues]:
+    """The manifest's core axes with their AX- items."""
+    return [AxisValues(a.name, a.items, a.values) for a in manifest.axes if a.core]
 
 
 def _pyplot():
-    import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -181,9 +176,9 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
 
 # ----------------------------------------------------------------------------- report
 def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out_dir: Path | str,
-                 min_margin: float, axes: Sequence[AxisValues] | None = None) -> Path:
-    """Write out_dir/index.html and its plots; `axes`: the pair-coverage axes (default: the
-    plan's core axes)."""
+                 min_margin: float, axes: Sequence[AxisValues]) -> Path:
+    """Write out_dir/index.html and its plots; `axes`: the pair-coverage axes (core_axes of
+    the manifest)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = [r for run in runs for r in run
@@ -206,7 +201,6 @@ def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out_
     else:
         parts.append("<p>No margins recorded.</p>")
     parts.append("<h2>Pair coverage of validated cases</h2>")
-    axes = core_axes() if axes is None else axes
     drawn = False
     for engine in sorted({r["engine"] for r in records}):
         name = "pairs_" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in engine) + ".png"

@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bundlegen.claims.harvest import plan_min_margin, read_run, results_file
-from bundlegen.claims.report import write_report
+from bundlegen.graph import BundleError
+from bundlegen.manifest import load_manifest
+from bundlegen.results_file import results_file
+from bundlegen.workspace import default_bundle_root
+from bundlegen.claims.harvest import read_run
+from bundlegen.claims.report import core_axes, write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,6 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results.jsonl files (or run directories holding one)")
     parser.add_argument("--html", type=Path, required=True, metavar="OUT",
                         help="directory to write index.html and the PNG plots into")
+    parser.add_argument("--bundles", type=Path, default=None,
+                        help="bundle root whose manifest gives the claim margin and core axes "
+                             "(default: the workspace's, else the built-in bundles)")
+    parser.add_argument("--plan", default=None, metavar="NAME",
+                        help="the plan, when the bundle root holds several")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -20,7 +29,13 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         print(f"report: no results file at {', '.join(map(str, missing))}")
         return 2
+    try:
+        manifest = load_manifest(args.bundles if args.bundles is not None else default_bundle_root(), args.plan)
+    except BundleError as exc:
+        print(f"report: {exc}")
+        return 2
     runs = [read_run(p) for p in args.results]
-    index = write_report(runs, [str(results_file(p)) for p in args.results], args.html, plan_min_margin())
+    index = write_report(runs, [str(results_file(p)) for p in args.results], args.html,
+                         manifest.min_claim_margin, core_axes(manifest))
     print(f"report: wrote {index}")
     return 0

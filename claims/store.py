@@ -1,4 +1,5 @@
-"""engines/<name>/claims.json (CONTRACTS "Claims"), the one reader and writer.
+"""<engine config dir>/claims.json (CONTRACTS "Claims"), the one reader and writer. An
+engine's config folder comes from the workspace (bundlegen.workspace).
 
 Canonical JSON (bundlegen.graph.canonical_json):
     {"version": 1, "engine": "triton",
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from bundlegen.graph import canonical_json
+from bundlegen.workspace import Workspace, builtin_engine_dir, engine_dir_name, find_workspace
 
 CLAIMS_VERSION = 1
 CLAIMS_NAME = "claims.json"
@@ -47,13 +49,16 @@ class ClaimSet:
                              for arch, by_id in sorted(self.declines.items()) if by_id}}
 
 
-def claims_path(engine: str, root: Path | str | None = None) -> Path:
-    """engines/<dir>/claims.json, or <root>/<dir>/claims.json (tests, other checkouts)."""
-    from bundlegen.workspace import engine_config_dir, engine_dir_name
-
+def claims_path(engine: str, root: Path | str | None = None, workspace: Workspace | None = None) -> Path:
+    """<root>/<engine dir>/claims.json when `root` is given (tests, other checkouts); else the
+    engine's config folder in `workspace` (default: the current one); outside a workspace
+    the built-in engine's (read only: writers take a workspace)."""
     if root is not None:
         return Path(root) / engine_dir_name(engine) / CLAIMS_NAME
-    return engine_config_dir(engine) / CLAIMS_NAME
+    workspace = workspace if workspace is not None else find_workspace()
+    if workspace is not None:
+        return workspace.engine_config_dir(engine) / CLAIMS_NAME
+    return builtin_engine_dir(engine) / CLAIMS_NAME
 
 
 def read_claim_set(path: Path | str, engine: str) -> ClaimSet:

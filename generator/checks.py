@@ -101,9 +101,11 @@ def check_plan(plan: Plan) -> None:
         if p.reason not in known:
             raise PlanError(f"{entry}: {p.reason!r} is not a {p.by} reason code in bundlegen.reasons")
         check_spec(plan, p.spec, entry)
-    for name in plan.engine_toml_dirs:
-        if not re.match(r"^[a-z0-9][a-z0-9_-]*$", plan.engine_toml_dirs[name]):
-            raise PlanError(f"engine '{name}': bad directory name {plan.engine_toml_dirs[name]!r}")
+    for name, tc in plan.tolerance_classes.items():
+        if name != tc.name or not (tc.rtol >= 0 and tc.atol >= 0):
+            raise PlanError(f"tolerance class '{name}': needs its own name and rtol, atol >= 0")
+    if not plan.min_claim_margin > 0 or not plan.cpu_case_limit_s > 0:
+        raise PlanError("min_claim_margin and cpu_case_limit_s must be > 0")
     declared_items(plan)
 
 
@@ -182,6 +184,10 @@ def check_draft(plan: Plan, legality: Legality, draft: Draft) -> None:
         raise PlanError(f"{entry}: unknown purpose {draft.purpose!r}")
     if draft.combo is not None and not legality.is_legal(draft.combo):
         raise PlanError(f"{entry}: breaks rule(s) {', '.join(legality.broken_rules(draft.combo))}")
+    try:
+        plan.tolerance_rule(g)   # every case names its class, a probe too (the bundle contract)
+    except ValueError as exc:
+        raise PlanError(f"{entry}: {exc}") from exc
     front = frontend_reason(g)
     if draft.purpose == "probe":
         r = draft.rejection
@@ -198,7 +204,3 @@ def check_draft(plan: Plan, legality: Legality, draft: Draft) -> None:
         raise PlanError(f"{entry}: not a valid graph ({front})")
     if output_layout_reason(g) is not None:
         raise PlanError(f"{entry}: outputs not addressable ({output_layout_reason(g)}); make it an engine probe")
-    try:
-        plan.tolerance_rule(g)
-    except ValueError as exc:
-        raise PlanError(f"{entry}: {exc}") from exc

@@ -1,23 +1,27 @@
-"""`bundlegen generate`: expand the plan into bundles and engine-TOML tolerance blocks.
+"""`bundlegen generate`: expand the workspace's plans into bundles and their manifests.
 
-  bundlegen generate                      write bundles/ and the TOML blocks
-  bundlegen generate --dry-run --report   write nothing, print the plan report
-  bundlegen generate --check              exit 1 with a summary when checked-in files drift
+  bundlegen generate                      write <workspace bundles>/ (bundles + manifests)
+  bundlegen generate --dry-run --report   write nothing, print the plan report (anywhere:
+                                          outside a workspace, the built-in plan)
+  bundlegen generate --check              exit 1 with a summary when the workspace's bundles
+                                          or manifests drift from its plans
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
+from bundlegen.workspace import DEFAULTS, Workspace, WorkspaceError, find_workspace, require_workspace
 from bundlegen.generator import report, write
 from bundlegen.generator.errors import PlanError
-from bundlegen.generator.generate import build_default
-from bundlegen.generator.paths import REPO_ROOT
+from bundlegen.generator.generate import build, build_default
 from bundlegen.generator.records import GeneratedPlan
 
 EXIT_DRIFT = 1
 EXIT_PLAN_ERROR = 2
+BUILTIN_PLAN = DEFAULTS["plans"][0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,42 +29,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true",
                         help="print counts, budgets, the pair proof, legality, gates and traceability")
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 when the checked-in bundles or TOML blocks differ from the plan")
-    parser.add_argument("--root", type=Path, default=REPO_ROOT,
-                        help="repository root to write to or check (default: this checkout)")
+                        help="exit 1 when the workspace's bundles or manifests differ from its plans")
+
+
+def plan_module(name: str, workspace: Workspace | None):
+    """Import plan module `name`, the workspace folder first on sys.path (a workspace's own
+    plans live there)."""
+    if workspace is not None and str(workspace.root) not in sys.path:
+        sys.path.insert(0, str(workspace.root))
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        where = f"{workspace.source}: plans" if workspace is not None else "plan"
+        raise PlanError(f"{where}: cannot import {name!r}: {exc}") from None
+    if not hasattr(module, "PLAN"):
+        raise PlanError(f"{name}: defines no PLAN")
+    return module
+
+
+def build_plans(workspace: Workspace | None) -> list[GeneratedPlan]:
+    """Every plan the workspace names (outside one: the built-in plan), built."""
+    names = workspace.plans if workspace is not None else (BUILTIN_PLAN,)
+    out = []
+    for name in names:
+        module = plan_module(name, workspace)
+        out.append(build_default() if name == BUILTIN_PLAN else build(module.PLAN))
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        generated = build_default()
+        workspace = require_workspace("generate") if args.check or not args.dry_run else find_workspace()
+    except WorkspaceError as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return EXIT_PLAN_ERROR
+    try:
+        generated = build_plans(workspace)
     except PlanError as exc:
         print(f"plan error: {exc}", file=sys.stderr)
         return EXIT_PLAN_ERROR
-    return run(args, generated)
+    return run(args, generated, workspace.bundles if workspace is not None else None)
 
 
-def run(args: argparse.Namespace, generated: GeneratedPlan) -> int:
-    """The subcommand on an already built plan (tests pass one in)."""
-    root = Path(args.root)
-    if args.report:
-        print(report.render(generated), end="")
-    for proof in generated.proofs:
-        if not proof.complete:
-            print(f"generate: coverage gap at {proof.level}: {proof.covered} of {proof.total} "
-                  f"{proof.scope} units", file=sys.stderr)
+def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path | None) -> int:
+    """The subcommand on already built plans (tests pass them in); `bundle_root`: where to
+    write or check (None only for --dry-run)."""
+    if len({g.plan.name for g in plans}) != len(plans):
+        print("generate: two plans share a name", file=sys.stderr)
+        return EXIT_PLAN_ERROR
+    for generated in plans:
+        if args.report:
+            print(report.render(generated), end="")
+        for proof in generated.proofs:
+            if not proof.complete:
+                print(f"generate: {generated.plan.name}: coverage gap at {proof.level}: {proof.covered} of "
+                      f"{proof.total} {proof.scope} units", file=sys.stderr)
+    cases = sum(len(g.cases) for g in plans)
     if args.check:
-        drift = write.check(generated, root)
+        drift = [line for g in plans for line in write.check(g, bundle_root)]
         if drift:
-            print(f"generate --check: {len(drift)} file(s) differ from the plan "
+            print(f"generate --check: {len(drift)} file(s) in {bundle_root} differ from the plan "
                   f"(run `bundlegen generate`):", file=sys.stderr)
             for line in drift:
                 print(f"  {line}", file=sys.stderr)
             return EXIT_DRIFT
-        print(f"generate --check: bundles and tolerance blocks match the plan ({len(generated.cases)} cases)")
+        print(f"generate --check: bundles and manifests match the plan ({cases} cases)")
         return 0
     if args.dry_run:
         return 0
-    result = write.write(generated, root)
-    print(f"generate: {len(generated.cases)} cases; {len(result.written)} file(s) written, "
-          f"{result.unchanged} unchanged, {len(result.removed)} stale removed")
+    for generated in plans:
+        result = write.write(generated, bundle_root)
+        print(f"generate: {generated.plan.name}: {len(generated.cases)} cases; {len(result.written)} file(s) "
+              f"written, {result.unchanged} unchanged, {len(result.removed)} stale removed in {bundle_root}")
     return 0

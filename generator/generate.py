@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
-from bundlegen.generator import cost as cost_model
 from bundlegen.generator import ids, levels, pairs
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
@@ -141,7 +141,7 @@ def _cases(plan: Plan, legality: Legality, drafts: list[Draft]):
             id=case_id, purpose=m.purpose,
             items=tuple(sorted({i for d in m.drafts for i in d.items})),
             graph=lead.graph, data=DataSpec(seed=ids.seed_of(case_id), distribution=lead.distribution),
-            tolerance_class=None if m.purpose == "probe" else plan.tolerance_rule(lead.graph),
+            tolerance_class=plan.tolerance_rule(lead.graph),
             expected_rejection=lead.rejection, cost=h200, level=assigned[case_id], group=lead.group))
     cases.sort(key=lambda c: (level_names.index(c.level), c.group, c.id))
     return tuple(cases), {k: v for k, v in combos.items() if v}, entries, cpu

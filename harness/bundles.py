@@ -1,40 +1,26 @@
 """Finding and loading the bundles of a level and every lower level
-(`bundles/<level>/sdpa_bwd/<group>.json`). A malformed file or case becomes a
-BundleError beside the good cases; it never stops the others from loading."""
+(`<bundle root>/<level>/<plan>/<group>.json`, levels and plan from the root's manifest).
+A malformed file or case becomes a BundleError beside the good cases; it never stops the
+others from loading; a missing or malformed manifest is a BundleError raised."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from bundlegen.graph import BundleError, Case, load_bundle
-
-PLAN = "sdpa_bwd"
-#: the CONTRACTS order, used only while plans/sdpa_bwd.py does not exist
-DEFAULT_LEVELS = ("quick", "pr", "nightly", "full")
+from bundlegen.manifest import Manifest, load_manifest
+from bundlegen.workspace import default_bundle_root
 
 
-def level_names() -> tuple[str, ...]:
-    try:
-        from bundlegen.plans.sdpa_bwd import LEVELS
-    except ImportError:
-        return DEFAULT_LEVELS
-    return tuple(level.name for level in LEVELS)
+def manifest_of(root: Path | str | None = None, plan: str | None = None) -> Manifest:
+    """The manifest of `plan` (default: the only plan) in bundle root `root` (default: the
+    workspace's generated bundles, else the built-in ones). BundleError when there is none."""
+    return load_manifest(default_bundle_root() if root is None else root, plan)
 
 
-def levels_upto(level: str) -> tuple[str, ...]:
-    """The level and every lower one, lowest first."""
-    names = level_names()
-    if level not in names:
-        raise ValueError(f"unknown level {level!r} (known: {', '.join(names)})")
-    return names[: names.index(level) + 1]
-
-
-def default_bundle_root() -> Path:
-    try:
-        from bundlegen.generator.paths import BUNDLE_ROOT
-    except ImportError:
-        return Path(__file__).resolve().parent.parent / "bundles"
-    return Path(BUNDLE_ROOT)
+def levels_upto(level: str, root: Path | str | None = None, plan: str | None = None) -> tuple[str, ...]:
+    """The level and every lower one, lowest first, in the manifest's order."""
+    return manifest_of(root, plan).levels_upto(level)
 
 
 @dataclass(frozen=True)
@@ -42,22 +28,25 @@ class LoadedCases:
     cases: tuple[Case, ...]
     errors: tuple[BundleError, ...]
     files: tuple[Path, ...]
+    manifest: Manifest
 
 
-def bundle_files(root: Path, level: str) -> list[Path]:
-    return sorted((Path(root) / level / PLAN).glob("*.json"))
+def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
+    return sorted((Path(root) / level / plan).glob("*.json"))
 
 
-def load_level(root: Path | str, level: str) -> LoadedCases:
-    """Every case of `level` and the lower levels, in level then file order."""
+def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedCases:
+    """Every case of `level` and the lower levels of `plan` (default: the root's only plan),
+    in level then file order."""
+    manifest = load_manifest(root, plan)
     cases: list[Case] = []
     errors: list[BundleError] = []
     files: list[Path] = []
     seen: dict[str, str] = {}  # case id -> file
-    for lvl in levels_upto(level):
-        for path in bundle_files(Path(root), lvl):
+    for lvl in manifest.levels_upto(level):
+        for path in bundle_files(Path(root), lvl, manifest.plan):
             files.append(path)
-            file_cases, file_errors = _load_file(path, lvl)
+            file_cases, file_errors = _load_file(path, lvl, manifest.plan)
             errors.extend(file_errors)
             for case in file_cases:
                 if case.id in seen:
@@ -66,17 +55,17 @@ def load_level(root: Path | str, level: str) -> LoadedCases:
                     continue
                 seen[case.id] = str(path)
                 cases.append(case)
-    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files))
+    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files), manifest=manifest)
 
 
-def _load_file(path: Path, level: str) -> tuple[list[Case], list[BundleError]]:
+def _load_file(path: Path, level: str, plan: str) -> tuple[list[Case], list[BundleError]]:
     try:
         bundle, errors = load_bundle(path)
     except BundleError as exc:
         return [], [exc]
     file = str(path)
     # The file's place decides its level and group; a header that disagrees is a defect.
-    for fieldname, have, want in (("plan", bundle.plan, PLAN), ("level", bundle.level, level),
+    for fieldname, have, want in (("plan", bundle.plan, plan), ("level", bundle.level, level),
                                   ("group", bundle.group, path.stem)):
         if have != want:
             return [], [*errors, BundleError(f"is {have!r} but the file lies at {want!r}",
@@ -90,7 +79,7 @@ def error_location(error: BundleError) -> tuple[str, str]:
     return (path.parent.parent.name, path.stem)
 
 
-def case_file(case: Case) -> str:
+def case_file(case: Case, plan: str) -> str:
     """The bundle file of a loaded case, relative to the bundle root (its place is checked
     against its header when it is loaded)."""
-    return f"{case.level}/{PLAN}/{case.group}.json" if case.level else ""
+    return f"{case.level}/{plan}/{case.group}.json" if case.level else ""

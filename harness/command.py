@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-empty", action="store_true",
                         help="exit 0 even when nothing was tested (every case declined or skipped, "
                              "or none selected); without it such a run exits 5")
+    parser.add_argument("--plan", default=None, metavar="NAME",
+                        help="the plan to run when the bundle root holds several")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -99,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True, soft_wrap=True)
     try:
-        levels_upto(args.level)
+        levels_upto(args.level, args.bundles, args.plan)
         shard = parse_shard(args.shard)
         selection(args.pattern)
         if args.device is not None and not DEVICE_RE.fullmatch(args.device):
@@ -114,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
                 raise EngineConfigError(f"--engine-config {args.engine_config}: not a folder")
             config = load_engine_config(args.engine_config)
         summary = run_level(
-            args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles,
+            args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles, plan=args.plan,
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"))

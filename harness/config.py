@@ -1,21 +1,22 @@
 """An engine's configuration as the harness reads it (CONTRACTS "Engine TOML", "Claims"):
-`engines/<dir>/engine.toml` ([[tolerance_overrides]]: last match wins; [[test_skips]]:
-first match wins, optional archs) and `engines/<dir>/claims.json`.
+`<engine config dir>/engine.toml` ([[tolerance_overrides]]: hand-written engine-specific
+rows, last match wins; [[test_skips]]: first match wins, optional archs) and
+`<engine config dir>/claims.json`, with the bundle manifest of the run.
 
-A case with no matching override row gets its plan tolerance class
-(`bundlegen.plans.sdpa_bwd.TOLERANCE_CLASSES`)."""
+A case with no matching override row gets the numbers of its tolerance class from the
+manifest (bundlegen.manifest)."""
 from __future__ import annotations
 
 import fnmatch
 import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from bundlegen.graph import Case
+from bundlegen.manifest import Manifest
 
-PLAN = "sdpa_bwd"
 FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item", "purpose")
 GLOB_KEYS = frozenset({"id", "item"})
 
@@ -28,7 +29,7 @@ class EngineConfigError(ValueError):
 class Tolerance:
     rtol: float
     atol: float
-    source: str  # where it came from: "engine.toml tolerance_overrides[3]" or "plan class bf16-r256"
+    source: str  # "<engine.toml path> tolerance_overrides[3]" or "manifest class bf16-r256"
 
     def to_json(self) -> dict:
         return {"rtol": self.rtol, "atol": self.atol, "source": self.source}
@@ -49,7 +50,7 @@ class SkipRow:
     archs: tuple[str, ...] | None  # None: every arch
 
 
-def filters_match(filters: Mapping[str, str], case: Case, plan: str = PLAN) -> bool:
+def filters_match(filters: Mapping[str, str], case: Case, plan: str | None) -> bool:
     """Every filter matches the case; `id` and `item` take fnmatch globs, the rest compare
     exactly; `item` matches when any item the case traces to matches."""
     for key, want in filters.items():
@@ -68,7 +69,7 @@ def filters_match(filters: Mapping[str, str], case: Case, plan: str = PLAN) -> b
     return True
 
 
-def _case_value(case: Case, key: str, plan: str) -> str | None:
+def _case_value(case: Case, key: str, plan: str | None) -> str | None:
     return {"plan": plan, "tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
             "id": case.id, "group": case.group, "level": case.level,
             "purpose": case.purpose}[key]
@@ -80,24 +81,40 @@ class EngineConfig:
     skips: tuple[SkipRow, ...] = ()
     claims: Mapping[str, frozenset[str]] = field(default_factory=dict)  # arch -> case ids
     source: str = "(none)"
+    manifest: Manifest | None = None    # the run's bundle manifest: tolerance classes, cost model
 
-    def tolerance_for(self, case: Case, plan: str = PLAN) -> Tolerance:
-        """The last matching override row, else the case's plan tolerance class.
-        Raises KeyError when neither gives one (the case names an unknown class)."""
+    @property
+    def plan(self) -> str | None:
+        return None if self.manifest is None else self.manifest.plan
+
+    def with_manifest(self, manifest: Manifest) -> "EngineConfig":
+        return replace(self, manifest=manifest)
+
+    def tolerance_for(self, case: Case) -> Tolerance:
+        """The last matching override row, else the manifest's numbers for the case's class.
+        Raises KeyError when neither gives one."""
         chosen = None
         for row in self.overrides:
-            if filters_match(row.filters, case, plan):
+            if filters_match(row.filters, case, self.plan):
                 chosen = row
         if chosen is not None:
             return Tolerance(chosen.rtol, chosen.atol,
                              f"{self.source} tolerance_overrides[{chosen.index}]")
-        return plan_tolerance(case)
+        if case.tolerance_class is None:
+            raise KeyError("missing")
+        if self.manifest is None:
+            raise KeyError(f"class {case.tolerance_class!r}: no bundle manifest loaded")
+        numbers = self.manifest.tolerance_classes.get(case.tolerance_class)
+        if numbers is None:
+            raise KeyError(f"unknown tolerance class {case.tolerance_class!r} "
+                           f"(manifest of plan {self.manifest.plan!r})")
+        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}")
 
-    def skip_reason(self, case: Case, arch: str, plan: str = PLAN) -> str | None:
+    def skip_reason(self, case: Case, arch: str) -> str | None:
         for row in self.skips:
             if row.archs is not None and arch not in row.archs:
                 continue
-            if filters_match(row.filters, case, plan):
+            if filters_match(row.filters, case, self.plan):
                 return row.reason
         return None
 
@@ -105,24 +122,12 @@ class EngineConfig:
         return case_id in self.claims.get(arch, frozenset())
 
 
-def plan_tolerance(case: Case) -> Tolerance:
-    from bundlegen.plans import sdpa_bwd  # lazy: the plan is data the harness only needs per case
-
-    try:
-        name = case.tolerance_class or sdpa_bwd.tolerance_class_for(case.graph)
-    except ValueError as exc:
-        raise KeyError(str(exc)) from None
-    if name not in sdpa_bwd.TOLERANCE_CLASSES:
-        raise KeyError(f"unknown tolerance class {name!r}")
-    tc = sdpa_bwd.TOLERANCE_CLASSES[name]
-    return Tolerance(float(tc.rtol), float(tc.atol), f"plan class {name}")
-
-
 # ----------------------------------------------------------------------------- loading
-def load_engine_config(directory: Path | str | None) -> EngineConfig:
-    """Read engine.toml and claims.json from `directory`; either may be absent."""
+def load_engine_config(directory: Path | str | None, manifest: Manifest | None = None) -> EngineConfig:
+    """Read engine.toml and claims.json from `directory` (either may be absent), beside the
+    run's bundle manifest."""
     if directory is None:
-        return EngineConfig()
+        return EngineConfig(manifest=manifest)
     directory = Path(directory)
     toml_path, claims_path = directory / "engine.toml", directory / "claims.json"
     overrides: tuple[OverrideRow, ...] = ()
@@ -137,7 +142,8 @@ def load_engine_config(directory: Path | str | None) -> EngineConfig:
         skips = tuple(_skip_row(toml_path, i, row)
                       for i, row in enumerate(_table_list(toml_path, doc, "test_skips")))
     claims = _load_claims(claims_path) if claims_path.is_file() else {}
-    return EngineConfig(overrides=overrides, skips=skips, claims=claims, source=str(toml_path))
+    return EngineConfig(overrides=overrides, skips=skips, claims=claims, source=str(toml_path),
+                        manifest=manifest)
 
 
 def _table_list(path: Path, doc: dict, key: str) -> list:

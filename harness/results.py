@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.harness import verdicts as V
+from bundlegen.results_file import RESULTS_NAME, RUN_NAME, RunTimes, read_results, read_run_times  # noqa: F401 (re-exported)
 
-RESULTS_NAME = "results.jsonl"
 JUNIT_NAME = "junit.xml"
-RUN_NAME = "run.json"
 
 
 @dataclass(frozen=True)
@@ -63,52 +62,10 @@ def result_key(record: Mapping[str, Any]) -> str:
     return str(record.get("case_id", ""))
 
 
-@dataclass(frozen=True)
-class RunTimes:
-    """Where one `bundlegen run` invocation's time went around its cases (run.json, rewritten
-    by every invocation). `bundlegen calibrate` fits the cost model's run_start_s to it."""
-    run_id: str
-    level: str
-    engine: str
-    arch: str
-    device: str
-    cases: int            # cases this invocation ran
-    start_s: float        # until the worker's engine was built and warmed up (bundles load meanwhile)
-    prepare_s: float      # Engine.prepare (compiling ahead on a cold cache)
-    cases_s: float        # the case loop
-    finish_s: float       # junit, summary, worker stop
-    elapsed_s: float      # all of run_level
-    prepare_problem: str | None = None
-    before_s: float | None = None   # the process's start until run_level (None: the OS does not say)
-    engine_spec: str = ""           # --engine as given (a name or package.module:Class)
-    selection: str = ""             # the -k expressions and --shard, as resume compares them
-    bundles_digest: str = ""        # sha256 over the bundle files the run loaded
-    complete: bool = True           # False while the run is going on, or when it was cut short
-
-    @property
-    def outside_cases_s(self) -> float:
-        return (self.before_s or 0.0) + self.elapsed_s - self.cases_s
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "outside_cases_s": self.outside_cases_s}
-
-
 def write_run_times(path: Path | str, times: RunTimes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(times.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def read_run_times(path: Path | str) -> RunTimes | None:
-    """run.json of a run directory (or the file itself); None when absent or unreadable."""
-    path = Path(path)
-    path = path / RUN_NAME if path.is_dir() else path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        names = {f for f in RunTimes.__dataclass_fields__}
-        return RunTimes(**{k: v for k, v in data.items() if k in names})
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 # ----------------------------------------------------------------------------- jsonl
@@ -174,23 +131,6 @@ def resume_mismatch(previous: RunTimes | None, current: RunTimes) -> str | None:
         if have != want:
             return f"its {name.replace('_', ' ')} is {have!r}, this run's is {want!r}"
     return None
-
-
-def read_results(path: Path | str) -> list[dict]:
-    """Every complete record; a line that does not parse (a torn write) is ignored."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "verdict" in record:
-                records.append(record)
-    return records
 
 
 def finished_keys(records: Iterable[Mapping[str, Any]]) -> set[str]:

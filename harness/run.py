@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
+from bundlegen.cost import predict
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
+from bundlegen.manifest import Manifest, manifest_path
 from bundlegen.reasons import code_of
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
@@ -51,31 +53,26 @@ class CaseOutcome:
 
 
 # ----------------------------------------------------------------------------- cost rule
-def cpu_prediction(graph: Graph) -> float | None:
-    """Predicted seconds of the case on the CPU, or None while the cost model is missing."""
-    try:
-        from bundlegen.generator.cost import predict
-    except ImportError:
-        return None
-    return float(predict(graph, "cpu").predicted_s)
+def cpu_prediction(graph: Graph, manifest: Manifest) -> float:
+    """Predicted seconds of the case on the CPU, by the manifest's cost model."""
+    return float(predict(graph, "cpu", manifest.cost_model).predicted_s)
 
 
-def too_large_for_cpu(graph: Graph) -> bool:
-    try:
-        from bundlegen.plans.sdpa_bwd import CPU_CASE_LIMIT_S
-    except ImportError:
-        return False
-    predicted = cpu_prediction(graph)
-    return predicted is not None and predicted > CPU_CASE_LIMIT_S
+def too_large_for_cpu(graph: Graph, manifest: Manifest) -> bool:
+    return cpu_prediction(graph, manifest) > manifest.cpu_case_limit_s
 
 
-def predicted_seconds(case: Case, device: "str | torch.device") -> float | None:
-    """The bundle's prediction is for an h200; on the CPU ask the cost model (None for a
-    graph the frontend refuses: it is never executed, and its sizes may not be numbers)."""
+def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None) -> float | None:
+    """The bundle's prediction is for an h200; on the CPU ask the cost model with the
+    manifest's coefficients (default: the manifest of the default bundle root). None for a
+    graph the frontend refuses: it is never executed, and its sizes may not be numbers."""
     if validate.frontend_reason(case.graph) is not None:
         return None
     if device_type(device) == "cpu":
-        return cpu_prediction(case.graph)
+        if manifest is None:
+            from bundlegen.harness.bundles import manifest_of
+            manifest = manifest_of()
+        return cpu_prediction(case.graph, manifest)
     return case.cost.predicted_s
 
 
@@ -156,8 +153,12 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     skip = config.skip_reason(case, engine.arch)
     if skip:
         return CaseOutcome(V.SKIPPED, detail=skip)
-    if engine.device.type == "cpu" and too_large_for_cpu(graph):
-        return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
+    if engine.device.type == "cpu":
+        if config.manifest is None:
+            return CaseOutcome(V.ERROR_BUNDLE, detail="field manifest: no bundle manifest loaded, "
+                                                      "so no CPU cost prediction")
+        if too_large_for_cpu(graph, config.manifest):
+            return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
     reason = _decline_reason(engine, graph)
     if reason:
         return CaseOutcome(V.DECLINED, reason=reason)
@@ -234,15 +235,24 @@ class CaseExecutor:
     """Runs cases through a runner (in-process or an isolated worker) and makes records."""
 
     def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
-                 repeat: int | None = None, timeout_s: float | None = None, isolation: bool = True,
-                 run_id: str | None = None, wait: bool = True):
+                 manifest: Manifest | None = None, repeat: int | None = None,
+                 timeout_s: float | None = None, isolation: bool = True, run_id: str | None = None,
+                 wait: bool = True):
+        """`manifest`: the bundle manifest of the cases to run (default: the config's, else
+        the default bundle root's)."""
         from bundlegen.engines.registry import registered_name
         from bundlegen.harness import worker
         from bundlegen.workspace import engine_config_dir
 
         name = registered_name(engine)  # unknown names fail here, before any worker starts
         self.device = str(device)
-        self.config = config if config is not None else load_engine_config(engine_config_dir(name))
+        if config is None:
+            config = load_engine_config(engine_config_dir(name))
+        if manifest is None and config.manifest is None:
+            from bundlegen.harness.bundles import manifest_of
+            manifest = manifest_of()
+        self.config = config if manifest is None else config.with_manifest(manifest)
+        self.manifest: Manifest = self.config.manifest
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
                                  repeat=repeat, timeout_s=timeout_s)
@@ -276,7 +286,7 @@ class CaseExecutor:
         start = time.perf_counter()
         outcome = self.runner.run(case)
         wall = time.perf_counter() - start
-        file = case_file(case)
+        file = case_file(case, self.manifest.plan)
         if outcome.verdict == V.ERROR_BUNDLE:  # name the file and case like a load error
             outcome = dataclasses.replace(outcome, detail=f"{file}: case {case.id}: {outcome.detail}")
         return CaseResult(
@@ -285,7 +295,7 @@ class CaseExecutor:
             device=str(self.device), verdict=outcome.verdict, detail=outcome.detail,
             reason=outcome.reason, tolerance_class=case.tolerance_class,
             tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
-            predicted_s=predicted_seconds(case, self.device), wall_s=wall,
+            predicted_s=predicted_seconds(case, self.device, self.manifest), wall_s=wall,
             oracle_s=outcome.oracle_s, materialize_s=outcome.materialize_s,
             engine_s=outcome.engine_s, check_s=outcome.check_s, file=file)
 
@@ -359,12 +369,14 @@ class RunSummary:
 
 
 def run_level(level: str, engine: str, *, device: str | None = None, out: Path | str | None = None,
-              bundles: Path | str | None = None, pattern: str | Sequence[str] | None = None,
+              bundles: Path | str | None = None, plan: str | None = None,
+              pattern: str | Sequence[str] | None = None,
               shard: tuple[int, int] | None = None, resume: bool = False,
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: str | bool | None = None) -> RunSummary:
-    """Run every case of `level` and the lower levels; write results.jsonl (appended per
-    case), junit.xml and run.json; give the per-level summary."""
+    """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
+    only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
+    per-level summary."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness import results as R
     from bundlegen.harness.selection import in_shard, selection
@@ -372,9 +384,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     started = time.perf_counter()
     before = process_age_s()
     device = device or default_device()
-    levels = B.levels_upto(level)
+    root = Path(bundles) if bundles else B.default_bundle_root()
+    manifest = B.manifest_of(root, plan)
+    levels = manifest.levels_upto(level)
     # the worker imports torch and builds the engine while this process loads the bundles
-    executor = CaseExecutor(engine, device, config=config, repeat=repeat, isolation=isolation,
+    executor = CaseExecutor(engine, device, config=config, manifest=manifest, repeat=repeat,
+                            isolation=isolation,
                             timeout_s=timeout_s if timeout_s is not None else default_timeout(device),
                             wait=False)
     new_records = []
@@ -382,8 +397,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     prepare_problem, todo, ran = None, [], 0
     ready = prepared = cases_done = None
     try:
-        root = Path(bundles) if bundles else B.default_bundle_root()
-        loaded = B.load_level(root, level)
+        loaded = B.load_level(root, level, manifest.plan)
         selected = selection(pattern)
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
@@ -403,7 +417,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 finish_s=now - at(cases_done), elapsed_s=now - started,
                 prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
                 selection=_selection_text(pattern, shard),
-                bundles_digest=R.bundles_digest(loaded.files, root), complete=complete)
+                bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
+                complete=complete)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))

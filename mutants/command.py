@@ -54,13 +54,16 @@ def main(args: argparse.Namespace) -> int:
     if args.engine == "triton" and device.startswith("cpu") and "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"   # before anything imports Triton
 
-    from bundlegen.engines.registry import EngineNotFound
-    from bundlegen.harness.bundles import levels_upto
+    from bundlegen.engines.registry import EngineNotFound, engine_class
+    from bundlegen.harness.bundles import manifest_of
+    from bundlegen.harness.config import EngineConfigError, load_engine_config
     from bundlegen.mutants import catalog
     from bundlegen.mutants.kill import kill_matrix, load_cases
+    from bundlegen.workspace import engine_config_dir
 
     try:
-        levels_upto(args.level)
+        manifest = manifest_of(args.bundles)
+        manifest.levels_upto(args.level)
         mutants = catalog.select(args.mutant)
     except (ValueError, KeyError) as exc:
         err.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}")
@@ -72,14 +75,16 @@ def main(args: argparse.Namespace) -> int:
             err.print(f"  {result.name}: {_status_text(result)}", highlight=False)
 
     try:
+        config = load_engine_config(engine_config_dir(engine_class(args.engine).name), manifest)
         matrix = kill_matrix(mutants, args.engine, cases, level=args.level, device=device,
                              pattern=args.pattern, first_kill_only=not args.all_kills,
-                             repeat=args.repeat, isolation=args.isolation, on_result=progress)
-    except EngineNotFound as exc:
+                             repeat=args.repeat, isolation=args.isolation, config=config,
+                             on_result=progress)
+    except (EngineNotFound, EngineConfigError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     out = Console(width=max(Console().width, 160), emoji=False)
-    out.print(matrix_table(matrix))
+    out.print(matrix_table(matrix, manifest))
     out.print(summary_line(matrix), highlight=False, soft_wrap=True)
     if args.json_path:
         from bundlegen.graph import canonical_json
@@ -115,7 +120,7 @@ def catalog_table(mutants):
     return table
 
 
-def matrix_table(matrix):
+def matrix_table(matrix, manifest=None):
     from rich.table import Table
 
     from bundlegen.mutants.kill import KILLED, SURVIVED
@@ -133,19 +138,19 @@ def matrix_table(matrix):
         table.add_row(
             r.name, r.kind, f"[{style}]{r.status}[/{style}]",
             k.where if k else escape(r.note or "-"),
-            ", ".join(shown_items(k.items)) if k else "",
+            ", ".join(shown_items(k.items, manifest)) if k else "",
             f"{k.check}: {k.verdict}" if k else "",
             escape(_short(k.detail, 70)) if k else "",
             str(r.cases_run), f"{r.wall_s:.1f}")
     return table
 
 
-def shown_items(items) -> list[str]:
-    """A case's items less the axis items of default values (every case has most of them)."""
-    from bundlegen.generator.expand import axis_item
-    from bundlegen.plans.sdpa_bwd import AXES
+def shown_items(items, manifest=None) -> list[str]:
+    """A case's items less the axis items of default values (every case has most of them);
+    `manifest`: the cases' bundle manifest (default: the default bundle root's)."""
+    from bundlegen.harness.bundles import manifest_of
 
-    defaults = {axis_item(a.name, a.default) for a in AXES}
+    defaults = (manifest or manifest_of()).default_items()
     return [i for i in items if i not in defaults]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bundlegen.cost import CostCoefficients
+
 LEVEL_NAMES = ("quick", "pr", "nightly", "full")
 
 
@@ -204,17 +206,6 @@ class Level:
 
 
 @dataclass(frozen=True)
-class CostCoefficients:
-    engine_flops_per_s: float
-    oracle_flops_per_s: float
-    bytes_per_s: float
-    overhead_s: float
-    probe_s: float = 0.001       # a probe is validated and offered to engines, never run
-    run_start_s: float = 0.0     # once per `bundlegen run`: worker start, engine warm-up and
-                                 # prepare on a warm cache, reports (run.json outside_cases_s)
-
-
-@dataclass(frozen=True)
 class ToleranceClass:
     name: str
     dtype: str
@@ -250,4 +241,5 @@ class Plan:
     cost_model: Mapping[str, CostCoefficients]
     tolerance_classes: Mapping[str, ToleranceClass]
     tolerance_rule: Callable[[Any], str]   # graph -> tolerance class name
-    engine_toml_dirs: Mapping[str, str]    # engine name -> engines/<dir>/engine.toml
+    min_claim_margin: float                # harvest claims a case only at this margin or more
+    cpu_case_limit_s: float                # the harness skips a case predicted slower on CPU

@@ -1,7 +1,7 @@
 """The SDPA backward test plan: pure declarations, no I/O.
 
-Everything the generator writes (bundles, the engine-TOML tolerance block, the dry-run
-report) is derived from the names in this module. Sections:
+Everything the generator writes (bundles, their manifest, the dry-run report) is
+derived from the names in this module. Sections:
   axes and their value tables, legality rules, the shape catalog and sweeps,
   regressions, rejection probes, gated items, levels, the cost model, tolerance classes.
 Item IDs are stable handles: renaming one renames a support-matrix row.
@@ -383,7 +383,7 @@ LEVELS = (
 
 # ============================================================================ cost model
 # predicted seconds = engine FLOPs / rate + oracle FLOPs / rate + io bytes / host rate + overhead
-# (generator/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
+# (bundlegen/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
 # h200: `bundlegen calibrate --write` on the four warm runs (quick, pr, nightly, full) of
 # bench/harness_throughput.py against triton on the H200, 2026-11-30 (bench/results/h200/
 # calibrate.log, runs/*.run.json, triton-warm-full.results.jsonl.gz). The oracle rate is the
@@ -439,15 +439,6 @@ def tolerance_class_for(graph) -> str:
                      f"{REDUCTION_BUCKETS[-1][0]})")
 
 
-# ============================================================================ engines
-ENGINE_TOML_DIRS = {
-    "triton": "triton",
-    "torch-math": "torch_math",
-    "torch-flash": "torch_flash",
-    "torch-efficient": "torch_efficient",
-    "torch-cudnn": "torch_cudnn",
-}
-
 PLAN = Plan(
     name=PLAN_NAME, axes=AXES, rules=RULES, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
@@ -455,5 +446,5 @@ PLAN = Plan(
     value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG, sweeps=SWEEPS, regressions=REGRESSIONS,
     probes=PROBES, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
-    engine_toml_dirs=ENGINE_TOML_DIRS,
+    min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S,
 )

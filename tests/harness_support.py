@@ -17,11 +17,17 @@ import torch
 from bundlegen.graph import Bundle, Case, canonical_json
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.harness.config import EngineConfig, OverrideRow
+from bundlegen.manifest import load_manifest, manifest_name
+from bundlegen.workspace import builtin_bundle_root
 from tests.graph_factory import make_case, make_graph
 
 BAD_S_Q = 5
+#: the built-in plan's manifest: what the harness reads beside every bundle root
+MANIFEST = load_manifest(builtin_bundle_root())
+#: the built-in engine.toml rows are none; the numbers come from the manifest
+PLAIN = EngineConfig(manifest=MANIFEST)
 #: a generous tolerance so these tests judge the harness, not torch-math's rounding
-LOOSE = EngineConfig(overrides=(OverrideRow(filters={}, rtol=0.05, atol=1e-3, index=0),))
+LOOSE = EngineConfig(overrides=(OverrideRow(filters={}, rtol=0.05, atol=1e-3, index=0),), manifest=MANIFEST)
 
 
 def case_of(seed: int = 1, *, level: str = "", group: str = "", **graph_kwargs) -> Case:
@@ -36,11 +42,38 @@ def bad_case(seed: int = 1, **graph_kwargs) -> Case:
 
 def _placed(case: Case, level: str, group: str) -> Case:
     from dataclasses import replace
-    return replace(case, level=level, group=group)
+    return replace(_with_class(case), level=level, group=group)
+
+
+def write_manifest(root: Path) -> Path:
+    """The built-in manifest, copied into bundle root `root`."""
+    path = Path(root) / manifest_name(MANIFEST.plan)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((builtin_bundle_root() / path.name).read_bytes())
+    return path
+
+
+def _with_class(case: Case) -> Case:
+    """The case with the plan's tolerance class when it names none, as a generated case
+    always does (fp32, which no class covers yet, keeps none)."""
+    from dataclasses import replace
+
+    from bundlegen.plans.sdpa_bwd import tolerance_class_for
+
+    if case.tolerance_class is not None:
+        return case
+    try:
+        return replace(case, tolerance_class=tolerance_class_for(case.graph))
+    except ValueError:
+        return case
 
 
 def write_bundle(root: Path, level: str, group: str, cases: Iterable[Case]) -> Path:
+    """A bundle file (and the manifest, when the root has none yet)."""
+    if not (Path(root) / manifest_name(MANIFEST.plan)).is_file():
+        write_manifest(root)
     path = Path(root) / level / "sdpa_bwd" / f"{group}.json"
+    cases = [_with_class(c) for c in cases]
     path.parent.mkdir(parents=True, exist_ok=True)
     bundle = Bundle(level=level, group=group, cases=tuple(cases))
     path.write_text(canonical_json(bundle.to_json()), encoding="utf-8")

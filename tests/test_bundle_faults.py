@@ -28,6 +28,7 @@ def _raw(seed: int, **graph) -> dict:
 def _write(tmp_path, group: str, cases: list, text: str | None = None):
     path = tmp_path / "bundles" / "quick" / "sdpa_bwd" / f"{group}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    S.write_manifest(tmp_path / "bundles")
     doc = {"version": 1, "plan": "sdpa_bwd", "level": "quick", "group": group, "cases": cases}
     path.write_text(json.dumps(doc) if text is None else text)
     return path

@@ -7,6 +7,7 @@ import difflib
 import importlib.util
 import json
 import random
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from bundlegen.generator.cost import seconds, terms
-from bundlegen.harness import calibrate as C
-from bundlegen.harness import calibrate_command
-from bundlegen.plans.records import CostCoefficients
+from bundlegen.cost import CostCoefficients, seconds, terms
+from bundlegen.generator import calibrate as C
+from bundlegen.generator import calibrate_command
+from bundlegen.plans.sdpa_bwd import COST_MODEL, LEVELS, PLAN_NAME
+from bundlegen.workspace import builtin_bundle_root
 from tests.graph_factory import make_case, make_graph
 
 PLAN_FILE = Path(__file__).resolve().parents[1] / "plans" / "sdpa_bwd.py"
@@ -131,6 +133,18 @@ def plan_copy(tmp_path: Path) -> Path:
     return path
 
 
+def workspace_with_plan(tmp_path: Path, monkeypatch) -> Path:
+    """A workspace in tmp_path whose only plan is a copy of the built-in one (a module name
+    of its own, so no other test's copy is found in sys.modules); cwd is the workspace."""
+    module = "plan_" + re.sub(r"\W", "_", tmp_path.name)
+    path = tmp_path / f"{module}.py"
+    shutil.copy(PLAN_FILE, path)
+    (tmp_path / "bundlegen.toml").write_text(f'plans = ["{module}"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    return path
+
+
 def load_cost_model(path: Path):
     spec = importlib.util.spec_from_file_location("plan_copy", path)
     module = importlib.util.module_from_spec(spec)
@@ -183,7 +197,7 @@ def test_write_refuses_an_entry_it_cannot_edit(tmp_path):
 
 def bundle_results(tmp_path: Path, coeffs: CostCoefficients) -> tuple[Path, dict]:
     """A results file whose executed cases are real bundle cases timed by `coeffs`."""
-    cases = C.case_index()
+    cases = C.case_index(builtin_bundle_root(), PLAN_NAME)
     rows = []
     for case in cases.values():
         if case.purpose == "probe":
@@ -202,18 +216,16 @@ def run_command(argv: list[str]) -> int:
     return calibrate_command.main(parser.parse_args(argv))
 
 
-def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys):
-    from bundlegen.plans.sdpa_bwd import LEVELS
-
+def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys, monkeypatch):
     run_dir, _ = bundle_results(tmp_path, TRUE_H200)
-    path = plan_copy(tmp_path)
-    assert run_command([str(run_dir), "--device-class", "h200", "--write", "--plan-file", str(path)]) == 0
+    path = workspace_with_plan(tmp_path, monkeypatch)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write"]) == 0
     out = capsys.readouterr().out
     for level in LEVELS:
         row = next(line for line in out.splitlines() if line.startswith(level.name + " "))
         assert row.split()[-1] == "+0.0%", row     # fitted prediction matches exactly
     assert "target: every level within 25% of measured: met" in out
-    from bundlegen.plans.sdpa_bwd import COST_MODEL   # no run.json here: the run start is kept
+    # no run.json here: the run start is kept
     assert C.coefficient_block("h200", replace(TRUE_H200, run_start_s=COST_MODEL["h200"].run_start_s)) in out
     assert load_cost_model(path)["h200"].engine_flops_per_s == TRUE_H200.engine_flops_per_s
 
@@ -239,13 +251,32 @@ def test_run_start_is_the_median_time_outside_the_cases(tmp_path):
     assert C.fitted_run_start([], replace(PRIOR, run_start_s=2.5)) == 2.5
 
 
-def test_command_writes_the_measured_run_start(tmp_path, capsys):
+def test_command_writes_the_measured_run_start(tmp_path, capsys, monkeypatch):
     run_dir, _ = bundle_results(tmp_path, TRUE_H200)
     run_json(run_dir, 4.25)
-    path = plan_copy(tmp_path)
-    assert run_command([str(run_dir), "--device-class", "h200", "--write", "--plan-file", str(path)]) == 0
+    path = workspace_with_plan(tmp_path, monkeypatch)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write"]) == 0
     assert "median of 1 run.json: 4.25" in capsys.readouterr().out
     assert load_cost_model(path)["h200"].run_start_s == 4.25
+
+
+def test_write_refuses_a_plan_file_outside_the_workspace(tmp_path, capsys, monkeypatch):
+    run_dir, _ = bundle_results(tmp_path, TRUE_H200)
+    before = PLAN_FILE.read_bytes()
+    (tmp_path / "bundlegen.toml").write_text('plans = ["bundlegen.plans.sdpa_bwd"]\n')
+    monkeypatch.chdir(tmp_path)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write"]) == 2
+    out = capsys.readouterr().out
+    assert "lies outside the workspace" in out and len(out.strip().splitlines()) == 1
+    assert PLAN_FILE.read_bytes() == before
+
+
+def test_write_refuses_outside_any_workspace(tmp_path, capsys, monkeypatch):
+    run_dir, _ = bundle_results(tmp_path, TRUE_H200)
+    monkeypatch.chdir(tmp_path)
+    assert run_command([str(run_dir), "--device-class", "h200", "--write"]) == 2
+    assert "is not inside one" in capsys.readouterr().out
+    assert run_command([str(run_dir), "--device-class", "h200"]) == 0   # fitting alone works anywhere
 
 
 def test_command_without_results_file_exits_2(tmp_path, capsys):

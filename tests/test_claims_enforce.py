@@ -45,8 +45,8 @@ class DecliningEngine:
 
 @pytest.mark.parametrize("claimed,verdict", [(True, "claim-broken"), (False, "declined")])
 def test_run_enforces_claims(root, claimed, verdict):
-    run = pytest.importorskip("bundlegen.harness.run")
-    config = pytest.importorskip("bundlegen.harness.config")
+    from bundlegen.harness import config, run
+
     case = make_case(make_graph(left=4, right=0))
     ids = {case.id} if claimed else {"someone-else"}
     write_claim_set(claims_path("torch-flash", root), ClaimSet("torch-flash", claims={"sm90": frozenset(ids)}))

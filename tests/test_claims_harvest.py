@@ -7,7 +7,7 @@ import pytest
 
 from bundlegen.graph import canonical_json
 from bundlegen.claims import harvest_command
-from bundlegen.claims.harvest import HarvestRules, harvest, plan_min_margin
+from bundlegen.claims.harvest import HarvestRules, harvest
 from bundlegen.claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
 
 RULES = HarvestRules(min_runs=2, min_margin=1.5)
@@ -104,9 +104,18 @@ def test_unusable_records_ignored():
     assert claims_of(runs) == {"b"}
 
 
-def test_default_min_margin_is_the_plans():
-    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
-    assert plan_min_margin() == float(sdpa_bwd.MIN_CLAIM_MARGIN)
+def test_default_min_margin_is_the_manifests(tmp_path, capsys):
+    """No --min-margin: the manifest's min_claim_margin (1.5) decides; 1.4 is not enough."""
+    from bundlegen.plans.sdpa_bwd import MIN_CLAIM_MARGIN
+
+    assert MIN_CLAIM_MARGIN == 1.5
+    runs = [_write_run(tmp_path / f"r{i}.jsonl", [rec("ok", margin=1.5, engine="torch-flash"),
+                                                   rec("thin", margin=1.4, engine="torch-flash")])
+            for i in range(2)]
+    root = tmp_path / "engines"
+    assert harvest_command.main(_args(runs, root)) == 0
+    assert json.loads((root / "torch_flash" / "claims.json").read_text())["claims"] == {"sm90": ["ok"]}
+    assert "min margin 1.5" in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- the file
@@ -127,7 +136,8 @@ def test_claims_json_canonical(tmp_path):
 
 
 def test_harness_reads_our_claims(tmp_path):
-    config = pytest.importorskip("bundlegen.harness.config")
+    from bundlegen.harness import config
+
     write_claim_set(claims_path("triton", tmp_path), ClaimSet("triton", claims={"sm90": frozenset({"a"})},
                                                                declines={"sm90": {"b": "x"}}))
     loaded = config.load_engine_config(tmp_path / "triton")
@@ -141,7 +151,8 @@ def _write_run(path, records):
 
 
 def _args(results, root, **kw):
-    base = dict(results=results, min_runs=2, min_margin=None, prune=False, claims_root=root, dry_run=False)
+    base = dict(results=results, min_runs=2, min_margin=None, plan=None, prune=False, claims_root=root,
+                dry_run=False)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -166,3 +177,23 @@ def test_command_writes_claims(tmp_path, capsys):
 
 def test_command_missing_file(tmp_path):
     assert harvest_command.main(_args([str(tmp_path / "nope.jsonl")], tmp_path)) == 2
+
+
+def test_command_writes_into_the_workspace_engine_folder(tmp_path, monkeypatch, capsys):
+    runs = [_write_run(tmp_path / f"r{i}.jsonl", [rec("a", engine="torch-flash")]) for i in range(2)]
+    ws = tmp_path / "ws"
+    (ws / "kernels" / "torch_flash").mkdir(parents=True)
+    (ws / "bundlegen.toml").write_text('engines = ["configs", "kernels"]\n')
+    monkeypatch.chdir(ws)
+    assert harvest_command.main(_args(runs, None)) == 0
+    assert json.loads((ws / "kernels/torch_flash/claims.json").read_text())["claims"] == {"sm90": ["a"]}
+    assert harvest_command.main(_args([_write_run(tmp_path / "t.jsonl", [rec("b")])], None, min_runs=1)) == 0
+    assert (ws / "configs/triton/claims.json").is_file()        # a new engine: the first folder
+
+
+def test_command_outside_a_workspace_refuses(tmp_path, monkeypatch, capsys):
+    runs = [_write_run(tmp_path / "r.jsonl", [rec("a", engine="torch-flash")])]
+    monkeypatch.chdir(tmp_path)
+    assert harvest_command.main(_args(runs, None, min_runs=1)) == 2
+    assert "harvest writes into a workspace" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]

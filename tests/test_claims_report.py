@@ -3,10 +3,8 @@ cost plots, from a small results fixture; pair coverage counts only validated ca
 import argparse
 import json
 
-import pytest
-
 from bundlegen.claims import report_command
-from bundlegen.claims.report import AxisValues, pair_counts, write_report
+from bundlegen.claims.report import AxisValues, core_axes, pair_counts, write_report
 
 AXES = [AxisValues("dtype", ("AX-DTYPE-BF16", "AX-DTYPE-FP16"), ("bf16", "fp16")),
         AxisValues("mask", ("AX-MASK-NONE", "AX-MASK-CAUSAL"), ("none", "causal"))]
@@ -41,10 +39,30 @@ def test_report_writes_html_and_plots(tmp_path):
 
 
 def test_command(tmp_path):
-    pytest.importorskip("matplotlib")
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(rec("a")) + "\n", encoding="utf-8")
-    args = argparse.Namespace(results=[str(tmp_path)], html=tmp_path / "html")
+    args = argparse.Namespace(results=[str(tmp_path)], html=tmp_path / "html", bundles=None, plan=None)
     assert report_command.main(args) == 0
-    assert (tmp_path / "html" / "index.html").is_file()
-    assert report_command.main(argparse.Namespace(results=[str(tmp_path / "no.jsonl")], html=tmp_path)) == 2
+    html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+    assert "pairs_triton.png" in html          # the manifest's core axes
+    assert report_command.main(argparse.Namespace(results=[str(tmp_path / "no.jsonl")], html=tmp_path,
+                                                  bundles=None, plan=None)) == 2
+
+
+def test_command_reads_gzipped_results(tmp_path):
+    import gzip
+
+    path = tmp_path / "results.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(rec("a")) + "\n")
+    args = argparse.Namespace(results=[str(path)], html=tmp_path / "html", bundles=None, plan=None)
+    assert report_command.main(args) == 0
+    assert "1 results from 1 file(s)" in (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+
+
+def test_core_axes_come_from_the_manifest():
+    from bundlegen.manifest import load_manifest
+    from bundlegen.workspace import builtin_bundle_root
+
+    axes = core_axes(load_manifest(builtin_bundle_root()))
+    assert [a.name for a in axes][:2] == ["dtype", "heads"] and axes[0].items == ("AX-DTYPE-BF16", "AX-DTYPE-FP16")

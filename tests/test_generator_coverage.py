@@ -11,7 +11,7 @@ from bundlegen.graph import load_bundle
 from bundlegen.generator import PlanError, build, build_default, ids, levels, pairs
 from bundlegen.generator.generate import _proofs
 from bundlegen.generator.legality import Legality
-from bundlegen.generator.paths import REPO_ROOT
+from bundlegen.workspace import builtin_bundle_root
 from bundlegen.plans import sdpa_bwd
 from bundlegen.plans.records import Level
 
@@ -98,11 +98,12 @@ def test_every_level_fits_its_ceilings_and_budgets(generated):
 
 
 def test_costs_are_the_cost_models_predictions(generated):
-    from bundlegen.generator.cost import predict
+    from bundlegen.cost import predict
+    model = generated.plan.cost_model
     for case in generated.cases[::17]:
         if case.purpose != "probe":
-            assert case.cost == predict(case.graph, "h200")
-            assert generated.cpu_seconds[case.id] == predict(case.graph, "cpu").predicted_s
+            assert case.cost == predict(case.graph, "h200", model)
+            assert generated.cpu_seconds[case.id] == predict(case.graph, "cpu", model).predicted_s
 
 
 def _costed(key, seconds, min_level="quick", nbytes=1):
@@ -158,7 +159,7 @@ def test_two_way_traceability(generated):
 
 def test_checked_in_bundles_trace_both_ways(generated):
     on_disk = []
-    for path in sorted(glob.glob(str(REPO_ROOT / "bundles/*/sdpa_bwd/*.json"))):
+    for path in sorted(glob.glob(str(builtin_bundle_root() / "*/sdpa_bwd/*.json"))):
         bundle, errors = load_bundle(path)
         assert errors == []
         on_disk += bundle.cases

@@ -1,4 +1,5 @@
-"""What `bundlegen generate` writes: byte-identical bundles, --check, the TOML block."""
+"""What `bundlegen generate` writes: byte-identical bundles and their manifest, --check,
+and only into the current workspace."""
 from __future__ import annotations
 
 import argparse
@@ -10,12 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomlkit
 
-from bundlegen.graph import canonical_json, load_bundle
+from bundlegen.cli import main as cli
+from bundlegen.graph import BundleError, canonical_json, load_bundle
+from bundlegen.manifest import load_manifest, manifest_text, read_manifest
 from bundlegen.generator import build, build_default, command, report, write
-from bundlegen.generator.paths import REPO_ROOT, engine_toml_relpath
 from bundlegen.plans import sdpa_bwd
+from bundlegen.workspace import builtin_bundle_root
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = "sdpa_bwd.manifest.json"
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +32,15 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _copy_checked_in(generated, dest: Path) -> None:
-    shutil.copytree(REPO_ROOT / "bundles", dest / "bundles")
-    for directory in generated.plan.engine_toml_dirs.values():
-        rel = engine_toml_relpath(directory)
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO_ROOT / rel, dest / rel)
+def _copy_checked_in(dest: Path) -> Path:
+    """The checked-in bundle root, copied to dest/bundles."""
+    shutil.copytree(REPO_ROOT / "bundles", dest / "bundles", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return dest / "bundles"
 
 
-def _args(root: Path, **flags) -> argparse.Namespace:
-    return argparse.Namespace(root=root, dry_run=flags.get("dry_run", False),
-                              report=flags.get("report", False), check=flags.get("check", False))
+def _args(**flags) -> argparse.Namespace:
+    return argparse.Namespace(dry_run=flags.get("dry_run", False), report=flags.get("report", False),
+                              check=flags.get("check", False))
 
 
 # ----------------------------------------------------------------------------- determinism
@@ -65,7 +68,7 @@ def test_bundles_are_canonical_and_load_back(generated):
     for rel, text in texts.items():
         raw = json.loads(text)
         assert canonical_json(raw) == text
-        assert rel == f"bundles/{raw['level']}/sdpa_bwd/{raw['group']}.json"
+        assert rel == f"{raw['level']}/sdpa_bwd/{raw['group']}.json"
         bundle, errors = load_bundle(rel, text=text)
         assert errors == []
         for case in bundle.cases:
@@ -75,52 +78,126 @@ def test_bundles_are_canonical_and_load_back(generated):
 
 
 # ----------------------------------------------------------------------------- --check
-def test_check_passes_on_the_checked_in_tree(capsys):
-    assert command.main(_args(REPO_ROOT, check=True)) == 0
+def test_every_case_names_its_tolerance_class(generated):
+    """Probes too: the bundle is the contract, the harness never asks the plan."""
+    assert all(c.tolerance_class in generated.plan.tolerance_classes for c in generated.cases)
+    assert any(c.purpose == "probe" for c in generated.cases)
+
+
+def test_manifest_carries_what_the_harness_claims_and_mutants_need(generated):
+    texts = write.planned_texts(generated)
+    manifest = read_manifest(MANIFEST, text=texts[MANIFEST])
+    plan = generated.plan
+    assert manifest.plan == "sdpa_bwd" and manifest.level_names == tuple(lv.name for lv in plan.levels)
+    assert manifest.levels[0].per_case_cpu_seconds == plan.levels[0].per_case_cpu_seconds
+    assert {k: (t.rtol, t.atol) for k, t in manifest.tolerance_classes.items()} == {
+        k: (t.rtol, t.atol) for k, t in plan.tolerance_classes.items()}
+    assert manifest.cost_model == plan.cost_model
+    assert manifest.min_claim_margin == sdpa_bwd.MIN_CLAIM_MARGIN
+    assert manifest.cpu_case_limit_s == sdpa_bwd.CPU_CASE_LIMIT_S
+    assert [a.name for a in manifest.axes] == [a.name for a in plan.axes]
+    assert {g.item for g in manifest.gates} == {g.item for g in plan.gated}
+    listed = {i for a in manifest.axes for i in a.items} | {i.id for s in manifest.sections for i in s.items}
+    assert listed <= set(generated.items)
+    assert manifest_text(manifest) == texts[MANIFEST]          # reads back to the same text
+
+
+def test_manifest_digest_follows_the_bundles(generated):
+    texts = write.bundle_texts(generated)
+    before = write.build_manifest(generated, texts).digest
+    rel = sorted(texts)[0]
+    changed = {**texts, rel: texts[rel].replace('"version": 1', '"version": 1 ', 1)}
+    assert write.build_manifest(generated, changed).digest != before
+    assert before.startswith("sha256:") and before == write.build_manifest(generated).digest
+
+
+def test_check_passes_on_the_checked_in_tree(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    assert command.main(_args(check=True)) == 0
     assert "match the plan" in capsys.readouterr().out
 
 
 def test_check_fails_on_a_hand_edited_bundle(generated, tmp_path, capsys):
-    _copy_checked_in(generated, tmp_path)
-    assert command.run(_args(tmp_path, check=True), generated) == 0
-    target = tmp_path / "bundles/quick/sdpa_bwd/regressions.json"
+    root = _copy_checked_in(tmp_path)
+    assert command.run(_args(check=True), [generated], root) == 0
+    target = root / "quick/sdpa_bwd/regressions.json"
     raw = json.loads(target.read_text(encoding="utf-8"))
     raw["cases"][0]["graph"]["tensors"]["dq"]["strides"][3] = 2
     target.write_text(canonical_json(raw), encoding="utf-8")
     capsys.readouterr()
-    assert command.run(_args(tmp_path, check=True), generated) == 1
+    assert command.run(_args(check=True), [generated], root) == 1
     err = capsys.readouterr().err
-    assert "bundles/quick/sdpa_bwd/regressions.json: 1 case(s) differ" in err
+    assert "quick/sdpa_bwd/regressions.json: 1 case(s) differ" in err
 
 
-def test_check_fails_on_missing_stale_and_toml_drift(generated, tmp_path):
-    _copy_checked_in(generated, tmp_path)
-    (tmp_path / "bundles/pr/sdpa_bwd/pairs-core.json").unlink()
-    (tmp_path / "bundles/pr/sdpa_bwd/extra.json").write_text("{}\n", encoding="utf-8")
-    toml = tmp_path / engine_toml_relpath("triton")
-    toml.write_text(toml.read_text(encoding="utf-8").replace("rtol = 0.03125", "rtol = 0.05", 1),
-                    encoding="utf-8")
-    drift = "\n".join(write.check(generated, tmp_path))
+def test_check_fails_on_missing_stale_and_manifest_drift(generated, tmp_path):
+    root = _copy_checked_in(tmp_path)
+    (root / "pr/sdpa_bwd/pairs-core.json").unlink()
+    (root / "pr/sdpa_bwd/extra.json").write_text("{}\n", encoding="utf-8")
+    manifest = root / MANIFEST
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('"rtol": 0.03125', '"rtol": 0.05', 1),
+                        encoding="utf-8")
+    drift = "\n".join(write.check(generated, root))
     assert "pairs-core.json: missing" in drift
     assert "extra.json: not produced by the plan" in drift
-    assert "engines/triton/engine.toml: tolerance block differs" in drift
+    assert f"{MANIFEST}: differs in tolerance_classes" in drift
+    manifest.unlink()
+    assert f"{MANIFEST}: missing" in "\n".join(write.check(generated, root))
 
 
 def test_write_then_check_round_trips_and_removes_stale_files(generated, tmp_path):
-    stale = tmp_path / "bundles/full/sdpa_bwd/old.json"
+    stale = tmp_path / "full/sdpa_bwd/old.json"
     stale.parent.mkdir(parents=True)
     stale.write_text("{}\n", encoding="utf-8")
     result = write.write(generated, tmp_path)
-    assert result.removed == ("bundles/full/sdpa_bwd/old.json",) and not stale.exists()
+    assert result.removed == ("full/sdpa_bwd/old.json",) and not stale.exists()
+    assert (tmp_path / MANIFEST).is_file() and load_manifest(tmp_path).plan == "sdpa_bwd"
     assert write.check(generated, tmp_path) == []
     assert write.write(generated, tmp_path).written == ()
 
 
 def test_dry_run_report_writes_nothing(generated, tmp_path, capsys):
-    assert command.run(_args(tmp_path, dry_run=True, report=True), generated) == 0
+    assert command.run(_args(dry_run=True, report=True), [generated], None) == 0
     assert list(tmp_path.iterdir()) == []
     out = capsys.readouterr().out
     assert out == report.render(generated)
+
+
+# ----------------------------------------------------------------------------- workspaces
+def test_generate_writes_into_the_current_workspace_only(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bundlegen.toml").write_text('bundles = "out/bundles"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    builtin = _tree(builtin_bundle_root())
+    assert cli(["generate"]) == 0
+    written = tmp_path / "out/bundles"
+    assert (written / MANIFEST).is_file() and (written / "quick/sdpa_bwd/axes.json").is_file()
+    assert _tree(written) == {k: v for k, v in builtin.items() if not k.endswith((".py", ".pyc"))}
+    assert cli(["generate", "--check"]) == 0
+    assert _tree(builtin_bundle_root()) == builtin
+
+
+def test_generate_outside_a_workspace_refuses_but_the_dry_run_report_works(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli(["generate"]) == 2
+    err = capsys.readouterr().err
+    assert "is not inside one" in err and len(err.strip().splitlines()) == 1
+    assert cli(["generate", "--check"]) == 2
+    capsys.readouterr()
+    assert cli(["generate", "--dry-run", "--report"]) == 0
+    assert "all-pairs" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_workspace_plan_is_imported_from_the_workspace_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bundlegen.toml").write_text('plans = ["no_such_plan_module"]\n')
+    monkeypatch.chdir(tmp_path)
+    assert cli(["generate", "--dry-run"]) == 2
+    assert "cannot import 'no_such_plan_module'" in capsys.readouterr().err
+    (tmp_path / "no_such_plan_module.py").write_text("X = 1\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert cli(["generate", "--dry-run"]) == 2
+    assert "no_such_plan_module: defines no PLAN" in capsys.readouterr().err
 
 
 def test_report_shows_what_the_issue_asks_for(generated):
@@ -150,62 +227,3 @@ def test_report_predicts_each_level_run_with_its_start(generated):
         assert run == pytest.approx(cumulative + start, abs=0.1)   # both cells rounded to 0.1
 
 
-# ----------------------------------------------------------------------------- TOML block
-ENGINE_FILE = """# hand-written header, kept as is
-[meta]
-name = "triton"   # trailing comment
-
-# BEGIN sdpa_bwd tolerance classes (generated by bundlegen generate; do not edit)
-[[tolerance_overrides]]
-filters = { plan = "sdpa_bwd", tolerance_class = "stale" }
-rtol = 1.0
-atol = 1.0
-# END sdpa_bwd tolerance classes
-
-[[tolerance_overrides]]
-filters = { plan = "sdpa_bwd", id = "abc*" }   # an engine author's own row
-rtol = 0.5
-atol = 0.0
-
-[[test_skips]]
-filters = { id = "abc123def456" }
-reason = "TICKET-12: what goes wrong"
-"""
-
-
-def test_toml_block_round_trips_without_touching_other_lines():
-    plan = sdpa_bwd.PLAN
-    block = write.tolerance_block(plan)
-    new = write.splice_block(ENGINE_FILE, block, "triton", plan.name)
-    old_lines, new_lines = ENGINE_FILE.splitlines(keepends=True), new.splitlines(keepends=True)
-    begin = old_lines.index(write.begin_marker(plan.name) + "\n")
-    end = old_lines.index(write.end_marker(plan.name) + "\n")
-    tail = len(old_lines) - end - 1
-    assert new_lines[:begin] == old_lines[:begin]
-    assert new_lines[len(new_lines) - tail:] == old_lines[end + 1:]
-    assert write.extract_block(new, plan.name) == block
-    assert write.splice_block(new, block, "triton", plan.name) == new        # idempotent
-    rows = tomlkit.parse(new)["tolerance_overrides"]
-    generated_rows = [r for r in rows if "tolerance_class" in r["filters"]]
-    assert [(r["filters"]["tolerance_class"], r["rtol"], r["atol"]) for r in generated_rows] == [
-        (c.name, c.rtol, c.atol) for c in plan.tolerance_classes.values()]
-    assert all(r["filters"]["plan"] == "sdpa_bwd" for r in generated_rows)
-    assert rows[-1]["filters"]["id"] == "abc*"        # the author's row still comes last
-
-
-def test_toml_block_is_appended_or_a_file_created():
-    plan = sdpa_bwd.PLAN
-    block = write.tolerance_block(plan)
-    created = write.splice_block(None, block, "torch-math", plan.name)
-    assert created.startswith('[meta]\nname = "torch-math"\n\n') and created.endswith(block)
-    appended = write.splice_block('[meta]\nname = "x"\n', block, "x", plan.name)
-    assert appended == '[meta]\nname = "x"\n\n' + block
-    with pytest.raises(ValueError):
-        write.splice_block(block + block, block, "x", plan.name)   # two BEGIN lines
-
-
-def test_checked_in_toml_files_carry_the_block(generated):
-    for directory in generated.plan.engine_toml_dirs.values():
-        text = (REPO_ROOT / engine_toml_relpath(directory)).read_text(encoding="utf-8")
-        assert write.extract_block(text, "sdpa_bwd") == write.tolerance_block(generated.plan)
-        assert "tolerance_overrides" in tomlkit.parse(text)

@@ -78,15 +78,18 @@ def test_feature_cases_all_levels_probes_excluded(tmp_path):
     bad = tmp_path / "pr" / "sdpa_bwd" / "broken.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{not json", encoding="utf-8")
-    cases, errors = feature_cases(tmp_path)
+    cases, errors = feature_cases(tmp_path, "sdpa_bwd")
     assert cases == {"AX-A": frozenset({claim.id}), "AX-B": frozenset({claim.id}),
                      "REG-Y": frozenset({regression.id})}
     assert len(errors) == 1 and "broken.json" in errors[0]
 
 
-def test_feature_groups_from_the_plan():
-    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
-    groups, gated = feature_groups(sdpa_bwd.PLAN)
+def test_feature_groups_from_the_manifest():
+    from bundlegen.manifest import load_manifest
+    from bundlegen.plans import sdpa_bwd
+    from bundlegen.workspace import builtin_bundle_root
+
+    groups, gated = feature_groups(load_manifest(builtin_bundle_root()))
     ids = [f.id for grp in groups for f in grp.features]
     assert "AX-DTYPE-BF16" in ids and "AX-MASK-CAUSAL-BR" in ids and "AX-HEADS-HK4-HV2" in ids
     assert "REG-HV-LT-HK" in ids and "SHP-S1" in ids

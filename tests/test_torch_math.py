@@ -13,8 +13,9 @@ from bundlegen.graph import Attributes
 from bundlegen.engines.registry import engine_class
 from bundlegen.engines.torch_math.engine import TorchMathEngine, attention_backward
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.run import run_case
+from bundlegen.plans.sdpa_bwd import tolerance_class_for
+from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph, packed_strides
 
 SMALL = dict(B=2, H_q=4, H_k=2, H_v=1, S_q=19, S_kv=33, D_qk=24, D_v=16)
@@ -37,6 +38,11 @@ GRAPHS = {
 }
 
 
+def plan_case(graph, **kwargs):
+    """A case carrying its plan tolerance class, as a generated one does."""
+    return replace(make_case(graph, **kwargs), tolerance_class=tolerance_class_for(graph))
+
+
 @pytest.fixture(scope="module")
 def engine():
     return TorchMathEngine("cpu")
@@ -44,15 +50,15 @@ def engine():
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_within_the_plan_tolerance(engine, name):
-    case = make_case(make_graph(**{**SMALL, **GRAPHS[name]}), seed=7)
-    outcome = run_case(case, engine, EngineConfig())
+    case = plan_case(make_graph(**{**SMALL, **GRAPHS[name]}), seed=7)
+    outcome = run_case(case, engine, S.PLAIN)
     assert outcome.verdict == V.PASS, outcome
-    assert outcome.tolerance["source"].startswith("plan class")
+    assert outcome.tolerance["source"] == f"manifest class {case.tolerance_class}"
 
 
 def test_small_int_data_and_repeats(engine):
-    case = make_case(make_graph(**SMALL), seed=3, distribution="small-int")
-    assert run_case(case, engine, EngineConfig(), repeat=3).verdict == V.PASS
+    case = plan_case(make_graph(**SMALL), seed=3, distribution="small-int")
+    assert run_case(case, engine, S.PLAIN, repeat=3).verdict == V.PASS
 
 
 def test_rows_with_no_kept_key_get_zero_gradients_not_nan():
@@ -108,18 +114,17 @@ def test_found_by_name():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 def test_runs_on_cuda():
-    case = make_case(make_graph(**SMALL), seed=7)
-    assert run_case(case, TorchMathEngine("cuda"), EngineConfig()).verdict == V.PASS
+    case = plan_case(make_graph(**SMALL), seed=7)
+    assert run_case(case, TorchMathEngine("cuda"), S.PLAIN).verdict == V.PASS
 
 
 def test_every_probe_of_the_checked_in_bundles_is_rejected(engine):
     """Probes are never executed, so this runs every level's probes in a moment."""
-    from bundlegen.harness.bundles import default_bundle_root, level_names, load_level
+    from bundlegen.harness.bundles import default_bundle_root, load_level
 
-    loaded = load_level(default_bundle_root(), level_names()[-1])
+    loaded = load_level(default_bundle_root(), S.MANIFEST.level_names[-1])
     probes = [c for c in loaded.cases if c.expected_rejection is not None]
-    if not probes:
-        pytest.skip("no bundles generated yet")
-    outcomes = {c.id: run_case(c, engine, EngineConfig()) for c in probes}
+    assert len(probes) >= 20
+    outcomes = {c.id: run_case(c, engine, S.PLAIN) for c in probes}
     assert {c: o.verdict for c, o in outcomes.items() if o.verdict != V.REJECTED} == {}
     assert not loaded.errors

@@ -1,7 +1,7 @@
-"""Fitting the cost model (plans/sdpa_bwd.py COST_MODEL) to measured case times.
+"""Fitting the cost model (a plan's COST_MODEL, e.g. plans/sdpa_bwd.py) to measured case times.
 
 Each executed case of a run (a results.jsonl record whose engine ran) is joined by case id
-with its graph from the bundles; `bundlegen.generator.cost.terms(graph)` gives its features. The fit
+with its graph from the bundles; `bundlegen.cost.terms(graph)` gives its features. The fit
 is a non-negative least squares of the measured `wall_s` in the model's own form, each
 level weighted the same (a case counts sqrt(cases of its level) / its level's total):
 
@@ -29,9 +29,9 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
-from bundlegen.graph import Case
-from bundlegen.generator.cost import CostTerms, seconds, terms
-from bundlegen.plans.records import CostCoefficients
+from bundlegen.cost import CostCoefficients, CostTerms, seconds, terms
+from bundlegen.graph import BundleError, Case, load_bundle
+from bundlegen.results_file import read_results, read_run_times, results_file
 
 #: the coefficients the fit sets, in the order of the feature columns
 FITTED = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s")
@@ -76,20 +76,10 @@ class SampleSet:
     other_device: int                 # records of another device class
 
 
-def results_path(path: Path | str) -> Path:
-    """A results.jsonl file, or a run directory holding one."""
-    from bundlegen.harness.results import RESULTS_NAME
-
-    path = Path(path)
-    return path / RESULTS_NAME if path.is_dir() else path
-
-
 def read_records(paths: Iterable[Path | str]) -> list[dict]:
-    from bundlegen.harness.results import read_results
-
     records: list[dict] = []
     for p in paths:
-        file = results_path(p)
+        file = results_file(p)
         if not file.is_file():
             raise CalibrationError(f"no results file at {p}")
         records.extend(read_results(file))
@@ -99,11 +89,9 @@ def read_records(paths: Iterable[Path | str]) -> list[dict]:
 def run_starts(paths: Iterable[Path | str], device_class: str) -> list[float]:
     """Seconds outside the cases (run.json outside_cases_s) of each given run of this device
     class that has a run.json."""
-    from bundlegen.harness.results import read_run_times
-
     starts = []
     for p in paths:
-        times = read_run_times(results_path(p).parent)
+        times = read_run_times(results_file(p).parent)
         if times is not None and DEVICE_CLASS_OF_ARCH.get(times.arch) == device_class:
             starts.append(times.outside_cases_s)
     return starts
@@ -118,13 +106,17 @@ def fitted_run_start(starts: Sequence[float], prior: CostCoefficients) -> float:
     return round_significant(median)
 
 
-def case_index(bundle_root: Path | str | None = None) -> dict[str, Case]:
-    """Every case of every level, by id."""
-    from bundlegen.harness import bundles as B
-
-    root = Path(bundle_root) if bundle_root else B.default_bundle_root()
-    loaded = B.load_level(root, B.level_names()[-1])
-    return {c.id: c for c in loaded.cases}
+def case_index(bundle_root: Path | str, plan: str) -> dict[str, Case]:
+    """Every case of every level of `plan` under `bundle_root`, by id (a malformed case is
+    left out: it has no measured time to fit)."""
+    out: dict[str, Case] = {}
+    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
+        try:
+            bundle, _errors = load_bundle(path)
+        except BundleError:
+            continue
+        out.update((c.id, c) for c in bundle.cases)
+    return out
 
 
 def device_class_of(record: Mapping) -> str | None:

@@ -1,23 +1,43 @@
-"""`bundlegen calibrate RESULTS... [--device-class h200|cpu] [--write]`: fit the cost
-model's coefficients to measured case times, print the per-level prediction error and
-the new COST_MODEL entry; `--write` puts its numbers into plans/sdpa_bwd.py (then run
-`bundlegen generate`: the predictions, and so the level of each case, may change)."""
+"""`bundlegen calibrate RESULTS... [--device-class h200|cpu] [--plan MODULE] [--write]`:
+fit the cost model's coefficients to measured case times, print the per-level prediction
+error and the new COST_MODEL entry; `--write` puts its numbers into the plan's file (then
+run `bundlegen generate`: the predictions, and so the level of each case, may change).
+
+The plan is the workspace's (its only one, or `--plan`; outside a workspace the built-in
+plan). `--write` edits only a plan file that lies inside the current workspace."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from bundlegen.harness import calibrate as C
+from bundlegen.cost import seconds
+from bundlegen.workspace import Workspace, WorkspaceError, default_bundle_root, find_workspace, require_workspace
+from bundlegen.generator import calibrate as C
+from bundlegen.generator.command import BUILTIN_PLAN, plan_module
+from bundlegen.generator.errors import PlanError
 
 #: the per-level error the plan aims for (issue 7)
 TARGET_ERROR = 0.25
 
 
-def default_plan_path() -> Path:
-    import bundlegen.plans.sdpa_bwd
+def choose_plan(name: str | None, workspace: Workspace | None) -> str:
+    """The plan module to calibrate: `name`, else the workspace's only plan."""
+    if name is not None:
+        return name
+    names = workspace.plans if workspace is not None else (BUILTIN_PLAN,)
+    if len(names) != 1:
+        raise PlanError(f"{workspace.source}: plans: several ({', '.join(names)}); choose one with --plan")
+    return names[0]
 
-    return Path(bundlegen.plans.sdpa_bwd.__file__)
+
+def writable_plan_file(module, command: str = "calibrate --write") -> Path:
+    """The plan's file, when it lies inside the current workspace (WorkspaceError else)."""
+    workspace = require_workspace(command)
+    path = Path(module.__file__).resolve()
+    if not path.is_relative_to(workspace.root.resolve()):
+        raise WorkspaceError(f"{command}: plan file {path} lies outside the workspace {workspace.root}")
+    return path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,24 +45,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results.jsonl files (or run directories holding one); use warm-cache runs")
     parser.add_argument("--device-class", default="h200", choices=sorted(set(C.DEVICE_CLASS_OF_ARCH.values())),
                         help="which COST_MODEL entry to fit (records of other archs are ignored)")
+    parser.add_argument("--plan", default=None, metavar="MODULE",
+                        help="the plan module to fit (default: the workspace's only plan)")
     parser.add_argument("--write", action="store_true",
-                        help="rewrite that entry's numbers in the plan file in place")
+                        help="rewrite that entry's numbers in the plan file in place (inside the workspace)")
     parser.add_argument("--bundles", default=None, metavar="DIR",
-                        help="bundle root to find each case's graph (default: the repo's bundles/)")
-    parser.add_argument("--plan-file", default=None, metavar="PATH", help=argparse.SUPPRESS)
+                        help="bundle root to find each case's graph (default: the workspace's, else built-in)")
 
 
 def main(args: argparse.Namespace) -> int:
-    from bundlegen.generator.cost import seconds
-    from bundlegen.plans.sdpa_bwd import COST_MODEL, LEVELS
-
     device_class = args.device_class
     try:
+        module = plan_module(choose_plan(args.plan, find_workspace()), find_workspace())
+        plan = module.PLAN
+        path = writable_plan_file(module) if args.write else None
         records = C.read_records(args.results)
-        samples = C.collect(records, C.case_index(args.bundles), device_class)
-        prior = COST_MODEL[device_class]
+        bundles = args.bundles if args.bundles else default_bundle_root()
+        samples = C.collect(records, C.case_index(bundles, plan.name), device_class)
+        prior = plan.cost_model[device_class]
         result = C.fit(samples.executed, prior)
-    except C.CalibrationError as exc:
+    except (C.CalibrationError, PlanError, WorkspaceError) as exc:
         print(f"calibrate: {exc}")
         return 2
     starts = C.run_starts(args.results, device_class)
@@ -70,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"  run_start_s          {C.format_number(prior.run_start_s):>10s} -> "
           f"{C.format_number(new.run_start_s):>10s}   ({source})")
 
-    rows = C.level_errors(samples, prior, new, [lv.name for lv in LEVELS])
+    rows = C.level_errors(samples, prior, new, [lv.name for lv in plan.levels])
     print(f"\n{'level':8s} {'cases':>6s} {'measured s':>11s} {'plan s':>9s} {'error':>8s} "
           f"{'fitted s':>9s} {'error':>8s}")
     for r in rows:
@@ -86,10 +108,9 @@ def main(args: argparse.Namespace) -> int:
     verdict = "met" if worst <= TARGET_ERROR else "NOT met"
     print(f"target: every level within {TARGET_ERROR:.0%} of measured: {verdict} (worst {worst:.1%})")
 
-    print("\nCOST_MODEL entry (plans/sdpa_bwd.py):")
+    print(f"\nCOST_MODEL entry ({Path(module.__file__).name}):")
     print(C.coefficient_block(device_class, new))
-    if args.write:
-        path = Path(args.plan_file) if args.plan_file else default_plan_path()
+    if path is not None:
         try:
             edits = C.write_coefficients(path, device_class, new)
         except C.CalibrationError as exc:

@@ -1,5 +1,7 @@
 """The cost model: FLOPs and bytes of a case for the engine and the float64 oracle, and
-the predicted seconds per device class (coefficients: bundlegen.plans.sdpa_bwd.COST_MODEL).
+the predicted seconds per device class. The coefficients are a plan's (its COST_MODEL,
+copied into the bundle manifest); the generator assigns levels with them, the harness
+predicts CPU times with the manifest's copy, `bundlegen calibrate` refits them.
 
 predicted_s = engine_flops / engine rate + oracle_flops / oracle rate
               + io_bytes / host rate (materialize: fill, copies, snapshots, guard checks)
@@ -13,12 +15,26 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bundlegen.graph import Cost, Graph
-from bundlegen.plans.records import CostCoefficients
 
 ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLOAT64 = 8
 ORACLE_ROW_CHUNK = 512       # query rows of one float64 score block in the chunked oracle
 DEVICE_CLASSES = ("h200", "cpu")
+
+
+@dataclass(frozen=True)
+class CostCoefficients:
+    """One device class's rates and fixed times."""
+    engine_flops_per_s: float
+    oracle_flops_per_s: float
+    bytes_per_s: float
+    overhead_s: float
+    probe_s: float = 0.001       # a probe is validated and offered to engines, never run
+    run_start_s: float = 0.0     # once per `bundlegen run`: worker start, engine warm-up and
+                                 # prepare on a warm cache, reports (run.json outside_cases_s)
+
+
+COEFFICIENT_FIELDS = tuple(CostCoefficients.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -49,17 +65,15 @@ def seconds(t: CostTerms, k: CostCoefficients) -> float:
             + t.io_bytes / k.bytes_per_s + k.overhead_s)
 
 
-def predict(graph: Graph, device_class: str, model: Mapping[str, CostCoefficients] | None = None,
+def predict(graph: Graph, device_class: str, model: Mapping[str, CostCoefficients],
             *, probe: bool = False) -> Cost:
     """The predicted cost of running `graph` once on `device_class` ('h200' or 'cpu');
-    a probe (never executed) costs only the plan's `probe_s`."""
+    a probe (never executed) costs only the model's `probe_s`."""
     return predict_terms(terms(graph), device_class, model, probe=probe)
 
 
-def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoefficients] | None = None,
+def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoefficients],
                   *, probe: bool = False) -> Cost:
-    if model is None:
-        from bundlegen.plans.sdpa_bwd import COST_MODEL as model
     if device_class not in model:
         raise KeyError(f"unknown device class {device_class!r} (known: {', '.join(sorted(model))})")
     if probe:

@@ -1,0 +1,269 @@
+"""The bundle manifest (DESIGN section 9, "the bundle is the contract"): what the harness,
+claims and mutants need to know about the plan that generated a bundle root, so that they
+never import the plan or the generator.
+
+`bundlegen generate` writes one per plan, canonical JSON, at
+`<bundle root>/<plan>.manifest.json`, beside `<bundle root>/<level>/<plan>/*.json`:
+
+    {"version": 1, "plan": "sdpa_bwd", "digest": "sha256:<hex>",
+     "levels": [{"name": "quick", "per_case_seconds": 0.25, ...}, ...],   # lowest first
+     "tolerance_classes": {"bf16-r256": {"rtol": 0.03125, "atol": 1e-05}, ...},
+     "cost_model": {"h200": {<CostCoefficients fields>}, "cpu": {...}},
+     "min_claim_margin": 1.5, "cpu_case_limit_s": 30.0,
+     "axes": [{"name": "dtype", "title": "...", "core": true, "default": "bf16",
+               "values": ["bf16", ...], "items": ["AX-DTYPE-BF16", ...]}, ...],
+     "sections": [{"title": "shape catalog", "items": [{"id": "SHP-...", "title": "..."}]}, ...],
+     "gates": [{"item": "GATE-FP32", "title": "...", "gate": "waiting on ...", "planned_cases": 20}]}
+
+`digest` is the sha256 of the plan's generated bundle files (their paths relative to the
+bundle root and their texts, in path order): it changes exactly when a bundle does.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from bundlegen.cost import COEFFICIENT_FIELDS, CostCoefficients
+from bundlegen.graph import BundleError, canonical_json
+
+MANIFEST_VERSION = 1
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+@dataclass(frozen=True)
+class LevelLimits:
+    """A level's per-case ceilings (h200 prediction; cpu seconds at quick) and the
+    cumulative budget of it and every lower level."""
+    name: str
+    per_case_seconds: float
+    per_case_bytes: int
+    budget_seconds: float
+    per_case_cpu_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class AxisItems:
+    """One plan axis: its values in plan order and the AX- item of each."""
+    name: str
+    title: str
+    core: bool
+    default: str
+    values: tuple[str, ...]
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """Plan items outside the axes, grouped as the support matrix shows them."""
+    title: str
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class Gate:
+    item: str
+    title: str
+    gate: str
+    planned_cases: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    plan: str
+    digest: str
+    levels: tuple[LevelLimits, ...]
+    tolerance_classes: Mapping[str, Tolerance]
+    cost_model: Mapping[str, CostCoefficients]
+    min_claim_margin: float
+    cpu_case_limit_s: float
+    axes: tuple[AxisItems, ...]
+    sections: tuple[Section, ...]
+    gates: tuple[Gate, ...]
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(lv.name for lv in self.levels)
+
+    def levels_upto(self, level: str) -> tuple[str, ...]:
+        """The level and every lower one, lowest first; ValueError for an unknown level."""
+        names = self.level_names
+        if level not in names:
+            raise ValueError(f"unknown level {level!r} (known: {', '.join(names)})")
+        return names[: names.index(level) + 1]
+
+    def default_items(self) -> frozenset[str]:
+        """The AX- items of every axis's default value."""
+        return frozenset(a.items[a.values.index(a.default)] for a in self.axes)
+
+    def to_json(self) -> dict:
+        return {
+            "version": MANIFEST_VERSION, "plan": self.plan, "digest": self.digest,
+            "levels": [{"name": lv.name, "per_case_seconds": lv.per_case_seconds,
+                        "per_case_bytes": lv.per_case_bytes, "budget_seconds": lv.budget_seconds,
+                        "per_case_cpu_seconds": lv.per_case_cpu_seconds} for lv in self.levels],
+            "tolerance_classes": {name: {"rtol": t.rtol, "atol": t.atol}
+                                  for name, t in sorted(self.tolerance_classes.items())},
+            "cost_model": {name: {f: getattr(k, f) for f in COEFFICIENT_FIELDS}
+                           for name, k in sorted(self.cost_model.items())},
+            "min_claim_margin": self.min_claim_margin, "cpu_case_limit_s": self.cpu_case_limit_s,
+            "axes": [{"name": a.name, "title": a.title, "core": a.core, "default": a.default,
+                      "values": list(a.values), "items": list(a.items)} for a in self.axes],
+            "sections": [{"title": s.title, "items": [{"id": i.id, "title": i.title} for i in s.items]}
+                         for s in self.sections],
+            "gates": [{"item": g.item, "title": g.title, "gate": g.gate, "planned_cases": g.planned_cases}
+                      for g in self.gates],
+        }
+
+
+def manifest_name(plan: str) -> str:
+    return f"{plan}{MANIFEST_SUFFIX}"
+
+
+def manifest_text(manifest: Manifest) -> str:
+    return canonical_json(manifest.to_json())
+
+
+def plans_in(root: Path | str) -> tuple[str, ...]:
+    """The plans that have a manifest in `root`, sorted."""
+    return tuple(sorted(p.name[: -len(MANIFEST_SUFFIX)] for p in Path(root).glob(f"*{MANIFEST_SUFFIX}")))
+
+
+def manifest_path(root: Path | str, plan: str | None = None) -> Path:
+    """`root`'s manifest of `plan`, or of its only plan; BundleError (one line) when `plan`
+    has none there, or when `plan` is None and the root holds no plan or several."""
+    root = Path(root)
+    plans = plans_in(root)
+    if plan is not None:
+        path = root / manifest_name(plan)
+        if not path.is_file():
+            known = f"plans there: {', '.join(plans)}" if plans else "it holds no manifest"
+            raise BundleError(f"no manifest for plan {plan!r} ({known})", file=str(path), case_id="-",
+                              field="plan")
+        return path
+    if len(plans) == 1:
+        return root / manifest_name(plans[0])
+    if not plans:
+        raise BundleError(f"no *{MANIFEST_SUFFIX} here: not a generated bundle root (run `bundlegen "
+                          "generate`)", file=str(root), case_id="-", field="manifest")
+    raise BundleError(f"holds several plans ({', '.join(plans)}): choose one with --plan",
+                      file=str(root), case_id="-", field="plan")
+
+
+def load_manifest(root: Path | str, plan: str | None = None) -> Manifest:
+    """Read the manifest of `plan` (default: the only plan) in bundle root `root`.
+    Raises BundleError naming the file and the field at fault."""
+    return read_manifest(manifest_path(root, plan))
+
+
+def read_manifest(path: Path | str, text: str | None = None) -> Manifest:
+    file = str(path)
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(file, "-", f"cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise _fail(file, "-", f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    r = _Fields(file)
+    top = r.obj(raw, "")
+    if r.get(top, "version", int, "") != MANIFEST_VERSION:
+        raise _fail(file, "version", f"unsupported version {top['version']!r}")
+    plan = r.get(top, "plan", str, "")
+    if file.endswith(MANIFEST_SUFFIX) and Path(file).name != manifest_name(plan):
+        raise _fail(file, "plan", f"is {plan!r} but the file is named {Path(file).name!r}")
+    levels = tuple(
+        LevelLimits(name=r.get(lv, "name", str, w), per_case_seconds=r.num(lv, "per_case_seconds", w),
+                    per_case_bytes=r.get(lv, "per_case_bytes", int, w),
+                    budget_seconds=r.num(lv, "budget_seconds", w),
+                    per_case_cpu_seconds=r.num(lv, "per_case_cpu_seconds", w, optional=True))
+        for w, lv in r.items(top, "levels"))
+    if not levels or len({lv.name for lv in levels}) != len(levels):
+        raise _fail(file, "levels", "expected distinct level names, lowest first")
+    classes = r.obj(r.get(top, "tolerance_classes", dict, ""), "tolerance_classes")
+    tolerances = {name: Tolerance(rtol=r.num(t, "rtol", f"tolerance_classes.{name}"),
+                                  atol=r.num(t, "atol", f"tolerance_classes.{name}"))
+                  for name, t in classes.items()}
+    model = r.get(top, "cost_model", dict, "")
+    cost_model = {name: CostCoefficients(**{f: r.num(k, f, f"cost_model.{name}") for f in COEFFICIENT_FIELDS})
+                  for name, k in model.items()}
+    axes = tuple(
+        AxisItems(name=r.get(a, "name", str, w), title=r.get(a, "title", str, w),
+                  core=r.get(a, "core", bool, w), default=r.get(a, "default", str, w),
+                  values=r.strings(a, "values", w), items=r.strings(a, "items", w))
+        for w, a in r.items(top, "axes"))
+    for i, a in enumerate(axes):
+        if len(a.values) != len(a.items) or a.default not in a.values:
+            raise _fail(file, f"axes[{i}]", "values and items must pair up and hold the default")
+    sections = tuple(
+        Section(title=r.get(s, "title", str, w),
+                items=tuple(Item(r.get(i, "id", str, iw), r.get(i, "title", str, iw))
+                            for iw, i in r.items(s, "items", w)))
+        for w, s in r.items(top, "sections"))
+    gates = tuple(Gate(item=r.get(g, "item", str, w), title=r.get(g, "title", str, w),
+                       gate=r.get(g, "gate", str, w), planned_cases=r.get(g, "planned_cases", int, w))
+                  for w, g in r.items(top, "gates"))
+    return Manifest(plan=plan, digest=r.get(top, "digest", str, ""), levels=levels,
+                    tolerance_classes=tolerances, cost_model=cost_model,
+                    min_claim_margin=r.num(top, "min_claim_margin", ""),
+                    cpu_case_limit_s=r.num(top, "cpu_case_limit_s", ""),
+                    axes=axes, sections=sections, gates=gates)
+
+
+def _fail(file: str, fieldname: str, message: str) -> BundleError:
+    return BundleError(message, file=file, case_id="-", field=fieldname)
+
+
+class _Fields:
+    """Typed field access raising BundleError with the field's dotted path."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def obj(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise _fail(self.file, where or "-", f"expected an object, got {type(value).__name__}")
+        return value
+
+    def get(self, obj: Any, key: str, types: type, where: str) -> Any:
+        name = f"{where}.{key}" if where else key
+        obj = self.obj(obj, where)
+        if key not in obj:
+            raise _fail(self.file, name, "missing")
+        value = obj[key]
+        if (isinstance(value, bool) and types is not bool) or not isinstance(value, types):
+            raise _fail(self.file, name, f"expected {types.__name__}, got {type(value).__name__}")
+        return value
+
+    def num(self, obj: Any, key: str, where: str, *, optional: bool = False) -> float | None:
+        name = f"{where}.{key}" if where else key
+        value = self.obj(obj, where).get(key)
+        if value is None and optional and key in obj:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise _fail(self.file, name, f"expected a number >= 0, got {value!r}")
+        return float(value)
+
+    def strings(self, obj: Any, key: str, where: str) -> tuple[str, ...]:
+        values = self.get(obj, key, list, where)
+        if not all(isinstance(v, str) for v in values):
+            raise _fail(self.file, f"{where}.{key}", "expected a list of strings")
+        return tuple(values)
+
+    def items(self, obj: Any, key: str, where: str = ""):
+        """(dotted path, element) of a list field whose elements are objects."""
+        name = f"{where}.{key}" if where else key
+        for i, value in enumerate(self.get(obj, key, list, where)):
+            yield f"{name}[{i}]", self.obj(value, f"{name}[{i}]")

@@ -1,0 +1,80 @@
+"""Reading what `bundlegen run` writes: results.jsonl (also gzip-compressed, `.jsonl.gz`)
+and run.json. The harness writes them; the harness, claims and `bundlegen calibrate` read
+them through this module.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RESULTS_NAME = "results.jsonl"
+RUN_NAME = "run.json"
+
+
+def results_file(path: Path | str) -> Path:
+    """A results file (.jsonl or .jsonl.gz), or a run directory holding results.jsonl."""
+    path = Path(path)
+    return path / RESULTS_NAME if path.is_dir() else path
+
+
+def read_results(path: Path | str) -> list[dict]:
+    """Every complete record of a results file (or run directory); a line that does not
+    parse (a torn write) is ignored; an absent file has none."""
+    path = results_file(path)
+    if not path.is_file():
+        return []
+    records = []
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "verdict" in record:
+                records.append(record)
+    return records
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    """Where one `bundlegen run` invocation's time went around its cases (run.json, rewritten
+    by every invocation). `bundlegen calibrate` fits the cost model's run_start_s to it."""
+    run_id: str
+    level: str
+    engine: str
+    arch: str
+    device: str
+    cases: int            # cases this invocation ran
+    start_s: float        # until the worker's engine was built and warmed up (bundles load meanwhile)
+    prepare_s: float      # Engine.prepare (compiling ahead on a cold cache)
+    cases_s: float        # the case loop
+    finish_s: float       # junit, summary, worker stop
+    elapsed_s: float      # all of run_level
+    prepare_problem: str | None = None
+    before_s: float | None = None   # the process's start until run_level (None: the OS does not say)
+    engine_spec: str = ""           # --engine as given (a name or package.module:Class)
+    selection: str = ""             # the -k expressions and --shard, as resume compares them
+    bundles_digest: str = ""        # sha256 over the bundle files the run loaded
+    complete: bool = True           # False while the run is going on, or when it was cut short
+
+    @property
+    def outside_cases_s(self) -> float:
+        return (self.before_s or 0.0) + self.elapsed_s - self.cases_s
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "outside_cases_s": self.outside_cases_s}
+
+
+def read_run_times(path: Path | str) -> RunTimes | None:
+    """run.json of a run directory (or the file itself); None when absent or unreadable."""
+    path = Path(path)
+    path = path / RUN_NAME if path.is_dir() else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        names = {f for f in RunTimes.__dataclass_fields__}
+        return RunTimes(**{k: v for k, v in data.items() if k in names})
+    except (OSError, ValueError, TypeError):
+        return None

@@ -1,0 +1,118 @@
+"""The bundle manifest (bundlegen.manifest): the checked-in one reads back to its own text;
+malformed input names the file and the field; a root with several plans needs a choice."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bundlegen.graph import BundleError
+from bundlegen.harness import bundles as B
+from bundlegen.manifest import load_manifest, manifest_path, manifest_text, plans_in, read_manifest
+from bundlegen.workspace import builtin_bundle_root
+
+NAME = "sdpa_bwd.manifest.json"
+
+
+@pytest.fixture
+def raw():
+    return json.loads((builtin_bundle_root() / NAME).read_text(encoding="utf-8"))
+
+
+def write(root, raw, name=NAME):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text(json.dumps(raw), encoding="utf-8")
+    return root / name
+
+
+def test_the_checked_in_manifest_reads_back_to_its_text():
+    manifest = load_manifest(builtin_bundle_root())
+    assert manifest_text(manifest) == (builtin_bundle_root() / NAME).read_text(encoding="utf-8")
+    assert manifest.levels_upto("pr") == ("quick", "pr")
+    with pytest.raises(ValueError, match="unknown level 'weekly'"):
+        manifest.levels_upto("weekly")
+    assert "AX-DTYPE-BF16" in manifest.default_items()
+
+
+@pytest.mark.parametrize("change, field, message", [
+    (lambda r: r.pop("tolerance_classes"), "tolerance_classes", "missing"),
+    (lambda r: r["tolerance_classes"]["bf16-r256"].update(rtol="x"), "tolerance_classes.bf16-r256.rtol",
+     "expected a number"),
+    (lambda r: r["tolerance_classes"]["bf16-r256"].update(atol=-1), "tolerance_classes.bf16-r256.atol",
+     "expected a number"),
+    (lambda r: r["cost_model"]["cpu"].pop("overhead_s"), "cost_model.cpu.overhead_s", "expected a number"),
+    (lambda r: r["levels"][1].update(name=3), "levels[1].name", "expected str"),
+    (lambda r: r["levels"].append(dict(r["levels"][0])), "levels", "distinct level names"),
+    (lambda r: r["axes"][0]["items"].pop(), "axes[0]", "pair up"),
+    (lambda r: r["sections"][0]["items"][0].pop("title"), "sections[0].items[0].title", "missing"),
+    (lambda r: r.update(min_claim_margin=True), "min_claim_margin", "expected a number"),
+    (lambda r: r.update(version=2), "version", "unsupported version 2"),
+    (lambda r: r.update(plan="other"), "plan", "is 'other' but the file is named"),
+])
+def test_malformed_manifest_names_file_and_field(tmp_path, raw, change, field, message):
+    change(raw)
+    path = write(tmp_path, raw)
+    with pytest.raises(BundleError, match=message) as info:
+        load_manifest(tmp_path)
+    assert info.value.field == field and info.value.file == str(path)
+    assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+
+
+def test_unreadable_manifest_names_the_file(tmp_path):
+    (tmp_path / NAME).write_text("{not json", encoding="utf-8")
+    with pytest.raises(BundleError, match="bad JSON at line 1") as info:
+        load_manifest(tmp_path)
+    assert info.value.file == str(tmp_path / NAME)
+
+
+def test_choosing_the_plan_of_a_root(tmp_path, raw):
+    with pytest.raises(BundleError, match="not a generated bundle root"):
+        manifest_path(tmp_path)
+    write(tmp_path, raw)
+    assert load_manifest(tmp_path).plan == "sdpa_bwd"
+    write(tmp_path, {**raw, "plan": "other"}, "other.manifest.json")
+    assert plans_in(tmp_path) == ("other", "sdpa_bwd")
+    with pytest.raises(BundleError, match=r"several plans \(other, sdpa_bwd\): choose one with --plan"):
+        load_manifest(tmp_path)
+    assert load_manifest(tmp_path, "other").plan == "other"
+    with pytest.raises(BundleError, match=r"no manifest for plan 'nope' \(plans there: other, sdpa_bwd\)"):
+        load_manifest(tmp_path, "nope")
+
+
+def test_the_harness_loads_the_chosen_plans_bundles(tmp_path, raw):
+    root = tmp_path / "bundles"
+    shutil.copytree(builtin_bundle_root(), root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    (root / "quick" / "sdpa_bwd").rename(root / "quick" / "tiny")
+    for level in ("pr", "nightly", "full"):
+        shutil.rmtree(root / level)
+    (root / NAME).rename(root / "tiny.manifest.json")
+    raw["plan"] = "tiny"
+    write(root, raw, "tiny.manifest.json")
+    headers = B.load_level(root, "full")        # the files still say plan sdpa_bwd
+    assert headers.cases == () and {e.field for e in headers.errors} == {"plan"}
+    for path in (root / "quick" / "tiny").glob("*.json"):
+        path.write_text(path.read_text(encoding="utf-8").replace('"plan": "sdpa_bwd"', '"plan": "tiny"'),
+                        encoding="utf-8")
+    loaded = B.load_level(root, "full")
+    assert loaded.manifest.plan == "tiny" and len(loaded.cases) == 125 and not loaded.errors
+    assert all(c.tolerance_class for c in loaded.cases)
+    with pytest.raises(BundleError, match="no manifest for plan 'sdpa_bwd'"):
+        B.load_level(root, "quick", "sdpa_bwd")
+
+
+def test_run_with_several_plans_needs_plan(tmp_path, capsys):
+    from bundlegen.cli import main
+    from tests import harness_support as S
+
+    root = tmp_path / "bundles"
+    S.write_bundle(root, "quick", "a", [S.case_of(1)])
+    shutil.copy(root / NAME, root / "other.manifest.json")
+    argv = ["run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "--bundles", str(root),
+            "--out", str(tmp_path / "out"), "--no-isolation", "--quiet"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())      # rich wraps the line
+    assert "field plan: holds several plans (other, sdpa_bwd): choose one with --plan" in err
+    assert main([*argv, "--plan", "sdpa_bwd"]) == 0
+    record = json.loads((tmp_path / "out" / "results.jsonl").read_text(encoding="utf-8"))
+    assert record["tolerance"]["source"] == f"manifest class {record['tolerance_class']}"
