@@ -31,7 +31,7 @@ from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.selfcheck import Layout, make_graph
 
 HARNESS_GUARD = 512  # harness/materialize.py: guard elements before every view (a multiple of 8)
-SOURCES = ("kernels.py", "launch.py", "configs.py", "defects.py")
+SOURCES = ("kernels.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 
