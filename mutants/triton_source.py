@@ -5,8 +5,8 @@ A `Patch` names the module (`launch` or `kernels` of bundlegen.engines.triton) a
 edits; each edit's original snippet must occur exactly `count` times in today's source, so a
 refactor that moves a mutant's target fails loudly (tests/test_mutants_triton_source.py)
 instead of leaving a mutant that mutates nothing. Applied, the patched source is written to
-a file in Triton's cache directory (Triton's @jit reads a function's source from its file),
-named by a hash of that source, and imported under the same name. The mutant engine is a
+a file in a per-user folder of the temporary directory (Triton's @jit reads a function's
+source from its file), named by a hash of that source, and importable under that name. The mutant engine is a
 subclass of the correct engine class naming that module instead of its own
 (`TritonEngine.launch_module` / `kernels_module`); the engine's prepare does not warm it
 (warm.py compiles the package's own modules), so its variants compile on use, and the
@@ -20,12 +20,13 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "bundlegen.engines.triton"
 MODULE_PREFIX = "bundlegen_mutant_"
-CACHE_SUBDIR = "bundlegen-mutants"
+CACHE_PREFIX = "bundlegen-mutants-"
 
 
 class PatchError(ValueError):
@@ -58,7 +59,8 @@ class Patch:
         return text
 
     def load(self) -> str:
-        """Import the patched module (written to the cache once) and return its name."""
+        """Write the patched module to the cache (once) and return its name: importable from
+        then on (Triton is imported when the engine first launches it, as for the product)."""
         text = self.source()
         name = f"{MODULE_PREFIX}{self.module}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         path = cache_dir() / f"{name}.py"
@@ -68,7 +70,6 @@ class Patch:
             partial.write_text(text, encoding="utf-8")
             os.replace(partial, path)
         _install_finder()
-        importlib.import_module(name)
         return name
 
     def __call__(self, engine_cls, device):
@@ -81,8 +82,8 @@ class Patch:
 
 
 def cache_dir() -> Path:
-    from bundlegen.engines.triton.warm import cache_dir as triton_cache
-    return triton_cache() / CACHE_SUBDIR
+    """Per user, outside the package and the repository; no Triton import needed."""
+    return Path(tempfile.gettempdir()) / f"{CACHE_PREFIX}{os.getuid()}"
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -186,6 +186,24 @@ def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
     assert not list((warm.cache_dir()).rglob("*"))
 
 
+def test_only_the_product_modules_are_warmed(monkeypatch):
+    """A Triton engine given other modules (a source-patch mutant) compiles its own variants
+    on use: its prepare neither compiles product variants nor reads or writes their markers."""
+    import torch
+
+    from bundlegen.engines.triton import warm
+    from bundlegen.engines.triton.engine import TritonEngine
+    from bundlegen.mutants import catalog
+
+    asked = []
+    monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs: asked.append(arch))
+    for engine in (TritonEngine("cpu"), catalog.by_name("drop-tail-block").build(TritonEngine, "cpu"),
+                   catalog.by_name("top-left-for-bottom-right").build(TritonEngine, "cpu")):
+        engine.device, engine.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs
+        engine.prepare([])
+    assert asked == ["sm90"]
+
+
 def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
     from bundlegen.engines.triton import warm
 
