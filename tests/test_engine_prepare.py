@@ -153,10 +153,10 @@ def warm(tmp_path, monkeypatch):
 
 
 def _graphs():
-    from bundlegen.engines.triton.selfcheck import make_graph as triton_graph
-    return [triton_graph(S_q=16, D_qk=64), triton_graph(S_q=300, D_qk=64),    # one variant
-            triton_graph(S_q=16, D_qk=64, dtype="bf16"),                      # another dtype
-            triton_graph(S_q=16, D_qk=64, right=0)]                           # causal
+    from bundlegen.graph import dense_graph
+    return [dense_graph(S_q=16, D_qk=64), dense_graph(S_q=300, D_qk=64),      # one variant
+            dense_graph(S_q=16, D_qk=64, dtype="bf16"),                       # another dtype
+            dense_graph(S_q=16, D_qk=64, right=0)]                            # causal
 
 
 def test_twins_deduplicate_by_variant(warm):
