@@ -6,10 +6,11 @@ edits; each edit's original snippet must occur exactly `count` times in today's 
 refactor that moves a mutant's target fails loudly (tests/test_mutants_triton_source.py)
 instead of leaving a mutant that mutates nothing. Applied, the patched source is written to
 a file in a per-user folder of the temporary directory (Triton's @jit reads a function's
-source from its file), named by a hash of that source, and importable under that name. The mutant engine is a
-subclass of the correct engine class naming that module instead of its own
-(`TritonEngine.launch_module` / `kernels_module`); the engine's prepare does not warm it
-(warm.py compiles the package's own modules), so its variants compile on use, and the
+source from its file), named by a hash of that source, and importable under that name.
+
+The mutant engine is a subclass of the correct engine class naming that module instead of
+its own (`TritonEngine.launch_module` / `kernels_module`). The engine's prepare warms only
+the package's own modules (warm.py), so a mutant's variants compile on use, and the
 product's compile markers are neither written nor read for it.
 """
 from __future__ import annotations

@@ -20,12 +20,6 @@ PATCHED = [m for m in C.CATALOG if m.kind == C.SOURCE_PATCH]
 PRODUCT = Path(importlib.util.find_spec("bundlegen.engines.triton").origin).parent
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(T, "cache_dir", lambda: tmp_path / "mutants")
-    return tmp_path / "mutants"
-
-
 @pytest.mark.parametrize("mutant", PATCHED, ids=lambda m: m.name)
 def test_each_patch_applies_exactly_where_it_was_written(mutant):
     patch = mutant.build
@@ -51,11 +45,12 @@ def test_a_patch_that_no_longer_fits_fails_loudly():
         T.Patch("kernels", (T.Edit("k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)", "k_tile = 0"),)).source()
 
 
-def test_a_patched_module_is_loaded_from_the_cache(cache):
+def test_a_patched_module_is_loaded_from_the_cache():
     patch = C.by_name("drop-tail-block").build
     name = patch.load()
     module = importlib.import_module(name)
-    assert name.startswith(T.MODULE_PREFIX) and Path(module.__file__).parent == cache
+    assert name.startswith(T.MODULE_PREFIX) and Path(module.__file__).parent == T.cache_dir()
+    assert not T.cache_dir().is_relative_to(PRODUCT.parent.parent)   # outside package and repo
     assert Path(module.__file__).read_text(encoding="utf-8") == patch.source()
     assert patch.load() == name                                  # one module per source
     assert C.by_name("masked-rows-nan").build.load() != name
@@ -66,7 +61,7 @@ def test_a_patched_module_is_loaded_from_the_cache(cache):
 
 @pytest.mark.parametrize("name, attr", [("drop-tail-block", "kernels_module"),
                                         ("top-left-for-bottom-right", "launch_module")])
-def test_the_mutant_engine_names_the_patched_module(cache, name, attr):
+def test_the_mutant_engine_names_the_patched_module(name, attr):
     engine = C.by_name(name).build(TritonEngine, "cpu")
     assert isinstance(engine, TritonEngine) and engine.name == "triton"
     other = ({"kernels_module", "launch_module"} - {attr}).pop()
