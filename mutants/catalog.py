@@ -3,8 +3,8 @@
 Each mutant is one real defect class, built from a correct engine class:
 - `wrapper` mutants (mutants/wrappers.py) alter what the engine is handed or accepts, or
   what it leaves in memory; they work for any engine that reads the ports they alter;
-- `kernel-flag` mutants switch on one `KernelDefects` flag of the Triton engine
-  (engines/triton/defects.py): the defect is in its kernels or its launcher.
+- `source-patch` mutants are the Triton engine with an edited copy of its launcher or its
+  kernels (mutants/triton_source.py): the defect is in that engine's own code.
 
 `prefer` lists item globs whose cases the kill runner tries first. It only orders the
 cases (so the cheap, likely killers run early); a mutant is killed by whatever case in the
@@ -22,11 +22,12 @@ from typing import Callable
 
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
+from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
 WRAPPER = "wrapper"
-KERNEL_FLAG = "kernel-flag"
-KINDS = (WRAPPER, KERNEL_FLAG)
+SOURCE_PATCH = "source-patch"
+KINDS = (WRAPPER, SOURCE_PATCH)
 
 #: Engines that recompute O and LSE from Q, K, V and never read the stats or O ports: a
 #: mutant that only misreads those ports computes nothing different there.
@@ -41,31 +42,24 @@ class Mutant:
     name: str
     defect_class: str
     description: str
-    kind: str                      # wrapper | kernel-flag
+    kind: str                      # wrapper | source-patch
     build: Build                   # (correct engine class, device) -> the mutant engine
     prefer: tuple[str, ...] = ()   # item globs tried first (ordering only)
     reads: tuple[str, ...] = ()    # input ports whose reading the defect corrupts
 
     def not_applicable(self, engine_cls: type[Engine]) -> str | None:
         """Why this mutant cannot be put into `engine_cls`, or None."""
-        if self.kind == KERNEL_FLAG:
+        if self.kind == SOURCE_PATCH:
             from bundlegen.engines.triton.engine import TritonEngine
             if not issubclass(engine_cls, TritonEngine):
-                return f"a kernel flag of the triton engine ({engine_cls.name} has no kernels to flag)"
+                return (f"a source patch of the triton engine ({engine_cls.name} has no triton "
+                        "source to patch)")
         if self.reads and set(self.reads) <= FORWARD_PORTS and engine_cls.name in RECOMPUTES_FORWARD:
             return f"{engine_cls.name} recomputes the forward and never reads {', '.join(self.reads)}"
         return None
 
 
 # ----------------------------------------------------------------------------- builders
-def _kernel_flag(flag: str) -> Build:
-    def build(engine_cls, device):
-        from bundlegen.engines.triton.defects import KernelDefects
-        return engine_cls(device, defects=KernelDefects(**{flag: True}))
-    build.flag = flag
-    return build
-
-
 def _wrapped(wrapper, *args) -> Build:
     return lambda engine_cls, device: wrapper(engine_cls(device), *args)
 
@@ -80,7 +74,7 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("stats-read-packed", "stats strides ignored",
            "the launcher passes stats strides derived from Q's dims ([B, H_q, S_q] packed), "
            "whatever stats' own strides (ALMIOPEN-3037)",
-           KERNEL_FLAG, _kernel_flag("stats_packed"), ("REG-STATS-*",), ("stats",)),
+           SOURCE_PATCH, T.STATS_PACKED, ("REG-STATS-*",), ("stats",)),
     Mutant("stats-batch-head-swapped", "stats strides swapped",
            "stats read with its batch and head strides exchanged (packed stats hide it only "
            "when H_q = 1)",
@@ -96,12 +90,12 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("odd-pitch-read-early", "stride parity misread",
            "an input row at an odd index with an odd row pitch is read from one element "
            "early (a load rounded down to an even address; ALMIOPEN-3038)",
-           KERNEL_FLAG, _kernel_flag("row_pitch_early"),
+           SOURCE_PATCH, T.ROW_PITCH_EARLY,
            ("REG-ODD-ROW-PITCH", "AX-LAYOUT-PAD1", "AX-LAYOUT-ODD-PITCH")),
     Mutant("delta-o-wrong-dtype", "wrong dtype",
            "Delta = sum(O * dO) computed from O read as fp16 whatever the io dtype (a "
            "hard-coded fp16 type: a bf16 O's bits taken for fp16)",
-           KERNEL_FLAG, _kernel_flag("delta_wrong_dtype"), ("AX-DTYPE-BF16",), ("o",)),
+           SOURCE_PATCH, T.DELTA_WRONG_DTYPE, ("AX-DTYPE-BF16",), ("o",)),
     # --- addressing of the outputs
     Mutant("dv-extra-row", "write past the end",
            "dV written with one extra row past the end of every (batch, head) slice",
@@ -109,28 +103,28 @@ CATALOG: tuple[Mutant, ...] = (
     # --- masks and loops
     Mutant("top-left-for-bottom-right", "wrong diagonal alignment",
            "the diagonal aligned top-left when bottom-right was asked (visible when S_q != S_kv)",
-           KERNEL_FLAG, _kernel_flag("top_left"), ("REG-BR-SQ-GT-SKV", "REG-TAIL-S-MOD-128-64")),
+           SOURCE_PATCH, T.TOP_LEFT, ("REG-BR-SQ-GT-SKV", "REG-TAIL-S-MOD-128-64")),
     Mutant("left-bound-off-by-one", "off-by-one window bound",
            "a key kept when i - j' <= left_bound instead of < left_bound (one key too many)",
-           KERNEL_FLAG, _kernel_flag("left_off_by_one"), ("AX-MASK-WINDOW-*", "AX-MASK-BAND-*")),
+           SOURCE_PATCH, T.LEFT_OFF_BY_ONE, ("AX-MASK-WINDOW-*", "AX-MASK-BAND-*")),
     Mutant("drop-tail-block", "dropped tail block",
            "the last partial block of each sequence loop is skipped (S mod BLOCK != 0)",
-           KERNEL_FLAG, _kernel_flag("drop_tail"), ("REG-TAIL-S-MOD-128-64", "AX-SEQ-EQ-17")),
+           SOURCE_PATCH, T.DROP_TAIL, ("REG-TAIL-S-MOD-128-64", "AX-SEQ-EQ-17")),
     Mutant("masked-rows-nan", "fully masked rows",
            "P formed as exp(S_masked - LSE): a row with no kept key gives -inf - (-inf) = NaN",
-           KERNEL_FLAG, _kernel_flag("masked_rows_nan"), ("REG-BR-SQ-GT-SKV", "AX-MASK-STRICT-*")),
+           SOURCE_PATCH, T.MASKED_ROWS_NAN, ("REG-BR-SQ-GT-SKV", "AX-MASK-STRICT-*")),
     # --- arithmetic
     Mutant("scale-ignored-in-dk", "ignored scale",
            "dK not multiplied by attn_scale",
-           KERNEL_FLAG, _kernel_flag("no_scale_dk")),
+           SOURCE_PATCH, T.NO_SCALE_DK),
     Mutant("dq-accumulated-fp16", "accumulation precision",
            "the dQ accumulator rounded to fp16 after every key block (range and precision "
            "of fp16 instead of fp32)",
-           KERNEL_FLAG, _kernel_flag("dq_fp16"), ("REG-BF16-BEYOND-FP16-RANGE",)),
+           SOURCE_PATCH, T.DQ_FP16, ("REG-BF16-BEYOND-FP16-RANGE",)),
     Mutant("gqa-dkdv-not-reduced", "GQA reduction missing",
            "dK and dV take only the first query head of their group instead of the sum "
            "over the group",
-           KERNEL_FLAG, _kernel_flag("no_group_reduce"), ("AX-HEADS-GQA*", "AX-HEADS-MQA")),
+           SOURCE_PATCH, T.NO_GROUP_REDUCE, ("AX-HEADS-GQA*", "AX-HEADS-MQA")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

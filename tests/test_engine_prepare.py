@@ -153,10 +153,10 @@ def warm(tmp_path, monkeypatch):
 
 
 def _graphs():
-    from bundlegen.engines.triton.selfcheck import make_graph as triton_graph
-    return [triton_graph(S_q=16, D_qk=64), triton_graph(S_q=300, D_qk=64),    # one variant
-            triton_graph(S_q=16, D_qk=64, dtype="bf16"),                      # another dtype
-            triton_graph(S_q=16, D_qk=64, right=0)]                           # causal
+    from bundlegen.graph import dense_graph
+    return [dense_graph(S_q=16, D_qk=64), dense_graph(S_q=300, D_qk=64),      # one variant
+            dense_graph(S_q=16, D_qk=64, dtype="bf16"),                       # another dtype
+            dense_graph(S_q=16, D_qk=64, right=0)]                            # causal
 
 
 def test_twins_deduplicate_by_variant(warm):
@@ -184,6 +184,24 @@ def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
     with pytest.raises(RuntimeError, match="ptxas"):
         warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False)
     assert not list((warm.cache_dir()).rglob("*"))
+
+
+def test_only_the_product_modules_are_warmed(monkeypatch):
+    """A Triton engine given other modules (a source-patch mutant) compiles its own variants
+    on use: its prepare neither compiles product variants nor reads or writes their markers."""
+    import torch
+
+    from bundlegen.engines.triton import warm
+    from bundlegen.engines.triton.engine import TritonEngine
+    from bundlegen.mutants import catalog
+
+    asked = []
+    monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs: asked.append(arch))
+    for engine in (TritonEngine("cpu"), catalog.by_name("drop-tail-block").build(TritonEngine, "cpu"),
+                   catalog.by_name("top-left-for-bottom-right").build(TritonEngine, "cpu")):
+        engine.device, engine.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs
+        engine.prepare([])
+    assert asked == ["sm90"]
 
 
 def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):

@@ -10,12 +10,11 @@ import dataclasses  # noqa: E402
 import pytest  # noqa: E402
 
 from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import Graph  # noqa: E402
+from bundlegen.graph import Graph, dense_graph, packed_strides  # noqa: E402
 from bundlegen.engines.triton import configs  # noqa: E402
 from bundlegen.engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.graph import packed_strides  # noqa: E402
-from bundlegen.engines.triton.selfcheck import Layout, make_graph, permuted  # noqa: E402
+from bundlegen.engines.triton.selfcheck import permuted  # noqa: E402
 
 GPU_ARCHS = ("sm90", "sm120", "gfx942")
 
@@ -42,23 +41,23 @@ BASE = dict(B=2, H_q=4, H_k=2, H_v=2, S_q=16, S_kv=24, D_qk=64, D_v=64, dtype="b
 
 # (name, the declined graph, the same graph with that one thing fixed, the code)
 DECLINES = [
-    ("fp32", make_graph(**dict(BASE, dtype="fp32")), make_graph(**BASE), R.DTYPE_NOT_SERVED),
-    ("d-qk-264", make_graph(**dict(BASE, D_qk=264)), make_graph(**dict(BASE, D_qk=256)),
+    ("fp32", dense_graph(**dict(BASE, dtype="fp32")), dense_graph(**BASE), R.DTYPE_NOT_SERVED),
+    ("d-qk-264", dense_graph(**dict(BASE, D_qk=264)), dense_graph(**dict(BASE, D_qk=256)),
      R.HEAD_DIM_TOO_LARGE),
-    ("d-v-257", make_graph(**dict(BASE, D_v=257)), make_graph(**dict(BASE, D_v=256)),
+    ("d-v-257", dense_graph(**dict(BASE, D_v=257)), dense_graph(**dict(BASE, D_v=256)),
      R.HEAD_DIM_TOO_LARGE),
-    ("dq-batch-stride-0", with_strides(make_graph(**BASE), "dq", (0, 16 * 64, 64, 1)),
-     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
-    ("dk-head-stride-0", with_strides(make_graph(**BASE), "dk", (2 * 24 * 64, 0, 64, 1)),
-     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
-    ("dv-seq-stride-0", with_strides(make_graph(**BASE), "dv", (2 * 64, 64, 0, 1)),
-     make_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
-    ("dk-batch-eq-head-stride", with_strides(make_graph(**BASE), "dk", (24 * 64,) * 2 + (64, 1)),
-     make_graph(**BASE), R.OVERLAPPING_OUTPUT),
-    ("dq-short-rows", with_strides(make_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
-     make_graph(**BASE), R.OVERLAPPING_OUTPUT),
-    ("dropout-0", make_graph(**dict(BASE, dropout=0.0)), make_graph(**BASE), R.GATED_FEATURE),
-    ("dropout-0.1", make_graph(**dict(BASE, dropout=0.1)), make_graph(**BASE), R.GATED_FEATURE),
+    ("dq-batch-stride-0", with_strides(dense_graph(**BASE), "dq", (0, 16 * 64, 64, 1)),
+     dense_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dk-head-stride-0", with_strides(dense_graph(**BASE), "dk", (2 * 24 * 64, 0, 64, 1)),
+     dense_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dv-seq-stride-0", with_strides(dense_graph(**BASE), "dv", (2 * 64, 64, 0, 1)),
+     dense_graph(**BASE), R.ZERO_STRIDE_OUTPUT),
+    ("dk-batch-eq-head-stride", with_strides(dense_graph(**BASE), "dk", (24 * 64,) * 2 + (64, 1)),
+     dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
+    ("dq-short-rows", with_strides(dense_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
+     dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
+    ("dropout-0", dense_graph(**dict(BASE, dropout=0.0)), dense_graph(**BASE), R.GATED_FEATURE),
+    ("dropout-0.1", dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**BASE), R.GATED_FEATURE),
 ]
 
 
@@ -72,26 +71,26 @@ def test_each_decline_arm(arch, name, declined, fixed, expected):
 
 def _accepts():
     g = dict(BASE)
-    dims = {p: t.dims for p, t in make_graph(**g).tensors.items()}
-    yield "packed-bf16", make_graph(**g)
-    yield "fp16", make_graph(**dict(g, dtype="fp16"))
-    yield "d-256-and-8", make_graph(**dict(g, D_qk=256, D_v=8))
-    yield "d-40-24-masks", make_graph(**dict(g, D_qk=40, D_v=24, left=3, right=-1,
+    dims = {p: t.dims for p, t in dense_graph(**g).tensors.items()}
+    yield "packed-bf16", dense_graph(**g)
+    yield "fp16", dense_graph(**dict(g, dtype="fp16"))
+    yield "d-256-and-8", dense_graph(**dict(g, D_qk=256, D_v=8))
+    yield "d-40-24-masks", dense_graph(**dict(g, D_qk=40, D_v=24, left=3, right=-1,
                                              alignment="BOTTOM_RIGHT"))
-    yield "mqa-hv-ne-hk", make_graph(**dict(g, H_k=1, H_v=4))
-    yield "bshd", make_graph(layout=Layout({p: permuted(d, (0, 2, 1, 3))
-                                            for p, d in dims.items() if p != "stats"}), **g)
-    yield "head-dim-stride-2-everywhere", make_graph(
-        layout=Layout({p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()}), **g)
-    yield "broadcast-inputs", make_graph(layout=Layout({
+    yield "mqa-hv-ne-hk", dense_graph(**dict(g, H_k=1, H_v=4))
+    yield "bshd", dense_graph(strides={p: permuted(d, (0, 2, 1, 3))
+                                       for p, d in dims.items() if p != "stats"}, **g)
+    yield "head-dim-stride-2-everywhere", dense_graph(
+        strides={p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()}, **g)
+    yield "broadcast-inputs", dense_graph(strides={
         "q": (0, 0, 64, 1), "k": (0, 24 * 64, 64, 1), "v": (2 * 24 * 64, 0, 64, 1),
-        "o": (0, 16 * 64, 64, 1), "do": (4 * 16 * 64, 0, 64, 1)}), **g)
-    yield "stats-s-major", make_graph(layout=Layout({"stats": (16 * 4, 1, 4, 1)}), **g)
-    yield "stats-padded-head", make_graph(layout=Layout({"stats": (4 * 21, 21, 1, 99)}), **g)
+        "o": (0, 16 * 64, 64, 1), "do": (4 * 16 * 64, 0, 64, 1)}, **g)
+    yield "stats-s-major", dense_graph(strides={"stats": (16 * 4, 1, 4, 1)}, **g)
+    yield "stats-padded-head", dense_graph(strides={"stats": (4 * 21, 21, 1, 99)}, **g)
     g1 = dict(g, B=1, H_q=1, H_k=1, H_v=1)
-    yield "zero-stride-on-length-1-output-axes", make_graph(layout=Layout({
-        "dq": (0, 0, 64, 1), "dk": (0, 0, 64, 1), "dv": (0, 0, 64, 1)}), **g1)
-    yield "custom-scale", make_graph(**dict(g, scale=3.5))
+    yield "zero-stride-on-length-1-output-axes", dense_graph(strides={
+        "dq": (0, 0, 64, 1), "dk": (0, 0, 64, 1), "dv": (0, 0, 64, 1)}, **g1)
+    yield "custom-scale", dense_graph(**dict(g, scale=3.5))
 
 
 ACCEPTS = list(_accepts())
@@ -104,15 +103,15 @@ def test_served_natively(arch, name, graph):
 
 
 def test_arch_not_in_table():
-    reason = engine_for("sm80").is_applicable(make_graph(**BASE))
+    reason = engine_for("sm80").is_applicable(dense_graph(**BASE))
     assert code(reason) == R.ARCH_NOT_SERVED
     assert "sm80" in reason
-    assert engine_for("sm90").is_applicable(make_graph(**BASE)) is None
+    assert engine_for("sm90").is_applicable(dense_graph(**BASE)) is None
 
 
 def test_cpu_without_interpreter(monkeypatch):
     engine = TritonEngine("cpu")
-    graph = make_graph(**BASE)
+    graph = dense_graph(**BASE)
     assert engine.is_applicable(graph) is None
     monkeypatch.delenv("TRITON_INTERPRET")
     assert engine.is_applicable(graph) == "device-not-served: set TRITON_INTERPRET=1 for the CPU"
@@ -128,8 +127,8 @@ def test_cpu_with_triton_imported_in_the_other_mode():
     code = ("import os; os.environ.pop('TRITON_INTERPRET', None); import triton.language; "
             "os.environ['TRITON_INTERPRET'] = '1'; "
             "from bundlegen.engines.triton.engine import TritonEngine; "
-            "from bundlegen.engines.triton.selfcheck import make_graph; "
-            "print(TritonEngine('cpu').is_applicable(make_graph()))")
+            "from bundlegen.graph import dense_graph; "
+            "print(TritonEngine('cpu').is_applicable(dense_graph()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -139,7 +138,7 @@ def test_cpu_with_triton_imported_in_the_other_mode():
 
 def test_decline_order_dtype_first():
     """The first reason wins: an fp32 graph with a zero-stride output is a dtype decline."""
-    graph = with_strides(make_graph(**dict(BASE, dtype="fp32")), "dq", (0, 16 * 64, 64, 1))
+    graph = with_strides(dense_graph(**dict(BASE, dtype="fp32")), "dq", (0, 16 * 64, 64, 1))
     assert code(engine_for("sm90").is_applicable(graph)) == R.DTYPE_NOT_SERVED
 
 

@@ -9,11 +9,10 @@ os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bundlegen.graph import packed_strides  # noqa: E402
+from bundlegen.graph import dense_graph, packed_strides  # noqa: E402
 from bundlegen.engines.triton import configs  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.selfcheck import (Layout, check, make_graph, permuted,  # noqa: E402
-                                      prepare)
+from bundlegen.engines.triton.selfcheck import check, permuted, prepare  # noqa: E402
 
 
 # Small, unequal tiles (M != N) so that these small shapes cross several blocks in both
@@ -31,39 +30,40 @@ def engine():
     return SmallTileEngine("cpu")
 
 
-def _layout(kind: str, **g) -> Layout:
-    """Named layouts over the dims make_graph builds from the same arguments."""
-    graph = make_graph(**g)
+def _layout(kind: str, **g) -> dict:
+    """Named layouts (dense_graph's strides and offsets) over the dims dense_graph builds
+    from the same arguments."""
+    graph = dense_graph(**g)
     dims = {p: t.dims for p, t in graph.tensors.items()}
     B, H_q, S_q = dims["q"][:3]
     if kind == "bshd":
-        return Layout({p: permuted(d, (0, 2, 1, 3)) for p, d in dims.items() if p != "stats"},
-                      {p: 3 * i for i, p in enumerate(dims)})
+        return dict(strides={p: permuted(d, (0, 2, 1, 3)) for p, d in dims.items() if p != "stats"},
+                    offsets={p: 3 * i for i, p in enumerate(dims)})
     if kind == "padded-rows":
-        return Layout({p: permuted(d, (0, 1, 2, 3), pad=8) for p, d in dims.items()
-                       if p != "stats"}, {"q": 1, "dq": 5, "dv": 2})
+        return dict(strides={p: permuted(d, (0, 1, 2, 3), pad=8) for p, d in dims.items()
+                             if p != "stats"}, offsets={"q": 1, "dq": 5, "dv": 2})
     if kind == "rows-of-16":       # every row padded to 16 elements (16-byte aligned rows)
-        return Layout({p: permuted(d, (0, 1, 2, 3), pad=16 - d[3]) for p, d in dims.items()
-                       if p != "stats"})
+        return dict(strides={p: permuted(d, (0, 1, 2, 3), pad=16 - d[3]) for p, d in dims.items()
+                             if p != "stats"})
     if kind == "head-dim-stride-2":
-        return Layout({p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()
-                       if p != "stats"})
+        return dict(strides={p: tuple(2 * s for s in packed_strides(d)) for p, d in dims.items()
+                             if p != "stats"})
     if kind == "broadcast-kv":     # K and V read through zero batch and head strides
         k, v = dims["k"], dims["v"]
-        return Layout({"k": (0, 0, k[3], 1), "v": (0, 0, v[3], 1)})
+        return dict(strides={"k": (0, 0, k[3], 1), "v": (0, 0, v[3], 1)})
     if kind == "do-not-o":         # dO stored BSHD with a pad, O BHSD with padded rows
-        return Layout({"do": permuted(dims["do"], (0, 2, 1, 3), pad=5),
-                       "o": permuted(dims["o"], (0, 1, 2, 3), pad=3)}, {"do": 4})
+        return dict(strides={"do": permuted(dims["do"], (0, 2, 1, 3), pad=5),
+                             "o": permuted(dims["o"], (0, 1, 2, 3), pad=3)}, offsets={"do": 4})
     if kind == "stats-padded-head":
-        return Layout({"stats": (H_q * (S_q + 5), S_q + 5, 1, 1)}, {"stats": 2})
+        return dict(strides={"stats": (H_q * (S_q + 5), S_q + 5, 1, 1)}, offsets={"stats": 2})
     if kind == "stats-s-major":    # stats stored [B, S_q, H_q]
-        return Layout({"stats": (S_q * H_q, 1, H_q, 1)})
+        return dict(strides={"stats": (S_q * H_q, 1, H_q, 1)})
     if kind == "odd-outputs":      # dQ BSHD with odd pitch, dK head-dim stride 3, dV D-major
         dk = dims["dk"]
-        return Layout({"dq": permuted(dims["dq"], (0, 2, 1, 3), pad=3),
-                       "dk": tuple(3 * s for s in packed_strides(dk)),
-                       "dv": permuted(dims["dv"], (0, 1, 3, 2))},
-                      {"dq": 1, "dk": 2, "dv": 7})
+        return dict(strides={"dq": permuted(dims["dq"], (0, 2, 1, 3), pad=3),
+                             "dk": tuple(3 * s for s in packed_strides(dk)),
+                             "dv": permuted(dims["dv"], (0, 1, 3, 2))},
+                    offsets={"dq": 1, "dk": 2, "dv": 7})
     raise ValueError(kind)
 
 
@@ -125,7 +125,7 @@ LAYOUT_CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_gradients(engine, name):
-    graph = make_graph(**CASES[name])
+    graph = dense_graph(**CASES[name])
     assert engine.is_applicable(graph) is None
     check(prepare(graph, seed=len(name)), engine)
 
@@ -133,14 +133,14 @@ def test_gradients(engine, name):
 @pytest.mark.parametrize("name", list(LAYOUT_CASES))
 def test_layouts(engine, name):
     args = LAYOUT_CASES[name]
-    graph = make_graph(layout=_layout(name, **args), **args)
+    graph = dense_graph(**_layout(name, **args), **args)
     assert engine.is_applicable(graph) is None
     check(prepare(graph, seed=len(name)), engine)
 
 
 def test_fully_masked_rows_are_zero(engine):
     """Rows with LSE = -inf give exactly zero dQ (and no NaN anywhere)."""
-    graph = make_graph(H_q=2, S_q=30, S_kv=10, D_qk=16, right=0, alignment="BOTTOM_RIGHT")
+    graph = dense_graph(H_q=2, S_q=30, S_kv=10, D_qk=16, right=0, alignment="BOTTOM_RIGHT")
     prep = prepare(graph, seed=3)
     check(prep, engine)
     assert torch.isneginf(prep.views["stats"][:, :, :20]).all()
@@ -150,7 +150,7 @@ def test_fully_masked_rows_are_zero(engine):
 def test_rows_with_lse_minus_inf_are_zero(engine):
     """The contract, independent of the mask: a row whose stats say -inf (no kept key) has
     P = 0, so zero dQ and no contribution to dK/dV, never NaN (here without any mask)."""
-    graph = make_graph(H_q=2, S_q=20, S_kv=24, D_qk=16)
+    graph = dense_graph(H_q=2, S_q=20, S_kv=24, D_qk=16)
     prep = prepare(graph, seed=4)
     prep.views["stats"][:, :, 3:9] = float("-inf")
     prep.views["o"][:, :, 3:9] = 0
@@ -163,7 +163,7 @@ def test_rows_with_lse_minus_inf_are_zero(engine):
 def test_extreme_lse(engine):
     """LSE far below -88.7 (exp(LSE) underflows fp32): P must still be formed in one piece.
     Q and K are -5 and +5 on half the head dims (scores near -100), random on the rest."""
-    graph = make_graph(H_q=1, S_q=17, S_kv=19, D_qk=16, scale=0.5)
+    graph = dense_graph(H_q=1, S_q=17, S_kv=19, D_qk=16, scale=0.5)
     gen = torch.Generator().manual_seed(5)
     randn = lambda *d: torch.randn(*d, generator=gen, dtype=torch.float64)  # noqa: E731
     q, k = randn(1, 1, 17, 16), randn(1, 1, 19, 16)
@@ -177,8 +177,8 @@ def test_extreme_lse(engine):
 def test_default_cpu_tiles():
     """The shipped cpu config (not TEST_TILES) on a multi-block GQA causal case."""
     engine = TritonEngine("cpu")
-    assert engine.config(make_graph()) == configs.config_for("cpu", 16, 16) != TEST_TILES
-    graph = make_graph(H_q=4, H_k=2, H_v=1, S_q=97, S_kv=150, D_qk=40, D_v=24, right=0,
+    assert engine.config(dense_graph()) == configs.config_for("cpu", 16, 16) != TEST_TILES
+    graph = dense_graph(H_q=4, H_k=2, H_v=1, S_q=97, S_kv=150, D_qk=40, D_v=24, right=0,
                        alignment="BOTTOM_RIGHT", dtype="bf16")
     check(prepare(graph, seed=2), engine)
 
@@ -190,7 +190,7 @@ def test_program_orders(monkeypatch, order, mask):
     multi-block GQA case with a one-sided band, whatever the launcher picks by default."""
     from bundlegen.engines.triton import launch
     monkeypatch.setattr(launch, "block_major", lambda graph: order)
-    graph = make_graph(H_q=4, H_k=2, H_v=1, S_q=45, S_kv=70, D_qk=16, alignment="BOTTOM_RIGHT",
+    graph = dense_graph(H_q=4, H_k=2, H_v=1, S_q=45, S_kv=70, D_qk=16, alignment="BOTTOM_RIGHT",
                        **mask)
     check(prepare(graph, seed=6), SmallTileEngine("cpu"))
 
@@ -202,7 +202,7 @@ def test_program_orders(monkeypatch, order, mask):
 def test_block_major_only_for_a_one_sided_band_over_a_head_group(heads, mask, expected):
     from bundlegen.engines.triton import launch
     H_q, H_k, H_v = heads
-    assert launch.block_major(make_graph(H_q=H_q, H_k=H_k, H_v=H_v, S_q=64, **mask)) is expected
+    assert launch.block_major(dense_graph(H_q=H_q, H_k=H_k, H_v=H_v, S_q=64, **mask)) is expected
 
 
 def test_wide_tile_offsets(engine, monkeypatch):
@@ -211,7 +211,7 @@ def test_wide_tile_offsets(engine, monkeypatch):
     monkeypatch.setattr(launch, "TILE_OFFSET_LIMIT", 0)
     args = dict(H_q=4, H_k=2, H_v=1, S_q=19, S_kv=35, D_qk=24, D_v=40, left=9, right=2,
                 alignment="BOTTOM_RIGHT")
-    graph = make_graph(layout=_layout("odd-outputs", **args), **args)
+    graph = dense_graph(**_layout("odd-outputs", **args), **args)
     prep = prepare(graph, seed=9)
     assert launch.needs_wide(prep.views, TEST_TILES)
     check(prep, engine)
@@ -226,14 +226,14 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     def vec(**kw):
         layout = kw.pop("layout", None)
         args = dict(dict(H_q=2, S_q=8, D_qk=16), **kw)
-        graph = make_graph(**args)
+        graph = dense_graph(**args)
         if layout is not None:
-            graph = make_graph(layout=layout(graph), **args)
+            graph = dense_graph(**layout(graph), **args)
         return launch.vec_for(prepare(graph).views)
 
     def only(port, strides=None, offset=0):
-        return lambda g: Layout({port: strides(g.tensors[port].dims)} if strides else {},
-                                {port: offset})
+        return lambda g: dict(strides={port: strides(g.tensors[port].dims)} if strides else {},
+                              offsets={port: offset})
 
     assert vec() == 8
     assert vec(layout=only("dv", offset=8)) == 8
@@ -241,8 +241,8 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     assert vec(layout=only("k", lambda d: tuple(2 * s for s in packed_strides(d)))) == 1
     assert vec(layout=only("o", lambda d: permuted(d, (0, 1, 2, 3), pad=4))) == 1
     assert vec(D_v=12) == 1
-    assert vec(D_qk=12, D_v=12, layout=lambda g: Layout({p: permuted(t.dims, (0, 1, 2, 3), 4)
-                                                         for p, t in g.tensors.items()})) == 1
+    assert vec(D_qk=12, D_v=12, layout=lambda g: dict(
+        strides={p: permuted(t.dims, (0, 1, 2, 3), 4) for p, t in g.tensors.items()})) == 1
     assert vec(layout=only("stats", lambda d: (99, 33, 3, 1), offset=5)) == 8
     monkeypatch.setattr(launch, "ALIGN_BYTES", 1 << 40)
     assert vec() == 1
@@ -267,7 +267,7 @@ def test_needs_wide_past_2_31():
 
 def test_deterministic(engine):
     """Two runs on the same inputs give bitwise equal outputs (the engine declares it)."""
-    graph = make_graph(H_q=4, H_k=1, H_v=2, S_q=33, S_kv=17, D_qk=16, right=0,
+    graph = dense_graph(H_q=4, H_k=1, H_v=2, S_q=33, S_kv=17, D_qk=16, right=0,
                        alignment="BOTTOM_RIGHT", dtype="bf16")
     prep = prepare(graph, seed=11)
     check(prep, engine)

@@ -50,7 +50,6 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     from triton.compiler import ASTSource
 
     from bundlegen.engines.triton import kernels
-    from bundlegen.engines.triton.defects import NO_DEFECTS
 
     cfg = configs.config_for(arch, d_qk, d_v)
     target = GPUTarget(*TARGETS[arch])
@@ -59,15 +58,13 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                  VEC=vec)
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
-                                                    BLOCK_DV=tiles["BLOCK_DV"],
-                                                    **NO_DEFECTS.constexprs("preprocess"))),
-        "dq": (kernels.bwd_dq, dict(masks, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **tiles,
-                                    **NO_DEFECTS.constexprs("dq"))),
+                                                    BLOCK_DV=tiles["BLOCK_DV"])),
+        "dq": (kernels.bwd_dq, dict(masks, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **tiles)),
     }
     for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
         variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-                                                  **tiles, **NO_DEFECTS.constexprs("dkdv")))
+                                                  **tiles))
     shared = {}
     for label, (fn, cons) in variants.items():
         if label not in only:

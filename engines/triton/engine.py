@@ -6,6 +6,7 @@ accumulate in registers over the GQA group, dQ has its own kernel (no atomics an
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Mapping
@@ -17,7 +18,6 @@ from bundlegen.graph import Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
-from bundlegen.engines.triton.defects import NO_DEFECTS, KernelDefects
 
 
 def interpret_enabled() -> bool:
@@ -43,11 +43,13 @@ def triton_mode_error() -> str | None:
 class TritonEngine(Engine):
     name = "triton"
     deterministic = True
+    #: the modules this engine launches with: the launcher and the @triton.jit kernels
+    launch_module = "bundlegen.engines.triton.launch"
+    kernels_module = "bundlegen.engines.triton.kernels"
 
-    def __init__(self, device: torch.device | str = "cpu", defects: KernelDefects | None = None):
+    def __init__(self, device: torch.device | str = "cpu"):
         super().__init__(device)
         self._working: dict[tuple[str, int], configs.BlockConfig] = {}
-        self.defects = defects or NO_DEFECTS   # the mutation gate's defect classes; none here
 
     def archs(self) -> tuple[str, ...]:
         return tuple(ROWS)
@@ -66,12 +68,18 @@ class TritonEngine(Engine):
 
     def prepare(self, graphs) -> None:
         """Compile the variants these graphs need in parallel (engines/triton/warm.py); the
-        interpreter compiles nothing, and a mutant (defects on) compiles its own on use."""
-        if self.device.type != "cuda" or self.defects != NO_DEFECTS:
+        interpreter compiles nothing. warm.py compiles this package's modules: an engine
+        given other modules compiles their variants on use."""
+        if self.device.type != "cuda" or not self.launches_own_modules():
             return
         from bundlegen.engines.triton import warm
         warm.compile_missing(str(self.device), self.arch,
                              [g for g in graphs if self.is_applicable(g) is None])
+
+    def launches_own_modules(self) -> bool:
+        """True when this engine launches the modules of this package (warm.py's)."""
+        return (self.launch_module, self.kernels_module) == (TritonEngine.launch_module,
+                                                             TritonEngine.kernels_module)
 
     def config(self, graph: Graph) -> configs.BlockConfig:
         """The block config for this device and head dim (a smaller one once a launch has
@@ -83,15 +91,14 @@ class TritonEngine(Engine):
         reason = self.is_applicable(graph)
         if reason is not None:
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
-        from bundlegen.engines.triton.launch import launch, out_of_resources
-
+        launcher = importlib.import_module(self.launch_module)
         cfg = self.config(graph)
         key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
         while True:
             try:
-                launch(graph, tensors, cfg, self.defects)
+                launcher.launch(graph, tensors, cfg, self.kernels_module)
             except Exception as exc:  # noqa: BLE001 - only resource exhaustion is retried
-                smaller = configs.shrink(cfg) if out_of_resources(exc) else None
+                smaller = configs.shrink(cfg) if launcher.out_of_resources(exc) else None
                 if smaller is None:
                     raise
                 cfg = smaller

@@ -24,8 +24,6 @@ Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left)
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
 and blocks the band keeps whole skip the mask.
 
-MUT_* constexprs put one defect class back for the mutation gate (engines/triton/defects.py,
-mutants/catalog.py); the production launch passes them all False, which compiles them out.
 """
 import triton
 import triton.language as tl
@@ -53,17 +51,6 @@ def _tile(rows, cols, s_row, s_col, VEC: tl.constexpr):
     if VEC > 1:   # head-dim stride 1, row stride a multiple of VEC
         return rows[:, None] * (s_row * VEC) + cols[None, :]
     return rows[:, None] * s_row + cols[None, :] * s_col
-
-
-@triton.jit
-def _tile_in(rows, cols, s_row, s_col, VEC: tl.constexpr, MUT_ROW_PITCH_EARLY: tl.constexpr):
-    """_tile for loading an input. MUT_ROW_PITCH_EARLY (mutant only): with an odd row pitch,
-    the rows at odd indices are read from one element early (a load rounded down to an even
-    address)."""
-    tile = _tile(rows, cols, s_row, s_col, VEC)
-    if MUT_ROW_PITCH_EARLY:
-        tile = tile - ((rows % 2) * ((s_row * VEC) % 2))[:, None]
-    return tile
 
 
 @triton.jit
@@ -101,21 +88,14 @@ def _dot(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _lse2(lse, MUT_MASKED_ROWS_NAN: tl.constexpr):
-    """LSE in log2 units; -inf (no kept key) becomes +inf so that exp2(s - lse2) = 0.
-    MUT_MASKED_ROWS_NAN (mutant only): -inf is kept."""
-    if MUT_MASKED_ROWS_NAN:
-        return lse * LOG2E
+def _lse2(lse):
+    """LSE in log2 units; -inf (no kept key) becomes +inf so that exp2(s - lse2) = 0."""
     return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)
 
 
 @triton.jit
-def _p(keep, s2, lse2, MUT_MASKED_ROWS_NAN: tl.constexpr):
-    """P = exp2(s2 - lse2) where kept, else 0 (s2, lse2 in log2 units, broadcast).
-    MUT_MASKED_ROWS_NAN (mutant only): the mask is applied to s2 before lse2 is subtracted,
-    so a row with no kept key gives exp2(-inf - (-inf)) = NaN."""
-    if MUT_MASKED_ROWS_NAN:
-        return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)
+def _p(keep, s2, lse2):
+    """P = exp2(s2 - lse2) where kept, else 0 (s2, lse2 in log2 units, broadcast)."""
     return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))
 
 
@@ -147,8 +127,7 @@ def bwd_preprocess(O, DO, Delta,
                    do_off, sdo_b, sdo_h, sdo_s, sdo_d,
                    H_q, S_q, D_v,
                    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   VEC: tl.constexpr, WIDE: tl.constexpr,
-                   MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_DELTA_WRONG_DTYPE: tl.constexpr):
+                   VEC: tl.constexpr, WIDE: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False)
     start_m = pid_m * BLOCK_M
@@ -157,11 +136,9 @@ def bwd_preprocess(O, DO, Delta,
     m_ok = start_m + rm < S_q
     mask = m_ok[:, None] & (rd[None, :] < D_v * VEC)
     o = tl.load(_at(O, o_off, b, so_b, h, so_h, row0, so_s, VEC)
-                + _tile_in(rm, rd, so_s, so_d, VEC, MUT_ROW_PITCH_EARLY), mask=mask, other=0.0)
-    if MUT_DELTA_WRONG_DTYPE:   # mutant only: O's bits taken for fp16 whatever the io dtype
-        o = o.to(tl.float16, bitcast=True)
+                + _tile(rm, rd, so_s, so_d, VEC), mask=mask, other=0.0)
     do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile_in(rm, rd, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY), mask=mask, other=0.0)
+                 + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
@@ -183,10 +160,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-             MUT_DROP_TAIL: tl.constexpr, MUT_NO_SCALE_DK: tl.constexpr,
-             MUT_ROW_PITCH_EARLY: tl.constexpr, MUT_MASKED_ROWS_NAN: tl.constexpr,
-             MUT_NO_GROUP_REDUCE: tl.constexpr):
+             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -209,10 +183,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     col0 = tl.cast(start_n, tl.int64)
     kmask = (offs_n[:, None] < S_kv) & (rdq[None, :] < d_qk)
     vmask = (offs_n[:, None] < S_kv) & (rdv[None, :] < d_v)
-    q_tile = _tile_in(rm, rdq, sq_s, sq_d, VEC, MUT_ROW_PITCH_EARLY)
-    do_tile = _tile_in(rm, rdv, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY)
-    k_tile = _tile_in(rn, rdq, sk_s, sk_d, VEC, MUT_ROW_PITCH_EARLY)
-    v_tile = _tile_in(rn, rdv, sv_s, sv_d, VEC, MUT_ROW_PITCH_EARLY)
+    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
+    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
+    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
+    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
 
     # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
     lo = start_n * 0
@@ -246,12 +220,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     # One flat loop over (query head of the group, Q block in [lo, hi)).
     n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
-    if MUT_DROP_TAIL:         # mutant only: the last partial Q block is skipped
-        n_m = tl.maximum(hi - lo, 0) // BLOCK_M
-    n_heads = group
-    if MUT_NO_GROUP_REDUCE:   # mutant only: the group's first query head alone
-        n_heads = 1
-    for it in range(0, n_heads * n_m):
+    for it in range(0, group * n_m):
         h = h0 + it // n_m
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV:   # dK pass: the V head of query head h
@@ -268,14 +237,14 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
         do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
                      mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
         lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0), MUT_MASKED_ROWS_NAN)
+                             mask=m_ok, other=0.0))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
         s2T = _dot(k, tl.trans(q), None, UPCAST) * qk_scale
         if HAS_LEFT or HAS_RIGHT:
             if (start_m < mid_lo) | (start_m >= mid_hi):
                 keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
                               HAS_LEFT, HAS_RIGHT)
-                pT = _p(keepT, s2T, lse2[None, :], MUT_MASKED_ROWS_NAN)
+                pT = _p(keepT, s2T, lse2[None, :])
             else:
                 pT = tl.exp2(s2T - lse2[None, :])
         else:
@@ -289,8 +258,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
             dk = _dot(dsT.to(io), q, dk, UPCAST)            # dK += dS^T Q
 
     if COMPUTE_DK:
-        if not MUT_NO_SCALE_DK:   # (mutant only: dK stored unscaled)
-            dk = dk * scale
+        dk = dk * scale
         tl.store(_at(DK, dk_off, b, sdk_b, g, sdk_h, col0, sdk_s, VEC)
                  + _tile(rn, rdq, sdk_s, sdk_d, VEC), dk.to(io), mask=kmask)
     if COMPUTE_DV:
@@ -312,9 +280,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-           MUT_DROP_TAIL: tl.constexpr, MUT_ROW_PITCH_EARLY: tl.constexpr,
-           MUT_MASKED_ROWS_NAN: tl.constexpr, MUT_DQ_FP16: tl.constexpr):
+           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
@@ -331,12 +297,12 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
     m_ok = offs_m < S_q
     qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
     q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
-                + _tile_in(rm, rdq, sq_s, sq_d, VEC, MUT_ROW_PITCH_EARLY), mask=qmask, other=0.0)
+                + _tile(rm, rdq, sq_s, sq_d, VEC), mask=qmask, other=0.0)
     do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile_in(rm, rdv, sdo_s, sdo_d, VEC, MUT_ROW_PITCH_EARLY),
+                 + _tile(rm, rdv, sdo_s, sdo_d, VEC),
                  mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
     lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                         mask=m_ok, other=0.0), MUT_MASKED_ROWS_NAN)
+                         mask=m_ok, other=0.0))
     delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
 
     # Keys that at least one row of this block keeps: [lo, hi).
@@ -350,11 +316,9 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
 
     kh = h // G_k
     vh = h // G_v
-    k_tile = _tile_in(rn, rdq, sk_s, sk_d, VEC, MUT_ROW_PITCH_EARLY)
-    v_tile = _tile_in(rn, rdv, sv_s, sv_d, VEC, MUT_ROW_PITCH_EARLY)
+    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
+    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
-    if MUT_DROP_TAIL:   # mutant only: the last partial KV block is skipped
-        hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
     # KV blocks starting in [mid_lo, mid_hi) lie inside the band and below S_kv: they skip
     # the mask. A key past S_kv loads as 0, but its P = exp2(-LSE) may overflow to inf and
     # inf * 0 is NaN, so the tail block is masked even without a band.
@@ -378,14 +342,12 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
         if (start_n < mid_lo) | (start_n >= mid_hi):
             keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
                          HAS_LEFT, HAS_RIGHT)
-            p = _p(keep, s2, lse2[:, None], MUT_MASKED_ROWS_NAN)
+            p = _p(keep, s2, lse2[:, None])
         else:
             p = tl.exp2(s2 - lse2[:, None])
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
-        if MUT_DQ_FP16:   # mutant only: an fp16 accumulator
-            dq = dq.to(tl.float16).to(tl.float32)
     dq = dq * scale
     tl.store(_at(DQ, dq_off, b, sdq_b, h, sdq_h, row0, sdq_s, VEC)
              + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)

@@ -6,6 +6,7 @@ scratch, packed [B, H_q, S_q].
 """
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -15,26 +16,24 @@ import torch
 from bundlegen.graph import Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import BlockConfig, block_d
-from bundlegen.engines.triton.defects import NO_DEFECTS, KernelDefects
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 
 VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
 ALIGN_BYTES = 16
 TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit offsets (WIDE)
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+KERNELS = "bundlegen.engines.triton.kernels"
 
 
-def kernels_module():
-    """bundlegen.engines.triton.kernels, decorated for the mode TRITON_INTERPRET asks for now. Triton
+def kernels_module(name: str = KERNELS):
+    """The kernels module `name`, decorated for the mode TRITON_INTERPRET asks for now. Triton
     reads it when a function is decorated: a kernels module imported under the other mode
     is reloaded, but Triton's own library (tl.sum, tl.cdiv, ...) cannot be, so a process
     that imported Triton under the other mode gets a clear error instead of a crash inside."""
-    import importlib
-
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
 
-    from bundlegen.engines.triton import kernels
+    kernels = importlib.import_module(name)
     error = triton_mode_error()
     if error is not None:
         raise RuntimeError(error)
@@ -86,14 +85,7 @@ def _stats_addr(t: torch.Tensor) -> tuple:
     return (_base(t), t.storage_offset(), *t.stride()[:3])
 
 
-def _packed_stats(t: torch.Tensor) -> torch.Tensor:
-    """Mutant only (KernelDefects.stats_packed): stats re-strided as packed [B, H_q, S_q, 1]
-    over its own storage (as_strided raises where that would reach past the storage)."""
-    B, H, S, _ = t.shape
-    return t.as_strided(t.shape, (H * S, S, 1, 1), t.storage_offset())
-
-
-def _bounds(graph: Graph, defects: KernelDefects = NO_DEFECTS) -> tuple[int, int, int]:
+def _bounds(graph: Graph) -> tuple[int, int, int]:
     """(shift, left, right) for the kernels. A bound beyond every |j - i - shift| changes
     nothing, so bounds are clipped to that range to keep them 32-bit."""
     a = graph.attributes
@@ -101,10 +93,6 @@ def _bounds(graph: Graph, defects: KernelDefects = NO_DEFECTS) -> tuple[int, int
     reach = graph.S_q + graph.S_kv + 1
     left = min(a.left_bound, reach) if a.left_bound is not None else 0
     right = min(a.right_bound, reach) if a.right_bound is not None else 0
-    if defects.top_left:          # mutant only: the alignment asked is ignored
-        shift = 0
-    if defects.left_off_by_one:   # mutant only: keeps i - j' <= left_bound
-        left += 1
     return shift, left, right
 
 
@@ -127,7 +115,6 @@ class Launch:
     kernels: Any
     graph: Graph
     cfg: BlockConfig
-    defects: KernelDefects
     vec: int
     flags: Mapping[str, Any]
     tiles: Mapping[str, int]
@@ -147,7 +134,7 @@ class Launch:
     @property
     def sizes(self) -> tuple:
         g = self.graph
-        shift, left, right = _bounds(g, self.defects)
+        shift, left, right = _bounds(g)
         return (g.S_q, g.S_kv, g.D_qk // self.vec, g.D_v // self.vec,
                 float(g.attributes.attn_scale), shift, left, right)
 
@@ -166,8 +153,9 @@ def block_major(graph: Graph) -> bool:
 
 
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-            defects: KernelDefects = NO_DEFECTS, order: bool | None = None) -> Launch:
-    """`order` overrides block_major(graph) (bench/tune_triton.py compares the two)."""
+            order: bool | None = None, kernels: str = KERNELS) -> Launch:
+    """`order` overrides block_major(graph) (bench/tune_triton.py compares the two);
+    `kernels` names the kernels module (the engine's)."""
     a = graph.attributes
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
@@ -176,11 +164,10 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg), VEC=vec)
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
-    stats = tensors["stats"]
-    ports["stats"] = _stats_addr(_packed_stats(stats) if defects.stats_packed else stats)
+    ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
-    return Launch(kernels_module(), graph, cfg, defects, vec, flags,
+    return Launch(kernels_module(kernels), graph, cfg, vec, flags,
                   dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta)
 
 
@@ -189,7 +176,7 @@ def run_preprocess(L: Launch) -> None:
     L.kernels.bwd_preprocess[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
         o[0], do[0], L.delta, *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
         BLOCK_M=cfg.block_m2, BLOCK_DV=L.tiles["BLOCK_DV"], VEC=L.vec, WIDE=L.flags["WIDE"],
-        **L.defects.constexprs("preprocess"), **cfg.launch_kwargs())
+        **cfg.launch_kwargs())
 
 
 def run_dkdv(L: Launch) -> None:
@@ -201,7 +188,7 @@ def run_dkdv(L: Launch) -> None:
             *L.pointers, dk[0], dv[0], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            **L.flags, **L.tiles, **L.defects.constexprs("dkdv"), **cfg.launch_kwargs())
+            **L.flags, **L.tiles, **cfg.launch_kwargs())
 
 
 def run_dq(L: Launch) -> None:
@@ -209,14 +196,14 @@ def run_dq(L: Launch) -> None:
     L.kernels.bwd_dq[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
         *L.pointers, dq[0], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k, g.H_q // g.H_v,
         *L.sizes, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles,
-        **L.defects.constexprs("dq"), **cfg.launch_kwargs(dq=True))
+        **cfg.launch_kwargs(dq=True))
 
 
 def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-           defects: KernelDefects = NO_DEFECTS) -> None:
-    """Run preprocess, dK/dV (one or two passes) and dQ into tensors['dq'|'dk'|'dv'].
-    `defects` (the mutation gate only) puts defect classes back; see defects.py."""
-    L = prepare(graph, tensors, cfg, defects)
+           kernels: str = KERNELS) -> None:
+    """Run preprocess, dK/dV (one or two passes) and dQ of the kernels module `kernels` into
+    tensors['dq'|'dk'|'dv']."""
+    L = prepare(graph, tensors, cfg, kernels=kernels)
     run_preprocess(L)
     run_dkdv(L)
     run_dq(L)

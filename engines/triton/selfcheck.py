@@ -1,20 +1,21 @@
 """Self-check of the Triton engine against a float64 autograd reference.
 
-Library (used by tests/test_triton_*.py): graphs with any layout, strided views over
-guarded storage, the reference, and `check` (canaries, untouched inputs, no NaN, error).
+Library (used by tests/test_triton_*.py, over graphs of any layout from
+bundlegen.graph.dense_graph): strided views over guarded storage, the reference, and
+`check` (canaries, untouched inputs, no NaN, error).
 Script (the GPU smoke run): `python -m bundlegen.engines.triton.selfcheck [--device cuda]` runs a few
 bigger shapes, prints max errors relative to max |ref| and the kernel time of each."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, packed_strides
+from bundlegen.dtypes import TORCH_DTYPES
+from bundlegen.graph import Attributes, Graph, TensorSpec, dense_graph
 from bundlegen.mask import keep_mask
 
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GUARD = 16  # canary elements before and after every storage (whole 16-byte groups)
 OUTPUTS = ("dq", "dk", "dv")
 
@@ -32,33 +33,6 @@ def permuted(dims, order, pad=0) -> tuple[int, ...]:
         strides[axis] = acc
         acc *= dims[axis] + (pad if n == 0 else 0)
     return tuple(strides)
-
-
-@dataclass
-class Layout:
-    """Strides and storage offset per port; ports not named are packed with offset 0."""
-    strides: dict = field(default_factory=dict)
-    offsets: dict = field(default_factory=dict)
-
-
-def make_graph(B=1, H_q=2, H_k=None, H_v=None, S_q=16, S_kv=None, D_qk=16, D_v=None,
-               dtype="fp16", scale=None, alignment="TOP_LEFT", left=None, right=None,
-               dropout=None, layout: Layout | None = None) -> Graph:
-    H_k = H_q if H_k is None else H_k
-    H_v = H_k if H_v is None else H_v
-    S_kv = S_q if S_kv is None else S_kv
-    D_v = D_qk if D_v is None else D_v
-    dims = {"q": (B, H_q, S_q, D_qk), "k": (B, H_k, S_kv, D_qk), "v": (B, H_v, S_kv, D_v),
-            "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1),
-            "dq": (B, H_q, S_q, D_qk), "dk": (B, H_k, S_kv, D_qk), "dv": (B, H_v, S_kv, D_v)}
-    layout = layout or Layout()
-    tensors = {p: TensorSpec(d, tuple(layout.strides.get(p, packed_strides(d))),
-                             "fp32" if p == "stats" else dtype, layout.offsets.get(p, 0))
-               for p, d in dims.items()}
-    attrs = Attributes(attn_scale=scale if scale is not None else 1 / math.sqrt(D_qk),
-                       diagonal_alignment=alignment, left_bound=left, right_bound=right,
-                       dropout_probability=dropout)
-    return Graph(tensors=tensors, attributes=attrs)
 
 
 def reference(q, k, v, do, attrs: Attributes):
@@ -177,10 +151,11 @@ WIDE_ROW = 2 ** 26 + 64
 BENCH = dict(B=4, H_q=16, S_q=4096, D_qk=128, dtype="bf16")   # shared/notes: flash 275 TFLOP/s
 
 
-def _bshd(graph_args) -> Layout:
-    graph = make_graph(**graph_args)
-    return Layout({p: permuted(t.dims, (0, 2, 1, 3)) for p, t in graph.tensors.items()
-                   if p != "stats"}, {"q": 8, "dq": 8})
+def _bshd(graph_args) -> dict:
+    """dense_graph's strides and offsets: BSHD ports, Q and dQ 8 elements in."""
+    graph = dense_graph(**graph_args)
+    return dict(strides={p: permuted(t.dims, (0, 2, 1, 3)) for p, t in graph.tensors.items()
+                         if p != "stats"}, offsets={"q": 8, "dq": 8})
 
 
 def _timed(fn, device, reps: int = 5) -> float:
@@ -213,10 +188,10 @@ def main(argv=None) -> int:
           f"arch {engine.arch}", flush=True)
     bad = 0
     for name, g in SMOKE.items():
-        layout = _bshd(g) if name.startswith("bshd") else None
+        layout = _bshd(g) if name.startswith("bshd") else {}
         if name.startswith("wide"):
-            layout = Layout({"k": (0, 0, WIDE_ROW, 1)})
-        graph = make_graph(layout=layout, **g)
+            layout = dict(strides={"k": (0, 0, WIDE_ROW, 1)})
+        graph = dense_graph(**layout, **g)
         reason = engine.is_applicable(graph)
         if reason is not None:
             print(f"{name:28s} declined: {reason}")
@@ -238,7 +213,7 @@ def main(argv=None) -> int:
         print(f"{name:28s} {status:5s} err/max|ref| {errs} {seconds * 1e3:8.2f} ms  "
               f"VEC={vec_for(prep.views)} WIDE={needs_wide(prep.views, cfg)} {cfg}", flush=True)
     if not args.no_bench and device.type == "cuda":
-        graph = make_graph(**BENCH)
+        graph = dense_graph(**BENCH)
         views = {p: torch.randn(t.dims, device=device).to(torch.float32 if p == "stats"
                                                             else TORCH_DTYPES[t.dtype])
                  for p, t in graph.tensors.items()}

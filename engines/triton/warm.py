@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from bundlegen.graph import Graph, load_bundle
+from bundlegen.graph import Graph, dense_graph, load_bundle
 from bundlegen.validate import frontend_reason
 from bundlegen.engines.triton import configs
-from bundlegen.engines.triton.selfcheck import Layout, make_graph
 
 HARNESS_GUARD = 512  # harness/materialize.py: guard elements before every view (a multiple of 8)
-SOURCES = ("kernels.py", "launch.py", "configs.py", "defects.py")
+SOURCES = ("kernels.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 
@@ -59,10 +58,9 @@ def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
     dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec = key
-    return make_graph(B=1, H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, S_q=16,
-                      D_qk=d_qk, D_v=d_v, dtype=dtype, left=4 if has_left else None,
-                      right=0 if has_right else None,
-                      layout=Layout(offsets={} if vec > 1 else {"q": 1}))
+    return dense_graph(B=1, H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, S_q=16,
+                       D_qk=d_qk, D_v=d_v, dtype=dtype, left=4 if has_left else None,
+                       right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
@@ -118,8 +116,8 @@ def marker(arch: str, key: tuple) -> Path:
 def _run_twins(device: str, keys: list[tuple]) -> int:
     import torch
 
+    from bundlegen.dtypes import TORCH_DTYPES
     from bundlegen.engines.triton.engine import TritonEngine
-    from bundlegen.engines.triton.selfcheck import TORCH_DTYPES
     engine = TritonEngine(device)
     for key in keys:
         graph = twin_graph(key)

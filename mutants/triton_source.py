@@ -1,0 +1,167 @@
+"""Source mutants of the Triton engine: one defect class put back by editing the text of one
+of its modules (the launcher or the kernels), never by a switch inside them.
+
+A `Patch` names the module (`launch` or `kernels` of bundlegen.engines.triton) and its
+edits; each edit's original snippet must occur exactly `count` times in today's source, so a
+refactor that moves a mutant's target fails loudly (tests/test_mutants_triton_source.py)
+instead of leaving a mutant that mutates nothing. Applied, the patched source is written to
+a file in a per-user folder of the temporary directory (Triton's @jit reads a function's
+source from its file), named by a hash of that source, and importable under that name.
+
+The mutant engine is a subclass of the correct engine class naming that module instead of
+its own (`TritonEngine.launch_module` / `kernels_module`). The engine's prepare warms only
+the package's own modules (warm.py), so a mutant's variants compile on use, and the
+product's compile markers are neither written nor read for it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "bundlegen.engines.triton"
+MODULE_PREFIX = "bundlegen_mutant_"
+CACHE_PREFIX = "bundlegen-mutants-"
+
+
+class PatchError(ValueError):
+    """A patch's original snippet is not in the source the expected number of times."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    old: str
+    new: str
+    count: int = 1     # occurrences of `old` in the source; every one is replaced
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A (correct engine class, device) -> mutant engine builder (catalog.Build)."""
+    module: str                  # launch | kernels
+    edits: tuple[Edit, ...]
+
+    def source(self) -> str:
+        """The module's source with the edits applied; PatchError where one does not fit."""
+        spec = importlib.util.find_spec(f"{PACKAGE}.{self.module}")
+        text = Path(spec.origin).read_text(encoding="utf-8")
+        for edit in self.edits:
+            found = text.count(edit.old)
+            if found != edit.count:
+                raise PatchError(f"{PACKAGE}.{self.module}: expected {edit.count} occurrence(s) of "
+                                 f"{edit.old!r}, found {found}")
+            text = text.replace(edit.old, edit.new)
+        return text
+
+    def load(self) -> str:
+        """Write the patched module to the cache (once) and return its name: importable from
+        then on (Triton is imported when the engine first launches it, as for the product)."""
+        text = self.source()
+        name = f"{MODULE_PREFIX}{self.module}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        path = cache_dir() / f"{name}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, path)
+        _install_finder()
+        return name
+
+    def __call__(self, engine_cls, device):
+        attr = f"{self.module}_module"
+        if not hasattr(engine_cls, attr):
+            raise TypeError(f"{engine_cls.__name__} has no {attr} to patch")
+        cls = type(f"{engine_cls.__name__}Patched[{self.module}]", (engine_cls,),
+                   {attr: self.load(), "__module__": __name__})
+        return cls(device)
+
+
+def cache_dir() -> Path:
+    """Per user, outside the package and the repository; no Triton import needed."""
+    return Path(tempfile.gettempdir()) / f"{CACHE_PREFIX}{os.getuid()}"
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds patched modules by name in the cache (so importlib.reload works on them too)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or not name.startswith(MODULE_PREFIX):
+            return None
+        file = cache_dir() / f"{name}.py"
+        return importlib.util.spec_from_file_location(name, file) if file.exists() else None
+
+
+def _install_finder() -> None:
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.append(_Finder())
+
+
+# ----------------------------------------------------------------------------- launcher
+STATS_PACKED = Patch("launch", (Edit(
+    '    ports["stats"] = _stats_addr(tensors["stats"])\n',
+    '    stats = tensors["stats"]   # strides derived from its dims: packed [B, H_q, S_q, 1]\n'
+    '    _, H, S, _ = stats.shape\n'
+    '    ports["stats"] = _stats_addr(stats.as_strided(stats.shape, (H * S, S, 1, 1),\n'
+    '                                                  stats.storage_offset()))\n'),))
+
+TOP_LEFT = Patch("launch", (Edit(
+    "    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
+    "    shift = 0\n"),))
+
+LEFT_OFF_BY_ONE = Patch("launch", (Edit(
+    "    left = min(a.left_bound, reach) if a.left_bound is not None else 0\n",
+    "    left = min(a.left_bound, reach) + 1 if a.left_bound is not None else 0\n"),))
+
+# ----------------------------------------------------------------------------- kernels
+#: input tiles (O, dO, Q, K, V; outputs keep _tile) read through _tile_early
+ROW_PITCH_EARLY = Patch("kernels", (
+    Edit("@triton.jit\ndef _ranges(",
+         "@triton.jit\n"
+         "def _tile_early(rows, cols, s_row, s_col, VEC: tl.constexpr):\n"
+         "    tile = _tile(rows, cols, s_row, s_col, VEC)\n"
+         "    return tile - ((rows % 2) * ((s_row * VEC) % 2))[:, None]\n\n\n"
+         "@triton.jit\ndef _ranges("),
+    Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
+    Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
+    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,", 2),
+    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,", 2),
+    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,", 2),
+    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,", 2),
+))
+
+DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
+    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "                 + _tile(rm, rd,",
+    "    o = o.to(tl.float16, bitcast=True)\n"
+    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "                 + _tile(rm, rd,"),))
+
+MASKED_ROWS_NAN = Patch("kernels", (
+    Edit('    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)\n',
+         "    return lse * LOG2E\n"),
+    Edit('    return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))\n',
+         '    return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)\n'),
+))
+
+DROP_TAIL = Patch("kernels", (
+    Edit("    n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)\n",
+         "    n_m = tl.maximum(hi - lo, 0) // BLOCK_M\n"),
+    Edit("    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)\n",
+         "    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)\n"
+         "    hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N\n"),
+))
+
+NO_SCALE_DK = Patch("kernels", (Edit("        dk = dk * scale\n", ""),))
+
+DQ_FP16 = Patch("kernels", (Edit(
+    "        dq = _dot(ds.to(io), k, dq, UPCAST)",
+    "        dq = _dot(ds.to(io), k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
+
+NO_GROUP_REDUCE = Patch("kernels", (Edit(
+    "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))

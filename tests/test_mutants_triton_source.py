@@ -1,0 +1,70 @@
+"""Source-patch mutants (mutants/triton_source.py): every patch still fits today's Triton
+engine source, exactly where it was written for; the product modules carry no mutation
+switch; a patched module lives in the cache, never in the package, and only its mutant
+engine launches it."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
+from bundlegen.mutants import catalog as C  # noqa: E402
+from bundlegen.mutants import triton_source as T  # noqa: E402
+
+PATCHED = [m for m in C.CATALOG if m.kind == C.SOURCE_PATCH]
+PRODUCT = Path(importlib.util.find_spec("bundlegen.engines.triton").origin).parent
+
+
+@pytest.mark.parametrize("mutant", PATCHED, ids=lambda m: m.name)
+def test_each_patch_applies_exactly_where_it_was_written(mutant):
+    patch = mutant.build
+    assert isinstance(patch, T.Patch) and patch.edits
+    original = (PRODUCT / f"{patch.module}.py").read_text(encoding="utf-8")
+    for edit in patch.edits:
+        assert original.count(edit.old) == edit.count, (mutant.name, edit.old)
+    assert patch.source() != original
+
+
+@pytest.mark.parametrize("path", sorted(PRODUCT.glob("*.py")), ids=lambda p: p.name)
+def test_the_product_engine_carries_no_mutation_switch(path):
+    text = path.read_text(encoding="utf-8")
+    assert "MUT_" not in text and "mutant" not in text.lower()
+
+
+def test_a_patch_that_no_longer_fits_fails_loudly():
+    fits = T.Edit("    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n")
+    T.Patch("kernels", (fits,)).source()
+    with pytest.raises(T.PatchError, match="expected 1 occurrence.*found 0"):
+        T.Patch("kernels", (fits, T.Edit("no such line\n", ""))).source()
+    with pytest.raises(T.PatchError, match="expected 1 occurrence.*found 2"):
+        T.Patch("kernels", (T.Edit("k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)", "k_tile = 0"),)).source()
+
+
+def test_a_patched_module_is_loaded_from_the_cache():
+    patch = C.by_name("drop-tail-block").build
+    name = patch.load()
+    module = importlib.import_module(name)
+    assert name.startswith(T.MODULE_PREFIX) and Path(module.__file__).parent == T.cache_dir()
+    assert not T.cache_dir().is_relative_to(PRODUCT.parent.parent)   # outside package and repo
+    assert Path(module.__file__).read_text(encoding="utf-8") == patch.source()
+    assert patch.load() == name                                  # one module per source
+    assert C.by_name("masked-rows-nan").build.load() != name
+    importlib.reload(module)                                     # findable by its name
+    from bundlegen.engines.triton import kernels
+    assert Path(kernels.__file__).parent == PRODUCT               # the product is untouched
+
+
+@pytest.mark.parametrize("name, attr", [("drop-tail-block", "kernels_module"),
+                                        ("top-left-for-bottom-right", "launch_module")])
+def test_the_mutant_engine_names_the_patched_module(name, attr):
+    engine = C.by_name(name).build(TritonEngine, "cpu")
+    assert isinstance(engine, TritonEngine) and engine.name == "triton"
+    other = ({"kernels_module", "launch_module"} - {attr}).pop()
+    assert getattr(engine, attr).startswith(T.MODULE_PREFIX)
+    assert getattr(engine, other) == getattr(TritonEngine, other)
+    assert not engine.launches_own_modules() and TritonEngine("cpu").launches_own_modules()
