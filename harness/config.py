@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -168,9 +169,23 @@ def _filters(path: Path, where: str, row: dict) -> dict[str, str]:
 
 def _number(path: Path, where: str, row: dict, key: str) -> float:
     value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise EngineConfigError(f"{path}: {where}.{key}: expected a number >= 0, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0):
+        raise EngineConfigError(f"{path}: {where}.{key}: expected a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def _narrowing_filters(path: Path, where: str, row: dict) -> dict[str, str]:
+    """A skip row's filters: at least one, and none a glob that matches everything (a row
+    that skips every case would let a run go green having tested nothing)."""
+    filters = _filters(path, where, row)
+    if not filters:
+        raise EngineConfigError(f"{path}: {where}.filters: a skip must name the cases it skips "
+                                "(id, item, ...); an empty filter would skip every case")
+    for key, value in filters.items():
+        if key in GLOB_KEYS and not value.strip("*?"):
+            raise EngineConfigError(f"{path}: {where}.filters.{key}: {value!r} matches every case")
+    return filters
 
 
 def _override_row(path: Path, i: int, row: dict) -> OverrideRow:
@@ -187,7 +202,7 @@ def _skip_row(path: Path, i: int, row: dict) -> SkipRow:
     archs = row.get("archs")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
         raise EngineConfigError(f"{path}: {where}.archs: expected a list of strings")
-    return SkipRow(filters=_filters(path, where, row), reason=reason,
+    return SkipRow(filters=_narrowing_filters(path, where, row), reason=reason,
                    archs=None if archs is None else tuple(archs))
 
 

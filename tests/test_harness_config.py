@@ -119,7 +119,13 @@ def test_missing_files_give_an_empty_config(tmp_path):
     ("[[tolerance_overrides]]\nfilters = { id = 3 }\nrtol = 1\natol = 1\n", "filters.id"),
     ("[[tolerance_overrides]]\nrtol = 'x'\natol = 1\n", "tolerance_overrides[0].rtol"),
     ("[[test_skips]]\nfilters = {}\n", "test_skips[0].reason"),
-    ("[[test_skips]]\nreason = 'T-1'\narchs = 'sm90'\n", "test_skips[0].archs"),
+    ("[[test_skips]]\nreason = 'T-1'\narchs = 'sm90'\nfilters = { id = 'a' }\n", "test_skips[0].archs"),
+    ("[[test_skips]]\nreason = 'T-1'\n", "test_skips[0].filters: a skip must name"),
+    ("[[test_skips]]\nreason = 'T-1'\nfilters = {}\n", "test_skips[0].filters: a skip must name"),
+    ("[[test_skips]]\nreason = 'T-1'\nfilters = { id = '*' }\n", "test_skips[0].filters.id: '*' matches every"),
+    ("[[test_skips]]\nreason = 'T-1'\nfilters = { item = '**?' }\n", "filters.item: '**?' matches every"),
+    ("[[tolerance_overrides]]\nrtol = nan\natol = 1\n", "tolerance_overrides[0].rtol: expected a finite"),
+    ("[[tolerance_overrides]]\nrtol = 1\natol = inf\n", "tolerance_overrides[0].atol: expected a finite"),
     ("[[test_skips]\n", "engine.toml"),
 ])
 def test_malformed_toml_names_file_and_row(tmp_path, text, where):
