@@ -7,5 +7,5 @@ bundlegen generate --dry-run --report
 if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   bundlegen run --level quick --engine triton --device cuda "$@"
 else
-  TRITON_INTERPRET=1 bundlegen run --level quick --engine triton --device cpu "$@"
+  bundlegen run --level quick --engine triton --device cpu "$@"
 fi

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 from bundlegen import reasons as R  # noqa: E402
 from bundlegen.graph import Graph, dense_graph, packed_strides  # noqa: E402
 from bundlegen.engines.triton import configs  # noqa: E402
-from bundlegen.engines.triton.capabilities import ROWS, Capabilities  # noqa: E402
+from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS, Capabilities  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.engines.triton.selfcheck import permuted  # noqa: E402
 
@@ -114,9 +114,24 @@ def test_cpu_without_interpreter(monkeypatch):
     graph = dense_graph(**BASE)
     assert engine.is_applicable(graph) is None
     monkeypatch.delenv("TRITON_INTERPRET")
-    assert engine.is_applicable(graph) == "device-not-served: set TRITON_INTERPRET=1 for the CPU"
+    assert engine.is_applicable(graph) == f"device-not-served: {INTERPRET_HINT}"
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert code(engine.is_applicable(graph)) == R.DEVICE_NOT_SERVED
+
+
+def test_on_the_cpu_the_engine_selects_the_interpreter_itself(tmp_path):
+    """No TRITON_INTERPRET in the environment: `bundlegen run --engine triton --device cpu`
+    still runs the kernels (through the interpreter), it does not decline them all."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "bundlegen", "run", "--level", "quick", "--engine", "triton",
+                          "--device", "cpu", "-k", "AX-HEAD-DIMS-D64 and AX-MASK-CAUSAL-TL", "--quiet",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    records = [line for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert records and all('"verdict": "pass"' in r for r in records)
 
 
 def test_cpu_with_triton_imported_in_the_other_mode():

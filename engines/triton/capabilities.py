@@ -47,4 +47,4 @@ ROWS: dict[str, Capabilities] = {
     "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
-INTERPRET_HINT = "set TRITON_INTERPRET=1 for the CPU"
+INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

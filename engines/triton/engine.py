@@ -40,6 +40,14 @@ def triton_mode_error() -> str | None:
             "set it before the process imports Triton")
 
 
+def use_interpreter_unless_told_otherwise() -> None:
+    """Off a GPU the kernels run in the Triton interpreter: select it, unless the user set
+    TRITON_INTERPRET (then their setting stands) or Triton is already imported (then the
+    mode is fixed, and is_applicable says so)."""
+    if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
 class TritonEngine(Engine):
     name = "triton"
     deterministic = True
@@ -50,6 +58,8 @@ class TritonEngine(Engine):
     def __init__(self, device: torch.device | str = "cpu"):
         super().__init__(device)
         self._working: dict[tuple[str, int], configs.BlockConfig] = {}
+        if self.device.type != "cuda":
+            use_interpreter_unless_told_otherwise()
 
     def archs(self) -> tuple[str, ...]:
         return tuple(ROWS)
