@@ -277,6 +277,12 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     cost = Cost(flops=r.get(c, "flops", int, "cost", optional=True) or 0,
                 bytes=r.get(c, "bytes", int, "cost", optional=True) or 0,
                 predicted_s=float(r.get(c, "predicted_s", (int, float), "cost", optional=True) or 0.0))
+    from bundlegen import ids
+
+    content_id = ids.case_id(purpose, graph, dist, rejection, seed)
+    if content_id != case_id:
+        raise r.fail("id", f"does not match the case's content, whose id is {content_id} "
+                           "(edited after generation? run `bundlegen generate`)")
     return Case(id=case_id, purpose=purpose, items=tuple(items), graph=graph,
                 data=DataSpec(seed=seed, distribution=dist),
                 tolerance_class=r.get(raw, "tolerance_class", str, "", optional=True),

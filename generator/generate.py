@@ -13,7 +13,8 @@ from functools import lru_cache
 
 from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
-from bundlegen.generator import ids, levels, pairs
+from bundlegen import ids
+from bundlegen.generator import levels, pairs
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts

@@ -2,9 +2,9 @@
 per-port overrides of strides and offsets for the odd layouts a test needs."""
 from __future__ import annotations
 
-import hashlib
 from typing import Mapping
 
+from bundlegen import ids
 from bundlegen.graph import (Attributes, Case, DataSpec, Graph, Rejection, TensorSpec,
                              canonical_json, default_scale, packed_strides)
 
@@ -41,9 +41,7 @@ def make_graph(B: int = 1, H_q: int = 2, H_k: int = 1, H_v: int = 1, S_q: int = 
 
 def make_case(graph: Graph, seed: int = 1, distribution: str = "randn",
               purpose: str = "claim", rejection: Rejection | None = None) -> Case:
-    """A case around `graph`; its id is a hash of the graph and data."""
+    """A case around `graph`, with the id bundlegen.ids gives its content and seed."""
     data = DataSpec(seed=seed, distribution=distribution)
-    text = canonical_json({"graph": graph.to_json(), "data": data.to_json(), "purpose": purpose})
-    case_id = "t" + hashlib.sha256(text.encode()).hexdigest()[:11]
-    return Case(id=case_id, purpose=purpose, items=("TEST",), graph=graph, data=data,
-                expected_rejection=rejection)
+    return Case(id=ids.case_id(purpose, graph, distribution, rejection, seed), purpose=purpose,
+                items=("TEST",), graph=graph, data=data, expected_rejection=rejection)

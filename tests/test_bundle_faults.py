@@ -11,7 +11,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from bundlegen import reasons as R
-from bundlegen.graph import Rejection, load_bundle
+from bundlegen import ids
+from bundlegen.graph import Rejection, _Reader, graph_from_json, load_bundle
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results
 from bundlegen.harness.run import run_level
@@ -58,6 +59,22 @@ def _attr(**fields):
     return edit
 
 
+def _with_content_id(raw: dict) -> dict:
+    """`raw` under the id of its (edited) content: as if a generator had written it."""
+    graph = graph_from_json(raw["graph"], _Reader("-"))
+    raw["id"] = ids.case_id(raw["purpose"], graph, raw["data"]["distribution"], None, raw["data"]["seed"])
+    return raw
+
+
+def test_a_case_edited_after_generation_is_refused_by_its_id(tmp_path):
+    raw = _raw(1)
+    raw["graph"]["attributes"]["attn_scale"] = 0.5
+    _write(tmp_path, "edited", [raw])
+    _, (record,) = _run(tmp_path)
+    assert record["verdict"] == V.ERROR_BUNDLE
+    assert "field id: does not match the case's content" in record["detail"]
+
+
 #: name -> (edit of a sound claim case, the field its error must name)
 CASE_FAULTS = {
     "missing-q": (_drop("q"), "graph.tensors.q"),
@@ -74,7 +91,7 @@ def test_every_corrupted_case_is_a_bundle_error_naming_port_and_field(tmp_path):
     for n, (name, (edit, _)) in enumerate(sorted(CASE_FAULTS.items())):
         raw = _raw(n + 1)
         edit(raw)
-        _write(tmp_path, name, [raw, _raw(100 + n)])
+        _write(tmp_path, name, [_with_content_id(raw), _raw(100 + n)])
     summary, records = _run(tmp_path)
     by_group = {}
     for r in records:

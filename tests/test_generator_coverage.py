@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from bundlegen.graph import load_bundle
-from bundlegen.generator import PlanError, build, build_default, ids, levels, pairs
+from bundlegen import ids
+from bundlegen.generator import PlanError, build, build_default, levels, pairs
 from bundlegen.generator.generate import _proofs
 from bundlegen.generator.legality import Legality
 from bundlegen.workspace import builtin_bundle_root
