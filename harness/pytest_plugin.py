@@ -150,10 +150,12 @@ class BundleFault(Exception):
 
 
 class _ReportsFaults:
-    def repr_failure(self, excinfo, style=None):
+    """For collectors: a BundleFault is shown as its lines, without a traceback."""
+
+    def repr_failure(self, excinfo):
         if isinstance(excinfo.value, BundleFault):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)
+        return super().repr_failure(excinfo)
 
 
 class BundleFile(_ReportsFaults, pytest.File):

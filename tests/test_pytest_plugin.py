@@ -104,6 +104,17 @@ def test_a_malformed_file_is_a_collection_error_naming_file_case_and_field(bundl
     result.assert_outcomes(passed=4, skipped=1, errors=2)
 
 
+def test_an_unexpected_collection_fault_keeps_its_traceback(bundles, pytester, monkeypatch):
+    from bundlegen.harness import pytest_plugin
+
+    def boom(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pytest_plugin.BundleFile, "collect", boom)
+    result = pytester.runpytest_inprocess(*args(bundles, S.TorchMathEngine, "--co"))
+    result.stdout.fnmatch_lines(["*ERROR collecting quick/sdpa_bwd/a.json*", "E   RuntimeError: boom"])
+
+
 # ----------------------------------------------------------------------------- running
 def test_a_real_run_of_builtin_quick_cases_on_torch_math(tmp_path):
     """In a fresh process, with crash isolation (pytester's in-process runs reload modules)."""
