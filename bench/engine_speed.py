@@ -35,13 +35,13 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale, packed_strides  # noqa: E402
+from bundlegen.dtypes import TORCH_DTYPES  # noqa: E402
+from bundlegen.graph import Graph, TensorSpec, dense_graph  # noqa: E402
 
 TRITON = "triton"
 PEERS = ("torch-flash", "torch-cudnn", "torch-efficient")
 CPU_PEERS = ("torch-math", "torch-flash")
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-LAYOUT_ORDERS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}   # outermost axis first
+DTYPES = ("bf16", "fp16")
 TOKENS_PER_HEAD_BATCH = 4 * 4096        # B * S, so B * H * S stays 64 * 4096 at H = 16
 TARGET_RATIOS = {"torch-flash": 1.0, "torch-cudnn": 0.8}   # triton / peer: at least, goal
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
@@ -93,22 +93,12 @@ def cpu_shapes() -> list[Shape]:
 # ----------------------------------------------------------------------------- graph, tensors
 def graph_of(shape: Shape) -> Graph:
     s = shape
-    dims = {"q": (s.B, s.H_q, s.S, s.D), "k": (s.B, s.H_kv, s.S, s.D), "v": (s.B, s.H_kv, s.S, s.D),
-            "o": (s.B, s.H_q, s.S, s.D), "do": (s.B, s.H_q, s.S, s.D), "stats": (s.B, s.H_q, s.S, 1),
-            "dq": (s.B, s.H_q, s.S, s.D), "dk": (s.B, s.H_kv, s.S, s.D), "dv": (s.B, s.H_kv, s.S, s.D)}
-    tensors = {}
-    for port, d in dims.items():
-        order = LAYOUT_ORDERS["bhsd" if port == "stats" else s.layout]
-        tensors[port] = TensorSpec(dims=d, strides=packed_strides(d, order),
-                                   dtype="fp32" if port == "stats" else s.dtype)
-    attrs = Attributes(attn_scale=default_scale(s.D), diagonal_alignment="BOTTOM_RIGHT",
-                       right_bound=0 if s.causal else None)
-    return Graph(tensors=tensors, attributes=attrs)
+    return dense_graph(B=s.B, H_q=s.H_q, H_k=s.H_kv, S_q=s.S, D_qk=s.D, dtype=s.dtype,
+                       layout=s.layout, alignment="BOTTOM_RIGHT", right=0 if s.causal else None)
 
 
 def empty_as(spec: TensorSpec, device) -> torch.Tensor:
-    dtype = torch.float32 if spec.dtype == "fp32" else TORCH_DTYPES[spec.dtype]
-    return torch.empty_strided(spec.dims, spec.strides, dtype=dtype, device=device)
+    return torch.empty_strided(spec.dims, spec.strides, dtype=TORCH_DTYPES[spec.dtype], device=device)
 
 
 def reference_forward(q, k, v, scale: float, causal: bool, rows: int = 1024):
@@ -407,7 +397,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke test, tiny shapes)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default bench/results/engine_speed_h200.json on an H200)")
-    parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=sorted(TORCH_DTYPES))
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128, 192, 256])
     parser.add_argument("--seqs", nargs="+", type=int, default=[1024, 4096, 8192, 16384])
     parser.add_argument("--peers", nargs="+", default=None,

@@ -11,7 +11,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, packed_strides
+from bundlegen.dtypes import TORCH_DTYPES
+from bundlegen.graph import Graph, dense_graph
 
 
 def arch_of(device: torch.device | str) -> str:
@@ -56,8 +57,7 @@ class Engine(abc.ABC):
         graph = tiny_graph()
         if self.is_applicable(graph) is not None:
             return
-        tensors = {port: torch.zeros(spec.dims, device=self.device,
-                                     dtype=torch.float32 if spec.dtype == "fp32" else torch.float16)
+        tensors = {port: torch.zeros(spec.dims, device=self.device, dtype=TORCH_DTYPES[spec.dtype])
                    for port, spec in graph.tensors.items()}
         self.run(graph, tensors)
         if self.device.type == "cuda":
@@ -71,8 +71,4 @@ class Engine(abc.ABC):
 
 def tiny_graph(S: int = 16, D: int = 16) -> Graph:
     """One batch, one head, S x D, fp16, packed, no mask: what warm_up runs."""
-    io, stats = (1, 1, S, D), (1, 1, S, 1)
-    tensors = {port: TensorSpec(io, packed_strides(io), "fp16") for port in
-               ("q", "k", "v", "o", "do", "dq", "dk", "dv")}
-    tensors["stats"] = TensorSpec(stats, packed_strides(stats), "fp32")
-    return Graph(tensors=tensors, attributes=Attributes(attn_scale=D ** -0.5))
+    return dense_graph(B=1, H_q=1, S_q=S, D_qk=D, dtype="fp16")

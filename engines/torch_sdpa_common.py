@@ -31,7 +31,6 @@ from bundlegen.engines.base import Engine
 
 #: The archs these engines are configured for (the support-matrix columns).
 TARGET_ARCHS = ("sm90", "sm120")
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 AXES = ("B", "H", "S", "D")
 INPUT_PORTS_READ_AS_DECLARED = ("q", "k", "v", "do")
 

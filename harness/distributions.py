@@ -27,9 +27,9 @@ from typing import Callable
 
 import torch
 
+from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import DISTRIBUTIONS, Graph
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GENERATED_PORTS = ("q", "k", "v", "do")
 #: about where every scaled score of a shifted-logits case sits; LSE adds at most
 #: log(S_kv) + ~1 to it, so LSE stays below -88.7 up to S_kv ~ 2^25

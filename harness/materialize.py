@@ -27,11 +27,12 @@ from typing import Iterator, Mapping
 
 import torch
 
+from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS, Case, TensorSpec
 from bundlegen.validate import frontend_reason
 from bundlegen.harness import oracle
 from bundlegen.harness.checks import read_flags
-from bundlegen.harness.distributions import TORCH_DTYPES, draw_inputs, generated_shape
+from bundlegen.harness.distributions import draw_inputs, generated_shape
 
 #: canary elements before the declared storage and after its last addressed element; a
 #: multiple of 64 so the view keeps the alignment its declared offset gives it

@@ -1,7 +1,13 @@
 """The harness as a pytest plugin: `pytest --bundlegen-level quick --bundlegen-engine
-torch-math` collects one test item per case (named level/group/id) and runs it as
-`bundlegen run` would. A failing verdict fails the item; declined and skipped cases are
+torch-math` collects one test item per case of that level and the lower ones, and runs it
+as `bundlegen run` would. A failing verdict fails the item; declined and skipped cases are
 reported as pytest skips; a probe rejected as expected passes.
+
+Collection: the session's own collection gets one BundleFile collector per bundle file
+(node id `<level>/sdpa_bwd/<group>.json`), each yielding a BundleCaseItem per case (node id
+`<level>/sdpa_bwd/<group>.json::<case id>`), so pytest counts, selects (-k, -m) and reports
+them like any other test. A malformed file or case is a collection error naming file, case
+id and field; the good cases of a file with a bad case are still collected. Items carry the markers `claim`/`probe`/`regression` and their level.
 
 Inert unless --bundlegen-level is given: it then replaces the default test paths with the
 cases (explicit paths on the command line are still collected). Under pytest-xdist each
@@ -11,10 +17,18 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import pytest
 
 _EXECUTOR = pytest.StashKey()
+_MANIFEST = pytest.StashKey()
+PURPOSE_MARKERS = {"claim": "a bundle case whose pass may become a support claim",
+                   "probe": "a bundle case that some layer must reject",
+                   "regression": "a bundle case pinning a known defect class"}
+DEVICE_TYPES = ("cpu", "cuda")
+#: the case id of a BundleError about a whole file (unreadable, bad header)
+FILE_WIDE = "-"
 
 
 def pytest_addoption(parser) -> None:
@@ -23,7 +37,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--bundlegen-engine", default="torch-math",
                     help="engine name or package.module:Class (default torch-math)")
     group.addoption("--bundlegen-device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
-    group.addoption("--bundlegen-bundles", default=None, help="bundle root (default: the repo's bundles/)")
+    group.addoption("--bundlegen-bundles", default=None,
+                    help="bundle root (default: the workspace's bundles, else the built-in ones)")
     group.addoption("--bundlegen-timeout", type=float, default=None, help="per-case timeout in seconds")
     group.addoption("--bundlegen-no-isolation", action="store_true",
                     help="run the engine in the pytest process (no timeout, no crash isolation)")
@@ -33,36 +48,154 @@ def _active(config) -> bool:
     return config.getoption("bundlegen_level", None) is not None
 
 
+def pytest_configure(config) -> None:
+    for purpose, text in PURPOSE_MARKERS.items():
+        config.addinivalue_line("markers", f"{purpose}: {text}")
+    if not _active(config):
+        return
+    from bundlegen.graph import BundleError
+    from bundlegen.harness.bundles import manifest_of
+
+    bundles = config.getoption("bundlegen_bundles")
+    if bundles is not None and not Path(bundles).is_dir():
+        raise pytest.UsageError(f"--bundlegen-bundles: {bundles} is not a folder")
+    try:
+        manifest = manifest_of(_root(config))
+    except BundleError as exc:
+        raise pytest.UsageError(f"--bundlegen-bundles: {exc}") from None
+    config.stash[_MANIFEST] = manifest
+    for level in manifest.level_names:
+        config.addinivalue_line("markers", f"{level}: a bundle case of level {level}")
+    try:
+        manifest.levels_upto(config.getoption("bundlegen_level"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--bundlegen-level: {exc}") from None
+    _check_engine(config.getoption("bundlegen_engine"))
+    _check_device(config.getoption("bundlegen_device"))
+
+
+def _root(config) -> Path:
+    from bundlegen.workspace import default_bundle_root
+
+    return Path(config.getoption("bundlegen_bundles") or default_bundle_root())
+
+
+def _check_engine(engine: str) -> None:
+    from bundlegen.engines.registry import EngineNotFound, registered_name
+
+    try:
+        registered_name(engine)
+    except EngineNotFound as exc:
+        raise pytest.UsageError(f"--bundlegen-engine: {exc}") from None
+
+
+def _check_device(device: str | None) -> None:
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise pytest.UsageError(f"--bundlegen-device: {exc}") from None
+    if parsed.type not in DEVICE_TYPES:
+        raise pytest.UsageError(f"--bundlegen-device: {device!r}: expected cpu, cuda or cuda:N")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (parsed.index or 0) >= count:
+            raise pytest.UsageError(f"--bundlegen-device: {device!r}: this machine has {count} CUDA device(s)")
+
+
 def pytest_ignore_collect(collection_path, config):
     if _active(config) and not config.option.file_or_dir:
         return True  # no paths named: the default test paths give way to the cases
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect the items
-def pytest_collection_modifyitems(session, config, items) -> None:
-    if not _active(config):
-        return
-    from bundlegen.harness.bundles import default_bundle_root, error_location, load_level
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """The session's children gain one BundleFile per bundle file of the level."""
+    report = yield
+    if isinstance(collector, pytest.Session) and _active(collector.config) and report.passed:
+        report.result.extend(_bundle_files(collector))
+    return report
 
-    root = config.getoption("bundlegen_bundles") or default_bundle_root()
-    try:
-        loaded = load_level(root, config.getoption("bundlegen_level"))
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    parent = BundleCollector.from_parent(session, name="bundlegen", nodeid="bundlegen")
-    for error in loaded.errors:
-        level, group = error_location(error)
-        items.append(BundleErrorItem.from_parent(
-            parent, name=f"{level}/{group}/{error.case_id}:{error.field}", error=error))
+
+def _bundle_files(session) -> list[BundleFile]:
+    from bundlegen.harness.bundles import load_level
+
+    config = session.config
+    root, plan = _root(config), config.stash[_MANIFEST].plan
+    loaded = load_level(root, config.getoption("bundlegen_level"), plan)
+    paths = list(dict.fromkeys([*loaded.files, *(Path(e.file) for e in loaded.errors)]))
+    by_path = {path: ([], []) for path in paths}
     for case in loaded.cases:
-        items.append(BundleCaseItem.from_parent(parent, name=f"{case.level}/{case.group}/{case.id}",
-                                                case=case))
+        by_path[_case_path(root, case, plan)][0].append(case)
+    for error in loaded.errors:
+        by_path[Path(error.file)][1].append(error)
+    files = []
+    for path, (cases, errors) in by_path.items():
+        name = _relative(root, path)
+        files.append(BundleFile.from_parent(session, path=path, name=name, nodeid=name,
+                                            cases=tuple(cases), errors=tuple(errors)))
+    return files
 
 
-class BundleCollector(pytest.Collector):
+def _case_path(root: Path, case, plan: str) -> Path:
+    from bundlegen.harness.bundles import case_file
+
+    return root / case_file(case, plan)
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+class BundleFault(Exception):
+    """Faults of a bundle file or case, one line each (file, case id, field, message)."""
+
+    def __init__(self, errors):
+        super().__init__("\n".join(f"error:bundle: {error}" for error in errors))
+
+
+class _ReportsFaults:
+    """For collectors: a BundleFault is shown as its lines, without a traceback."""
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, BundleFault):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class BundleFile(_ReportsFaults, pytest.File):
+    """One bundle file: an item per good case and a MalformedCase per bad one, or, when
+    the file itself is at fault (unreadable, bad header), one collection error."""
+
+    def __init__(self, *, cases, errors, **kwargs):
+        super().__init__(**kwargs)
+        self.cases, self.errors = cases, errors
+
     def collect(self):
-        return []
+        if any(error.case_id == FILE_WIDE for error in self.errors):
+            raise BundleFault(self.errors)
+        for case in self.cases:
+            yield BundleCaseItem.from_parent(self, name=case.id, case=case)
+        for error in self.errors:
+            yield MalformedCase.from_parent(self, name=f"{error.case_id}:{error.field}", error=error)
+
+
+class MalformedCase(_ReportsFaults, pytest.Collector):
+    """A case its file could not give: a collection error naming file, case id and field."""
+
+    def __init__(self, *, error, **kwargs):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def collect(self):
+        raise BundleFault([self.error])
 
 
 class BundleCaseFailure(Exception):
@@ -73,6 +206,9 @@ class BundleCaseItem(pytest.Item):
     def __init__(self, *, case, **kwargs):
         super().__init__(**kwargs)
         self.case = case
+        self.add_marker(case.purpose)
+        if case.level:
+            self.add_marker(case.level)
         self.extra_keyword_matches.update({case.group, *case.items})
 
     def runtest(self) -> None:
@@ -93,24 +229,7 @@ class BundleCaseItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        return self.path, None, f"bundlegen {self.name}"
-
-
-class BundleErrorItem(pytest.Item):
-    """A malformed bundle file or case: always fails, naming file, case id and field."""
-
-    def __init__(self, *, error, **kwargs):
-        super().__init__(**kwargs)
-        self.error = error
-
-    def runtest(self) -> None:
-        raise BundleCaseFailure(f"error:bundle: {self.error}")
-
-    def repr_failure(self, excinfo, style=None):
-        return str(excinfo.value)
-
-    def reportinfo(self):
-        return self.path, None, f"bundlegen {self.name}"
+        return self.path, None, self.nodeid
 
 
 def _device(config) -> str:
@@ -137,6 +256,7 @@ def _executor(config, session):
         device = _device(config)
         timeout = config.getoption("bundlegen_timeout") or default_timeout(device)
         executor = CaseExecutor(config.getoption("bundlegen_engine"), device, timeout_s=timeout,
+                                manifest=config.stash[_MANIFEST],
                                 isolation=not config.getoption("bundlegen_no_isolation"))
         config.stash[_EXECUTOR] = executor
         config.add_cleanup(executor.close)

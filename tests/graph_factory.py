@@ -1,42 +1,21 @@
-"""Small Graph and Case builders for tests: packed BHSD or BSHD layouts from sizes, with
-per-port overrides of strides and offsets for the odd layouts a test needs."""
+"""Small Graph and Case builders for tests: bundlegen.graph.dense_graph with the tests'
+default sizes (GQA 2:1:1, S_q 17 and S_kv 33, bf16), and a Case around a graph."""
 from __future__ import annotations
 
 from typing import Mapping
 
 from bundlegen import ids
-from bundlegen.graph import (Attributes, Case, DataSpec, Graph, Rejection, TensorSpec,
-                             canonical_json, default_scale, packed_strides)
+from bundlegen.graph import Case, DataSpec, Graph, Rejection, dense_graph, packed_strides
 
-#: Axis order from outermost to innermost, as indices into [B, H, S, D].
-LAYOUT_ORDERS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+__all__ = ["make_case", "make_graph", "packed_strides"]
 
 
-def make_graph(B: int = 1, H_q: int = 2, H_k: int = 1, H_v: int = 1, S_q: int = 17,
-               S_kv: int = 33, D_qk: int = 16, D_v: int = 16, dtype: str = "bf16",
-               layout: str = "bhsd", scale: float | None = None, alignment: str = "TOP_LEFT",
-               left: int | None = None, right: int | None = None,
-               out_strides: Mapping[str, tuple[int, ...]] | None = None,
-               offsets: Mapping[str, int] | None = None) -> Graph:
-    """A graph with every port packed in `layout` (stats packed [B, H_q, S_q, 1], fp32).
-    `out_strides` and `offsets` override the strides / offset of any port by name."""
-    dims = {
-        "q": (B, H_q, S_q, D_qk), "dq": (B, H_q, S_q, D_qk),
-        "k": (B, H_k, S_kv, D_qk), "dk": (B, H_k, S_kv, D_qk),
-        "v": (B, H_v, S_kv, D_v), "dv": (B, H_v, S_kv, D_v),
-        "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v),
-        "stats": (B, H_q, S_q, 1),
-    }
-    out_strides, offsets = dict(out_strides or {}), dict(offsets or {})
-    tensors = {}
-    for port, d in dims.items():
-        order = (0, 1, 2, 3) if port == "stats" else LAYOUT_ORDERS[layout]
-        tensors[port] = TensorSpec(
-            dims=d, strides=tuple(out_strides.get(port, packed_strides(d, order))),
-            dtype="fp32" if port == "stats" else dtype, offset=offsets.get(port, 0))
-    attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
-                       diagonal_alignment=alignment, left_bound=left, right_bound=right)
-    return Graph(tensors=tensors, attributes=attrs)
+def make_graph(*, H_k: int = 1, H_v: int = 1, S_q: int = 17, S_kv: int = 33, D_v: int = 16,
+               dtype: str = "bf16", out_strides: Mapping[str, tuple[int, ...]] | None = None,
+               **sizes) -> Graph:
+    """dense_graph with the tests' defaults; `out_strides` overrides any port's strides."""
+    return dense_graph(H_k=H_k, H_v=H_v, S_q=S_q, S_kv=S_kv, D_v=D_v, dtype=dtype,
+                       strides=out_strides, **sizes)
 
 
 def make_case(graph: Graph, seed: int = 1, distribution: str = "randn",

@@ -1,4 +1,4 @@
-"""`bundlegen run` and the pytest plugin, over small bundles in a tmp dir."""
+"""`bundlegen run` over small bundles in a tmp dir (the pytest plugin: test_pytest_plugin.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +15,6 @@ from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 
 REPO = Path(__file__).resolve().parent.parent
-pytest_plugins = ["pytester"]
 
 
 @pytest.fixture
@@ -124,46 +123,3 @@ def test_control_characters_in_a_bundle_keep_junit_parseable(tmp_path):
     root = ET.parse(tmp_path / "junit.xml").getroot()
     case = root.find(".//testcase")
     assert case.get("name") == "a\\x1b[31m" and "bad \\x00 byte" in case.find("failure").text
-
-
-def plugin_args(bundles, engine, *extra):
-    return ["--bundlegen-level=quick", f"--bundlegen-engine={S.engine_ref(engine)}",
-            "--bundlegen-device=cpu", f"--bundlegen-bundles={bundles}", *extra]
-
-
-def test_pytest_plugin_collects_one_item_per_case(bundles, pytester):
-    result = pytester.runpytest_inprocess(
-        *plugin_args(bundles, S.WritesNaN, "--bundlegen-no-isolation", "-rA", "-p", "no:xdist"))
-    result.assert_outcomes(failed=1, passed=2, skipped=1)
-    result.stdout.fnmatch_lines([f"PASSED bundlegen::quick/a/{S.case_of(1).id}",
-                                 "SKIPPED*declined: dtype-not-served*",
-                                 f"FAILED bundlegen::quick/a/{S.bad_case(3).id} - fail:nan*"])
-    (bundles / "quick" / "sdpa_bwd" / "broken.json").write_text("{")
-    result = pytester.runpytest_inprocess(
-        *plugin_args(bundles, S.TorchMathEngine, "--bundlegen-no-isolation", "-p", "no:xdist", "-rf"))
-    result.assert_outcomes(failed=1, passed=3, skipped=1)
-    result.stdout.fnmatch_lines(["error:bundle: *broken.json: case -: field -: bad JSON*",
-                                 "FAILED bundlegen::quick/broken/-:- - error:bundle*"])
-    result = pytester.runpytest_inprocess(
-        *plugin_args(bundles, S.WritesNaN, "--bundlegen-no-isolation", "-p", "no:xdist",
-                     "-k", S.case_of(1).id))
-    result.assert_outcomes(passed=1, deselected=4)
-
-
-def test_pytest_plugin_under_xdist(bundles, tmp_path):
-    junit = tmp_path / "plugin.xml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin_args(bundles, S.WritesNaN, "--bundlegen-no-isolation"),
-         "-n", "2", "-q", f"--junitxml={junit}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "1 failed, 2 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
-    assert len(list(ET.parse(junit).getroot().iter("testcase"))) == 4
-
-
-def test_plugin_is_inert_without_a_level(pytester):
-    pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    pytester.runpytest_inprocess("-p", "no:xdist").assert_outcomes(passed=1)
-    proc = subprocess.run([sys.executable, "-c", "import sys, bundlegen.harness.pytest_plugin; "
-                           "assert 'torch' not in sys.modules"], cwd=REPO, timeout=60)
-    assert proc.returncode == 0

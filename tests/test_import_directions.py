@@ -25,17 +25,6 @@ ALLOWED = {
     "engines": {"core", "engines"},
 }
 HARNESS_ENGINE_MODULES = ("bundlegen.engines.registry", "bundlegen.engines.base")
-#: known breaks, each with its reason; an entry that no longer matches an import fails too
-KNOWN = {
-    # the PyTorch SDPA self-check script compares the aten kernels against the harness's
-    # float64 oracle: the oracle belongs in core before this can go (the engines' owner)
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness"),
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness.oracle"),
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness.checks"),
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness.checks.output_error"),
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness.config"),
-    ("engines/torch_sdpa_selfcheck.py", "bundlegen.harness.config.Tolerance"),
-}
 ROUTER = "bundlegen/cli.py"     # routes to every subcommand
 
 
@@ -80,8 +69,6 @@ def violations(part: str, path: Path, package: str) -> list[str]:
             continue
         if target == "engines" and module == "bundlegen.engines":   # `from bundlegen.engines import registry`
             continue
-        if (rel, module) in KNOWN:
-            continue
         bad.append(f"{rel}:{line}: {part} imports {module} ({target})")
     return bad
 
@@ -103,13 +90,6 @@ def test_imports_point_one_way(part):
     assert modules(part), f"no modules found for {part}"
     assert not found, "imports against the direction core <- plans <- generator; core <- harness <- " \
                       "claims, mutants; engines <- core:\n" + "\n".join(found)
-
-
-def test_every_known_break_still_exists():
-    seen = {(path.relative_to(ROOT).as_posix(), module)
-            for part in FOLDERS for path, package in modules(part)
-            for _, module in imported_modules(path, package)}
-    assert KNOWN <= seen, f"fixed, remove from KNOWN: {sorted(KNOWN - seen)}"
 
 
 def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from bundlegen.graph import Attributes, Graph, TensorSpec
+from bundlegen.graph import Graph, dense_graph
 from bundlegen.validate import frontend_reason, has_zero_stride_on_long_axis, output_layout_reason, overlaps_itself
 from bundlegen.generator import PlanError, build, build_default
 from bundlegen.generator import pairs
@@ -146,13 +146,8 @@ def test_no_written_combination_breaks_a_rule(generated, legality):
 
 
 # ----------------------------------------------------------------------------- tolerance
-def _graph(dtype="bf16", B=1, H_q=2, H_k=2, H_v=2, S_q=64, S_kv=64, D_qk=64, D_v=64) -> Graph:
-    def t(b, h, s, d, dt=dtype):
-        return TensorSpec((b, h, s, d), (h * s * d, s * d, d, 1), dt)
-    q, o = t(B, H_q, S_q, D_qk), t(B, H_q, S_q, D_v)
-    k, v = t(B, H_k, S_kv, D_qk), t(B, H_v, S_kv, D_v)
-    return Graph({"q": q, "k": k, "v": v, "o": o, "do": o, "dq": q, "dk": k, "dv": v,
-                  "stats": t(B, H_q, S_q, 1, "fp32")}, Attributes(attn_scale=0.125))
+def _graph(**sizes) -> Graph:
+    return dense_graph(**{"dtype": "bf16", "H_q": 2, "S_q": 64, "D_qk": 64, "scale": 0.125, **sizes})
 
 
 def test_tolerance_class_rule_uses_dtype_and_the_longest_reduction():

@@ -6,13 +6,18 @@ import math
 import pytest
 import torch
 
+from bench.torch_sdpa_selfcheck import cases, check
 from bundlegen import reasons as R
+from bundlegen.dtypes import TORCH_DTYPES
+from bundlegen.generator import expand
 from bundlegen.graph import Attributes, Graph, TensorSpec
 from bundlegen.engines.registry import engine_class
-from bundlegen.engines.torch_sdpa_common import (TARGET_ARCHS, TORCH_DTYPES, DeviceFacts, bshd_packed_copy,
+from bundlegen.engines.torch_sdpa_common import (TARGET_ARCHS, DeviceFacts, bshd_packed_copy,
                                        call_by_schema, cuda_facts, cudnn_lse_has_unit_dim,
                                        lse_padded, lse_rows, lse_unit_last, matching_layout_copy,
                                        write_gradients)
+from bundlegen.plans import sdpa_bwd
+from bundlegen.validate import frontend_reason
 from tests.graph_factory import make_graph, packed_strides
 
 NAMES = ("torch-flash", "torch-efficient", "torch-cudnn")
@@ -228,8 +233,6 @@ def test_length_one_axes_exempt_except_efficient_heads():
 
 # ----------------------------------------------------------------------------- the plan's probes
 def test_engine_probes_rejected_with_their_reason():
-    sdpa_bwd = pytest.importorskip("bundlegen.plans.sdpa_bwd")
-    expand = pytest.importorskip("bundlegen.generator.expand")
     probes = [p for p in sdpa_bwd.PROBES if p.by == "engine"]
     assert probes
     for probe in probes:
@@ -365,17 +368,12 @@ class MathStub:
 
 
 def test_selfcheck_cases_are_valid_graphs():
-    from bundlegen.validate import frontend_reason
-    from bundlegen.engines.torch_sdpa_selfcheck import cases
-
     labels = [c.label for c in cases()]
     assert len(labels) == len(set(labels))
     assert all(frontend_reason(c.graph) is None for c in cases())
 
 
 def test_selfcheck_judges_engines():
-    from bundlegen.engines.torch_sdpa_selfcheck import cases, check
-
     case = next(c for c in cases() if c.label == "causal-BR-sq>skv")
     cpu = torch.device("cpu")
     assert check("torch-flash", MathStub(), case, cpu)[0] == "ok"

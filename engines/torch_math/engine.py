@@ -20,7 +20,7 @@ from bundlegen.mask import keep_mask
 from bundlegen.validate import output_layout_reason
 from bundlegen.engines.base import Engine
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SERVED_DTYPES = ("bf16", "fp16")
 #: the dtype of every intermediate, as PyTorch's math SDPA upcasts fp16/bf16
 COMPUTE_DTYPE = torch.float32
 
@@ -33,7 +33,7 @@ class TorchMathEngine(Engine):
         return ("cpu", "sm90", "sm120", "gfx942")
 
     def is_applicable(self, graph: Graph) -> str | None:
-        if graph.dtype not in TORCH_DTYPES:
+        if graph.dtype not in SERVED_DTYPES:
             return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} is gated"
         layout = output_layout_reason(graph)
         if layout:

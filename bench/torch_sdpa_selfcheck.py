@@ -1,6 +1,6 @@
 """Self-check of torch-flash, torch-efficient and torch-cudnn on a real GPU, in one call.
 
-    python -m bundlegen.engines.torch_sdpa_selfcheck [--device cuda:0] [--only NAME]
+    python bench/torch_sdpa_selfcheck.py [--device cuda:0] [--only NAME]
 
 For a handful of graphs (layouts, masks, GQA, head dims, odd strides) it builds the
 declared strided tensors itself (each storage with a guard region), derives O and Stats
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from bundlegen.graph import Attributes, Graph, TensorSpec, default_scale, packed_strides
+from bundlegen.dtypes import TORCH_DTYPES
+from bundlegen.graph import LAYOUT_ORDERS, Graph, TensorSpec, dense_graph, packed_strides
 from bundlegen.reasons import code_of
 from bundlegen.engines.registry import engine_class
-from bundlegen.engines.torch_sdpa_common import TORCH_DTYPES, write_gradients
+from bundlegen.engines.torch_sdpa_common import write_gradients
 from bundlegen.harness import oracle
 from bundlegen.harness.checks import output_error
 from bundlegen.harness.config import Tolerance
@@ -44,29 +45,20 @@ CANARY = -77.0
 
 
 # ----------------------------------------------------------------------------- graphs
-BHSD, BSHD = (0, 1, 2, 3), (0, 2, 1, 3)
-
-
 def padded_rows(H: int, S: int, D: int, extra: int) -> tuple[int, ...]:
     """BHSD strides whose rows are D + extra elements apart."""
     row = D + extra
     return (H * S * row, S * row, row, 1)
 
 
-def graph(B=2, H_q=4, H_k=4, H_v=4, S_q=128, S_kv=128, D_qk=64, D_v=64, dtype="fp16",
-          order=BHSD, alignment="TOP_LEFT", right=None, left=None, scale=None,
-          strides=None, offsets=None) -> Graph:
-    dims = {"q": (B, H_q, S_q, D_qk), "dq": (B, H_q, S_q, D_qk),
-            "k": (B, H_k, S_kv, D_qk), "dk": (B, H_k, S_kv, D_qk),
-            "v": (B, H_v, S_kv, D_v), "dv": (B, H_v, S_kv, D_v),
-            "o": (B, H_q, S_q, D_v), "do": (B, H_q, S_q, D_v), "stats": (B, H_q, S_q, 1)}
-    strides, offsets = dict(strides or {}), dict(offsets or {})
-    tensors = {p: TensorSpec(dims=d, strides=tuple(strides.get(p, packed_strides(d, BHSD if p == "stats" else order))),
-                             dtype="fp32" if p == "stats" else dtype, offset=offsets.get(p, 0))
-               for p, d in dims.items()}
-    attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
-                       diagonal_alignment=alignment, left_bound=left, right_bound=right)
-    return Graph(tensors=tensors, attributes=attrs)
+def bshd(dims: tuple[int, ...]) -> tuple[int, ...]:
+    return packed_strides(dims, LAYOUT_ORDERS["bshd"])
+
+
+def graph(**sizes) -> Graph:
+    """dense_graph with this check's default sizes: B 2, H 4, S 128, D 64, fp16."""
+    return dense_graph(**{"B": 2, "H_q": 4, "H_k": 4, "H_v": 4, "S_q": 128, "S_kv": 128,
+                          "D_qk": 64, "D_v": 64, "dtype": "fp16", **sizes})
 
 
 @dataclass(frozen=True)
@@ -80,7 +72,7 @@ def cases() -> list[SelfCase]:
     g = graph
     return [
         SelfCase("bhsd-fp16", g()),
-        SelfCase("bshd-bf16-tails", g(dtype="bf16", order=BSHD, S_q=100, S_kv=161)),
+        SelfCase("bshd-bf16-tails", g(dtype="bf16", layout="bshd", S_q=100, S_kv=161)),
         SelfCase("causal-square", g(right=0)),
         SelfCase("causal-TL-sq<skv", g(S_q=64, S_kv=160, right=0)),
         SelfCase("causal-BR-sq<skv", g(S_q=64, S_kv=160, right=0, alignment="BOTTOM_RIGHT")),
@@ -89,7 +81,7 @@ def cases() -> list[SelfCase]:
         SelfCase("causal-TL-sq>skv", g(S_q=160, S_kv=64, right=0)),
         SelfCase("window", g(right=0, left=32)),
         SelfCase("gqa-bf16", g(dtype="bf16", H_q=8, H_k=2, H_v=2)),
-        SelfCase("mqa", g(H_q=8, H_k=1, H_v=1, order=BSHD)),
+        SelfCase("mqa", g(H_q=8, H_k=1, H_v=1, layout="bshd")),
         SelfCase("hv<hk", g(H_q=4, H_k=4, H_v=2)),
         SelfCase("d128-bf16", g(dtype="bf16", D_qk=128, D_v=128)),
         SelfCase("d256-bf16", g(dtype="bf16", D_qk=256, D_v=256, S_q=96, S_kv=96)),
@@ -110,9 +102,9 @@ def cases() -> list[SelfCase]:
         SelfCase("sq1-skv77", g(S_q=1, S_kv=77)),
         # cuDNN caches its graph by q, k, v dims and strides only: same q/k/v, new dO strides.
         SelfCase("do-like-o", g(S_q=96, S_kv=96)),
-        SelfCase("do-bshd-same-qkv", g(S_q=96, S_kv=96, strides={"do": packed_strides((2, 4, 96, 64), BSHD)}),
+        SelfCase("do-bshd-same-qkv", g(S_q=96, S_kv=96, strides={"do": bshd((2, 4, 96, 64))}),
                  "after do-like-o: a stale cuDNN graph would misread dO"),
-        SelfCase("do-bshd-fresh-key", g(S_q=95, S_kv=96, strides={"do": packed_strides((2, 4, 95, 64), BSHD)}),
+        SelfCase("do-bshd-fresh-key", g(S_q=95, S_kv=96, strides={"do": bshd((2, 4, 95, 64))}),
                  "control: new cache key"),
     ]
 
