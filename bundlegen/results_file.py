@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
@@ -59,6 +60,7 @@ class RunTimes:
     selection: str = ""             # the -k expressions and --shard, as resume compares them
     bundles_digest: str = ""        # sha256 over the bundle files the run loaded
     complete: bool = True           # False while the run is going on, or when it was cut short
+    versions: Mapping[str, str] = field(default_factory=dict)   # torch, triton, cudnn, cuda, driver
 
     @property
     def outside_cases_s(self) -> float:

@@ -267,6 +267,10 @@ class CaseExecutor:
     def arch(self) -> str:
         return self.runner.arch
 
+    @property
+    def versions(self) -> dict[str, str]:
+        return self.runner.versions
+
     def wait_ready(self) -> None:
         """Wait for the engine (a worker started with wait=False); WorkerStartError if it
         cannot be built."""
@@ -418,7 +422,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
                 selection=_selection_text(pattern, shard),
                 bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
-                complete=complete)
+                complete=complete, versions=executor.versions)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))

@@ -64,6 +64,37 @@ def check_device(device: str) -> None:
             raise DeviceUnavailable(f"--device {device}: only {count} GPU(s) are visible")
 
 
+def software_versions(device) -> dict[str, str]:
+    """What the results were measured with: torch, Triton, cuDNN and the GPU driver (the
+    keys present are the ones this machine has)."""
+    import torch
+
+    versions = {"torch": torch.__version__}
+    try:
+        from importlib import metadata
+        versions["triton"] = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        pass
+    if torch.backends.cudnn.is_available():
+        versions["cudnn"] = str(torch.backends.cudnn.version())
+    if getattr(device, "type", str(device)) == "cuda":
+        versions["cuda"] = str(torch.version.cuda or torch.version.hip)
+        driver = _driver_version()
+        if driver:
+            versions["driver"] = driver
+    return versions
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.split()
+    return lines[0] if out.returncode == 0 and lines else None
+
+
 def build_engine(spec: WorkerSpec):
     """The engine, warmed up (Engine.warm_up) so that case 1 is not billed for start-up."""
     engine = construct_engine(spec)
@@ -108,6 +139,7 @@ class InProcessRunner:
         self.spec = spec
         self.engine = build_engine(spec)
         self.engine_name, self.arch = self.engine.name, self.engine.arch
+        self.versions = software_versions(self.engine.device)
 
     def prepare(self, graphs) -> str | None:
         return prepare_engine(self.engine, graphs)
@@ -133,6 +165,7 @@ class IsolatedRunner:
         self._ready = False
         self._engine_name: str | None = None
         self._arch: str | None = None
+        self._versions: dict[str, str] | None = None
         self.restarts = 0
         self._spawn()
         if wait:
@@ -149,6 +182,12 @@ class IsolatedRunner:
         if self._arch is None:
             self.wait_ready()
         return self._arch
+
+    @property
+    def versions(self) -> dict[str, str]:
+        if self._versions is None:
+            self.wait_ready()
+        return self._versions
 
     # -- lifecycle
     def _start(self) -> None:
@@ -194,7 +233,7 @@ class IsolatedRunner:
                 self._kill()
                 summary, details = payload
                 raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built: {summary}", details)
-        self._engine_name, self._arch = payload
+        self._engine_name, self._arch, self._versions = payload
         self._ready = True
 
     def _kill(self) -> None:
@@ -309,7 +348,7 @@ def _worker_main(fd: int) -> None:
     warm_up(engine)
     from bundlegen.harness.run import run_case
 
-    conn.send(("ready", (engine.name, engine.arch)))
+    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device))))
     while True:
         try:
             kind, payload = conn.recv()

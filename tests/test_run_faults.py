@@ -195,3 +195,11 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path, capsys):
                  "--bundles", str(tmp_path / "bundles"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == V.EXIT_USAGE and len(err) == 1 and "no GPU is visible" in err[0], err
+
+
+def test_run_json_records_the_key_and_the_software_versions(tmp_path):
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1)])
+    _run(tmp_path, S.TorchMathEngine, isolation=False, pattern=["a", "not b"], shard=(1, 1))
+    times = read_run_times(tmp_path / "out")
+    assert times.complete and times.versions["torch"] == torch.__version__
+    assert times.selection == "-k 'a' -k 'not b' --shard 1/1" and len(times.bundles_digest) == 16
