@@ -23,6 +23,7 @@ import pytest
 
 _EXECUTOR = pytest.StashKey()
 _MANIFEST = pytest.StashKey()
+_WRITER = pytest.StashKey()
 PURPOSE_MARKERS = {"claim": "a bundle case whose pass may become a support claim",
                    "probe": "a bundle case that some layer must reject",
                    "regression": "a bundle case pinning a known defect class"}
@@ -39,6 +40,9 @@ def pytest_addoption(parser) -> None:
     group.addoption("--bundlegen-device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
     group.addoption("--bundlegen-bundles", default=None,
                     help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    group.addoption("--bundlegen-out", default=None, metavar="DIR",
+                    help="where the results go: DIR/results.jsonl, or DIR/results-<worker>.jsonl per "
+                         "xdist worker (default out/pytest-<level>)")
     group.addoption("--bundlegen-timeout", type=float, default=None, help="per-case timeout in seconds")
     group.addoption("--bundlegen-no-isolation", action="store_true",
                     help="run the engine in the pytest process (no timeout, no crash isolation)")
@@ -215,6 +219,7 @@ class BundleCaseItem(pytest.Item):
         from bundlegen.harness import verdicts as V
 
         result = _executor(self.config, self.session).execute(self.case)
+        _writer(self.config).write(result)
         for name in ("verdict", "reason", "detail", "margin", "wall_s"):
             self.user_properties.append((name, getattr(result, name)))
         if result.verdict in V.FAILING:
@@ -230,6 +235,22 @@ class BundleCaseItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, self.nodeid
+
+
+def _writer(config):
+    """One results file per pytest process, opened at its first case (results.jsonl, or
+    results-<worker>.jsonl under xdist, where the workers write side by side)."""
+    writer = config.stash.get(_WRITER, None)
+    if writer is None:
+        from bundlegen.harness.results import RESULTS_NAME, ResultsWriter
+
+        out = Path(config.getoption("bundlegen_out") or Path("out") / f"pytest-{config.getoption('bundlegen_level')}")
+        worker = getattr(config, "workerinput", {}).get("workerid")   # this session's own xdist worker
+        name = f"results-{worker}.jsonl" if worker else RESULTS_NAME
+        (out / name).unlink(missing_ok=True)
+        writer = config.stash[_WRITER] = ResultsWriter(out / name)
+        config.add_cleanup(writer.close)
+    return writer
 
 
 def _device(config) -> str:

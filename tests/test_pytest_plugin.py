@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bundlegen.results_file import read_results
+
 # Imported here, before any pytester in-process run: modules first imported inside such a
 # run are dropped after it while their package keeps the stale attribute, and a later
 # isolated run in this process could then not pickle their classes.
@@ -43,7 +45,7 @@ def bundles(tmp_path):
 def args(bundles, engine=S.TorchMathEngine, *extra):
     return ["--bundlegen-level=quick", f"--bundlegen-engine={S.engine_ref(engine)}",
             "--bundlegen-device=cpu", f"--bundlegen-bundles={bundles}", "--bundlegen-no-isolation",
-            *NO_XDIST, *extra]
+            f"--bundlegen-out={Path(bundles).parent / 'pytest-out'}", *NO_XDIST, *extra]
 
 
 def _builtin_quick_ids() -> list[str]:
@@ -138,6 +140,10 @@ def test_a_real_run_of_builtin_quick_cases_on_torch_math(tmp_path):
 def test_verdicts_become_outcomes(bundles, pytester):
     result = pytester.runpytest_inprocess(*args(bundles, S.WritesNaN, "-rA"))
     result.assert_outcomes(failed=1, passed=2, skipped=1)
+    records = read_results(bundles.parent / "pytest-out" / "results.jsonl")
+    assert {r["case_id"]: r["verdict"] for r in records} == {
+        S.case_of(1).id: "pass", S.case_of(2, dtype="fp32").id: "declined", _probe().id: "rejected",
+        S.bad_case(3).id: "fail:nan"}
     result.stdout.fnmatch_lines([f"_* quick/sdpa_bwd/a.json::{S.bad_case(3).id} _*",
                                  "fail:nan: NaN/Inf where the oracle is finite*",
                                  f"PASSED quick/sdpa_bwd/a.json::{S.case_of(1).id}",
@@ -187,6 +193,8 @@ def test_pytest_plugin_under_xdist(bundles, tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "1 failed, 2 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
     assert len(list(ET.parse(junit).getroot().iter("testcase"))) == 4
+    per_worker = sorted((tmp_path / "pytest-out").glob("results-gw*.jsonl"))
+    assert per_worker and sum(len(read_results(f)) for f in per_worker) == 4
 
 
 def test_each_xdist_worker_takes_its_own_gpu(monkeypatch):
