@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
-from bundlegen.cost import predict
+from bundlegen.cost import predict, terms
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.manifest import Manifest, manifest_path
 from bundlegen.reasons import code_of
@@ -60,6 +60,27 @@ def cpu_prediction(graph: Graph, manifest: Manifest) -> float:
 
 def too_large_for_cpu(graph: Graph, manifest: Manifest) -> bool:
     return cpu_prediction(graph, manifest) > manifest.cpu_case_limit_s
+
+
+def memory_ceiling_breach(case: Case, manifest: Manifest) -> str | None:
+    """Why the case may not allocate what it needs, or None: its peak footprint (io storages
+    and the oracle's float64 tensors, bundlegen.cost) against its level's per-case byte
+    ceiling (a case of no known level: the largest level's). Checked before allocating."""
+    limits = {lv.name: lv for lv in manifest.levels}
+    level = limits.get(case.level) or manifest.levels[-1]
+    t = terms(case.graph)
+    need = t.io_bytes + t.oracle_bytes
+    if need <= level.per_case_bytes:
+        return None
+    return (f"{V.TOO_LARGE}: needs {_size(need)} at its peak, the {level.name} level allows "
+            f"{_size(level.per_case_bytes)} per case")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None) -> float | None:
@@ -153,6 +174,10 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     skip = config.skip_reason(case, engine.arch)
     if skip:
         return CaseOutcome(V.SKIPPED, detail=skip)
+    if config.manifest is not None:
+        breach = memory_ceiling_breach(case, config.manifest)
+        if breach:
+            return CaseOutcome(V.SKIPPED, detail=breach)
     if engine.device.type == "cpu":
         if config.manifest is None:
             return CaseOutcome(V.ERROR_BUNDLE, detail="field manifest: no bundle manifest loaded, "

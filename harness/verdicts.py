@@ -40,6 +40,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_TESTED, EXIT_INTERRUPTED = 0, 1, 
 
 #: the detail of a case the cost model keeps off the CPU
 TOO_LARGE_FOR_CPU = "too large for cpu"
+#: the start of the detail of a case whose footprint passes its level's byte ceiling
+TOO_LARGE = "too large"
 
 
 def is_failing(verdict: str) -> bool:

@@ -202,3 +202,14 @@ def test_frontend_findings_name_the_field_of_every_rule():
     assert (finding.reason, finding.field) == (R.LEFT_BOUND_NONPOSITIVE, "graph.attributes.left_bound")
     finding = frontend_finding(dense_graph(strides={"dv": (2 ** 62, 1, 1, 1)}))
     assert (finding.reason, finding.field) == (R.SPAN_OVERFLOW, "graph.tensors.dv")
+
+
+def test_a_case_past_its_levels_memory_ceiling_is_skipped_before_allocating(tmp_path):
+    far = S.case_of(1, offsets={"q": 750_000_000})
+    S.write_bundle(tmp_path / "bundles", "quick", "far", [far, S.case_of(2)])
+    summary, records = _run(tmp_path)
+    verdicts = {r["case_id"]: r for r in records}
+    assert verdicts[S.case_of(2).id]["verdict"] == V.PASS
+    skipped = verdicts[far.id]
+    assert skipped["verdict"] == V.SKIPPED
+    assert skipped["detail"].startswith("too large: needs 1.4 GiB at its peak, the quick level allows 16.0 MiB")
