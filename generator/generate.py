@@ -84,6 +84,7 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
             rows = pairs.repair_rows(legality, proof.missing, proof.scope)
             drafts += repair_drafts(plan, _coverage_item(plan, proof.scope), proof.level, rows)
 
+    _check_cpu_budgets(plan, cases, cpu)
     illegal = pairs.illegal_units(legality, "all")
     violations = []
     for c in cases:
@@ -95,6 +96,26 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
                          proofs=proofs, exclusions=legality.exclusions(illegal), illegal_pairs=len(illegal),
                          repaired_pairs=tuple(sorted(set(repaired))), legality_violations=tuple(violations),
                          items=items)
+
+
+def cpu_run_seconds(plan: Plan, level: str, cases, cpu: dict[str, float]) -> float:
+    """A whole `bundlegen run --level` on the cpu class: the level's cases and lower ones,
+    and the run's start."""
+    upto = [lv.name for lv in plan.levels]
+    upto = set(upto[: upto.index(level) + 1])
+    return sum(cpu[c.id] for c in cases if c.level in upto) + plan.cost_model["cpu"].run_start_s
+
+
+def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:
+    """A level with a CPU budget must fit it whole: no case is moved out (that would cut the
+    coverage CI gets on a CPU); the plan must shape its cases instead."""
+    for level in plan.levels:
+        if level.cpu_budget_seconds is None:
+            continue
+        total = cpu_run_seconds(plan, level.name, cases, cpu)
+        if total > level.cpu_budget_seconds:
+            raise PlanError(f"level '{level.name}': a run on the cpu class is predicted at {total:.1f} s, "
+                            f"over its cpu budget of {level.cpu_budget_seconds:g} s: make its cases smaller")
 
 
 def _coverage_item(plan: Plan, scope: str) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
 
 SCOPE_LABEL = {"values": "axis values", "core": "all-pairs (core axes)", "all": "all-pairs"}
@@ -58,11 +59,15 @@ def render(g: GeneratedPlan) -> str:
                      f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"])
     out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s", "run s",
                    "budget s (usable)", "status", "ceiling/case", "coverage"], rows)
-    quick = g.at_level(plan.levels[0].name)
+    first = plan.levels[0]
+    quick = g.at_level(first.name)
     cpu = sum(g.cpu_seconds[c.id] for c in quick)
     worst = max((g.cpu_seconds[c.id] for c in quick), default=0.0)
-    out.append(f"{plan.levels[0].name} on the cpu class: {cpu:.1f} s predicted, largest case {worst:.2f} s "
-               f"(ceiling {plan.levels[0].per_case_cpu_seconds} s)")
+    run = cpu_run_seconds(plan, first.name, g.cases, g.cpu_seconds)
+    budget = "" if first.cpu_budget_seconds is None else f" of its {first.cpu_budget_seconds:g} s budget"
+    out.append(f"{first.name} on the cpu class: a run predicted at {run:.1f} s{budget} (cases {cpu:.1f} s, "
+               f"start {plan.cost_model['cpu'].run_start_s:.1f} s); largest case {worst:.2f} s "
+               f"(ceiling {first.per_case_cpu_seconds:g} s)")
     out.append("")
     out.append("Groups per level")
     for level in plan.levels:

@@ -194,14 +194,16 @@ class Gated:
 @dataclass(frozen=True)
 class Level:
     """Per-case ceilings (h200 prediction) and the cumulative budget of this level and every
-    lower one, of which `reserve` is kept free. `per_case_cpu_seconds` (quick only) keeps
-    the level runnable by CI on a CPU."""
+    lower one, of which `reserve` is kept free. `per_case_cpu_seconds` and
+    `cpu_budget_seconds` (quick only) keep the level runnable by CI on a CPU: each case, and
+    the whole `bundlegen run` of the level (its cases and the run's start), on the cpu class."""
     name: str
     per_case_seconds: float
     per_case_bytes: int
     budget_seconds: float
     reserve: float = 0.05
     per_case_cpu_seconds: float | None = None
+    cpu_budget_seconds: float | None = None
     pair_scope: str = "all"       # values | core | all: the coverage this level must prove
 
 

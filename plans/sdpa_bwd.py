@@ -375,7 +375,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 LEVELS = (
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, pair_scope="values"),
+          per_case_cpu_seconds=1.0, cpu_budget_seconds=55.0, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),

@@ -196,3 +196,15 @@ def test_identical_content_from_two_entries_is_one_case(generated):
     regression = next(c for c in merged if c.purpose == "regression"
                       and any(e.startswith("axis value") for e in generated.entries[c.id]))
     assert "AXIS-VALUES" in regression.items and any(i.startswith("REG-") for i in regression.items)
+
+
+def test_a_quick_level_over_its_cpu_budget_is_a_plan_error_not_a_coverage_cut():
+    first, *rest = sdpa_bwd.LEVELS
+    predicted = build_default()
+    from bundlegen.generator.generate import cpu_run_seconds
+    need = cpu_run_seconds(sdpa_bwd.PLAN, first.name, predicted.cases, predicted.cpu_seconds)
+    tight = (dataclasses.replace(first, cpu_budget_seconds=need * 0.9), *rest)
+    with pytest.raises(PlanError, match=r"level 'quick': a run on the cpu class is predicted at .* over its cpu budget"):
+        build(dataclasses.replace(sdpa_bwd.PLAN, levels=tight))
+    roomy = (dataclasses.replace(first, cpu_budget_seconds=need * 1.1), *rest)
+    assert len(build(dataclasses.replace(sdpa_bwd.PLAN, levels=roomy)).cases) == len(predicted.cases)
