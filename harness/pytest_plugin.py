@@ -43,6 +43,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--bundlegen-out", default=None, metavar="DIR",
                     help="where the results go: DIR/results.jsonl, or DIR/results-<worker>.jsonl per "
                          "xdist worker (default out/pytest-<level>)")
+    group.addoption("--bundlegen-allow-empty", action="store_true",
+                    help="pass a session whose cases were all declined or skipped (else it exits 5)")
     group.addoption("--bundlegen-timeout", type=float, default=None, help="per-case timeout in seconds")
     group.addoption("--bundlegen-no-isolation", action="store_true",
                     help="run the engine in the pytest process (no timeout, no crash isolation)")
@@ -76,6 +78,7 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(f"--bundlegen-level: {exc}") from None
     _check_engine(config.getoption("bundlegen_engine"))
     _check_device(config.getoption("bundlegen_device"))
+    config.pluginmanager.register(NothingTestedGuard(config), "bundlegen-nothing-tested")
 
 
 def _root(config) -> Path:
@@ -108,6 +111,36 @@ def _check_device(device: str | None) -> None:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (parsed.index or 0) >= count:
             raise pytest.UsageError(f"--bundlegen-device: {device!r}: this machine has {count} CUDA device(s)")
+
+
+class NothingTestedGuard:
+    """Counts, where the reports arrive (the xdist controller too), the cases run and those
+    that tested something; a session whose bundle cases were all declined or skipped tested
+    nothing and does not pass (exit 5, pytest's "no tests ran") unless
+    --bundlegen-allow-empty."""
+
+    def __init__(self, config):
+        self.config, self.run, self.tested = config, 0, 0
+
+    def pytest_runtest_logreport(self, report) -> None:
+        verdict = dict(report.user_properties).get("verdict") if report.when == "call" else None
+        if verdict is not None:
+            from bundlegen.harness import verdicts as V
+            self.run += 1
+            self.tested += verdict not in V.NOT_RUN
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if (hasattr(self.config, "workerinput") or exitstatus != 0 or not self.run or self.tested
+                or self.config.getoption("bundlegen_allow_empty")):
+            return
+        from bundlegen.harness import verdicts as V
+
+        session.exitstatus = V.EXIT_NOTHING_TESTED
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"bundlegen: nothing was tested ({self.run} cases, all declined or skipped); "
+                                f"exit {V.EXIT_NOTHING_TESTED} (--bundlegen-allow-empty accepts it)", red=True)
 
 
 def pytest_ignore_collect(collection_path, config):

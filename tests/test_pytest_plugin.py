@@ -219,3 +219,15 @@ def test_plugin_is_inert_without_a_level(pytester):
     proc = subprocess.run([sys.executable, "-c", "import sys, bundlegen.harness.pytest_plugin; "
                            "assert 'torch' not in sys.modules"], cwd=REPO, timeout=60)
     assert proc.returncode == 0
+
+
+def test_a_session_whose_cases_were_all_declined_does_not_pass(tmp_path, pytester):
+    S.write_bundle(tmp_path, "quick", "a", [S.case_of(1), S.case_of(2)])
+    result = pytester.runpytest_inprocess(*args(tmp_path, S.DeclinesEverything))
+    result.assert_outcomes(skipped=2)
+    assert result.ret == 5
+    result.stdout.fnmatch_lines(["*bundlegen: nothing was tested (2 cases, all declined or skipped)*"])
+    result = pytester.runpytest_inprocess(*args(tmp_path, S.DeclinesEverything, "--bundlegen-allow-empty"))
+    assert result.ret == 0
+    result = pytester.runpytest_inprocess(*args(tmp_path, S.TorchMathEngine))
+    assert result.ret == 0
