@@ -8,7 +8,7 @@ import gzip
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
@@ -61,6 +61,10 @@ class RunTimes:
     bundles_digest: str = ""        # sha256 over the bundle files the run loaded
     complete: bool = True           # False while the run is going on, or when it was cut short
     versions: Mapping[str, str] = field(default_factory=dict)   # torch, triton, cudnn, cuda, driver
+    # one entry per worker, in --devices order: {"device", "cases", "seconds"} (cases run and
+    # their summed wall seconds); one entry for a single-device run
+    per_device: tuple[Mapping[str, Any], ...] = ()
+    lane: str = ""                  # --lane, when the run came from lanes.yaml
 
     @property
     def outside_cases_s(self) -> float:

@@ -9,10 +9,22 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--level", required=True, help="quick, pr, nightly or full (lower levels included)")
-    parser.add_argument("--engine", required=True,
-                        help="engine name (torch-math, triton, ...) or package.module:Class")
+    parser.add_argument("--level", default=None,
+                        help="quick, pr, nightly or full (lower levels included); required without --lane")
+    parser.add_argument("--engine", default=None,
+                        help="engine name (torch-math, triton, ...) or package.module:Class; "
+                             "required without --lane")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--devices", default=None, metavar="LIST",
+                        help="several devices of this host, one worker each (cuda:0,cuda:1 or all; "
+                             "cpu,cpu runs two CPU workers): cases go out longest predicted first "
+                             "into one results.jsonl")
+    parser.add_argument("--lane", default=None, metavar="NAME",
+                        help="take engine, device(s), level, timeout and extra skips from lane NAME "
+                             "of the workspace's lanes.yaml (flags given here win); without --shard "
+                             "the whole lane runs at once")
+    parser.add_argument("--lanes-file", default=None, metavar="PATH",
+                        help="the lanes file for --lane (default: the workspace's)")
     parser.add_argument("--out", default=None, help="output directory (default out/<engine>-<level>)")
     parser.add_argument("-k", dest="pattern", action="append", default=None, metavar="EXPRESSION",
                         help="only cases matching EXPRESSION: terms joined by and/or/not and "
@@ -87,6 +99,34 @@ def rerun_command(args: argparse.Namespace, record) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def take_lane(args: argparse.Namespace, lane, shard: tuple[int, int] | None) -> None:
+    """Fill what the command line left open from the lane (flags given win)."""
+    args.engine = args.engine or lane.engine
+    args.level = args.level or lane.level
+    if args.device is None and args.devices is None:
+        if lane.devices:
+            args.devices = lane.devices
+        else:
+            args.device = lane.device
+    if args.timeout is None:
+        args.timeout = lane.timeout_s
+    if args.out is None:
+        args.out = str(lane.out_dir(shard))
+
+
+def with_lane_skips(config, engine: str, lane):
+    """The engine's configuration with the lane's skips after its own [[test_skips]]."""
+    from dataclasses import replace
+
+    from bundlegen.engines.registry import registered_name
+    from bundlegen.harness.config import load_engine_config
+    from bundlegen.workspace import engine_config_dir
+
+    if config is None:
+        config = load_engine_config(engine_config_dir(registered_name(engine)))
+    return replace(config, skips=config.skips + lane.skips)
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -94,20 +134,32 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
     from bundlegen.harness.results import read_results, summary_table
-    from bundlegen.harness.run import run_level
+    from bundlegen.harness.lanes import lanes_path, load_lanes
+    from bundlegen.harness.run import resolve_devices, run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
 
     err = Console(stderr=True, soft_wrap=True)
+    lane = None
     try:
-        levels_upto(args.level, args.bundles, args.plan)
         shard = parse_shard(args.shard)
+        if args.lane is not None:
+            lane = load_lanes(lanes_path(args.lanes_file)).lane(args.lane)
+            take_lane(args, lane, shard)
+        if args.level is None or args.engine is None:
+            raise ValueError("--level and --engine are required (or --lane NAME)")
+        levels_upto(args.level, args.bundles, args.plan)
         selection(args.pattern)
+        if args.device is not None and args.devices is not None:
+            raise ValueError("give --device or --devices, not both")
         if args.device is not None and not DEVICE_RE.fullmatch(args.device):
             raise ValueError(f"--device {args.device}: expected cpu, cuda or cuda:N")
-    except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        devices = resolve_devices(args.devices) if args.devices is not None else None
+        if devices is not None and not all(DEVICE_RE.fullmatch(d) for d in devices):
+            raise ValueError(f"--devices {args.devices}: expected all, or devices such as cuda:0,cuda:1")
+    except (ValueError, DeviceUnavailable) as exc:   # LanesError is a ValueError
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
     try:
         config = None
@@ -115,11 +167,14 @@ def main(args: argparse.Namespace) -> int:
             if not Path(args.engine_config).is_dir():
                 raise EngineConfigError(f"--engine-config {args.engine_config}: not a folder")
             config = load_engine_config(args.engine_config)
+        if lane is not None and lane.skips:
+            config = with_lane_skips(config, args.engine, lane)
         summary = run_level(
             args.level, args.engine, device=args.device, out=args.out, bundles=args.bundles, plan=args.plan,
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
-            progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"))
+            progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
+            devices=devices, lane=args.lane or "")
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
@@ -144,6 +199,9 @@ def main(args: argparse.Namespace) -> int:
         out.print(f"time: {(t.before_s or 0.0) + t.elapsed_s:.1f} s = {before}worker start {t.start_s:.1f} "
                   f"+ prepare {t.prepare_s:.1f} + cases {t.cases_s:.1f} + finish {t.finish_s:.1f}",
                   highlight=False, soft_wrap=True)
+        if len(t.per_device) > 1:
+            out.print("devices: " + ", ".join(f"{d['device']} {d['cases']} cases {d['seconds']:.1f} s"
+                                              for d in t.per_device), highlight=False, soft_wrap=True)
     code = summary.exit_code
     if summary.interrupted:
         err.print(f"[yellow]interrupted[/yellow] after {summary.ran} of {summary.planned} cases; "

@@ -402,25 +402,39 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               pattern: str | Sequence[str] | None = None,
               shard: tuple[int, int] | None = None, resume: bool = False,
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
-              config: EngineConfig | None = None, progress: str | bool | None = None) -> RunSummary:
+              config: EngineConfig | None = None, progress: str | bool | None = None,
+              devices: Sequence[str] | None = None, lane: str = "") -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
-    per-level summary."""
+    per-level summary. `devices` (two or more): one worker per device, cases handed out
+    longest predicted first to whichever worker is free, into the same three files."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness import results as R
     from bundlegen.harness.selection import in_shard, selection
 
     started = time.perf_counter()
     before = process_age_s()
-    device = device or default_device()
+    if devices is not None and device is not None:
+        raise ValueError("give device or devices, not both")
+    devices = list(devices) if devices else [device or default_device()]
+    device = ",".join(devices)
     root = Path(bundles) if bundles else B.default_bundle_root()
     manifest = B.manifest_of(root, plan)
     levels = manifest.levels_upto(level)
-    # the worker imports torch and builds the engine while this process loads the bundles
-    executor = CaseExecutor(engine, device, config=config, manifest=manifest, repeat=repeat,
-                            isolation=isolation,
-                            timeout_s=timeout_s if timeout_s is not None else default_timeout(device),
-                            wait=False)
+    # the workers import torch and build the engine while this process loads the bundles
+    executors: list[CaseExecutor] = []
+    try:
+        for dev in devices:
+            executors.append(CaseExecutor(
+                engine, dev, config=config, manifest=manifest, repeat=repeat, isolation=isolation,
+                timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
+                run_id=executors[0].run_id if executors else None))
+    except BaseException:
+        for ex in executors:
+            ex.close()
+        raise
+    executor = executors[0]
+    per_device = [_DeviceTally(dev) for dev in devices]
     new_records = []
     interrupted = False
     prepare_problem, todo, ran = None, [], 0
@@ -433,7 +447,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
-        executor.wait_ready()
+        for ex in executors:
+            ex.wait_ready()
         ready = time.perf_counter()
 
         def run_times(complete: bool) -> "RunTimes":
@@ -441,13 +456,14 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             at = lambda t: now if t is None else t  # noqa: E731 - a phase not reached ends now
             return R.RunTimes(
                 run_id=executor.run_id, level=level, engine=executor.engine_name, arch=executor.arch,
-                device=str(device), cases=ran, start_s=ready - started,
+                device=device, cases=ran, start_s=ready - started,
                 prepare_s=at(prepared) - ready, cases_s=at(cases_done) - at(prepared),
                 finish_s=now - at(cases_done), elapsed_s=now - started,
                 prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
                 selection=_selection_text(pattern, shard),
                 bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
-                complete=complete, versions=executor.versions)
+                complete=complete, versions=executor.versions,
+                per_device=tuple(t.to_json() for t in per_device), lane=lane)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
@@ -461,7 +477,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         todo = [c for c in cases if c.id not in done]
         R.write_run_times(run_path, run_times(False))
         try:
-            prepare_problem = executor.prepare(todo)
+            prepare_problem = _prepare_all(executors, todo)
             prepared = time.perf_counter()
             with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
                 def record(result) -> None:
@@ -472,16 +488,27 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                     result = executor.bundle_error(error)
                     if in_shard(result.key, shard) and result.key not in done:
                         record(result)
-                for case in todo:
-                    advance(f"{case.level}/{case.group}/{case.id}")
-                    record(executor.execute(case))
-                    ran += 1
+                if len(executors) == 1:
+                    for case in todo:
+                        advance(f"{case.level}/{case.group}/{case.id}")
+                        start = time.perf_counter()
+                        record(executor.execute(case))
+                        per_device[0].add(time.perf_counter() - start)
+                        ran += 1
+                else:
+                    def count(result) -> None:
+                        nonlocal ran
+                        record(result)
+                        ran += 1
+                    _run_spread(executors, per_device, _longest_first(todo, devices[0], manifest),
+                                count, advance)
                 advance(None)
         except KeyboardInterrupt:
             interrupted = True   # what finished is recorded; junit and run.json still follow
         cases_done = time.perf_counter()
     finally:
-        executor.close()
+        for ex in executors:
+            ex.close()
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels)
@@ -491,6 +518,104 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                       results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
                       times=times, interrupted=interrupted, planned=len(todo))
+
+
+# ----------------------------------------------------------------------------- several devices
+@dataclass
+class _DeviceTally:
+    """One worker's share of a run (run.json `per_device`)."""
+    device: str
+    cases: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.cases += 1
+        self.seconds += seconds
+
+    def to_json(self) -> dict:
+        return {"device": self.device, "cases": self.cases, "seconds": round(self.seconds, 3)}
+
+
+def resolve_devices(text: str) -> list[str]:
+    """--devices: 'all' (every visible CUDA device; DeviceUnavailable when there is none) or
+    a comma-separated list (a device may repeat: 'cpu,cpu' runs two CPU workers)."""
+    from bundlegen.harness.worker import DeviceUnavailable
+
+    if text.strip() == "all":
+        import torch
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise DeviceUnavailable(f"--devices all: no GPU is visible to torch (torch {torch.__version__})")
+        return [f"cuda:{i}" for i in range(count)]
+    devices = [d.strip() for d in text.split(",")]
+    if not all(devices):
+        raise ValueError(f"--devices {text!r}: expected a comma-separated list of devices, or all")
+    return devices
+
+
+def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[Case]:
+    """Longest predicted first, so no worker is left with a long case at the end (a case
+    with no prediction, a frontend probe, costs next to nothing). Stable for equal costs."""
+    return sorted(cases, key=lambda c: -(predicted_seconds(c, device, manifest) or 0.0))
+
+
+def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
+    """Engine.prepare in every worker at once; the first problem, or None."""
+    if len(executors) == 1:
+        return executors[0].prepare(todo)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(executors)) as pool:
+        problems = list(pool.map(lambda ex: ex.prepare(todo), executors))
+    return next((p for p in problems if p), None)
+
+
+def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],
+                record: Callable, advance: Callable) -> None:
+    """One thread per executor (each drives its own worker process) takes the next case
+    from the shared queue; results are recorded in the order they finish, under one lock
+    (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
+    (their workers are killed when the executors close)."""
+    import threading
+
+    lock = threading.Lock()
+    queue = list(reversed(cases))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def drive(ex: CaseExecutor, tally: _DeviceTally) -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    case = queue.pop()
+                    advance(f"{case.level}/{case.group}/{case.id} [{ex.device}]")
+                start = time.perf_counter()
+                result = ex.execute(case)
+                with lock:
+                    if stop.is_set():
+                        return
+                    record(result)
+                    tally.add(time.perf_counter() - start)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the parent thread
+            if not stop.is_set():
+                errors.append(exc)
+                stop.set()
+
+    threads = [threading.Thread(target=drive, args=(ex, t), daemon=True, name=f"bundlegen-{ex.device}")
+               for ex, t in zip(executors, tallies)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)   # short waits: Ctrl-C reaches this thread between them
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
 
 
 def _selection_text(pattern: str | Sequence[str] | None, shard: tuple[int, int] | None) -> str:

@@ -1,0 +1,130 @@
+"""`bundlegen run --devices`: one worker per device, cases handed out longest predicted
+first, one results.jsonl / junit.xml / run.json. Tested with two CPU workers
+(`cpu,cpu`); the same code drives `cuda:0,cuda:1`."""
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+from bundlegen.cli import main
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.results import read_results, read_run_times
+from bundlegen.harness.run import _longest_first, predicted_seconds, resolve_devices, run_level
+from tests import harness_support as S
+
+
+class Paced(S.TorchMathEngine):
+    """torch-math that takes a while per case, so that two workers both get cases."""
+    name = "paced"
+
+    def run(self, graph, tensors):
+        time.sleep(0.3)
+        super().run(graph, tensors)
+
+
+class PacedFaulty(S.Faulty):
+    name = "paced-faulty"
+
+    def run(self, graph, tensors):
+        time.sleep(0.3)
+        super().run(graph, tensors)
+
+
+def _run(tmp_path, engine, **kwargs):
+    return run_level("quick", S.engine_ref(engine), devices=["cpu", "cpu"], bundles=tmp_path / "bundles",
+                     out=tmp_path / "out", config=S.LOOSE, repeat=1, timeout_s=60, **kwargs)
+
+
+def test_two_workers_record_every_case_once_and_report_the_split(tmp_path):
+    cases = [S.case_of(n) for n in range(1, 9)]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    summary = _run(tmp_path, Paced)
+    records = read_results(summary.results_path)
+    assert sorted(r["case_id"] for r in records) == sorted(c.id for c in cases)
+    assert all(r["verdict"] == V.PASS for r in records) and summary.exit_code == V.EXIT_OK
+    assert len({r["run_id"] for r in records}) == 1
+    times = read_run_times(tmp_path / "out")
+    assert times.device == "cpu,cpu" and times.cases == 8 and times.complete
+    split = [d["cases"] for d in times.per_device]
+    assert [d["device"] for d in times.per_device] == ["cpu", "cpu"]
+    assert sum(split) == 8 and min(split) >= 1, times.per_device
+    assert all(d["seconds"] > 0 for d in times.per_device)
+    suite = ET.parse(summary.junit_path).getroot().find("testsuite[@name='quick']")
+    assert suite.get("tests") == "8" and suite.get("failures") == "0"
+
+
+def test_a_crash_on_one_worker_costs_only_its_case(tmp_path):
+    killed = S.case_of(5, S_q=5)   # the worker SIGKILLs itself on this one
+    cases = [S.case_of(n) for n in range(10, 16)] + [killed]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    summary = _run(tmp_path, PacedFaulty)
+    got = {r["case_id"]: r for r in read_results(summary.results_path)}
+    assert len(read_results(summary.results_path)) == len(cases) == len(got)
+    assert got[killed.id]["verdict"] == V.CRASHED and "SIGKILL" in got[killed.id]["detail"]
+    assert all(r["verdict"] == V.PASS for cid, r in got.items() if cid != killed.id)
+    assert summary.exit_code == V.EXIT_FAILED
+
+
+def test_resume_shard_and_k_work_across_workers(tmp_path):
+    cases = [S.case_of(n) for n in range(1, 7)]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    first = _run(tmp_path, S.TorchMathEngine)
+    lines = first.results_path.read_text().splitlines(keepends=True)
+    first.results_path.write_text("".join(lines[:3]))
+    again = _run(tmp_path, S.TorchMathEngine, resume=True)
+    assert (again.ran, again.resumed) == (3, 3)
+    assert sorted(r["case_id"] for r in read_results(again.results_path)) == sorted(c.id for c in cases)
+    seen = []
+    for index in (1, 2):
+        seen += [r["case_id"] for r in read_results(_run(tmp_path, S.TorchMathEngine, shard=(index, 2)).results_path)]
+    assert sorted(seen) == sorted(c.id for c in cases)
+    picked = _run(tmp_path, S.TorchMathEngine, pattern=cases[2].id)
+    assert [r["case_id"] for r in read_results(picked.results_path)] == [cases[2].id]
+
+
+def test_cases_are_handed_out_longest_predicted_first():
+    small, mid, big = S.case_of(1, S_q=4), S.case_of(2, S_q=64, S_kv=64), S.case_of(3, S_q=256, S_kv=256)
+    order = _longest_first([small, big, mid], "cpu", S.MANIFEST)
+    assert order == [big, mid, small]
+    costs = [predicted_seconds(c, "cpu", S.MANIFEST) for c in order]
+    assert costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
+
+
+def test_resolve_devices():
+    assert resolve_devices("cpu,cpu") == ["cpu", "cpu"]
+    assert resolve_devices("cuda:0, cuda:1") == ["cuda:0", "cuda:1"]
+    with pytest.raises(ValueError, match="comma-separated"):
+        resolve_devices("cpu,,cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_devices_all_without_a_gpu_is_a_one_line_usage_error(tmp_path, capsys):
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1)])
+    code = main(["run", "--level", "quick", "--engine", "torch-math", "--devices", "all",
+                 "--bundles", str(tmp_path / "bundles"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == V.EXIT_USAGE and len(err) == 1 and "--devices all: no GPU is visible" in err[0], err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--device", "cpu", "--devices", "cpu,cpu"], "give --device or --devices, not both"),
+    (["--devices", "cpu,gpu"], "--devices cpu,gpu: expected"),
+])
+def test_bad_devices_are_usage_errors(tmp_path, capsys, extra, message):
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1)])
+    code = main(["run", "--level", "quick", "--engine", "torch-math", *extra,
+                 "--bundles", str(tmp_path / "bundles"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == V.EXIT_USAGE and len(err) == 1 and message in err[0], err
+
+
+def test_the_command_prints_the_split(tmp_path, capsys):
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 5)])
+    code = main(["run", "--level", "quick", "--engine", S.engine_ref(Paced), "--devices", "cpu,cpu",
+                 "--bundles", str(tmp_path / "bundles"), "--out", str(tmp_path / "o"), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == V.EXIT_OK
+    assert "devices: cpu" in out and out.count(" cases ") >= 2, out
