@@ -1,0 +1,274 @@
+"""CI lanes (`lanes.yaml` in the workspace, CONTRACTS "Lanes"): named runs with their engine,
+device, level, shard count, per-case timeout, what CI keeps, where they run, and extra
+skips that each name a ticket.
+
+    lanes:
+      cpu-quick:
+        engine: torch-math
+        device: cpu
+        level: quick
+        shards: 1            # optional, default 1
+        timeout: 600         # optional, seconds per case
+        keep: [results, junit, report]   # optional, default [results, junit]
+        runner: ubuntu-latest            # optional: GitHub Actions runs-on (a label or a list)
+        arch: sm90           # optional: the arch the lane is meant for (documentation)
+        devices: all         # optional: several devices of one host (bundlegen run --devices)
+        skips:               # optional: rows shaped like engine.toml [[test_skips]]
+          - filters: {item: "AX-FOO*"}
+            reason: "PROJ-12: flaky on the interpreter"
+
+Read with pyyaml's safe loader; every error is one line `<file>: lanes.<name>.<key>: ...`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from bundlegen.harness.config import EngineConfigError, SkipRow, _skip_row
+
+#: what a ticket looks like where a skip names one: PROJECT-123, owner/repo#123 or a URL
+TICKET_RE = re.compile(r"\b[A-Z][A-Z0-9_]*-\d+\b|\b[\w.-]+/[\w.-]+#\d+\b|https?://\S+")
+LANE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+#: keep entry -> what it keeps in the lane's out folder (run.json always goes with the results)
+KEEP = {"results": ("results.jsonl", "run.json"), "junit": ("junit.xml",), "report": ("report",)}
+DEFAULT_KEEP = ("results", "junit")
+DEFAULT_RUNNER = "ubuntu-latest"
+LANE_KEYS = ("engine", "device", "devices", "arch", "level", "shards", "timeout", "keep", "runner",
+             "skips", "description")
+REQUIRED = ("engine", "device", "level")
+
+
+class LanesError(ValueError):
+    """lanes.yaml is missing or malformed, or names no such lane: one line naming file, lane, key."""
+
+
+def names_ticket(text: str) -> bool:
+    return TICKET_RE.search(text) is not None
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    engine: str
+    device: str
+    level: str
+    shards: int = 1
+    timeout_s: float | None = None
+    keep: tuple[str, ...] = DEFAULT_KEEP
+    runner: str | tuple[str, ...] = DEFAULT_RUNNER   # runs-on: a label, or labels all required
+    arch: str | None = None
+    devices: str | None = None          # as --devices takes it: "all" or "cuda:0,cuda:1"
+    skips: tuple[SkipRow, ...] = ()
+    description: str = ""
+
+    def out_dir(self, shard: tuple[int, int] | None = None) -> Path:
+        """Where `bundlegen run --lane` writes (the workflow uploads from here)."""
+        base = Path("out") / "lanes" / self.name
+        return base if shard is None else base / f"shard-{shard[0]}-of-{shard[1]}"
+
+    def kept(self) -> tuple[str, ...]:
+        """The names under out_dir that CI keeps."""
+        return tuple(name for key in self.keep for name in KEEP[key])
+
+
+@dataclass(frozen=True)
+class LanesFile:
+    path: Path
+    lanes: Mapping[str, Lane]
+
+    def lane(self, name: str) -> Lane:
+        if name not in self.lanes:
+            raise LanesError(f"{self.path}: lanes.{name}: no such lane "
+                             f"(known: {', '.join(self.lanes) or 'none'})")
+        return self.lanes[name]
+
+
+def lanes_path(explicit: Path | str | None = None) -> Path:
+    """`explicit`, else the current workspace's lanes file; LanesError outside a workspace."""
+    if explicit is not None:
+        return Path(explicit)
+    from bundlegen.workspace import find_workspace
+
+    workspace = find_workspace()
+    if workspace is None:
+        raise LanesError(f"{Path.cwd()} is not inside a bundlegen workspace, so it has no lanes file "
+                         "(give --lanes-file)")
+    return workspace.lanes
+
+
+def load_lanes(path: Path | str) -> LanesFile:
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LanesError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f"line {where.line + 1}: " if where is not None else ""
+        raise LanesError(f"{path}: {line}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(doc, dict) or set(doc) - {"lanes"}:
+        raise LanesError(f"{path}: top level: expected a mapping with one key, lanes")
+    raw = doc.get("lanes")
+    if not isinstance(raw, dict) or not raw:
+        raise LanesError(f"{path}: lanes: expected a mapping of lane name -> lane")
+    return LanesFile(path=path, lanes={str(name): _lane(path, name, body) for name, body in raw.items()})
+
+
+def _lane(path: Path, name: Any, body: Any) -> Lane:
+    where = f"{path}: lanes.{name}"
+    if not isinstance(name, str) or not LANE_NAME_RE.match(name):
+        raise LanesError(f"{where}: a lane name is lower-case letters, digits and '-'")
+    if not isinstance(body, dict):
+        raise LanesError(f"{where}: expected a mapping of {', '.join(LANE_KEYS)}")
+    for key in body:
+        if key not in LANE_KEYS:
+            raise LanesError(f"{where}.{key}: unknown key (known: {', '.join(LANE_KEYS)})")
+    for key in REQUIRED:
+        if key not in body:
+            raise LanesError(f"{where}.{key}: missing (a lane needs {', '.join(REQUIRED)})")
+
+    def text(key: str, default: str | None = None) -> str | None:
+        value = body.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise LanesError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+        return value
+
+    shards = body.get("shards", 1)
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise LanesError(f"{where}.shards: expected a whole number >= 1, got {shards!r}")
+    timeout = body.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise LanesError(f"{where}.timeout: expected seconds > 0, got {timeout!r}")
+    keep = body.get("keep", list(DEFAULT_KEEP))
+    if not isinstance(keep, list) or not all(k in KEEP for k in keep):
+        raise LanesError(f"{where}.keep: expected a list of {', '.join(KEEP)}, got {keep!r}")
+    runner = body.get("runner", DEFAULT_RUNNER)
+    if isinstance(runner, list) and runner and all(isinstance(r, str) and r.strip() for r in runner):
+        runner = tuple(runner)
+    elif not (isinstance(runner, str) and runner.strip()):
+        raise LanesError(f"{where}.runner: expected a runner label or a list of labels, got {runner!r}")
+    return Lane(name=name, engine=text("engine"), device=text("device"), level=text("level"),
+                shards=shards, timeout_s=None if timeout is None else float(timeout),
+                keep=tuple(dict.fromkeys(keep)), runner=runner,
+                arch=text("arch"), devices=text("devices"), skips=_skips(path, name, body.get("skips", [])),
+                description=text("description") or "")
+
+
+def _skips(path: Path, name: str, rows: Any) -> tuple[SkipRow, ...]:
+    """engine.toml's [[test_skips]] row rules (bundlegen.harness.config), with errors that
+    name the lane."""
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise LanesError(f"{path}: lanes.{name}.skips: expected a list of mappings (filters, reason)")
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            out.append(_skip_row(path, i, row))
+        except EngineConfigError as exc:
+            inner = str(exc).removeprefix(f"{path}: test_skips[{i}]")
+            raise LanesError(f"{path}: lanes.{name}.skips[{i}]{inner}") from None
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- check
+def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str]:
+    """What `bundlegen lanes --check` reports, one line each: an engine that does not
+    exist, a level the bundles do not have, a skip that matches no case of the lane's
+    levels or names no ticket."""
+    from bundlegen.engines.registry import EngineNotFound, registered_name
+    from bundlegen.graph import BundleError
+    from bundlegen.harness import bundles as B
+    from bundlegen.harness.config import filters_match
+
+    problems = []
+    root = Path(bundles) if bundles is not None else B.default_bundle_root()
+    try:
+        manifest = B.manifest_of(root)
+    except BundleError as exc:
+        return [f"{lanes.path}: bundles: {exc}"]
+    for lane in lanes.lanes.values():
+        where = f"{lanes.path}: lanes.{lane.name}"
+        try:
+            registered_name(lane.engine)
+        except EngineNotFound as exc:
+            problems.append(f"{where}.engine: {exc}")
+        if lane.level not in [lv.name for lv in manifest.levels]:
+            problems.append(f"{where}.level: {lane.level!r} is not a level of plan {manifest.plan} "
+                            f"({', '.join(lv.name for lv in manifest.levels)})")
+            continue
+        if not lane.skips:
+            continue
+        cases = B.load_level(root, lane.level, manifest.plan).cases
+        for i, row in enumerate(lane.skips):
+            if not names_ticket(row.reason):
+                problems.append(f"{where}.skips[{i}].reason: names no ticket ({row.reason!r}; "
+                                "expected PROJECT-123, owner/repo#123 or a URL)")
+            if not any(filters_match(row.filters, c, manifest.plan) for c in cases):
+                problems.append(f"{where}.skips[{i}].filters: match no case of level {lane.level} "
+                                "(the cases it skipped are gone: drop the row)")
+    return problems
+
+
+# ----------------------------------------------------------------------------- workflow
+WORKFLOW_OUT = Path(".github") / "workflows" / "bundlegen-lanes.yml"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def github_actions(lanes: LanesFile, python: str = "3.12") -> dict:
+    """A GitHub Actions workflow: one job, a matrix over lanes x shards (each entry runs on
+    its lane's runner), each running `bundlegen run --lane L --shard I/N` and uploading
+    what the lane keeps (and the HTML report, when it keeps one), pass or fail."""
+    include = []
+    for lane in lanes.lanes.values():
+        for index in range(1, lane.shards + 1):
+            out = lane.out_dir((index, lane.shards)).as_posix()
+            include.append({
+                "lane": lane.name, "shard": index, "shards": lane.shards,
+                "runner": list(lane.runner) if isinstance(lane.runner, tuple) else lane.runner,
+                "out": out, "report": "report" in lane.keep,
+                "torch_index": CPU_TORCH_INDEX if lane.device == "cpu" and not lane.devices else "",
+                "artifacts": "\n".join(f"{out}/{name}" for name in lane.kept())})
+    always = "${{ always() }}"
+    steps = [
+        {"uses": "actions/checkout@v4"},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": python}},
+        {"name": "install torch, then bundlegen",
+         "run": "python -m pip install --upgrade pip\n"
+                "if [ -n \"${{ matrix.torch_index }}\" ]; then\n"
+                "  python -m pip install torch --index-url \"${{ matrix.torch_index }}\"\n"
+                "else\n  python -m pip install torch\nfi\n"
+                "python -m pip install ."},
+        {"name": "bundlegen run",
+         "run": "bundlegen run --lane ${{ matrix.lane }} --shard ${{ matrix.shard }}/${{ matrix.shards }}"},
+        {"name": "HTML report", "if": "${{ always() && matrix.report }}",
+         "run": "bundlegen report ${{ matrix.out }} --html ${{ matrix.out }}/report"},
+        {"name": "keep the results", "if": always, "uses": "actions/upload-artifact@v4",
+         "with": {"name": "bundlegen-${{ matrix.lane }}-shard-${{ matrix.shard }}-of-${{ matrix.shards }}",
+                  "path": "${{ matrix.artifacts }}", "if-no-files-found": "warn"}},
+    ]
+    return {
+        "name": "bundlegen lanes",
+        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
+        "jobs": {"lane": {
+            "name": "${{ matrix.lane }} ${{ matrix.shard }}/${{ matrix.shards }}",
+            "runs-on": "${{ matrix.runner }}",
+            "strategy": {"fail-fast": False, "matrix": {"include": include}},
+            "steps": steps}},
+    }
+
+
+def workflow_yaml(lanes: LanesFile) -> str:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value: str):   # several lines (scripts, artifact paths) as a | block
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    header = f"# Written by `bundlegen lanes --emit github-actions` from {lanes.path.name}; edit that, not this.\n"
+    return header + yaml.dump(github_actions(lanes), Dumper=Dumper, sort_keys=False, width=120)
