@@ -1,0 +1,232 @@
+"""lanes.yaml (issue 16): loading with one-line errors, `bundlegen lanes --check`, the
+GitHub Actions workflow parsed back, and `bundlegen run --lane`."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bundlegen.cli import main
+from bundlegen.harness import verdicts as V
+from bundlegen.harness.bundles import load_level
+from bundlegen.harness.lanes import LanesError, check_lanes, github_actions, load_lanes, names_ticket
+from bundlegen.harness.results import read_results, read_run_times
+from bundlegen.workspace import builtin_bundle_root
+from tests import harness_support as S
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "lanes.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+LANE = """\
+    lanes:
+      a:
+        engine: torch-math
+        device: cpu
+        level: quick
+    """
+
+
+def test_the_repositorys_lanes_load_and_pass_the_check():
+    lanes = load_lanes(REPO / "lanes.yaml")
+    assert {"cpu-quick", "cpu-triton-quick", "h200-full"} <= set(lanes.lanes)
+    quick, main_job, full = (lanes.lane(n) for n in ("cpu-quick", "cpu-triton-quick", "h200-full"))
+    assert (quick.engine, quick.device, quick.level) == ("torch-math", "cpu", "quick")
+    assert (main_job.engine, main_job.device, main_job.level) == ("triton", "cpu", "quick")
+    assert (full.engine, full.device, full.level) == ("triton", "cuda", "full") and full.shards > 1
+    assert {lanes.lane(n).engine for n in lanes.lanes} >= {"torch-flash", "torch-efficient", "torch-cudnn"}
+    assert check_lanes(lanes, builtin_bundle_root()) == []
+    assert "bundlegen run --lane cpu-quick" in (REPO / ".ci" / "run").read_text()
+
+
+def test_a_lane_takes_defaults():
+    lane = load_lanes(REPO / "lanes.yaml").lane("cpu-quick")
+    assert lane.kept() == ("results.jsonl", "run.json", "junit.xml")
+    assert lane.out_dir() == Path("out/lanes/cpu-quick")
+    assert lane.out_dir((2, 3)) == Path("out/lanes/cpu-quick/shard-2-of-3")
+
+
+@pytest.mark.parametrize("body, where", [
+    ("lanes: []", "lanes: expected a mapping"),
+    ("lanes: {a: {engine: torch-math, device: cpu}}", "lanes.a.level: missing"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, colour: red}}", "lanes.a.colour: unknown key"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, shards: 0}}", "lanes.a.shards: expected a whole number"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, shards: true}}", "lanes.a.shards:"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, timeout: -1}}", "lanes.a.timeout: expected seconds"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, keep: [logs]}}", "lanes.a.keep: expected a list"),
+    ("lanes: {a: {engine: 7, device: cpu, level: quick}}", "lanes.a.engine: expected a non-empty string"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, runner: []}}", "lanes.a.runner:"),
+    ("lanes: {A_b: {engine: torch-math, device: cpu, level: quick}}", "lanes.A_b: a lane name"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, skips: [{reason: X-1}]}}",
+     "lanes.a.skips[0].filters: a skip must name the cases"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, skips: [{filters: {colour: x}, reason: X-1}]}}",
+     "lanes.a.skips[0].filters.colour: unknown filter key"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, skips: [{filters: {id: '*'}, reason: X-1}]}}",
+     "lanes.a.skips[0].filters.id: '*' matches every case"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, skips: [{filters: {id: x}}]}}",
+     "lanes.a.skips[0].reason: a skip needs a reason"),
+    ("lanes: {a: [", "not valid YAML"),
+    ("lanes: !!python/object:os.system {}", "not valid YAML"),   # the safe loader refuses tags
+])
+def test_malformed_lanes_are_one_line_errors_naming_file_lane_and_key(tmp_path, body, where):
+    path = write(tmp_path, body)
+    with pytest.raises(LanesError) as info:
+        load_lanes(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and where in message and "\n" not in message, message
+
+
+def test_an_unknown_lane_is_named():
+    with pytest.raises(LanesError, match=r"lanes\.nope: no such lane \(known: cpu-quick, "):
+        load_lanes(REPO / "lanes.yaml").lane("nope")
+
+
+@pytest.mark.parametrize("text, ticket", [
+    ("PROJ-12: flaky", True), ("see owner/repo#345", True), ("https://example.com/issues/9", True),
+    ("TICKET-7: flaky", True), ("flaky on the interpreter", False), ("proj-12 lower case", False),
+    ("#12 alone", False)])
+def test_what_a_ticket_looks_like(text, ticket):
+    assert names_ticket(text) is ticket
+
+
+def test_check_finds_unknown_engines_levels_and_stale_or_ticketless_skips(tmp_path):
+    case = load_level(builtin_bundle_root(), "quick").cases[0]
+    path = write(tmp_path, f"""\
+        lanes:
+          good:
+            engine: torch-math
+            device: cpu
+            level: quick
+            skips:
+              - {{filters: {{id: "{case.id}"}}, reason: "PROJ-1: known"}}
+          bad:
+            engine: no-such-engine
+            device: cpu
+            level: weekly
+          stale:
+            engine: torch-math
+            device: cpu
+            level: quick
+            skips:
+              - {{filters: {{id: "0000gone0000"}}, reason: "PROJ-2: fixed long ago"}}
+              - {{filters: {{id: "{case.id}"}}, reason: "flaky"}}
+        """)
+    problems = check_lanes(load_lanes(path), builtin_bundle_root())
+    assert len(problems) == 4, problems
+    assert all(p.startswith(f"{path}: lanes.") for p in problems)
+    text = "\n".join(problems)
+    assert "lanes.bad.engine: unknown engine" in text
+    assert "lanes.bad.level: 'weekly' is not a level" in text
+    assert "lanes.stale.skips[0].filters: match no case of level quick" in text
+    assert "lanes.stale.skips[1].reason: names no ticket" in text
+    assert not any("lanes.good" in p for p in problems)
+
+
+def test_lanes_check_exit_codes(tmp_path, capsys):
+    assert main(["lanes", "--check", "--lanes-file", str(REPO / "lanes.yaml")]) == 0
+    assert "lanes ok" in capsys.readouterr().out
+    bad = write(tmp_path, LANE.replace("torch-math", "no-such-engine"))
+    assert main(["lanes", "--check", "--lanes-file", str(bad)]) == 1
+    assert "lanes.a.engine" in capsys.readouterr().out
+    assert main(["lanes", "--check", "--lanes-file", str(tmp_path / "none.yaml")]) == V.EXIT_USAGE
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_workflow_parses_back_with_a_matrix_over_lanes_and_shards(tmp_path, capsys):
+    out = tmp_path / "wf" / "bundlegen.yml"
+    assert main(["lanes", "--emit", "github-actions", "--output", str(out),
+                 "--lanes-file", str(REPO / "lanes.yaml")]) == 0
+    doc = yaml.safe_load(out.read_text())
+    lanes = load_lanes(REPO / "lanes.yaml")
+    assert doc == github_actions(lanes)
+    assert set(doc["on"]) == {"push", "pull_request", "workflow_dispatch"}
+    (job,) = doc["jobs"].values()
+    include = job["strategy"]["matrix"]["include"]
+    assert job["strategy"]["fail-fast"] is False and job["runs-on"] == "${{ matrix.runner }}"
+    want = {(name, i, lane.shards) for name, lane in lanes.lanes.items() for i in range(1, lane.shards + 1)}
+    assert {(e["lane"], e["shard"], e["shards"]) for e in include} == want and len(include) == len(want)
+    by = {(e["lane"], e["shard"]): e for e in include}
+    assert by[("h200-full", 4)]["runner"] == ["self-hosted", "h200"]
+    assert by[("cpu-quick", 1)]["runner"] == "ubuntu-latest"
+    assert by[("cpu-quick", 1)]["torch_index"].endswith("/whl/cpu") and by[("h200-full", 1)]["torch_index"] == ""
+    assert by[("cpu-quick", 1)]["artifacts"].split("\n") == [
+        "out/lanes/cpu-quick/shard-1-of-1/results.jsonl", "out/lanes/cpu-quick/shard-1-of-1/run.json",
+        "out/lanes/cpu-quick/shard-1-of-1/junit.xml"]
+    assert by[("h200-full", 2)]["artifacts"].split("\n")[-1] == "out/lanes/h200-full/shard-2-of-4/report"
+    assert by[("h200-full", 2)]["report"] is True and by[("cpu-quick", 1)]["report"] is False
+    steps = job["steps"]
+    uses = [s.get("uses", "") for s in steps]
+    assert uses[0].startswith("actions/checkout@") and uses[1].startswith("actions/setup-python@")
+    runs = [s.get("run", "") for s in steps]
+    install = next(r for r in runs if "pip install ." in r)
+    assert install.index("install torch") < install.index("pip install .")
+    assert "bundlegen run --lane ${{ matrix.lane }} --shard ${{ matrix.shard }}/${{ matrix.shards }}" in runs
+    report = next(s for s in steps if "bundlegen report" in s.get("run", ""))
+    assert "matrix.report" in report["if"] and "--html ${{ matrix.out }}/report" in report["run"]
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "${{ matrix.artifacts }}" and "always()" in upload["if"]
+    # the matrix's out folder is where `run --lane L --shard I/N` writes
+    assert by[("h200-full", 3)]["out"] == lanes.lane("h200-full").out_dir((3, 4)).as_posix()
+
+
+# ----------------------------------------------------------------------------- run --lane
+@pytest.fixture
+def lane_bundles(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    cases = [replace(S.case_of(n), items=(f"AX-{n}",)) for n in range(1, 5)]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    S.write_bundle(tmp_path / "bundles", "pr", "a", [S.case_of(9)])
+    write(tmp_path, """\
+        lanes:
+          mine:
+            engine: torch-math
+            device: cpu
+            level: quick
+            shards: 2
+            timeout: 120
+            skips:
+              - {filters: {item: "AX-2"}, reason: "PROJ-9: skipped by the lane"}
+        """)
+    monkeypatch.chdir(tmp_path)
+    return cases
+
+
+def run_lane(tmp_path, *extra):
+    return main(["run", "--lane", "mine", "--lanes-file", str(tmp_path / "lanes.yaml"),
+                 "--bundles", str(tmp_path / "bundles"), "--no-isolation", "--quiet", *extra])
+
+
+def test_run_lane_takes_the_lane_and_its_skips(tmp_path, lane_bundles):
+    assert run_lane(tmp_path) == V.EXIT_OK
+    out = tmp_path / "out" / "lanes" / "mine"
+    got = {r["case_id"]: r for r in read_results(out)}
+    assert set(got) == {c.id for c in lane_bundles}   # the whole lane: every shard at once
+    skipped = got[lane_bundles[1].id]
+    assert skipped["verdict"] == V.SKIPPED and skipped["detail"] == "PROJ-9: skipped by the lane"
+    times = read_run_times(out)
+    assert (times.lane, times.level, times.engine, times.device) == ("mine", "quick", "torch-math", "cpu")
+
+
+def test_run_lane_shards_and_flags_override(tmp_path, lane_bundles):
+    seen = []
+    for index in (1, 2):
+        run_lane(tmp_path, "--shard", f"{index}/2", "--allow-empty")
+        seen += [r["case_id"] for r in read_results(tmp_path / "out" / "lanes" / "mine" / f"shard-{index}-of-2")]
+    assert sorted(seen) == sorted(c.id for c in lane_bundles)
+    assert run_lane(tmp_path, "--level", "pr", "--out", str(tmp_path / "o")) == V.EXIT_OK
+    assert S.case_of(9).id in {r["case_id"] for r in read_results(tmp_path / "o")}
+
+
+def test_run_lane_errors_are_usage_errors(tmp_path, lane_bundles, capsys):
+    assert main(["run", "--lane", "other", "--lanes-file", str(tmp_path / "lanes.yaml")]) == V.EXIT_USAGE
+    assert "lanes.other: no such lane" in capsys.readouterr().err
+    assert main(["run", "--engine", "torch-math"]) == V.EXIT_USAGE
+    assert "--level and --engine are required (or --lane NAME)" in capsys.readouterr().err
