@@ -430,8 +430,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
                 run_id=executors[0].run_id if executors else None))
     except BaseException:
-        for ex in executors:
-            ex.close()
+        _close_all(executors)
         raise
     executor = executors[0]
     per_device = [_DeviceTally(dev) for dev in devices]
@@ -507,8 +506,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             interrupted = True   # what finished is recorded; junit and run.json still follow
         cases_done = time.perf_counter()
     finally:
-        for ex in executors:
-            ex.close()
+        _close_all(executors)
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels)
@@ -568,6 +566,19 @@ def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
     with ThreadPoolExecutor(len(executors)) as pool:
         problems = list(pool.map(lambda ex: ex.prepare(todo), executors))
     return next((p for p in problems if p), None)
+
+
+def _close_all(executors: list[CaseExecutor]) -> None:
+    """Close every worker, all at once (a worker busy with a case gets a few seconds to
+    answer the stop before it is killed)."""
+    if len(executors) <= 1:
+        for ex in executors:
+            ex.close()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(executors)) as pool:
+        list(pool.map(lambda ex: ex.close(), executors))
 
 
 def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],

@@ -128,3 +128,32 @@ def test_the_command_prints_the_split(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == V.EXIT_OK
     assert "devices: cpu" in out and out.count(" cases ") >= 2, out
+
+
+def test_ctrl_c_with_two_workers_ends_cleanly_and_resumes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 31)])
+    out = tmp_path / "out"
+    args = ["run", "--level", "quick", "--engine", S.engine_ref(Paced), "--devices", "cpu,cpu",
+            "--bundles", str(tmp_path / "bundles"), "--out", str(out), "--quiet", "--repeat", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "bundlegen", *args], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(read_results(out)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == V.EXIT_INTERRUPTED, stderr
+    assert "Traceback" not in stderr and "--resume" in stderr
+    ET.parse(out / "junit.xml")
+    recorded = read_results(out)
+    times = read_run_times(out)
+    assert not times.complete and times.cases == len(recorded) >= 3
+    assert len({r["case_id"] for r in recorded}) == len(recorded)
+    assert main([*args, "--resume"]) == V.EXIT_OK
+    assert len(read_results(out)) == 30
