@@ -66,6 +66,9 @@ class RunTimes:
     per_device: tuple[Mapping[str, Any], ...] = ()
     lane: str = ""                  # --lane, when the run came from lanes.yaml
 
+    def __post_init__(self) -> None:   # read back from JSON, per_device is a list
+        object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))
+
     @property
     def outside_cases_s(self) -> float:
         return (self.before_s or 0.0) + self.elapsed_s - self.cases_s

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -51,9 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-DEVICE_RE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 
 
 def resume_command(argv: list[str] | None = None) -> str:
@@ -135,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.config import EngineConfigError, load_engine_config
     from bundlegen.harness.results import read_results, summary_table
     from bundlegen.harness.lanes import lanes_path, load_lanes
-    from bundlegen.harness.run import resolve_devices, run_level
+    from bundlegen.harness.run import DEVICE_RE, resolve_devices, run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
@@ -156,8 +152,6 @@ def main(args: argparse.Namespace) -> int:
         if args.device is not None and not DEVICE_RE.fullmatch(args.device):
             raise ValueError(f"--device {args.device}: expected cpu, cuda or cuda:N")
         devices = resolve_devices(args.devices) if args.devices is not None else None
-        if devices is not None and not all(DEVICE_RE.fullmatch(d) for d in devices):
-            raise ValueError(f"--devices {args.devices}: expected all, or devices such as cuda:0,cuda:1")
     except (ValueError, DeviceUnavailable) as exc:   # LanesError is a ValueError
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE

@@ -146,6 +146,16 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     keep = body.get("keep", list(DEFAULT_KEEP))
     if not isinstance(keep, list) or not all(k in KEEP for k in keep):
         raise LanesError(f"{where}.keep: expected a list of {', '.join(KEEP)}, got {keep!r}")
+    from bundlegen.harness.run import DEVICE_RE, device_list
+
+    if not DEVICE_RE.fullmatch(text("device")):
+        raise LanesError(f"{where}.device: {body['device']!r}: expected cpu, cuda or cuda:N")
+    devices = text("devices")
+    try:
+        if devices is not None:
+            device_list(devices)
+    except ValueError as exc:
+        raise LanesError(f"{where}.devices: {str(exc).removeprefix('--devices ')}") from None
     runner = body.get("runner", DEFAULT_RUNNER)
     if isinstance(runner, list) and runner and all(isinstance(r, str) and r.strip() for r in runner):
         runner = tuple(runner)
@@ -154,7 +164,7 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     return Lane(name=name, engine=text("engine"), device=text("device"), level=text("level"),
                 shards=shards, timeout_s=None if timeout is None else float(timeout),
                 keep=tuple(dict.fromkeys(keep)), runner=runner,
-                arch=text("arch"), devices=text("devices"), skips=_skips(path, name, body.get("skips", [])),
+                arch=text("arch"), devices=devices, skips=_skips(path, name, body.get("skips", [])),
                 description=text("description") or "")
 
 

@@ -7,6 +7,7 @@ drives a whole level and writes results.jsonl, junit.xml and the summary."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import traceback
 import uuid
@@ -534,21 +535,34 @@ class _DeviceTally:
         return {"device": self.device, "cases": self.cases, "seconds": round(self.seconds, 3)}
 
 
+#: what --device names (and each device of --devices)
+DEVICE_RE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
+
+
+def device_list(text: str) -> list[str] | None:
+    """--devices as written: None for 'all', else the comma-separated devices (a device may
+    repeat: 'cpu,cpu' runs two CPU workers); ValueError when malformed."""
+    if text.strip() == "all":
+        return None
+    devices = [d.strip() for d in text.split(",")]
+    if not all(DEVICE_RE.fullmatch(d) for d in devices):
+        raise ValueError(f"--devices {text}: expected all, or devices such as cuda:0,cuda:1")
+    return devices
+
+
 def resolve_devices(text: str) -> list[str]:
-    """--devices: 'all' (every visible CUDA device; DeviceUnavailable when there is none) or
-    a comma-separated list (a device may repeat: 'cpu,cpu' runs two CPU workers)."""
+    """--devices: the devices it names; 'all' is every visible CUDA device
+    (DeviceUnavailable when there is none)."""
     from bundlegen.harness.worker import DeviceUnavailable
 
-    if text.strip() == "all":
-        import torch
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise DeviceUnavailable(f"--devices all: no GPU is visible to torch (torch {torch.__version__})")
-        return [f"cuda:{i}" for i in range(count)]
-    devices = [d.strip() for d in text.split(",")]
-    if not all(devices):
-        raise ValueError(f"--devices {text!r}: expected a comma-separated list of devices, or all")
-    return devices
+    devices = device_list(text)
+    if devices is not None:
+        return devices
+    import torch
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise DeviceUnavailable(f"--devices all: no GPU is visible to torch (torch {torch.__version__})")
+    return [f"cuda:{i}" for i in range(count)]
 
 
 def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[Case]:

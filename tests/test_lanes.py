@@ -72,6 +72,9 @@ def test_a_lane_takes_defaults():
      "lanes.a.skips[0].filters.id: '*' matches every case"),
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, skips: [{filters: {id: x}}]}}",
      "lanes.a.skips[0].reason: a skip needs a reason"),
+    ("lanes: {a: {engine: torch-math, device: gpu, level: quick}}", "lanes.a.device: 'gpu': expected cpu"),
+    ("lanes: {a: {engine: torch-math, device: cuda, devices: 'cuda:0,gpu', level: quick}}",
+     "lanes.a.devices: cuda:0,gpu: expected all"),
     ("lanes: {a: [", "not valid YAML"),
     ("lanes: !!python/object:os.system {}", "not valid YAML"),   # the safe loader refuses tags
 ])
