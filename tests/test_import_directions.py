@@ -25,6 +25,11 @@ ALLOWED = {
     "engines": {"core", "engines"},
 }
 HARNESS_ENGINE_MODULES = ("bundlegen.engines.registry", "bundlegen.engines.base")
+#: generator may run cases through the harness's in-process runner and name its verdicts:
+#: `bundlegen shrink` needs the plan (Specs, legality, the Regression syntax) and an engine
+#: run per candidate. The edge keeps the direction (the harness never imports plans or
+#: generator, so bundles stay the harness's only contract) and is this narrow on purpose.
+GENERATOR_HARNESS_MODULES = ("bundlegen.harness.repro", "bundlegen.harness.verdicts")
 ROUTER = "bundlegen/cli.py"     # routes to every subcommand
 
 
@@ -67,10 +72,17 @@ def violations(part: str, path: Path, package: str) -> list[str]:
             continue
         if part == "harness" and target == "engines" and module.startswith(HARNESS_ENGINE_MODULES):
             continue
+        if part == "generator" and target == "harness" and _within(module, GENERATOR_HARNESS_MODULES):
+            continue
         if target == "engines" and module == "bundlegen.engines":   # `from bundlegen.engines import registry`
             continue
         bad.append(f"{rel}:{line}: {part} imports {module} ({target})")
     return bad
+
+
+def _within(module: str, allowed: tuple[str, ...]) -> bool:
+    """`module` is one of `allowed` or a name inside one of them."""
+    return module in allowed or module.startswith(tuple(f"{m}." for m in allowed))
 
 
 def modules(part: str) -> list[tuple[Path, str]]:
@@ -107,3 +119,17 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
         "harness imports bundlegen.generator.build (generator)",
         "harness imports bundlegen.plans.sdpa_bwd (plans)",
         "harness imports bundlegen.plans.sdpa_bwd.PLAN (plans)"], found
+
+
+def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from bundlegen.harness.repro import CaseRunner\n"
+                     "import bundlegen.harness.verdicts as V\n"
+                     "from bundlegen.harness.repro_command import main\n"
+                     "from bundlegen.harness import run\n")
+    found = violations("generator", probe, "bundlegen.generator")
+    assert sorted(line.split(": ", 1)[1] for line in found) == [
+        "generator imports bundlegen.harness (harness)",
+        "generator imports bundlegen.harness.repro_command (harness)",
+        "generator imports bundlegen.harness.repro_command.main (harness)",
+        "generator imports bundlegen.harness.run (harness)"], found
