@@ -116,13 +116,15 @@ def _pattern(h: tuple[int, int, int]) -> tuple[int, int, int]:
 
 def smaller_heads(h: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     """(1, 1, 1); the least heads of the same class; h over the gcd of its counts (the same
-    ratios); h halved. Smallest total first; H_k and H_v always divide H_q."""
+    ratios); H_q down to lcm(H_k, H_v); h halved. Smallest total first; H_k and H_v always
+    divide H_q."""
     q, k, v = h
     legal = [(a, b, c) for a in range(1, q + 1) for b in range(1, k + 1) for c in range(1, v + 1)
              if a % b == 0 and a % c == 0]
     same_class = [t for t in legal if _pattern(t) == _pattern(h)]
     g = math.gcd(q, k, v)
-    found = {(1, 1, 1), min(same_class, key=lambda t: (sum(t), t)), (q // g, k // g, v // g)}
+    found = {(1, 1, 1), min(same_class, key=lambda t: (sum(t), t)), (q // g, k // g, v // g),
+             (math.lcm(k, v), k, v)}
     if q % 2 == k % 2 == v % 2 == 0:
         found.add((q // 2, k // 2, v // 2))
     return sorted((t for t in found if t in legal and sum(t) < sum(h)), key=lambda t: (sum(t), t))
