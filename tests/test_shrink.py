@@ -115,6 +115,14 @@ def test_shrink_keeps_what_the_failure_needs_and_stays_legal():
     assert all(c.graph.B >= 2 for c in judge.seen)      # B = 1 was never even run
 
 
+def test_a_candidate_with_another_verdict_class_is_not_taken():
+    def judge(case):     # small sequences fail too, but another way
+        return "fail:nan" if case.graph.S_q < 33 else "fail:numeric"
+    result = S.shrink(PLAN, Spec(_shape(S=128)), "fail:numeric", judge, item="REG-T")
+    assert result.minimal.shape.S_q == 33 and result.verdict == "fail:numeric"
+    assert all(step.graph.S_q >= 33 for step in result.steps)
+
+
 def test_legality_problem_names_the_rule_and_the_frontend_reason():
     assert S.legality_problem(PLAN, Spec(_shape(B=1), layout="bcast-kv-batch")) == \
         "breaks rule batch-broadcast-needs-batch"
