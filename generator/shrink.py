@@ -153,26 +153,23 @@ def _heads(plan: Plan, spec: Spec) -> Iterator[tuple[str, Spec]]:
         yield f"H_q/H_k/H_v {s.H_q}/{s.H_k}/{s.H_v} -> {q}/{k}/{v}", _with_shape(spec, H_q=q, H_k=k, H_v=v)
 
 
+def _pair(spec: Spec, names: tuple[str, str], smaller: Callable[[int], list[int]]) -> Iterator[tuple[str, Spec]]:
+    """Both sizes together while they are equal, then each alone (S_q/S_kv, D_qk/D_v)."""
+    a, b = (getattr(spec.shape, n) for n in names)
+    if a == b:
+        for t in smaller(a):
+            yield f"{'='.join(names)} {a} -> {t}", _with_shape(spec, **{n: t for n in names})
+    for name, value in zip(names, (a, b)):
+        for t in smaller(value):
+            yield f"{name} {value} -> {t}", _with_shape(spec, **{name: t})
+
+
 def _seqs(plan: Plan, spec: Spec) -> Iterator[tuple[str, Spec]]:
-    s = spec.shape
-    if s.S_q == s.S_kv:
-        for t in smaller_seqs(s.S_q):
-            yield f"S_q=S_kv {s.S_q} -> {t}", _with_shape(spec, S_q=t, S_kv=t)
-    for t in smaller_seqs(s.S_q):
-        yield f"S_q {s.S_q} -> {t}", _with_shape(spec, S_q=t)
-    for t in smaller_seqs(s.S_kv):
-        yield f"S_kv {s.S_kv} -> {t}", _with_shape(spec, S_kv=t)
+    return _pair(spec, ("S_q", "S_kv"), smaller_seqs)
 
 
 def _head_dims(plan: Plan, spec: Spec) -> Iterator[tuple[str, Spec]]:
-    s = spec.shape
-    if s.D_qk == s.D_v:
-        for t in smaller_head_dims(s.D_qk):
-            yield f"D {s.D_qk} -> {t}", _with_shape(spec, D_qk=t, D_v=t)
-    for t in smaller_head_dims(s.D_qk):
-        yield f"D_qk {s.D_qk} -> {t}", _with_shape(spec, D_qk=t)
-    for t in smaller_head_dims(s.D_v):
-        yield f"D_v {s.D_v} -> {t}", _with_shape(spec, D_v=t)
+    return _pair(spec, ("D_qk", "D_v"), smaller_head_dims)
 
 
 def _layouts(plan: Plan, spec: Spec) -> Iterator[tuple[str, Spec]]:

@@ -13,17 +13,11 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("case_id", metavar="CASE_ID", help="a case id, or a prefix only one case id has")
-    parser.add_argument("--engine", required=True,
-                        help="engine name or package.module:Class (a mutant: "
-                             "bundlegen.mutants.catalog:ENGINE@MUTANT)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--bundles", default=None, metavar="DIR",
-                        help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    from bundlegen.harness.repro import add_case_arguments
+
+    add_case_arguments(parser)      # claims in --engine-config are ignored while shrinking
     parser.add_argument("--plan", default=None, metavar="MODULE",
                         help="the plan module (default: the workspace's only plan, else the built-in one)")
-    parser.add_argument("--engine-config", default=None, metavar="DIR",
-                        help="folder with the engine's engine.toml (claims are ignored while shrinking)")
     parser.add_argument("--item", default=None, metavar="ID",
                         help="item id of the printed Regression (default REG-SHRUNK-<CASE_ID>)")
     parser.add_argument("--max-runs", type=int, default=500, metavar="N",

@@ -52,30 +52,40 @@ class PortPattern:
         return f"{self.port}: {self.wrong} of {self.total} elements wrong; " + "; ".join(self.axes)
 
 
-def _wrong_and_excess(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Tolerance):
-    got = out.detach().to(device=ref.device, dtype=torch.float64)
-    bound = mag.to(device=ref.device, dtype=torch.float64) * tol.rtol + tol.atol
-    err = (got - ref.to(torch.float64)).abs()
-    wrong = ~(err <= bound)      # a NaN error is wrong
-    excess = torch.where(torch.isfinite(err), err / bound, torch.full_like(err, math.inf))
-    return got, bound, wrong, excess
+@dataclass(frozen=True, eq=False)
+class _PortError:
+    port: str
+    got: torch.Tensor       # float64, on the reference's device
+    ref: torch.Tensor
+    bound: torch.Tensor
+    wrong: torch.Tensor     # bool: outside the bound (a NaN error is outside)
+    excess: torch.Tensor    # |got - ref| / bound, inf where the error is not finite
+
+
+def _port_errors(outputs: Mapping[str, torch.Tensor], reference, tol: Tolerance) -> list[_PortError]:
+    found = []
+    for port in OUTPUT_PORTS:
+        ref = getattr(reference, port).to(torch.float64)
+        if ref.numel() == 0:
+            continue
+        got = outputs[port].detach().to(device=ref.device, dtype=torch.float64)
+        bound = getattr(reference, f"mag_{port}").to(device=ref.device, dtype=torch.float64) * tol.rtol + tol.atol
+        err = (got - ref).abs()
+        excess = torch.where(torch.isfinite(err), err / bound, torch.full_like(err, math.inf))
+        found.append(_PortError(port, got, ref, bound, ~(err <= bound), excess))
+    return found
 
 
 def worst_elements(outputs: Mapping[str, torch.Tensor], reference, tol: Tolerance,
                    count: int = 8) -> tuple[WorstElement, ...]:
     """The `count` elements furthest outside (or least inside) their bound, over dq, dk, dv."""
     found = []
-    for port in OUTPUT_PORTS:
-        ref = getattr(reference, port)
-        if ref.numel() == 0:
-            continue
-        got, bound, _wrong, excess = _wrong_and_excess(outputs[port], ref, getattr(reference, f"mag_{port}"), tol)
-        k = min(count, excess.numel())
-        values, flat = torch.topk(excess.reshape(-1).nan_to_num(nan=math.inf), k)
+    for e in _port_errors(outputs, reference, tol):
+        values, flat = torch.topk(e.excess.reshape(-1).nan_to_num(nan=math.inf), min(count, e.excess.numel()))
         for value, i in zip(values.tolist(), flat.tolist()):
-            index = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), excess.shape))
-            found.append((value, WorstElement(port, index, float(got[index]), float(ref[index]),
-                                              float(bound[index]))))
+            index = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), e.excess.shape))
+            found.append((value, WorstElement(e.port, index, float(e.got[index]), float(e.ref[index]),
+                                              float(e.bound[index]))))
     found.sort(key=lambda pair: -pair[0])
     return tuple(w for _, w in found[:count])
 
@@ -84,11 +94,8 @@ def error_patterns(outputs: Mapping[str, torch.Tensor], reference, tol: Toleranc
     """Per output port with wrong elements: how many, and along each axis which indices
     hold them ("all 4", "only 3", ">= 192 (64 of 256)", ...)."""
     patterns = []
-    for port in OUTPUT_PORTS:
-        ref = getattr(reference, port)
-        if ref.numel() == 0:
-            continue
-        _got, _bound, wrong, _excess = _wrong_and_excess(outputs[port], ref, getattr(reference, f"mag_{port}"), tol)
+    for e in _port_errors(outputs, reference, tol):
+        wrong = e.wrong
         n = int(wrong.sum())
         if not n:
             continue
@@ -97,7 +104,7 @@ def error_patterns(outputs: Mapping[str, torch.Tensor], reference, tol: Toleranc
             others = tuple(a for a in range(4) if a != axis)
             hit = wrong.any(dim=others) if others else wrong
             phrases.append(f"{name} {index_phrase(hit.nonzero().flatten().tolist(), wrong.shape[axis])}")
-        patterns.append(PortPattern(port, n, wrong.numel(), tuple(phrases)))
+        patterns.append(PortPattern(e.port, n, wrong.numel(), tuple(phrases)))
     return tuple(patterns)
 
 

@@ -23,6 +23,20 @@ if TYPE_CHECKING:
 EXPLAINED = frozenset({V.FAIL_NUMERIC, V.FAIL_NAN, V.PASS, V.FAIL_NONDETERMINISTIC})
 
 
+def add_case_arguments(parser) -> None:
+    """The arguments `bundlegen repro` and `bundlegen shrink` share: the case, the engine,
+    the device, the bundle root and the engine's config folder."""
+    parser.add_argument("case_id", metavar="CASE_ID", help="a case id, or a prefix only one case id has")
+    parser.add_argument("--engine", required=True,
+                        help="engine name or package.module:Class (a mutant: "
+                             "bundlegen.mutants.catalog:ENGINE@MUTANT)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--bundles", default=None, metavar="DIR",
+                        help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    parser.add_argument("--engine-config", default=None, metavar="DIR",
+                        help="folder with the engine's engine.toml and claims.json")
+
+
 class CaseNotFound(LookupError):
     """No case, or more than one, has the id or prefix asked for (one line)."""
 

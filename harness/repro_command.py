@@ -6,21 +6,12 @@ import argparse
 import shlex
 import sys
 
-#: a mutant as an engine: `--engine bundlegen.mutants.catalog:<engine>@<mutant>`
-#: (bundlegen.mutants.catalog.engine_target)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("case_id", metavar="CASE_ID", help="a case id, or a prefix only one case id has")
-    parser.add_argument("--engine", required=True,
-                        help="engine name or package.module:Class (a mutant: "
-                             "bundlegen.mutants.catalog:ENGINE@MUTANT)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--bundles", default=None, metavar="DIR",
-                        help="bundle root (default: the workspace's bundles, else the built-in ones)")
+    from bundlegen.harness.repro import add_case_arguments
+
+    add_case_arguments(parser)
     parser.add_argument("--plan", default=None, metavar="NAME", help="the plan, when the root holds several")
-    parser.add_argument("--engine-config", default=None, metavar="DIR",
-                        help="folder with the engine's engine.toml and claims.json")
     parser.add_argument("--dump", default=None, metavar="DIR",
                         help="write inputs, outputs and reference as .pt files and a standalone "
                              "reproduce.py into DIR")

@@ -104,16 +104,21 @@ def test_imports_point_one_way(part):
                       "claims, mutants; engines <- core:\n" + "\n".join(found)
 
 
-def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
+def _found_in(tmp_path: Path, part: str, source: str) -> list[str]:
+    """The sorted violations of a module of `part` holding `source`, without their line."""
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from bundlegen.plans.sdpa_bwd import PLAN\n"
-                     "from ..generator import build\n"
-                     "import bundlegen.engines.triton.engine\n"
-                     "from bundlegen.engines import registry\n"
-                     "from bundlegen.engines.base import Engine\n"
-                     "from bundlegen.graph import Graph\n")
-    found = violations("harness", probe, "bundlegen.harness")
-    assert sorted(line.split(": ", 1)[1] for line in found) == [
+    probe.write_text(source)
+    return sorted(line.split(": ", 1)[1] for line in violations(part, probe, f"bundlegen.{part}"))
+
+
+def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    found = _found_in(tmp_path, "harness", "def f():\n    from bundlegen.plans.sdpa_bwd import PLAN\n"
+                                           "from ..generator import build\n"
+                                           "import bundlegen.engines.triton.engine\n"
+                                           "from bundlegen.engines import registry\n"
+                                           "from bundlegen.engines.base import Engine\n"
+                                           "from bundlegen.graph import Graph\n")
+    assert found == [
         "harness imports bundlegen.engines.triton.engine (engines)",
         "harness imports bundlegen.generator (generator)",
         "harness imports bundlegen.generator.build (generator)",
@@ -122,13 +127,11 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
 
 
 def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text("from bundlegen.harness.repro import CaseRunner\n"
-                     "import bundlegen.harness.verdicts as V\n"
-                     "from bundlegen.harness.repro_command import main\n"
-                     "from bundlegen.harness import run\n")
-    found = violations("generator", probe, "bundlegen.generator")
-    assert sorted(line.split(": ", 1)[1] for line in found) == [
+    found = _found_in(tmp_path, "generator", "from bundlegen.harness.repro import CaseRunner\n"
+                                             "import bundlegen.harness.verdicts as V\n"
+                                             "from bundlegen.harness.repro_command import main\n"
+                                             "from bundlegen.harness import run\n")
+    assert found == [
         "generator imports bundlegen.harness (harness)",
         "generator imports bundlegen.harness.repro_command (harness)",
         "generator imports bundlegen.harness.repro_command.main (harness)",
