@@ -195,3 +195,16 @@ def test_find_case_sees_every_level():
     from bundlegen.harness.bundles import load_level
     full_only = next(c for c in load_level(default_bundle_root(), "full").cases if c.level == "full")
     assert find_case(full_only.id).level == "full"
+
+
+def test_shrink_keeps_the_mask_and_the_key_count_a_triton_mask_defect_needs(capsys):
+    # REG-BR-SQ-GT-SKV (S_q = 200, S_kv = 64, window-br) against the diagonal aligned top-left:
+    # one query row and two keys under causal-br is the least graph where the two differ
+    case = "7e236aa154af"
+    assert main(["shrink", case, "--engine", engine_target("triton", "top-left-for-bottom-right")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(": fail:numeric")
+    assert "mask window-br -> causal-br" in out
+    assert ("minimal: bf16 B=1 H_q=1 S_q=1 S_kv=2 D=8 scale=0.353553 (default) "
+            "mask=BOTTOM_RIGHT left=None right=0 |") in out
+    assert '(Spec(_shape(B=1, H=1, S=1, D=8, S_kv=2), mask="causal-br"),)),' in out
