@@ -134,10 +134,12 @@ def _with_shape(spec: Spec, **sizes) -> Spec:
     return dataclasses.replace(spec, shape=dataclasses.replace(spec.shape, **sizes))
 
 
-def _mask_weight(plan: Plan, name: str) -> int:
+def _mask_weight(plan: Plan, name: str) -> tuple[int, int, int]:
+    """How far a mask is from none: its bounds and alignment, then its window and band widths."""
     m = plan.masks[name]
-    return ((m.left_bound is not None) + (m.right_bound is not None) + (m.alignment == "BOTTOM_RIGHT")
-            + (m.right_bound not in (None, 0)))
+    kinds = ((m.left_bound is not None) + (m.right_bound is not None) + (m.alignment == "BOTTOM_RIGHT")
+             + (m.right_bound not in (None, 0)))
+    return kinds, m.left_bound or 0, abs(m.right_bound or 0)
 
 
 def _batch(plan: Plan, spec: Spec) -> Iterator[tuple[str, Spec]]:

@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.generator import shrink as S
     from bundlegen.generator.calibrate_command import choose_plan
     from bundlegen.generator.command import plan_module
-    from bundlegen.generator.declaration import regression_text
+    from bundlegen.generator.declaration import regression_text, spec_text
     from bundlegen.generator.errors import PlanError
     from bundlegen.generator.spec_recover import SpecNotFound, spec_of_graph
     import bundlegen.harness.verdicts as V
@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
     item = args.item or f"REG-SHRUNK-{case.id.upper()}"
     print(f"shrinking case {case.id} ({case.level}/{case.group}) on {args.engine}, {args.device}: {verdict}")
     print(f"start:   {graph_line(case.graph)}")
+    print(f"as:      {spec_text(start, helper=hasattr(module, '_shape'))}")
 
     def show(step: S.Step) -> None:
         print(f"  {step.move:<36s} {step.verdict}  (engine runs: {step.runs + 1})", flush=True)
