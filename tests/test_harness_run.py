@@ -131,13 +131,14 @@ def test_cases_too_large_for_the_cpu_are_skipped_by_the_cost_model(tmp_path, mon
         assert case.id != huge.id, "the huge case reached materialize"
         return real(case, device, *args, **kwargs)
     monkeypatch.setattr(M, "materialize", never_the_huge_one)
-    S.write_bundle(tmp_path / "bundles", "quick", "sizes", [huge, small])
-    summary = run(tmp_path)
+    # at `full`, whose per-case byte ceiling (64 GiB) the huge case fits: the CPU rule decides
+    S.write_bundle(tmp_path / "bundles", "full", "sizes", [huge, small])
+    summary = run(tmp_path, level="full")
     got = by_id(summary)
     assert got[huge.id]["verdict"] == V.SKIPPED and got[huge.id]["detail"] == V.TOO_LARGE_FOR_CPU
     assert got[huge.id]["predicted_s"] > got[small.id]["predicted_s"] > 0
     assert got[small.id]["verdict"] == V.PASS
-    assert summary.levels[0].predicted_s == pytest.approx(
+    assert summary.levels[-1].predicted_s == pytest.approx(
         got[huge.id]["predicted_s"] + got[small.id]["predicted_s"])
 
 
