@@ -9,7 +9,7 @@ from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
-from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run
+from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run, run_source
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
@@ -57,7 +57,9 @@ def main(args: argparse.Namespace) -> int:
     except (ClaimsError, WorkspaceError) as exc:
         print(f"harvest: {exc}")
         return 2
-    updated, changes = harvest(runs, existing, rules, prune=args.prune)
+    root = workspace.root if workspace is not None else Path.cwd()
+    sources = [run_source(p, root) for p in args.results]
+    updated, changes = harvest(runs, existing, rules, prune=args.prune, sources=sources)
     print(f"harvest: {len(runs)} run(s), min runs {rules.min_runs}, min margin {rules.min_margin:g}"
           f"{', pruning' if args.prune else ''}")
     for c in changes:
