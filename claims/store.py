@@ -128,23 +128,21 @@ def read_claim_set(path: Path | str, engine: str) -> ClaimSet:
     if not isinstance(claims, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in claims.values()):
         raise ClaimsError(f"{path}: claims: expected an object arch -> [case id, ...]")
-    declines = raw.get("declines", {})
-    if not isinstance(declines, dict) or not all(
-            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                            for k, v in by_id.items())
-            for by_id in declines.values()):
-        raise ClaimsError(f"{path}: declines: expected an object arch -> {{case id: reason}}")
-    unclaimed = raw.get("unclaimed", {})
-    if not isinstance(unclaimed, dict) or not all(
-            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                            for k, v in by_id.items())
-            for by_id in unclaimed.values()):
-        raise ClaimsError(f"{path}: unclaimed: expected an object arch -> {{case id: why}}")
     return ClaimSet(engine=str(raw.get("engine", engine)),
                     claims={arch: frozenset(ids) for arch, ids in claims.items()},
-                    declines={arch: dict(by_id) for arch, by_id in declines.items()},
-                    unclaimed={arch: dict(by_id) for arch, by_id in unclaimed.items()},
+                    declines=_read_by_id(path, raw, "declines", "reason"),
+                    unclaimed=_read_by_id(path, raw, "unclaimed", "why"),
                     evidence=_read_evidence(path, raw.get("evidence", {})))
+
+
+def _read_by_id(path: Path, raw: dict, key: str, what: str) -> dict[str, dict[str, str]]:
+    """An object arch -> {case id: text}."""
+    value = raw.get(key, {})
+    if not isinstance(value, dict) or not all(
+            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in by_id.items())
+            for by_id in value.values()):
+        raise ClaimsError(f"{path}: {key}: expected an object arch -> {{case id: {what}}}")
+    return {arch: dict(by_id) for arch, by_id in value.items()}
 
 
 def _read_evidence(path: Path, raw) -> dict[str, ArchEvidence]:
