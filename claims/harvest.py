@@ -87,6 +87,7 @@ class ArchChange:
     dropped: int
     total: int
     declines: int
+    unclaimed: int = 0
 
 
 def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], int]:
@@ -212,7 +213,8 @@ def harvest(runs: Sequence[Iterable[Mapping]], existing: Mapping[str, ClaimSet],
         for ev in evidence:
             old, new = before.claimed(ev.arch), after.claimed(ev.arch)
             changes.append(ArchChange(engine, ev.arch, added=len(new - old), dropped=len(old - new),
-                                      total=len(new), declines=len(after.declined(ev.arch))))
+                                      total=len(new), declines=len(after.declined(ev.arch)),
+                                      unclaimed=len(after.not_claimed(ev.arch))))
     return updated, changes
 
 

@@ -15,7 +15,8 @@ from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, wri
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULTS",
-                        help="results.jsonl files (or run directories holding one), one per run")
+                        help="results files (.jsonl, .jsonl.gz, or run directories), one per run, oldest "
+                             "first; claims.json cites each (path, sha256, its run.json's level and versions)")
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
                         help=f"runs a case must pass in to be claimed (default {DEFAULT_MIN_RUNS})")
     parser.add_argument("--min-margin", type=float, default=None,
@@ -65,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     for c in changes:
         if c.engine in storable:
             print(f"  {c.engine:16s} {c.arch:8s} claims {c.total:5d} (+{c.added} -{c.dropped}), "
-                  f"declines {c.declines}")
+                  f"declines {c.declines}, accepted but unclaimed {c.unclaimed}")
     if args.dry_run:
         return 0
     for engine in storable:
