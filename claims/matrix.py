@@ -144,7 +144,7 @@ class Range:
     axis: str
     supported: tuple[str, ...]
     partial: tuple[str, ...]
-    declined: tuple[str, ...]          # "value (code)"
+    declined: tuple[tuple[str, tuple[str, ...]], ...]     # (code, values), codes in order of first value
 
 
 @dataclass(frozen=True)
@@ -288,14 +288,16 @@ def _ranges(column: Column, sections: Sequence[Section], run: Sequence[Column]) 
     for section in sections:
         if not section.axis:
             continue
-        by_status: dict[str, list[str]] = {SUPPORTED: [], PARTIAL: [], DECLINED: []}
+        by_status: dict[str, list[str]] = {SUPPORTED: [], PARTIAL: []}
+        declined: dict[str, list[str]] = {}
         for row in section.rows:
             cell = row.cells[index]
-            if cell.status in by_status:
-                shown = f"{row.feature.title} ({cell.reason})" if cell.status == DECLINED else row.feature.title
-                by_status[cell.status].append(shown)
+            if cell.status == DECLINED:
+                declined.setdefault(str(cell.reason), []).append(row.feature.title)
+            elif cell.status in by_status:
+                by_status[cell.status].append(row.feature.title)
         out.append(Range(section.title, tuple(by_status[SUPPORTED]), tuple(by_status[PARTIAL]),
-                         tuple(by_status[DECLINED])))
+                         tuple((code, tuple(values)) for code, values in declined.items())))
     return EngineRanges(column, tuple(out))
 
 
@@ -323,8 +325,7 @@ def range_text(r: Range) -> str:
         parts.append("✅ " + ", ".join(r.supported))
     if r.partial:
         parts.append("🟡 " + ", ".join(r.partial))
-    if r.declined:
-        parts.append("❌ " + ", ".join(r.declined))
+    parts += [f"❌ {code}: " + ", ".join(values) for code, values in r.declined]
     return f"- {r.axis}: " + ("; ".join(parts) or "no cases")
 
 

@@ -142,3 +142,10 @@ def test_feature_groups_from_the_manifest():
     assert not any(i.startswith("PRB-") for i in ids)
     assert len(ids) == len(set(ids))
     assert [g.id for g in gated] == [g.item for g in sdpa_bwd.GATED]
+
+
+def test_ranges_group_declined_values_by_reason():
+    from bundlegen.claims.matrix import Range, range_text
+
+    r = Range("mask", ("none",), ("causal",), (("mask-not-served", ("band", "window")), ("gqa-not-served", ("x",))))
+    assert range_text(r) == "- mask: ✅ none; 🟡 causal; ❌ mask-not-served: band, window; ❌ gqa-not-served: x"
