@@ -123,7 +123,7 @@ def test_a_level_includes_the_lower_levels(tmp_path):
 def test_cases_too_large_for_the_cpu_are_skipped_by_the_cost_model(tmp_path, monkeypatch):
     from bundlegen.harness import materialize as M
 
-    huge = S.case_of(1, B=8, H_q=32, H_k=32, H_v=32, S_q=16384, S_kv=16384, D_qk=128, D_v=128)
+    huge = S.case_of(1, B=4, H_q=32, H_k=32, H_v=32, S_q=16384, S_kv=16384, D_qk=128, D_v=128)
     small = S.case_of(2)
     real = M.materialize
 
