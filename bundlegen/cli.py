@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "report": ("bundlegen.claims.report_command", "an HTML report of results with plots"),
     "mutate": ("bundlegen.mutants.command", "run engine mutants and print the kill matrix"),
     "calibrate": ("bundlegen.generator.calibrate_command", "fit the cost model to measured case times"),
+    "repro": ("bundlegen.harness.repro_command", "run one case in-process and explain its verdict"),
+    "shrink": ("bundlegen.generator.shrink_command", "shrink a failing case to a minimal graph and a Regression"),
 }
 
 

@@ -9,8 +9,12 @@ Claims only grow: existing claims are kept unless `prune`, which drops the claim
 (engine, arch) the given runs cover that those runs do not support.
 
 Alongside the claims, harvest keeps the latest decline reason of every case the engine
-declined (what the support matrix shows as declined); a case that has since run, or is
-claimed, is no longer listed as declined.
+declined (what the support matrix shows as declined), and why each case the engine
+accepted is not claimed (`unclaimed`: skipped with its ticket, failed, too few runs, too
+little margin); a case that has since run, or is claimed, is no longer listed. It also
+records the evidence: which results files (path, sha256, what their run.json says: level,
+completeness, selection, versions) each arch's claims came from and the rule used, so
+`bundlegen matrix --check` can re-derive them (bundlegen.claims.integrity).
 """
 from __future__ import annotations
 
@@ -19,13 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bundlegen.results_file import read_results, results_file
-from bundlegen.claims.store import ClaimSet
+from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file
+from bundlegen.claims.store import UNKNOWN, VERSION_KEYS, ArchEvidence, ClaimSet, RunSource
 
 CLAIMABLE_PURPOSES = frozenset({"claim", "regression"})
 DEFAULT_MIN_RUNS = 2
 PASS, DECLINED, CLAIM_BROKEN, SKIPPED = "pass", "declined", "claim-broken", "skipped"
 REQUIRED_KEYS = ("case_id", "engine", "arch", "verdict")
+# why an accepted case is not claimed: "<kind>: <detail>" (the matrix groups by kind)
+WHY_SKIPPED, WHY_FAILED, WHY_FEW_RUNS, WHY_MARGIN = "skipped", "failed", "too few runs", "margin"
+
+
+def why_kind(why: str) -> str:
+    return why.split(":", 1)[0].strip()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +55,7 @@ class Observation:
     verdict: str
     margin: float | None
     reason: str | None
+    detail: str = ""
 
     @property
     def is_decline(self) -> bool:
@@ -64,6 +75,8 @@ class Evidence:
     qualified: frozenset[str]               # cases that meet the claim rule
     ran: frozenset[str]                     # cases whose latest observation ran
     declined: Mapping[str, str]             # case -> reason, where the latest observation declined
+    unclaimed: Mapping[str, str] = field(default_factory=dict)   # case -> why, accepted but not qualified
+    runs: frozenset[int] = frozenset()      # indexes of the runs holding this (engine, arch)
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ class ArchChange:
     dropped: int
     total: int
     declines: int
+    unclaimed: int = 0
 
 
 def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], int]:
@@ -89,7 +103,8 @@ def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], 
             obs = Observation(run=index, engine=r["engine"], arch=r["arch"], case_id=r["case_id"],
                               purpose=str(r.get("purpose") or ""), verdict=r["verdict"],
                               margin=float(margin) if isinstance(margin, (int, float)) else None,
-                              reason=r.get("reason") if isinstance(r.get("reason"), str) else None)
+                              reason=r.get("reason") if isinstance(r.get("reason"), str) else None,
+                              detail=str(r.get("detail") or ""))
             out[(index, obs.engine, obs.arch, obs.case_id)] = obs
     return list(out.values()), unusable
 
@@ -99,52 +114,93 @@ def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules) -> dict[tuple
     by_case: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
     for o in obs:
         by_case[(o.engine, o.arch, o.case_id)].append(o)
-    qualified, ran, declined = defaultdict(set), defaultdict(set), defaultdict(dict)
+    qualified, ran, declined, unclaimed = defaultdict(set), defaultdict(set), defaultdict(dict), defaultdict(dict)
     for (engine, arch, case_id), seen in by_case.items():
         key = (engine, arch)
         seen.sort(key=lambda o: o.run)
-        if all(o.purpose in CLAIMABLE_PURPOSES for o in seen) and qualifies(seen, rules):
+        if not all(o.purpose in CLAIMABLE_PURPOSES for o in seen):
+            continue
+        why = unqualified_reason(seen, rules)
+        if why is None:
             qualified[key].add(case_id)
         latest = next((o for o in reversed(seen) if o.verdict != SKIPPED), None)
-        if latest is None or latest.purpose not in CLAIMABLE_PURPOSES:
-            continue
-        if latest.is_decline:
+        if latest is not None and latest.is_decline:
             declined[key][case_id] = latest.reason or "declined"
-        elif latest.ran:
+            continue
+        if latest is not None and latest.ran:
             ran[key].add(case_id)
-    keys = {(o.engine, o.arch) for o in obs}
+        if why is not None:
+            unclaimed[key][case_id] = why
+    runs = defaultdict(set)
+    for o in obs:
+        runs[(o.engine, o.arch)].add(o.run)
     return {key: Evidence(engine=key[0], arch=key[1], qualified=frozenset(qualified[key]),
-                          ran=frozenset(ran[key]), declined=dict(declined[key]))
-            for key in sorted(keys)}
+                          ran=frozenset(ran[key]), declined=dict(declined[key]),
+                          unclaimed=dict(unclaimed[key]), runs=frozenset(runs[key]))
+            for key in sorted(runs)}
+
+
+def unqualified_reason(seen: Sequence[Observation], rules: HarvestRules) -> str | None:
+    """None when the case qualifies: passed with enough margin in every run it appears in,
+    and in enough runs; else why not ("<kind>: <detail>", the latest problem)."""
+    for o in reversed(seen):
+        if o.verdict == SKIPPED:
+            return f"{WHY_SKIPPED}: {o.detail or 'no ticket given'}"
+        if o.verdict != PASS:
+            detail = o.reason or o.detail
+            return f"{WHY_FAILED}: {o.verdict}{f' ({detail})' if detail else ''} in run {o.run + 1}"
+    for o in reversed(seen):
+        if o.margin is None or o.margin < rules.min_margin:
+            shown = "none" if o.margin is None else f"{o.margin:.3g}"
+            return f"{WHY_MARGIN}: {shown} < {rules.min_margin:g} in run {o.run + 1}"
+    runs = len({o.run for o in seen})
+    if runs < rules.min_runs:
+        return f"{WHY_FEW_RUNS}: passed in {runs} of the {rules.min_runs} runs needed"
+    return None
 
 
 def qualifies(seen: Sequence[Observation], rules: HarvestRules) -> bool:
-    """Passed with enough margin in every run it appears in, and in enough runs."""
-    if len({o.run for o in seen}) < rules.min_runs:
-        return False
-    return all(o.verdict == PASS and o.margin is not None and o.margin >= rules.min_margin
-               for o in seen)
+    return unqualified_reason(seen, rules) is None
 
 
-def merge(existing: ClaimSet, evidence: Iterable[Evidence], prune: bool) -> ClaimSet:
-    """The claim set after these runs: only the archs the evidence covers change."""
+def merge(existing: ClaimSet, evidence: Iterable[Evidence], prune: bool, rules: HarvestRules | None = None,
+          sources: Sequence[RunSource | None] = ()) -> ClaimSet:
+    """The claim set after these runs: only the archs the evidence covers change. `sources`
+    (one per run, None where unknown) are added to each covered arch's evidence."""
     claims = {arch: frozenset(ids) for arch, ids in existing.claims.items()}
     declines = {arch: dict(by_id) for arch, by_id in existing.declines.items()}
+    unclaimed = {arch: dict(by_id) for arch, by_id in existing.unclaimed.items()}
+    cited = dict(existing.evidence)
     for ev in evidence:
         kept = frozenset() if prune else claims.get(ev.arch, frozenset())
         claims[ev.arch] = kept | ev.qualified
+        seen_now = ev.ran | set(ev.declined) | set(ev.unclaimed) | ev.qualified
         arch_declines = {} if prune else declines.get(ev.arch, {})
         arch_declines = {cid: why for cid, why in arch_declines.items() if cid not in ev.ran}
         arch_declines.update(ev.declined)
         declines[ev.arch] = {cid: why for cid, why in arch_declines.items()
                              if cid not in claims[ev.arch]}
+        arch_unclaimed = {} if prune else unclaimed.get(ev.arch, {})
+        arch_unclaimed = {cid: why for cid, why in arch_unclaimed.items() if cid not in seen_now}
+        arch_unclaimed.update(ev.unclaimed)
+        unclaimed[ev.arch] = {cid: why for cid, why in arch_unclaimed.items()
+                              if cid not in claims[ev.arch] and cid not in declines[ev.arch]}
+        if rules is not None:
+            new = {s.path: s for i, s in enumerate(sources) if s is not None and i in ev.runs}
+            old = {} if prune or ev.arch not in cited else {s.path: s for s in cited[ev.arch].results}
+            cited[ev.arch] = ArchEvidence(min_runs=rules.min_runs, min_margin=rules.min_margin,
+                                          results=tuple(sorted({**old, **new}.values(), key=lambda s: s.path)))
     return ClaimSet(engine=existing.engine, claims=claims,
-                    declines={arch: by_id for arch, by_id in declines.items() if by_id})
+                    declines={arch: by_id for arch, by_id in declines.items() if by_id},
+                    unclaimed={arch: by_id for arch, by_id in unclaimed.items() if by_id},
+                    evidence=cited)
 
 
 def harvest(runs: Sequence[Iterable[Mapping]], existing: Mapping[str, ClaimSet],
-            rules: HarvestRules, prune: bool = False) -> tuple[dict[str, ClaimSet], list[ArchChange]]:
-    """New claim sets for every engine the runs mention, and what changed per arch."""
+            rules: HarvestRules, prune: bool = False,
+            sources: Sequence[RunSource | None] = ()) -> tuple[dict[str, ClaimSet], list[ArchChange]]:
+    """New claim sets for every engine the runs mention, and what changed per arch;
+    `sources` (aligned with `runs`) become the claims' recorded evidence."""
     runs = [list(r) for r in runs]
     by_engine: dict[str, list[Evidence]] = defaultdict(list)
     for ev in gather(runs, rules).values():
@@ -152,12 +208,13 @@ def harvest(runs: Sequence[Iterable[Mapping]], existing: Mapping[str, ClaimSet],
     updated, changes = {}, []
     for engine, evidence in sorted(by_engine.items()):
         before = existing.get(engine) or ClaimSet(engine=engine)
-        after = merge(before, evidence, prune)
+        after = merge(before, evidence, prune, rules, sources)
         updated[engine] = after
         for ev in evidence:
             old, new = before.claimed(ev.arch), after.claimed(ev.arch)
             changes.append(ArchChange(engine, ev.arch, added=len(new - old), dropped=len(old - new),
-                                      total=len(new), declines=len(after.declined(ev.arch))))
+                                      total=len(new), declines=len(after.declined(ev.arch)),
+                                      unclaimed=len(after.not_claimed(ev.arch))))
     return updated, changes
 
 
@@ -190,3 +247,45 @@ def unclaimed_support(results: Iterable[Mapping], claims: Mapping[str, Iterable[
 def read_run(path: Path | str) -> list[dict]:
     """The records of a results file (.jsonl, .jsonl.gz) or a run directory."""
     return read_results(results_file(path))
+
+
+def sha256_of(path: Path | str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_json_of(results: Path | str) -> Path:
+    """The run.json that belongs to a results file: `run.json` beside `results.jsonl[.gz]`
+    (a run directory), else `<name>.run.json` beside `<name>.results.jsonl[.gz]`."""
+    path = results_file(results)
+    if path.name.startswith(RESULTS_NAME):
+        return path.with_name(RUN_NAME)
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".results"):
+        name = name.removesuffix(suffix)
+    return path.with_name(f"{name}.{RUN_NAME}")
+
+
+def run_source(results: Path | str, root: Path | str | None = None) -> RunSource:
+    """What harvest records about one results file: its path (relative to `root` when inside
+    it), sha256, and from its run.json (when present) level, complete, selection and
+    `versions: {"torch", "triton", "cudnn", "driver"}` (each "unknown" when not given)."""
+    import json
+
+    path = results_file(results)
+    shown = path.resolve()
+    if root is not None:
+        try:
+            shown = shown.relative_to(Path(root).resolve())
+        except ValueError:
+            pass
+    try:
+        run = json.loads(run_json_of(path).read_text(encoding="utf-8"))
+        run = run if isinstance(run, dict) else {}
+    except (OSError, ValueError):
+        run = {}
+    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    return RunSource(path=shown.as_posix(), sha256=sha256_of(path), level=str(run.get("level") or ""),
+                     complete=bool(run) and run.get("complete", True) is True, selection=str(run.get("selection") or ""),
+                     versions={k: str(versions.get(k) or UNKNOWN) for k in VERSION_KEYS})

@@ -9,13 +9,14 @@ from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
-from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run
+from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run, run_source
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULTS",
-                        help="results.jsonl files (or run directories holding one), one per run")
+                        help="results files (.jsonl, .jsonl.gz, or run directories), one per run, oldest "
+                             "first; claims.json cites each (path, sha256, its run.json's level and versions)")
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
                         help=f"runs a case must pass in to be claimed (default {DEFAULT_MIN_RUNS})")
     parser.add_argument("--min-margin", type=float, default=None,
@@ -57,13 +58,15 @@ def main(args: argparse.Namespace) -> int:
     except (ClaimsError, WorkspaceError) as exc:
         print(f"harvest: {exc}")
         return 2
-    updated, changes = harvest(runs, existing, rules, prune=args.prune)
+    root = workspace.root if workspace is not None else Path.cwd()
+    sources = [run_source(p, root) for p in args.results]
+    updated, changes = harvest(runs, existing, rules, prune=args.prune, sources=sources)
     print(f"harvest: {len(runs)} run(s), min runs {rules.min_runs}, min margin {rules.min_margin:g}"
           f"{', pruning' if args.prune else ''}")
     for c in changes:
         if c.engine in storable:
             print(f"  {c.engine:16s} {c.arch:8s} claims {c.total:5d} (+{c.added} -{c.dropped}), "
-                  f"declines {c.declines}")
+                  f"declines {c.declines}, accepted but unclaimed {c.unclaimed}")
     if args.dry_run:
         return 0
     for engine in storable:

@@ -1,34 +1,51 @@
-"""The support matrix (DESIGN section 7): plan features x (engine, arch) cells.
+"""The support matrix (DESIGN section 7): plan features x (engine, arch) cells that decide.
 
 Rows are the plan's feature items as the bundle manifest lists them (one per axis value,
 AX-<AXIS>-<VALUE>, grouped by axis; then its sections: the shape catalog, the
 regressions). A feature's cases are the claim and regression cases of the bundles (every
-level) that trace to it; probes are excluded. Columns are the engines with a config
-folder in the workspace x every arch the engine's archs() names (or its claims hold). A cell:
-  ✅ n/n     every case of the feature is claimed
-  🟡 k/n     k of them are claimed
-  ❌ reason  none is claimed and the engine declined some (the most common reason code)
-  —          the engine has not been harvested on that arch
-Everything here takes explicit inputs (build_matrix, render); `feature_groups`,
-`feature_cases`, `workspace_engines` and `default_columns` read the manifest, the bundles,
-the workspace and the registry.
+level) that trace to it; probes are excluded. Columns are the (engine, arch) pairs the
+claims say were run; archs an engine is configured for but never ran are listed apart.
+
+A cell is one of four states (`cell_for`, the one rule):
+  ✅ n        supported: every case of the feature the engine accepted (did not decline) is
+              claimed; n claimed. Cases declined for another feature's sake do not count.
+  🟡 k/n [^] partial: k of the n accepted cases are claimed; the footnotes say why the others
+              are not (skipped with a ticket, failed, too few runs, too little margin, in no run).
+  ❌ code     declined: the engine declines every case of the feature; the code is this
+              feature's reason (`feature_reason`), not the most common one overall.
+  —          not run: the engine was never harvested on that arch.
+Below the grid: per engine and arch the ranges it serves, axis by axis, the versions the
+claims came from and the results files they cite.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import textwrap
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from bundlegen.manifest import Manifest
 from bundlegen.reasons import code_of
 from bundlegen.workspace import Workspace, builtin_engine_dir, check_engine_name, package_root
-from bundlegen.claims.store import CLAIMS_NAME, ClaimSet, ClaimsError, load_claim_set, read_claim_set
+from bundlegen.claims.cases import BundleCases, bundle_cases
+from bundlegen.claims.harvest import WHY_FAILED, WHY_FEW_RUNS, WHY_MARGIN, WHY_SKIPPED, why_kind
+from bundlegen.claims.store import (CLAIMS_NAME, UNKNOWN, VERSION_KEYS, ClaimSet, ClaimsError, RunSource,
+                                    load_claim_set, read_claim_set)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "support_matrix.md.j2"
+WIDTH = 120            # display columns of every line of the matrix
+WIDE_CHARS = frozenset("✅🟡❌")   # two columns wide on a terminal
 
-CLAIMED, PARTIAL, DECLINED, NOT_RUN, NO_CASES = "claimed", "partial", "declined", "not-run", "no-cases"
+SUPPORTED, PARTIAL, DECLINED, NOT_RUN, NO_CASES = "supported", "partial", "declined", "not-run", "no-cases"
+IN_NO_RUN = "in no run"
+CAUSE_TEXT = {
+    WHY_FAILED: "failed in a harvested run (the engine's claims.json `unclaimed` names each verdict)",
+    WHY_FEW_RUNS: "passed, but in fewer runs than the harvest's --min-runs",
+    WHY_MARGIN: "passed with less than the plan's claim margin",
+    IN_NO_RUN: "in no harvested run (a case added since, or a level the runs did not cover)",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,7 @@ class Feature:
 class FeatureGroup:
     title: str
     features: tuple[Feature, ...]
+    axis: bool = False              # an axis: rows show the value, the items are AX-<AXIS>-<VALUE>
 
 
 @dataclass(frozen=True)
@@ -61,18 +79,34 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """Why some accepted cases of a partial cell are not claimed."""
+    kind: str          # WHY_* of bundlegen.claims.harvest, or IN_NO_RUN
+    detail: str        # the ticket reason for skips; "" otherwise
+    count: int
+
+
+@dataclass(frozen=True)
+class Note:
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Cell:
     status: str
     claimed: int = 0
-    total: int = 0
+    accepted: int = 0
     reason: str | None = None
+    causes: tuple[Cause, ...] = ()
+    notes: tuple[str, ...] = ()        # footnote labels of the causes
 
     @property
     def text(self) -> str:
-        if self.status == CLAIMED:
-            return f"✅ {self.claimed}/{self.total}"
+        if self.status == SUPPORTED:
+            return f"✅ {self.claimed}"
         if self.status == PARTIAL:
-            return f"🟡 {self.claimed}/{self.total}"
+            return f"🟡 {self.claimed}/{self.accepted}" + "".join(f" [^{n}]" for n in self.notes)
         if self.status == DECLINED:
             return f"❌ {self.reason}"
         if self.status == NO_CASES:
@@ -90,14 +124,33 @@ class Row:
 class Section:
     title: str
     rows: tuple[Row, ...]
+    axis: bool = False
 
 
 @dataclass(frozen=True)
 class ColumnSummary:
     column: Column
-    run: bool
     claims: int
     declines: int
+    unclaimed: int
+    runs: int
+    min_runs: int | None
+    versions: tuple[str, ...]          # per VERSION_KEYS; several differing values joined by " / "
+    sources: tuple[RunSource, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    axis: str
+    supported: tuple[str, ...]
+    partial: tuple[str, ...]
+    declined: tuple[tuple[str, tuple[str, ...]], ...]     # (code, values), codes in order of first value
+
+
+@dataclass(frozen=True)
+class EngineRanges:
+    column: Column
+    ranges: tuple[Range, ...]
 
 
 @dataclass(frozen=True)
@@ -107,49 +160,173 @@ class Matrix:
     summaries: tuple[ColumnSummary, ...]
     gated: tuple[GatedFeature, ...] = ()
     plan: str = ""
+    not_run: tuple[Column, ...] = ()
+    notes: tuple[Note, ...] = ()
+    ranges: tuple[EngineRanges, ...] = ()
+    catalog: tuple[Feature, ...] = ()          # section items with their titles
+
+    @property
+    def single_arch(self) -> str | None:
+        archs = {c.arch for c in self.columns}
+        return archs.pop() if len(archs) == 1 else None
+
+    def header(self, column: Column) -> str:
+        return column.engine if self.single_arch else column.label
 
 
 # ----------------------------------------------------------------------------- cells
-def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet) -> Cell:
+def served_items(claimed: frozenset[str], case_items: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The items at least one claimed case holds."""
+    return frozenset(i for c in claimed for i in case_items.get(c, ()))
+
+
+def feature_reason(feature: str, declined: Mapping[str, str], case_items: Mapping[str, frozenset[str]],
+                   served: frozenset[str]) -> str:
+    """This feature's decline code: the most common code among its declined cases whose other
+    items the engine serves (so the decline is the feature's own); when there is no such
+    case, the most common code among all of them. Ties go to the alphabetically first."""
+    own = Counter(code_of(why) for cid, why in declined.items()
+                  if case_items.get(cid, frozenset()) - {feature} <= served)
+    codes = own or Counter(code_of(why) for why in declined.values())
+    return min(codes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def causes_of(unclaimed_ids: Iterable[str], claim_set: ClaimSet, arch: str) -> tuple[Cause, ...]:
+    counts: Counter = Counter()
+    whys = claim_set.not_claimed(arch)
+    for cid in unclaimed_ids:
+        why = whys.get(cid)
+        if why is None:
+            counts[(IN_NO_RUN, "")] += 1
+        elif why_kind(why) == WHY_SKIPPED:
+            counts[(WHY_SKIPPED, why.split(":", 1)[1].strip())] += 1
+        else:
+            counts[(why_kind(why) if why_kind(why) in CAUSE_TEXT else WHY_FAILED, "")] += 1
+    return tuple(Cause(kind, detail, n) for (kind, detail), n in sorted(counts.items()))
+
+
+def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet,
+             case_items: Mapping[str, frozenset[str]] | None = None, feature: str = "",
+             served: frozenset[str] | None = None) -> Cell:
     if not case_ids:
         return Cell(NO_CASES)
     if column.arch not in claim_set.archs_run:
-        return Cell(NOT_RUN, total=len(case_ids))
-    claimed = len(case_ids & claim_set.claimed(column.arch))
-    if claimed == len(case_ids):
-        return Cell(CLAIMED, claimed, len(case_ids))
-    declined = claim_set.declined(column.arch)
-    codes = Counter(code_of(declined[c]) for c in case_ids if c in declined)
-    if claimed == 0 and codes:
-        # most common code; ties go to the alphabetically first, so the text is stable
-        reason = min(codes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        return Cell(DECLINED, 0, len(case_ids), reason)
-    return Cell(PARTIAL, claimed, len(case_ids))
+        return Cell(NOT_RUN)
+    declined_all = claim_set.declined(column.arch)
+    declined = {c: declined_all[c] for c in case_ids if c in declined_all}
+    accepted = case_ids - set(declined)
+    claimed = accepted & claim_set.claimed(column.arch)
+    if not accepted:
+        case_items = case_items or {}
+        if served is None:
+            served = served_items(claim_set.claimed(column.arch), case_items)
+        return Cell(DECLINED, reason=feature_reason(feature, declined, case_items, served))
+    if claimed == accepted:
+        return Cell(SUPPORTED, len(claimed), len(accepted))
+    return Cell(PARTIAL, len(claimed), len(accepted), causes=causes_of(accepted - claimed, claim_set, column.arch))
 
 
-def build_matrix(groups: Iterable[FeatureGroup], cases: Mapping[str, frozenset[str]],
-                 columns: Iterable[Column], claim_sets: Mapping[str, ClaimSet],
-                 gated: Iterable[GatedFeature] = (), plan: str = "") -> Matrix:
-    columns = tuple(columns)
+def _note_text(cause: Cause, engine_toml: str | None) -> str:
+    if cause.kind != WHY_SKIPPED:
+        return CAUSE_TEXT[cause.kind]
+    where = f"[engine.toml]({engine_toml})" if engine_toml else "engine.toml"
+    return f"skipped by a `[[test_skips]]` entry of the engine's {where}: {cause.detail}"
+
+
+def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: Iterable[Column],
+                 claim_sets: Mapping[str, ClaimSet], gated: Iterable[GatedFeature] = (), plan: str = "",
+                 engine_tomls: Mapping[str, str] | None = None) -> Matrix:
+    """`columns`: every configured (engine, arch); those never run are listed apart.
+    `engine_tomls`: engine -> link to its engine.toml from the matrix (skip notes link it)."""
+    groups = tuple(groups)
     sets = {c.engine: claim_sets.get(c.engine) or ClaimSet(engine=c.engine) for c in columns}
+    columns = tuple(columns)
+    run = tuple(c for c in columns if c.arch in sets[c.engine].archs_run)
+    not_run = tuple(c for c in columns if c not in run)
+    served = {c: served_items(sets[c.engine].claimed(c.arch), cases.case_items) for c in run}
+    notes: dict[tuple, Note] = {}
+
+    def labelled(cell: Cell, column: Column) -> Cell:
+        labels = []
+        for cause in cell.causes:
+            key = (cause.kind, cause.detail, column.engine if cause.kind == WHY_SKIPPED else "")
+            if key not in notes:
+                notes[key] = Note(str(len(notes) + 1),
+                                  _note_text(cause, (engine_tomls or {}).get(column.engine)))
+            labels.append(notes[key].label)
+        return Cell(cell.status, cell.claimed, cell.accepted, cell.reason, cell.causes, tuple(labels))
+
     sections = []
     for group in groups:
-        rows = tuple(Row(f, tuple(cell_for(frozenset(cases.get(f.id, ())), c, sets[c.engine])
-                                  for c in columns))
+        rows = tuple(Row(f, tuple(labelled(cell_for(cases.items.get(f.id, frozenset()), c, sets[c.engine],
+                                                    cases.case_items, f.id, served[c]), c)
+                                  for c in run))
                      for f in group.features)
-        sections.append(Section(group.title, rows))
-    summaries = tuple(ColumnSummary(c, run=c.arch in sets[c.engine].archs_run,
-                                    claims=len(sets[c.engine].claimed(c.arch)),
-                                    declines=len(sets[c.engine].declined(c.arch)))
-                      for c in columns)
-    return Matrix(columns=columns, sections=tuple(sections), summaries=summaries,
-                  gated=tuple(gated), plan=plan)
+        sections.append(Section(group.title, rows, group.axis))
+    summaries = tuple(_summary(c, sets[c.engine]) for c in run)
+    ranges = tuple(_ranges(c, sections, run) for c in run)
+    catalog = tuple(f for g in groups if not g.axis for f in g.features)
+    return Matrix(columns=run, sections=tuple(sections), summaries=summaries, gated=tuple(gated), plan=plan,
+                  not_run=not_run, notes=tuple(notes.values()), ranges=ranges, catalog=catalog)
+
+
+def _summary(column: Column, claim_set: ClaimSet) -> ColumnSummary:
+    evidence = claim_set.evidence.get(column.arch)
+    sources = evidence.results if evidence else ()
+    versions = tuple(" / ".join(sorted({s.versions.get(k, UNKNOWN) for s in sources})) or UNKNOWN
+                     for k in VERSION_KEYS)
+    return ColumnSummary(column, claims=len(claim_set.claimed(column.arch)),
+                         declines=len(claim_set.declined(column.arch)),
+                         unclaimed=len(claim_set.not_claimed(column.arch)), runs=len(sources),
+                         min_runs=evidence.min_runs if evidence else None, versions=versions,
+                         sources=tuple(sources))
+
+
+def _ranges(column: Column, sections: Sequence[Section], run: Sequence[Column]) -> EngineRanges:
+    index = run.index(column)
+    out = []
+    for section in sections:
+        if not section.axis:
+            continue
+        by_status: dict[str, list[str]] = {SUPPORTED: [], PARTIAL: []}
+        declined: dict[str, list[str]] = {}
+        for row in section.rows:
+            cell = row.cells[index]
+            if cell.status == DECLINED:
+                declined.setdefault(str(cell.reason), []).append(row.feature.title)
+            elif cell.status in by_status:
+                by_status[cell.status].append(row.feature.title)
+        out.append(Range(section.title, tuple(by_status[SUPPORTED]), tuple(by_status[PARTIAL]),
+                         tuple((code, tuple(values)) for code, values in declined.items())))
+    return EngineRanges(column, tuple(out))
 
 
 # ----------------------------------------------------------------------------- rendering
 def _md(text: str) -> str:
     """Safe inside a markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def display_width(line: str) -> int:
+    return len(line) + sum(ch in WIDE_CHARS for ch in line)
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    """A markdown list item or footnote folded to WIDTH display columns (continuation lines
+    indented)."""
+    width = WIDTH - sum(ch in WIDE_CHARS for ch in text)
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False))
+
+
+def range_text(r: Range) -> str:
+    parts = []
+    if r.supported:
+        parts.append("✅ " + ", ".join(r.supported))
+    if r.partial:
+        parts.append("🟡 " + ", ".join(r.partial))
+    parts += [f"❌ {code}: " + ", ".join(values) for code, values in r.declined]
+    return f"- {r.axis}: " + ("; ".join(parts) or "no cases")
 
 
 def render(matrix: Matrix, template_dir: Path = TEMPLATE_DIR) -> str:
@@ -159,14 +336,16 @@ def render(matrix: Matrix, template_dir: Path = TEMPLATE_DIR) -> str:
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["md"] = _md
-    return env.get_template(TEMPLATE_NAME).render(matrix=matrix)
+    env.filters["wrap"] = _wrap
+    env.filters["range_text"] = range_text
+    return env.get_template(TEMPLATE_NAME).render(matrix=matrix, version_keys=VERSION_KEYS)
 
 
 # ----------------------------------------------------------------------------- inputs
 def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[GatedFeature]]:
     """The manifest's feature rows: one group per axis (an AX- item per value), then its
     sections (shape catalog, regressions); and the gated items (declared, not written)."""
-    groups = [FeatureGroup(axis.title, tuple(Feature(item, v) for item, v in zip(axis.items, axis.values)))
+    groups = [FeatureGroup(axis.title, tuple(Feature(item, v) for item, v in zip(axis.items, axis.values)), True)
               for axis in manifest.axes]
     groups += [FeatureGroup(s.title, tuple(Feature(i.id, i.title) for i in s.items)) for s in manifest.sections]
     gated = [GatedFeature(g.item, g.title, g.gate) for g in manifest.gates]
@@ -176,23 +355,8 @@ def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[GatedFe
 def feature_cases(bundle_root: Path | str, plan: str) -> tuple[dict[str, frozenset[str]], list[str]]:
     """item -> ids of the claim/regression cases tracing to it, over every level's bundles;
     and the bundle errors met on the way (a bad case is left out, not fatal)."""
-    from bundlegen.graph import BundleError, load_bundle
-
-    found: dict[str, set[str]] = defaultdict(set)
-    errors: list[str] = []
-    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
-        try:
-            bundle, bad = load_bundle(path)
-        except BundleError as exc:
-            errors.append(str(exc))
-            continue
-        errors.extend(str(e) for e in bad)
-        for case in bundle.cases:
-            if case.purpose == "probe":
-                continue
-            for item in case.items:
-                found[item].add(case.id)
-    return {item: frozenset(ids) for item, ids in found.items()}, errors
+    cases = bundle_cases(bundle_root, plan, ())
+    return dict(cases.items), list(cases.errors)
 
 
 def _engine_name(folder: Path) -> str:
@@ -225,17 +389,18 @@ def workspace_engines(workspace: Workspace) -> dict[str, Path]:
 
 def default_columns(engine_names: Iterable[str] | None = None,
                     claim_sets: Mapping[str, ClaimSet] | None = None) -> list[Column]:
-    """Each engine x every arch its archs() names (an engine that cannot load: the archs
-    its claims hold), in the order given (default: every registered engine)."""
+    """Each engine x every arch its archs() names or its claims hold, in the order given
+    (default: every registered engine)."""
     from bundlegen.engines.registry import engine_class, known_names
 
     columns = []
     for name in engine_names if engine_names is not None else known_names():
+        held = (claim_sets or {}).get(name)
         try:
-            archs = engine_class(name)("cpu").archs()
+            archs = list(engine_class(name)("cpu").archs())
         except Exception:  # noqa: BLE001 - an engine that cannot load shows what it claimed
-            held = (claim_sets or {}).get(name)
-            archs = sorted(held.archs_run) if held is not None else []
+            archs = []
+        archs += sorted(set(held.archs_run) - set(archs)) if held is not None else []
         columns.extend(Column(name, arch) for arch in archs)
     return columns
 
@@ -245,16 +410,18 @@ def load_claim_sets(engines: Iterable[str], claims_root: Path | str | None = Non
 
 
 def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets: Mapping[str, ClaimSet],
-                        columns: Iterable[Column] | None = None) -> tuple[str, list[str]]:
+                        columns: Iterable[Column] | None = None, cases: BundleCases | None = None,
+                        engine_tomls: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
     """SUPPORT_MATRIX.md's text from a manifest, its bundles and the engines' claims (columns
     default: each claim set's engine, by default_columns), and the bundle errors met."""
     groups, gated = feature_groups(manifest)
-    cases, errors = feature_cases(bundle_root, manifest.plan)
+    if cases is None:
+        cases = bundle_cases(bundle_root, manifest.plan, manifest.level_names)
     columns = list(columns) if columns is not None else default_columns(list(claim_sets), claim_sets)
-    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan)
-    return render(matrix), errors
+    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan, engine_tomls)
+    return render(matrix), list(cases.errors)
 
 
 __all__ = ["Cell", "Column", "Feature", "FeatureGroup", "GatedFeature", "Matrix", "ClaimsError",
            "build_matrix", "cell_for", "default_columns", "feature_cases", "feature_groups",
-           "render", "support_matrix_text", "workspace_engines"]
+           "feature_reason", "render", "support_matrix_text", "workspace_engines"]

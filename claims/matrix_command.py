@@ -1,16 +1,19 @@
 """`bundlegen matrix [--check]`: render the workspace's support matrix (its `matrix` path,
-SUPPORT_MATRIX.md here), or fail when it has drifted. It reads the bundles and manifest of
-the default bundle root and the claims of every engine with a config folder in the
-workspace."""
+SUPPORT_MATRIX.md here), or fail when it has drifted or a claim is not backed by the
+results it cites (bundlegen.claims.integrity). It reads the bundles and manifest of the
+default bundle root and the claims of every engine with a config folder in the workspace."""
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from pathlib import Path
 
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
+from bundlegen.claims.cases import bundle_cases
+from bundlegen.claims.integrity import verify
 from bundlegen.claims.matrix import load_claim_sets, support_matrix_text, workspace_engines
 from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
 
@@ -42,6 +45,16 @@ def drift(expected: str, path: Path) -> list[str]:
     return lines or [f"{path}: differs (whitespace)"]
 
 
+def engine_toml_links(folders: dict[str, Path], output: Path, root: Path) -> dict[str, str]:
+    """engine -> its engine.toml relative to the matrix file, for engines inside the workspace."""
+    links = {}
+    for name, folder in folders.items():
+        toml = folder.resolve() / "engine.toml"
+        if toml.is_file() and toml.is_relative_to(root.resolve()):
+            links[name] = Path(os.path.relpath(toml, output.resolve().parent)).as_posix()
+    return links
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         workspace = require_workspace("matrix")
@@ -52,7 +65,10 @@ def main(args: argparse.Namespace) -> int:
             claim_sets = load_claim_sets(folders, args.claims_root)
         else:
             claim_sets = {name: read_claim_set(folder / CLAIMS_NAME, name) for name, folder in folders.items()}
-        text, errors = support_matrix_text(manifest, bundles, claim_sets)
+        cases = bundle_cases(bundles, manifest.plan, manifest.level_names)
+        text, errors = support_matrix_text(manifest, bundles, claim_sets, cases=cases,
+                                           engine_tomls=engine_toml_links(folders, workspace.matrix,
+                                                                          workspace.root))
     except (ClaimsError, BundleError, WorkspaceError) as exc:
         print(f"matrix: {exc}")
         return 2
@@ -60,13 +76,23 @@ def main(args: argparse.Namespace) -> int:
     for error in errors:
         print(f"matrix: bundle error (case left out): {error}")
     if args.check:
+        failed = False
         diff = drift(text, output)
         if diff:
             print(f"matrix: {output} has drifted from the plan, bundles and claims; "
                   "run `bundlegen matrix`")
             print("\n".join(diff))
+            failed = True
+        problems = [p for name in sorted(claim_sets) for p in verify(claim_sets[name], cases, workspace.root)]
+        for problem in problems:
+            print(f"matrix: claims: {problem}")
+        if problems:
+            print("matrix: claims are not backed by the results they cite; harvest again "
+                  "(`bundlegen harvest RESULTS... --prune`) from complete runs")
+            failed = True
+        if failed:
             return 1
-        print(f"matrix: {output} is up to date")
+        print(f"matrix: {output} is up to date and every claim is backed by the results it cites")
         return 0
     output.write_text(text, encoding="utf-8")
     print(f"matrix: wrote {output}")

@@ -1,16 +1,24 @@
-"""An HTML report of one or more runs (DESIGN section 7): `out/index.html` with PNG plots.
+"""An HTML report of one or more runs (DESIGN section 7): one self-contained file (plots
+embedded as PNG data), rendered with jinja2 (`templates/report.html.j2`), that leads with
+what failed.
 
-- margins.png: the margin distribution per engine, one panel per output (dQ, dK, dV);
-  log10 scale, with the tolerance (margin 1) and the plan's claim margin marked.
-- pairs_<engine>.png: pair coverage of what was validated (verdict pass, so neither
-  declined nor failed) over the plan's core axes (from the bundle manifest): for every two values of different core
-  axes, how many passing cases hold both. An empty cell is a pair nothing validated.
-- cost.png: predicted vs measured seconds per case (the cost model's check).
+1. Failing cases (`bundlegen.harness.verdicts.FAILING`): id, engine and arch, verdict,
+   items, detail, the worst output (least margin, largest error; and an output's `worst`
+   element when the record has one) and the command that reproduces the case
+   (`repro_command`).
+2. Verdict counts per engine and arch; margin quantiles per engine and output.
+3. Plots: margin distribution per engine (one panel per output, log10, tolerance and claim
+   margin marked); pair coverage per engine over the plan's core axes (from the manifest:
+   for every two values of different core axes, how many passing cases hold both; a red
+   mark is a pair nothing validated); predicted vs measured seconds of the cases the
+   engine ran (declined, skipped and rejected cases are left out: they time no engine).
 """
 from __future__ import annotations
 
-import html
+import base64
+import io
 import math
+import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +26,15 @@ from typing import Iterable, Mapping, Sequence
 
 import matplotlib
 
+from bundlegen.harness import verdicts as V
 from bundlegen.manifest import Manifest
 
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATE_NAME = "report.html.j2"
 OUTPUTS = ("dq", "dk", "dv")
-PASS = "pass"
+PASS = V.PASS
+REQUIRED = ("engine", "arch", "case_id", "verdict")
+LABEL_PT = 9            # the smallest text in a plot
 
 
 @dataclass(frozen=True)
@@ -31,15 +44,52 @@ class AxisValues:
     values: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class FailingCase:
+    case_id: str
+    engine: str
+    arch: str
+    verdict: str
+    items: tuple[str, ...]
+    detail: str
+    worst: str | None
+    repro: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    alt: str
+    data_uri: str
+    wide: bool = False          # keeps its width on a narrow screen (scrolls in its box)
+
+
 def core_axes(manifest: Manifest) -> list[AxisValues]:
     """The manifest's core axes with their AX- items."""
     return [AxisValues(a.name, a.items, a.values) for a in manifest.axes if a.core]
+
+
+def repro_command(case_id: str, engine: str, device: str) -> str:
+    """The command that reproduces one case (`bundlegen repro`)."""
+    return " ".join(shlex.quote(w) for w in ("bundlegen", "repro", case_id, "--engine", engine, "--device", device))
+
+
+def engine_ran(record: Mapping) -> bool:
+    """Whether the engine ran the case, so its wall time is the engine's: not declined,
+    skipped, rejected (probes) or a bad bundle."""
+    verdict = record.get("verdict")
+    if verdict == V.CLAIM_BROKEN:
+        return not record.get("reason")          # a claimed case that was declined keeps the reason
+    return verdict not in V.NOT_RUN and verdict not in (V.REJECTED, V.ERROR_BUNDLE)
 
 
 def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update({"font.size": LABEL_PT + 1, "axes.titlesize": LABEL_PT + 3,
+                         "xtick.labelsize": LABEL_PT, "ytick.labelsize": LABEL_PT, "legend.fontsize": LABEL_PT})
     return plt
 
 
@@ -49,28 +99,68 @@ def _margin(record: Mapping, port: str) -> float | None:
     return float(m) if isinstance(m, (int, float)) and m > 0 else None
 
 
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# ----------------------------------------------------------------------------- failing cases
+def worst_output(record: Mapping) -> str | None:
+    """The output with the least margin (and its largest error), plus its `worst` element when
+    the record carries one; None when the record has no per-output numbers."""
+    outputs = record.get("outputs") or {}
+    rows = [(p, o) for p, o in outputs.items() if isinstance(o, Mapping) and isinstance(o.get("margin"), (int, float))]
+    if not rows:
+        return None
+    port, out = min(rows, key=lambda po: po[1]["margin"])
+    err = out.get("max_abs_err")
+    text = f"{port}: margin {out['margin']:.3g}, max |err| " + (f"{err:.3g}" if isinstance(err, (int, float))
+                                                                 else "not finite (NaN/Inf)")
+    worst = out.get("worst")
+    if isinstance(worst, Mapping) and worst:
+        text += "; worst element " + ", ".join(f"{k} {v}" for k, v in worst.items())
+    return text
+
+
+def failing_cases(runs: Sequence[Sequence[Mapping]], sources: Sequence[str]) -> list[FailingCase]:
+    found = []
+    for records, source in zip(runs, sources):
+        for r in records:
+            if r.get("verdict") not in V.FAILING:
+                continue
+            found.append(FailingCase(
+                case_id=r["case_id"], engine=r["engine"], arch=r["arch"], verdict=r["verdict"],
+                items=tuple(str(i) for i in r.get("items") or ()),
+                detail=" ".join(str(r.get("detail") or r.get("reason") or "").split()),
+                worst=worst_output(r), repro=repro_command(r["case_id"], r["engine"], str(r.get("device") or "cpu")),
+                source=source))
+    return sorted(found, key=lambda f: (f.engine, f.arch, f.verdict, f.case_id))
+
+
 # ----------------------------------------------------------------------------- plots
-def plot_margins(records: Sequence[Mapping], path: Path, min_margin: float) -> bool:
+def plot_margins(records: Sequence[Mapping], min_margin: float) -> Plot | None:
     engines = sorted({r["engine"] for r in records if any(_margin(r, p) for p in OUTPUTS)})
     if not engines:
-        return False
+        return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(OUTPUTS), figsize=(4 * len(OUTPUTS), 3.5), sharey=True)
+    # one panel per output, stacked: the figure stays narrow enough for a phone
+    fig, axes = plt.subplots(len(OUTPUTS), 1, figsize=(6.5, 2.9 * len(OUTPUTS)), sharex=True)
     for ax, port in zip(axes, OUTPUTS):
         data = [[math.log10(m) for r in records if r["engine"] == e and (m := _margin(r, port))]
                 for e in engines]
         ax.boxplot([d or [float("nan")] for d in data], showfliers=True)
-        ax.set_xticks(range(1, len(engines) + 1), engines, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(range(1, len(engines) + 1), engines, rotation=20, ha="right")
         ax.axhline(0.0, color="red", lw=1, label="tolerance (margin 1)")
-        ax.axhline(math.log10(min_margin), color="orange", lw=1, ls="--",
-                   label=f"claim margin {min_margin:g}")
-        ax.set_title(port)
-    axes[0].set_ylabel("log10 margin (tolerance / error)")
-    axes[0].legend(fontsize=7)
+        ax.axhline(math.log10(min_margin), color="orange", lw=1, ls="--", label=f"claim margin {min_margin:g}")
+        ax.set_ylabel(f"{port}: log10 margin")
+    axes[0].set_title("margin = tolerance / error, per output")
+    axes[0].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return Plot("Margin distribution per engine", "margin distribution per engine and output", _png(fig))
 
 
 def pair_counts(records: Iterable[Mapping], axes: Sequence[AxisValues]) -> tuple[list[str], list[list[int]]]:
@@ -93,9 +183,9 @@ def pair_counts(records: Iterable[Mapping], axes: Sequence[AxisValues]) -> tuple
     return labels, counts
 
 
-def plot_pairs(records: Sequence[Mapping], axes: Sequence[AxisValues], path: Path, title: str) -> bool:
+def plot_pairs(records: Sequence[Mapping], axes: Sequence[AxisValues], engine: str) -> Plot | None:
     if not axes:
-        return False
+        return None
     labels, counts = pair_counts(records, axes)
     plt = _pyplot()
     import numpy as np
@@ -103,54 +193,58 @@ def plot_pairs(records: Sequence[Mapping], axes: Sequence[AxisValues], path: Pat
     grid = np.array(counts, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         shown = np.where(grid > 0, np.log10(np.where(grid > 0, grid, 1.0)), np.nan)
-    size = max(6.0, 0.22 * len(labels))
-    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    size = max(7.0, 0.18 * len(labels))        # 0.18 inch a label keeps LABEL_PT text apart
+    fig, ax = plt.subplots(figsize=(size + 2.0, size + 1.0))
     # white: same axis (no pair) or never validated; the latter also gets a red mark
-    image = ax.imshow(shown, cmap=plt.get_cmap("viridis").with_extremes(bad="white"),
-                      interpolation="nearest")
+    image = ax.imshow(shown, cmap=plt.get_cmap("viridis").with_extremes(bad="white"), interpolation="nearest")
     zero = np.argwhere(grid == 0)
     if len(zero):
-        ax.scatter(zero[:, 1], zero[:, 0], marker="s", s=12, color="red", label="pair never validated")
-        ax.legend(loc="upper right", fontsize=7)
-    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
-    ax.set_yticks(range(len(labels)), labels, fontsize=6)
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax, label="log10 passing cases holding the pair")
+        ax.scatter(zero[:, 1], zero[:, 0], marker="s", s=14, color="red", label="pair never validated")
+        ax.legend(loc="upper right")
+    ax.set_xticks(range(len(labels)), labels, rotation=90)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_title(f"{engine}: passing cases per core-axis value pair")
+    fig.colorbar(image, ax=ax, label="log10 passing cases holding the pair", shrink=0.6)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return Plot(f"Pair coverage: {engine}", f"pair coverage of {engine}", _png(fig), wide=True)
 
 
-def plot_cost(records: Sequence[Mapping], path: Path) -> bool:
+def cost_points(records: Iterable[Mapping]) -> dict[str, list[tuple[float, float]]]:
+    """engine -> (predicted, measured wall seconds) of the cases the engine ran."""
     points = defaultdict(list)
     for r in records:
         p, w = r.get("predicted_s"), r.get("wall_s")
-        if isinstance(p, (int, float)) and isinstance(w, (int, float)) and p > 0 and w > 0:
+        if engine_ran(r) and isinstance(p, (int, float)) and isinstance(w, (int, float)) and p > 0 and w > 0:
             points[r["engine"]].append((p, w))
+    return dict(points)
+
+
+def plot_cost(records: Sequence[Mapping]) -> Plot | None:
+    points = cost_points(records)
     if not points:
-        return False
+        return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = plt.subplots(figsize=(6, 5.5))
     lo = min(min(p, w) for pts in points.values() for p, w in pts)
     hi = max(max(p, w) for pts in points.values() for p, w in pts)
     for engine, pts in sorted(points.items()):
-        ax.scatter([p for p, _ in pts], [w for _, w in pts], s=8, alpha=0.6, label=engine)
+        ax.scatter([p for p, _ in pts], [w for _, w in pts], s=10, alpha=0.6, label=engine)
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="measured = predicted")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted seconds")
     ax.set_ylabel("measured wall seconds")
-    ax.legend(fontsize=7)
+    ax.set_title("Cost model: cases the engine ran")
+    ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return Plot("Cost model: predicted vs measured", "predicted vs measured seconds of the cases the engines ran",
+                _png(fig))
 
 
 # ----------------------------------------------------------------------------- tables
 def verdict_table(records: Sequence[Mapping]) -> tuple[list[str], list[tuple[str, str, Counter]]]:
-    verdicts = sorted({r["verdict"] for r in records})
+    seen = {r["verdict"] for r in records}
+    verdicts = [v for v in V.ALL if v in seen] + sorted(seen - set(V.ALL))
     groups: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for r in records:
         groups[(r["engine"], r["arch"])][r["verdict"]] += 1
@@ -168,52 +262,30 @@ def margin_quantiles(records: Sequence[Mapping]) -> list[tuple[str, str, int, fl
     return rows
 
 
-def _html_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 # ----------------------------------------------------------------------------- report
-def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out_dir: Path | str,
-                 min_margin: float, axes: Sequence[AxisValues]) -> Path:
-    """Write out_dir/index.html and its plots; `axes`: the pair-coverage axes (core_axes of
-    the manifest)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    records = [r for run in runs for r in run
-               if all(isinstance(r.get(k), str) for k in ("engine", "arch", "case_id", "verdict"))]
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>bundlegen report</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:right}"
-             "th{background:#eee}img{max-width:100%}</style></head><body>",
-             "<h1>bundlegen report</h1>",
-             f"<p>{len(records)} results from {len(sources)} file(s): "
-             + ", ".join(html.escape(s) for s in sources) + "</p>"]
+def report_html(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], min_margin: float,
+                axes: Sequence[AxisValues], template_dir: Path = TEMPLATE_DIR) -> str:
+    import jinja2
+
+    records = [r for run in runs for r in run if all(isinstance(r.get(k), str) for k in REQUIRED)]
+    runs = [[r for r in run if all(isinstance(r.get(k), str) for k in REQUIRED)] for run in runs]
     verdicts, groups = verdict_table(records)
-    parts.append("<h2>Verdicts</h2>" + _html_table(
-        ["engine", "arch", *verdicts], [(e, a, *(c.get(v, 0) for v in verdicts)) for e, a, c in groups]))
-    parts.append("<h2>Margins</h2>" + _html_table(
-        ["engine", "output", "cases", "min", "p5", "median"],
-        [(e, p, n, f"{lo:.3g}", f"{p5:.3g}", f"{med:.3g}") for e, p, n, lo, p5, med in margin_quantiles(records)]))
-    if plot_margins(records, out / "margins.png", min_margin):
-        parts.append("<img src='margins.png' alt='margin distribution per engine and output'>")
-    else:
-        parts.append("<p>No margins recorded.</p>")
-    parts.append("<h2>Pair coverage of validated cases</h2>")
-    drawn = False
-    for engine in sorted({r["engine"] for r in records}):
-        name = "pairs_" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in engine) + ".png"
-        mine = [r for r in records if r["engine"] == engine]
-        if plot_pairs(mine, axes, out / name, f"{engine}: passing cases per core-axis value pair"):
-            parts.append(f"<h3>{html.escape(engine)}</h3><img src='{name}' alt='pair coverage {html.escape(engine)}'>")
-            drawn = True
-    if not drawn:
-        parts.append("<p>No core axes in the plan, or no results.</p>")
-    parts.append("<h2>Cost model: predicted vs measured</h2>")
-    parts.append("<img src='cost.png' alt='predicted vs measured seconds'>" if plot_cost(records, out / "cost.png")
-                 else "<p>No predicted and measured times recorded.</p>")
-    parts.append("</body></html>\n")
-    index = out / "index.html"
-    index.write_text("\n".join(parts), encoding="utf-8")
-    return index
+    engines = sorted({r["engine"] for r in records})
+    pairs = [plot_pairs([r for r in records if r["engine"] == e], axes, e) for e in engines]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template(TEMPLATE_NAME).render(
+        sources=sources, count=len(records), failing=failing_cases(runs, sources),
+        verdicts=verdicts, groups=groups, failing_verdicts=V.FAILING,
+        quantiles=margin_quantiles(records), margins=plot_margins(records, min_margin),
+        pairs=[p for p in pairs if p is not None], cost=plot_cost(records), has_axes=bool(axes))
+
+
+def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out: Path | str,
+                 min_margin: float, axes: Sequence[AxisValues]) -> Path:
+    """Write the report: `out` itself when it ends in .html, else out/index.html."""
+    out = Path(out)
+    path = out if out.suffix == ".html" else out / "index.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report_html(runs, sources, min_margin, axes), encoding="utf-8")
+    return path

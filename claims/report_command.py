@@ -1,4 +1,5 @@
-"""`bundlegen report RESULTS... --html OUT`: an HTML report with plots of one or more runs."""
+"""`bundlegen report RESULTS... --html OUT`: one self-contained HTML file (plots embedded) of
+one or more runs, failing cases first."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULTS",
                         help="results.jsonl files (or run directories holding one)")
     parser.add_argument("--html", type=Path, required=True, metavar="OUT",
-                        help="directory to write index.html and the PNG plots into")
+                        help="the report file when it ends in .html, else a directory to write "
+                             "index.html into (one file, plots embedded)")
     parser.add_argument("--bundles", type=Path, default=None,
                         help="bundle root whose manifest gives the claim margin and core axes "
                              "(default: the workspace's, else the built-in bundles)")

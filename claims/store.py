@@ -3,10 +3,18 @@ engine's config folder comes from the workspace (bundlegen.workspace).
 
 Canonical JSON (bundlegen.graph.canonical_json):
     {"version": 1, "engine": "triton",
-     "claims":   {"sm90": ["<case id>", ...]},            # ids sorted
-     "declines": {"sm90": {"<case id>": "<reason>"}}}     # what the matrix shows as declined
-An arch key present in either map means the engine was run there (an empty list is
-"run, nothing claimed"); an arch in neither is "not run".
+     "claims":    {"sm90": ["<case id>", ...]},            # ids sorted
+     "declines":  {"sm90": {"<case id>": "<reason>"}},     # what the matrix shows as declined
+     "unclaimed": {"sm90": {"<case id>": "<why>"}},        # accepted, not claimed: skipped, failed, ...
+     "evidence":  {"sm90": {"min_runs": 1, "min_margin": 1.5,
+                            "results": [{"path": "...", "sha256": "...", "level": "full",
+                                         "complete": true, "selection": "all",
+                                         "versions": {"torch": "...", "triton": "...",
+                                                      "cudnn": "...", "driver": "..."}}]}}}
+An arch key present in `claims` or `declines` means the engine was run there (an empty
+list is "run, nothing claimed"); an arch in neither is "not run". `evidence` names the
+results files each arch's claims were harvested from and the rule they were harvested
+with: `bundlegen matrix --check` re-derives the claims from them.
 """
 from __future__ import annotations
 
@@ -20,6 +28,8 @@ from bundlegen.workspace import Workspace, builtin_engine_dir, engine_dir_name, 
 
 CLAIMS_VERSION = 1
 CLAIMS_NAME = "claims.json"
+VERSION_KEYS = ("torch", "triton", "cudnn", "driver")    # run.json "versions"
+UNKNOWN = "unknown"
 
 
 class ClaimsError(ValueError):
@@ -27,10 +37,41 @@ class ClaimsError(ValueError):
 
 
 @dataclass(frozen=True)
+class RunSource:
+    """One results file claims were harvested from: where (relative to the workspace root
+    when inside it), its sha256, and what its run.json said (absent: level "", complete
+    False, versions unknown)."""
+    path: str
+    sha256: str
+    level: str = ""
+    complete: bool = False
+    selection: str = ""
+    versions: Mapping[str, str] = field(default_factory=lambda: {k: UNKNOWN for k in VERSION_KEYS})
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "level": self.level, "complete": self.complete,
+                "selection": self.selection, "versions": {k: self.versions.get(k, UNKNOWN) for k in VERSION_KEYS}}
+
+
+@dataclass(frozen=True)
+class ArchEvidence:
+    """The harvest rule an arch's claims were made with and the files they came from."""
+    min_runs: int
+    min_margin: float
+    results: tuple[RunSource, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"min_runs": self.min_runs, "min_margin": self.min_margin,
+                "results": [r.to_json() for r in sorted(self.results, key=lambda r: r.path)]}
+
+
+@dataclass(frozen=True)
 class ClaimSet:
     engine: str
     claims: Mapping[str, frozenset[str]] = field(default_factory=dict)           # arch -> ids
     declines: Mapping[str, Mapping[str, str]] = field(default_factory=dict)      # arch -> id -> reason
+    unclaimed: Mapping[str, Mapping[str, str]] = field(default_factory=dict)     # arch -> id -> why
+    evidence: Mapping[str, ArchEvidence] = field(default_factory=dict)           # arch -> evidence
 
     @property
     def archs_run(self) -> frozenset[str]:
@@ -42,11 +83,20 @@ class ClaimSet:
     def declined(self, arch: str) -> Mapping[str, str]:
         return self.declines.get(arch, {})
 
+    def not_claimed(self, arch: str) -> Mapping[str, str]:
+        return self.unclaimed.get(arch, {})
+
     def to_json(self) -> dict:
-        return {"version": CLAIMS_VERSION, "engine": self.engine,
-                "claims": {arch: sorted(ids) for arch, ids in sorted(self.claims.items())},
-                "declines": {arch: dict(sorted(by_id.items()))
-                             for arch, by_id in sorted(self.declines.items()) if by_id}}
+        out = {"version": CLAIMS_VERSION, "engine": self.engine,
+               "claims": {arch: sorted(ids) for arch, ids in sorted(self.claims.items())},
+               "declines": {arch: dict(sorted(by_id.items()))
+                            for arch, by_id in sorted(self.declines.items()) if by_id}}
+        unclaimed = {arch: dict(sorted(by_id.items())) for arch, by_id in sorted(self.unclaimed.items()) if by_id}
+        if unclaimed:
+            out["unclaimed"] = unclaimed
+        if self.evidence:
+            out["evidence"] = {arch: ev.to_json() for arch, ev in sorted(self.evidence.items())}
+        return out
 
 
 def claims_path(engine: str, root: Path | str | None = None, workspace: Workspace | None = None) -> Path:
@@ -78,15 +128,44 @@ def read_claim_set(path: Path | str, engine: str) -> ClaimSet:
     if not isinstance(claims, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in claims.values()):
         raise ClaimsError(f"{path}: claims: expected an object arch -> [case id, ...]")
-    declines = raw.get("declines", {})
-    if not isinstance(declines, dict) or not all(
-            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                            for k, v in by_id.items())
-            for by_id in declines.values()):
-        raise ClaimsError(f"{path}: declines: expected an object arch -> {{case id: reason}}")
     return ClaimSet(engine=str(raw.get("engine", engine)),
                     claims={arch: frozenset(ids) for arch, ids in claims.items()},
-                    declines={arch: dict(by_id) for arch, by_id in declines.items()})
+                    declines=_read_by_id(path, raw, "declines", "reason"),
+                    unclaimed=_read_by_id(path, raw, "unclaimed", "why"),
+                    evidence=_read_evidence(path, raw.get("evidence", {})))
+
+
+def _read_by_id(path: Path, raw: dict, key: str, what: str) -> dict[str, dict[str, str]]:
+    """An object arch -> {case id: text}."""
+    value = raw.get(key, {})
+    if not isinstance(value, dict) or not all(
+            isinstance(by_id, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in by_id.items())
+            for by_id in value.values()):
+        raise ClaimsError(f"{path}: {key}: expected an object arch -> {{case id: {what}}}")
+    return {arch: dict(by_id) for arch, by_id in value.items()}
+
+
+def _read_evidence(path: Path, raw) -> dict[str, ArchEvidence]:
+    where = f"{path}: evidence"
+    if not isinstance(raw, dict):
+        raise ClaimsError(f"{where}: expected an object arch -> {{min_runs, min_margin, results}}")
+    out = {}
+    try:
+        for arch, ev in raw.items():
+            sources = []
+            for r in ev["results"]:
+                versions = r.get("versions", {})
+                if not isinstance(versions, dict):
+                    raise TypeError("versions")
+                sources.append(RunSource(path=str(r["path"]), sha256=str(r["sha256"]), level=str(r.get("level", "")),
+                                         complete=bool(r.get("complete", False)),
+                                         selection=str(r.get("selection", "")),
+                                         versions={k: str(versions.get(k) or UNKNOWN) for k in VERSION_KEYS}))
+            out[arch] = ArchEvidence(min_runs=int(ev["min_runs"]), min_margin=float(ev["min_margin"]),
+                                     results=tuple(sources))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ClaimsError(f"{where}: {arch}: malformed ({exc})") from exc
+    return out
 
 
 def write_claim_set(path: Path | str, claim_set: ClaimSet) -> bool:

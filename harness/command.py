@@ -67,6 +67,7 @@ LIST_FAILING = 40
 def print_failing(out, records, args: argparse.Namespace) -> None:
     """Each failing case: verdict, where, items, detail, and the command that re-runs it."""
     from bundlegen.harness import verdicts as V
+    from bundlegen.harness.repro_command import repro_command
 
     failing = [r for r in records if r.get("verdict") in V.FAILING]
     if not failing:
@@ -81,6 +82,10 @@ def print_failing(out, records, args: argparse.Namespace) -> None:
             out.print(f"    {detail[:300]}", highlight=False, soft_wrap=True)
         if r.get("level") and r.get("case_id"):
             out.print(f"    re-run: {rerun_command(args, r)}", highlight=False, soft_wrap=True)
+            explain = repro_command(r["case_id"], args.engine, r.get("device"))
+            if args.bundles:
+                explain += f" --bundles {shlex.quote(str(args.bundles))}"
+            out.print(f"    explain: {explain}", highlight=False, soft_wrap=True)
     if len(failing) > LIST_FAILING:
         out.print(f"  ... and {len(failing) - LIST_FAILING} more in the results file", highlight=False)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.harness import verdicts as V
+from bundlegen.harness.repro_command import repro_command
 from bundlegen.results_file import RESULTS_NAME, RUN_NAME, RunTimes, read_results, read_run_times  # noqa: F401 (re-exported)
 
 JUNIT_NAME = "junit.xml"
@@ -138,7 +139,10 @@ def finished_keys(records: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 # ----------------------------------------------------------------------------- junit
-def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iterable[str]) -> None:
+def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iterable[str],
+                engine_spec: str | None = None) -> None:
+    """JUnit XML of the records; a failure names the command that explains it
+    (`engine_spec`: the --engine the run was given, else each record's engine name)."""
     root = ET.Element("testsuites", name="bundlegen")
     totals = Counter()
     for level in levels:
@@ -155,7 +159,10 @@ def write_junit(path: Path | str, records: list[Mapping[str, Any]], levels: Iter
                 ET.SubElement(case, "error", message=verdict, type=verdict).text = text
             elif verdict in V.FAILING:
                 counts["failures"] += 1
-                ET.SubElement(case, "failure", message=verdict, type=verdict).text = text
+                explain = repro_command(str(r.get("case_id", "")), engine_spec or str(r.get("engine", "")),
+                                        r.get("device"))
+                ET.SubElement(case, "failure", message=f"{verdict}; explain: {explain}",
+                              type=verdict).text = f"{text}\nexplain: {explain}"
             elif verdict in V.NOT_RUN:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"{verdict}: {text}")

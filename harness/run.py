@@ -510,7 +510,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         _close_all(executors)
 
     records = previous + new_records
-    R.write_junit(junit_path, records, levels)
+    R.write_junit(junit_path, records, levels, engine_spec=engine)
     times = run_times(complete=not interrupted)
     R.write_run_times(run_path, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),

@@ -197,3 +197,75 @@ def test_command_outside_a_workspace_refuses(tmp_path, monkeypatch, capsys):
     assert harvest_command.main(_args(runs, None, min_runs=1)) == 2
     assert "harvest writes into a workspace" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+# ----------------------------------------------------------------------------- why not claimed, evidence
+def test_unclaimed_cases_say_why():
+    runs = [[rec("skip", verdict="skipped", margin=None) | {"detail": "T-9: NaN"}, rec("fail"), rec("thin", margin=1.2),
+             rec("once"), rec("dec", verdict="declined", margin=None, reason="mask-not-served")],
+            [rec("fail", verdict="fail:nan", margin=0.0) | {"detail": "NaN in dq"}, rec("thin"), rec("skip"),
+             rec("dec", verdict="declined", margin=None, reason="mask-not-served")]]
+    updated, _ = harvest(runs, {}, RULES)
+    assert updated["triton"].not_claimed("sm90") == {
+        "skip": "skipped: T-9: NaN",
+        "fail": "failed: fail:nan (NaN in dq) in run 2",
+        "thin": "margin: 1.2 < 1.5 in run 1",
+        "once": "too few runs: passed in 1 of the 2 runs needed"}
+    assert updated["triton"].declined("sm90") == {"dec": "mask-not-served"}
+    # a later harvest where they pass clears them
+    later, _ = harvest([[rec("skip"), rec("fail"), rec("thin"), rec("once")]] * 2, updated, RULES)
+    assert later["triton"].not_claimed("sm90") == {}
+    assert later["triton"].claimed("sm90") == {"skip", "fail", "thin", "once"}
+
+
+def test_harvest_records_its_evidence(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    (ws / "engines").mkdir(parents=True)
+    (ws / "bundlegen.toml").write_text('engines = ["engines"]\n')
+    run_dir = ws / "out" / "run1"
+    run_dir.mkdir(parents=True)
+    _write_run(run_dir / "results.jsonl", [rec("a", engine="torch-flash")])
+    (run_dir / "run.json").write_text(json.dumps({
+        "level": "pr", "complete": True, "selection": "all",
+        "versions": {"torch": "2.11.0+cu130", "triton": "3.6.0", "cudnn": "91000", "driver": "580.1"}}))
+    other = _write_run(ws / "out" / "old.results.jsonl", [rec("a", engine="torch-flash")])
+    monkeypatch.chdir(ws)
+    assert harvest_command.main(_args([str(run_dir), other], None)) == 0
+    held = read_claim_set(ws / "engines/torch_flash/claims.json", "torch-flash")
+    evidence = held.evidence["sm90"]
+    assert (evidence.min_runs, evidence.min_margin) == (2, 1.5)
+    by_path = {s.path: s for s in evidence.results}
+    assert sorted(by_path) == ["out/old.results.jsonl", "out/run1/results.jsonl"]
+    fresh = by_path["out/run1/results.jsonl"]
+    assert (fresh.level, fresh.complete, fresh.selection) == ("pr", True, "all")
+    assert fresh.versions == {"torch": "2.11.0+cu130", "triton": "3.6.0", "cudnn": "91000", "driver": "580.1"}
+    import hashlib
+    assert fresh.sha256 == hashlib.sha256((run_dir / "results.jsonl").read_bytes()).hexdigest()
+    old = by_path["out/old.results.jsonl"]
+    assert (old.level, old.complete, set(old.versions.values())) == ("", False, {"unknown"})
+    raw = json.loads((ws / "engines/torch_flash/claims.json").read_text())
+    assert raw["evidence"]["sm90"]["results"][1]["versions"]["cudnn"] == "91000"
+
+
+def test_run_json_beside_a_results_file():
+    from pathlib import Path
+
+    from bundlegen.claims.harvest import run_json_of
+
+    assert run_json_of("x/triton-full.results.jsonl.gz") == Path("x/triton-full.run.json")
+    assert run_json_of("x/results.jsonl.gz") == Path("x/run.json")
+    assert run_json_of("x/r0.jsonl") == Path("x/r0.run.json")
+
+
+def test_command_reads_gzipped_results(tmp_path):
+    import gzip
+
+    root = tmp_path / "engines"
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"r{i}.results.jsonl.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec("a", engine="torch-flash")) + "\n")
+        paths.append(str(path))
+    assert harvest_command.main(_args(paths, root)) == 0
+    assert json.loads((root / "torch_flash" / "claims.json").read_text())["claims"] == {"sm90": ["a"]}

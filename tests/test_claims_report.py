@@ -1,20 +1,32 @@
-"""`bundlegen report RESULTS --html out/`: index.html with the margin, pair-coverage and
-cost plots, from a small results fixture; pair coverage counts only validated cases."""
+"""`bundlegen report RESULTS --html OUT`: one self-contained file that leads with the failing
+cases (id, items, verdict, worst output, repro command), then the verdict tables, then the
+plots (embedded); pair coverage counts only validated cases; the cost plot only cases the
+engine ran."""
 import argparse
+import gzip
 import json
 
 from bundlegen.claims import report_command
-from bundlegen.claims.report import AxisValues, core_axes, pair_counts, write_report
+from bundlegen.claims.report import (AxisValues, core_axes, cost_points, failing_cases, pair_counts, repro_command,
+                                     worst_output, write_report)
 
 AXES = [AxisValues("dtype", ("AX-DTYPE-BF16", "AX-DTYPE-FP16"), ("bf16", "fp16")),
         AxisValues("mask", ("AX-MASK-NONE", "AX-MASK-CAUSAL"), ("none", "causal"))]
 
 
-def rec(case, engine="triton", verdict="pass", items=("AX-DTYPE-BF16", "AX-MASK-NONE"), margin=4.0):
+def rec(case, engine="triton", verdict="pass", items=("AX-DTYPE-BF16", "AX-MASK-NONE"), margin=4.0, **extra):
     out = {p: {"margin": margin, "max_abs_err": 1e-3, "normalized_error": 1 / margin} for p in ("dq", "dk", "dv")}
-    return {"case_id": case, "engine": engine, "arch": "sm90", "verdict": verdict, "purpose": "claim",
-            "items": list(items), "outputs": out if verdict == "pass" else {}, "margin": margin,
-            "predicted_s": 0.01, "wall_s": 0.02}
+    return {"case_id": case, "engine": engine, "arch": "sm90", "device": "cuda", "verdict": verdict,
+            "purpose": "claim", "items": list(items), "outputs": out if verdict in ("pass", "fail:numeric") else {},
+            "margin": margin, "predicted_s": 0.01, "wall_s": 0.02, **extra}
+
+
+def fixture_runs():
+    failing = rec("f00dfeedbeef", engine="torch-flash", verdict="fail:numeric", margin=0.25,
+                  detail="outside rtol=0.03 atol=1e-05 (dv: margin 0.25)")
+    failing["outputs"]["dv"] = {"margin": 0.05, "max_abs_err": 2.5, "worst": {"index": "[0, 1, 3, 7]", "got": 1.5}}
+    return [[rec("a"), rec("b", engine="torch-flash", margin=0.5), rec("c", verdict="declined", wall_s=50.0),
+             failing, rec("cafe00000001", verdict="crashed", detail="engine raised RuntimeError")]]
 
 
 def test_pair_counts_only_validated():
@@ -28,14 +40,50 @@ def test_pair_counts_only_validated():
     assert counts[0][1] == -1                 # same axis
 
 
-def test_report_writes_html_and_plots(tmp_path):
-    runs = [[rec("a"), rec("b", engine="torch-flash", margin=0.5), rec("c", verdict="declined")]]
-    index = write_report(runs, ["r.jsonl"], tmp_path / "out", min_margin=1.5, axes=AXES)
+def test_repro_command_is_one_string():
+    assert repro_command("abc123def456", "torch-flash", "cuda") == \
+        "bundlegen repro abc123def456 --engine torch-flash --device cuda"
+    assert repro_command("x", "pkg.mod:My Engine", "cuda:1") == "bundlegen repro x --engine 'pkg.mod:My Engine' --device cuda:1"
+
+
+def test_failing_cases_with_worst_output_and_repro():
+    found = failing_cases(fixture_runs(), ["r.jsonl"])
+    assert [(f.case_id, f.verdict) for f in found] == [("f00dfeedbeef", "fail:numeric"), ("cafe00000001", "crashed")]
+    numeric = found[0]
+    assert numeric.worst == "dv: margin 0.05, max |err| 2.5; worst element index [0, 1, 3, 7], got 1.5"
+    assert numeric.repro == "bundlegen repro f00dfeedbeef --engine torch-flash --device cuda"
+    assert numeric.items == ("AX-DTYPE-BF16", "AX-MASK-NONE") and numeric.source == "r.jsonl"
+    assert found[1].worst is None and found[1].detail == "engine raised RuntimeError"
+    assert worst_output({"outputs": {"dq": {"margin": 0.0, "max_abs_err": None}}}) == \
+        "dq: margin 0, max |err| not finite (NaN/Inf)"
+
+
+def test_cost_leaves_out_cases_the_engine_did_not_run():
+    records = [rec("a"), rec("d", verdict="declined", wall_s=9.0), rec("s", verdict="skipped"),
+               rec("p", verdict="rejected"), rec("f", verdict="fail:nan"),
+               rec("cb", verdict="claim-broken", reason="mask-not-served"), rec("cf", verdict="claim-broken")]
+    assert cost_points(records) == {"triton": [(0.01, 0.02)] * 3}
+
+
+def test_report_is_one_file_failing_cases_first(tmp_path):
+    index = write_report(fixture_runs(), ["r.jsonl"], tmp_path / "out", min_margin=1.5, axes=AXES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["index.html"]
     html = index.read_text(encoding="utf-8")
-    for name in ("margins.png", "cost.png", "pairs_triton.png", "pairs_torch-flash.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 0, name
-        assert name in html
+    assert html.startswith("<!doctype html>\n<html lang=\"en\">")
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+    assert html.count('<img src="data:image/png;base64,') == 4     # margins, 2 pair maps, cost
+    assert "src=\"http" not in html and "<script" not in html
+    first = html.index("f00dfeedbeef")
+    assert first < html.index("<h2 id=\"verdicts\">") < html.index("<h2 id=\"margins\">") < html.index("<h2 id=\"cost\">")
+    assert "bundlegen repro f00dfeedbeef --engine torch-flash --device cuda" in html
+    assert "worst element index [0, 1, 3, 7]" in html and "Failing cases (2)" in html
     assert "<td>triton</td><td>sm90</td>" in html
+
+
+def test_report_with_nothing_failing(tmp_path):
+    path = write_report([[rec("a")]], ["r.jsonl"], tmp_path / "r.html", min_margin=1.5, axes=AXES)
+    assert path == tmp_path / "r.html"
+    assert "No case failed." in path.read_text(encoding="utf-8")
 
 
 def test_command(tmp_path):
@@ -44,14 +92,12 @@ def test_command(tmp_path):
     args = argparse.Namespace(results=[str(tmp_path)], html=tmp_path / "html", bundles=None, plan=None)
     assert report_command.main(args) == 0
     html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
-    assert "pairs_triton.png" in html          # the manifest's core axes
+    assert "Pair coverage: triton" in html          # the manifest's core axes
     assert report_command.main(argparse.Namespace(results=[str(tmp_path / "no.jsonl")], html=tmp_path,
                                                   bundles=None, plan=None)) == 2
 
 
 def test_command_reads_gzipped_results(tmp_path):
-    import gzip
-
     path = tmp_path / "results.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         fh.write(json.dumps(rec("a")) + "\n")

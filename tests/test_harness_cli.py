@@ -98,6 +98,10 @@ def test_the_summary_lists_each_failing_case_with_the_command_that_reruns_it(bun
     assert "failing cases (1):" in out and f"fail:nan  {bad.id}  quick/sdpa_bwd/a.json  TEST" in out
     rerun = next(line for line in out.splitlines() if "re-run:" in line).split("re-run: ", 1)[1]
     assert f"-k {bad.id}" in rerun and "--level quick" in rerun
+    assert f"explain: bundlegen repro {bad.id} --engine {S.engine_ref(S.WritesNaN)}" in out
+    junit = ET.parse(bundles.parent / "out" / "junit.xml").getroot()
+    assert f"explain: bundlegen repro {bad.id} --engine {S.engine_ref(S.WritesNaN)}" in \
+        junit.find(".//failure").get("message")
     argv = rerun.split()[1:]
     argv[argv.index("--engine") + 1] = S.engine_ref(S.WritesNaN)
     assert main([*argv, "--no-isolation", "--quiet"]) == 1

@@ -123,7 +123,7 @@ def test_a_level_includes_the_lower_levels(tmp_path):
 def test_cases_too_large_for_the_cpu_are_skipped_by_the_cost_model(tmp_path, monkeypatch):
     from bundlegen.harness import materialize as M
 
-    huge = S.case_of(1, B=8, H_q=32, H_k=32, H_v=32, S_q=16384, S_kv=16384, D_qk=128, D_v=128)
+    huge = S.case_of(1, B=4, H_q=32, H_k=32, H_v=32, S_q=16384, S_kv=16384, D_qk=128, D_v=128)
     small = S.case_of(2)
     real = M.materialize
 
@@ -131,13 +131,14 @@ def test_cases_too_large_for_the_cpu_are_skipped_by_the_cost_model(tmp_path, mon
         assert case.id != huge.id, "the huge case reached materialize"
         return real(case, device, *args, **kwargs)
     monkeypatch.setattr(M, "materialize", never_the_huge_one)
-    S.write_bundle(tmp_path / "bundles", "quick", "sizes", [huge, small])
-    summary = run(tmp_path)
+    # at `full`, whose per-case byte ceiling (64 GiB) the huge case fits: the CPU rule decides
+    S.write_bundle(tmp_path / "bundles", "full", "sizes", [huge, small])
+    summary = run(tmp_path, level="full")
     got = by_id(summary)
     assert got[huge.id]["verdict"] == V.SKIPPED and got[huge.id]["detail"] == V.TOO_LARGE_FOR_CPU
     assert got[huge.id]["predicted_s"] > got[small.id]["predicted_s"] > 0
     assert got[small.id]["verdict"] == V.PASS
-    assert summary.levels[0].predicted_s == pytest.approx(
+    assert summary.levels[-1].predicted_s == pytest.approx(
         got[huge.id]["predicted_s"] + got[small.id]["predicted_s"])
 
 

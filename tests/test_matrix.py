@@ -1,30 +1,59 @@
-"""The support matrix from explicit fixtures: cells (✅ n/n, 🟡 k/n, ❌ reason, —), probes
-excluded, every level's bundles read, the plan's feature rows, deterministic rendering."""
+"""The support matrix from explicit fixtures: the four states (supported, partial with why,
+declined with the feature's own reason, not run), probes excluded, every level's bundles
+read, the plan's feature rows, never-run archs listed apart, lines within 120 columns,
+deterministic rendering."""
 import pytest
 
 from bundlegen.graph import Bundle, Rejection, canonical_json
-from bundlegen.claims.matrix import (CLAIMED, DECLINED, NOT_RUN, NO_CASES, PARTIAL, Column, Feature, FeatureGroup,
-                           GatedFeature, build_matrix, cell_for, feature_cases, feature_groups, render)
+from bundlegen.claims.cases import BundleCases
+from bundlegen.claims.matrix import (DECLINED, IN_NO_RUN, NOT_RUN, NO_CASES, PARTIAL, SUPPORTED, WIDTH, Column,
+                                     Feature, FeatureGroup, GatedFeature, build_matrix, cell_for, display_width,
+                                     feature_cases, feature_groups, feature_reason, render)
 from bundlegen.claims.store import ClaimSet
 from tests.graph_factory import make_case, make_graph
 
 SM90 = Column("torch-flash", "sm90")
 FLASH = ClaimSet("torch-flash", claims={"sm90": frozenset({"a", "b", "c"})},
                  declines={"sm90": {"d": "hv-not-hk: H_k=4, H_v=2", "e": "hv-not-hk", "f": "mask-not-served",
-                                    "g": "mask-not-served", "h": "alignment-not-served"}})
+                                    "g": "mask-not-served", "h": "alignment-not-served"}},
+                 unclaimed={"sm90": {"s": "skipped: T-1: NaN", "t": "skipped: T-1: NaN",
+                                     "u": "failed: fail:numeric in run 2", "v": "too few runs: passed in 1 of 2",
+                                     "w": "margin: 1.2 < 1.5 in run 1"}})
 
 
 @pytest.mark.parametrize("cases,status,text", [
-    ({"a", "b"}, CLAIMED, "✅ 2/2"),
-    ({"a", "d", "x"}, PARTIAL, "🟡 1/3"),
-    ({"d", "e", "f", "x"}, DECLINED, "❌ hv-not-hk"),        # most common code
-    ({"f", "g", "d", "e"}, DECLINED, "❌ hv-not-hk"),        # tie: alphabetical first
-    ({"x", "y"}, PARTIAL, "🟡 0/2"),                         # ran, nothing claimed or declined
+    ({"a", "b"}, SUPPORTED, "✅ 2"),
+    ({"a", "b", "d", "f"}, SUPPORTED, "✅ 2"),           # declines for other features do not count
+    ({"a", "x"}, PARTIAL, "🟡 1/2"),                     # x: in no run
+    ({"d", "e", "f", "x"}, PARTIAL, "🟡 0/1"),           # accepted, never claimed
+    ({"d", "e", "f"}, DECLINED, "❌ hv-not-hk"),         # no case's other items served: most common
+    ({"f", "g", "d", "e"}, DECLINED, "❌ hv-not-hk"),    # tie: alphabetical first
     (set(), NO_CASES, "n/a"),
 ])
 def test_cells(cases, status, text):
     cell = cell_for(frozenset(cases), SM90, FLASH)
     assert (cell.status, cell.text) == (status, text)
+
+
+def test_partial_cells_say_why():
+    cell = cell_for(frozenset({"a", "s", "t", "u", "v", "w", "x"}), SM90, FLASH)
+    assert (cell.status, cell.claimed, cell.accepted) == (PARTIAL, 1, 7)
+    assert {(c.kind, c.detail, c.count) for c in cell.causes} == {
+        ("skipped", "T-1: NaN", 2), ("failed", "", 1), ("too few runs", "", 1), ("margin", "", 1),
+        (IN_NO_RUN, "", 1)}
+
+
+def test_a_declined_feature_shows_its_own_reason():
+    """Strict-causal cases declined mostly because of GQA (checked first by the engine) show the
+    mask reason: the only case whose other items the engine serves was declined for the mask."""
+    items = {"m": frozenset({"MHA", "NONE"}), "g1": frozenset({"GQA", "SC"}), "g2": frozenset({"GQA", "SC"}),
+             "s1": frozenset({"MHA", "SC"})}
+    declined = {"g1": "gqa-not-served", "g2": "gqa-not-served", "s1": "mask-not-served: strict"}
+    engine = ClaimSet("e", claims={"sm90": frozenset({"m"})}, declines={"sm90": declined})
+    cell = cell_for(frozenset({"g1", "g2", "s1"}), Column("e", "sm90"), engine, items, "SC")
+    assert cell.text == "❌ mask-not-served"
+    assert feature_reason("GQA", {"g1": "gqa-not-served", "g2": "gqa-not-served"}, items,
+                          frozenset({"MHA", "NONE"})) == "gqa-not-served"
 
 
 def test_arch_not_run():
@@ -35,28 +64,45 @@ def test_arch_not_run():
 
 
 def _matrix():
-    groups = [FeatureGroup("io dtype", (Feature("AX-DTYPE-BF16", "bf16"), Feature("AX-DTYPE-FP16", "fp16"))),
+    groups = [FeatureGroup("io dtype", (Feature("AX-DTYPE-BF16", "bf16"), Feature("AX-DTYPE-FP16", "fp16")), True),
               FeatureGroup("regressions", (Feature("REG-X", "a | pipe in the title"),))]
-    cases = {"AX-DTYPE-BF16": frozenset({"a", "b"}), "AX-DTYPE-FP16": frozenset({"c", "d"}),
+    items = {"AX-DTYPE-BF16": frozenset({"a", "b"}), "AX-DTYPE-FP16": frozenset({"c", "s"}),
              "REG-X": frozenset({"f"})}
+    case_items = {c: frozenset(i for i, ids in items.items() if c in ids) for c in "abcsf"}
+    cases = BundleCases(items=items, case_items=case_items, levels=(("quick", frozenset("abcsf")),))
     columns = [SM90, Column("torch-flash", "sm120"), Column("triton", "sm90")]
-    triton = ClaimSet("triton", claims={"sm90": frozenset({"a", "b", "c", "d", "f"})})
+    triton = ClaimSet("triton", claims={"sm90": frozenset({"a", "b", "c", "s", "f"})})
     return build_matrix(groups, cases, columns, {"torch-flash": FLASH, "triton": triton},
-                        gated=[GatedFeature("GATE-FP32", "fp32 io dtype", "waiting on fp32")])
+                        gated=[GatedFeature("GATE-FP32", "fp32 io dtype", "waiting on fp32")],
+                        engine_tomls={"torch-flash": "engines/torch_flash/engine.toml"})
 
 
 def test_render_from_fixtures():
     text = render(_matrix())
     lines = text.splitlines()
-    assert "| bf16 | `AX-DTYPE-BF16` | ✅ 2/2 | — | ✅ 2/2 |" in lines
-    assert "| fp16 | `AX-DTYPE-FP16` | 🟡 1/2 | — | ✅ 2/2 |" in lines
-    assert "| a \\| pipe in the title | `REG-X` | ❌ mask-not-served | — | ✅ 1/1 |" in lines
-    assert "| feature | item | torch-flash sm90 | torch-flash sm120 | triton sm90 |" in lines
-    assert "| torch-flash | sm90 | 3 | 5 |" in lines
-    assert "| torch-flash | sm120 | — | — |" in lines
-    assert "| `GATE-FP32` | fp32 io dtype | waiting on fp32 |" in lines
+    assert "| value | torch-flash | triton |" in lines           # one arch: the header names the engine
+    assert "| bf16 | ✅ 2 | ✅ 2 |" in lines
+    assert "| fp16 | 🟡 1/2 [^1] | ✅ 2 |" in lines
+    assert "| `REG-X` | ❌ mask-not-served | ✅ 1 |" in lines
+    assert "| `REG-X` | a \\| pipe in the title |" in lines
+    assert lines[lines.index("| `REG-X` | ❌ mask-not-served | ✅ 1 |") + 2].startswith(
+        "[^1]: skipped by a `[[test_skips]]` entry of the engine's [engine.toml](engines/torch_flash/engine.toml): T-1")
+    assert "Every column below is on **sm90**." in lines
+    assert "Configured, never run: torch-flash sm120." in lines and "sm120 |" not in text
+    assert "| torch-flash | sm90 | 3 | 5 | 5 | 0 | — |" in lines
+    assert "- io dtype: ✅ bf16; 🟡 fp16" in lines
+    assert "- `GATE-FP32` fp32 io dtype: waiting on fp32" in lines
     assert text.endswith("\n") and not text.endswith("\n\n\n")
     assert render(_matrix()) == text
+
+
+def test_the_checked_in_matrix_fits_in_120_columns():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "SUPPORT_MATRIX.md").read_text(encoding="utf-8")
+    wide = [line for line in text.splitlines() if display_width(line) > WIDTH]
+    assert not wide, wide[:3]
+    assert "## Where the claims come from" in text and "| engine | arch | torch | triton | cudnn | driver |" in text
 
 
 def _write_bundle(root, level, group, cases):
@@ -96,3 +142,10 @@ def test_feature_groups_from_the_manifest():
     assert not any(i.startswith("PRB-") for i in ids)
     assert len(ids) == len(set(ids))
     assert [g.id for g in gated] == [g.item for g in sdpa_bwd.GATED]
+
+
+def test_ranges_group_declined_values_by_reason():
+    from bundlegen.claims.matrix import Range, range_text
+
+    r = Range("mask", ("none",), ("causal",), (("mask-not-served", ("band", "window")), ("gqa-not-served", ("x",))))
+    assert range_text(r) == "- mask: ✅ none; 🟡 causal; ❌ mask-not-served: band, window; ❌ gqa-not-served: x"

@@ -1,0 +1,56 @@
+"""What the claims side needs to know about a bundle root's cases (read from the bundles,
+never the plan): which claim/regression cases trace to each item, each case's items, and
+each level's cases."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from bundlegen.graph import BundleError, load_bundle
+
+
+@dataclass(frozen=True)
+class BundleCases:
+    items: Mapping[str, frozenset[str]]          # item -> claim/regression case ids
+    case_items: Mapping[str, frozenset[str]]     # claim/regression case id -> its items
+    levels: tuple[tuple[str, frozenset[str]], ...]   # (level, every case id of that level's own bundles), lowest first
+    errors: tuple[str, ...] = ()                 # bundle errors met (the bad case is left out)
+
+    def level_of(self, case_id: str) -> str | None:
+        return next((name for name, ids in self.levels if case_id in ids), None)
+
+    def upto(self, level: str) -> frozenset[str]:
+        """Every case a run of `level` holds (the level includes every lower one)."""
+        out: set[str] = set()
+        for name, ids in self.levels:
+            out |= ids
+            if name == level:
+                break
+        return frozenset(out)
+
+
+def bundle_cases(bundle_root: Path | str, plan: str, level_order: Sequence[str]) -> BundleCases:
+    items: dict[str, set[str]] = defaultdict(set)
+    case_items: dict[str, frozenset[str]] = {}
+    levels: dict[str, set[str]] = defaultdict(set)
+    errors: list[str] = []
+    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
+        try:
+            bundle, bad = load_bundle(path)
+        except BundleError as exc:
+            errors.append(str(exc))
+            continue
+        errors.extend(str(e) for e in bad)
+        for case in bundle.cases:
+            levels[case.level or path.parent.parent.name].add(case.id)
+            if case.purpose == "probe":
+                continue
+            case_items[case.id] = frozenset(case.items)
+            for item in case.items:
+                items[item].add(case.id)
+    order = list(level_order) + sorted(set(levels) - set(level_order))
+    return BundleCases(items={i: frozenset(ids) for i, ids in items.items()}, case_items=case_items,
+                       levels=tuple((name, frozenset(levels.get(name, ()))) for name in order),
+                       errors=tuple(errors))

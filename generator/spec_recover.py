@@ -1,0 +1,118 @@
+"""A bundle graph back to a plan Spec (the inverse of expand.graph_of), so a case can be
+shrunk with the plan's own moves and printed in the plan's own syntax. Storage kinds,
+stats layout, mask and scale are matched by name in the plan's tables; what no name
+covers becomes a mutation (a stride, an attribute). The Spec is checked to build the
+same graph again, else SpecNotFound names the case and what differs."""
+from __future__ import annotations
+
+import dataclasses
+
+from bundlegen.graph import Graph, default_scale
+from bundlegen.generator import layouts
+from bundlegen.generator.expand import PORTS, graph_of
+from bundlegen.plans.records import Mutation, Plan, Shape, Spec, attr, stride
+
+DATA_PORTS = tuple(p for p in PORTS if p != "stats")
+
+
+class SpecNotFound(ValueError):
+    """The graph has no Spec in the plan's terms (one line, naming the case)."""
+
+
+def shape_of(graph: Graph) -> Shape:
+    g = graph
+    return Shape(g.B, g.H_q, g.H_k, g.H_v, g.S_q, g.S_kv, g.D_qk, g.D_v)
+
+
+def _placement(graph: Graph, port: str) -> tuple[tuple[int, ...], int]:
+    t = graph.tensors[port]
+    return tuple(t.strides), t.offset
+
+
+def _kinds_matching(graph: Graph, port: str) -> list[str]:
+    dims, want = graph.tensors[port].dims, _placement(graph, port)
+    return [k for k in layouts.PORT_KINDS if layouts.place(k, dims) == want]
+
+
+def _stride_fixes(graph: Graph, port: str, kind: str, case_id: str) -> list[Mutation]:
+    """Stride mutations that turn `kind`'s placement into the port's; the offsets must agree."""
+    strides, offset = layouts.place(kind, graph.tensors[port].dims)
+    have, have_offset = _placement(graph, port)
+    if offset != have_offset:
+        raise SpecNotFound(f"case {case_id}: port {port}: offset {have_offset} is no storage kind's "
+                           f"(the plan's kinds give {offset} for {kind!r})")
+    return [stride(port, axis, v) for axis, (v, w) in enumerate(zip(have, strides)) if v != w]
+
+
+def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?") -> Spec:
+    if graph.dtype not in plan.dtypes:
+        raise SpecNotFound(f"case {case_id}: dtype {graph.dtype!r} is not one of the plan's")
+    matching = {p: _kinds_matching(graph, p) for p in DATA_PORTS}
+    stats_strides = _placement(graph, "stats")
+
+    def stats_of(layout) -> str | None:
+        for name, kind in plan.stats_layouts.items():
+            strides, offset = layouts.place(kind, graph.tensors["stats"].dims)
+            if layout.stats_batch_broadcast:
+                strides = (0, *strides[1:])
+            if (tuple(strides), offset) == stats_strides:
+                return name
+        return None
+
+    def score(item):
+        _name, layout = item
+        return (sum(layout.ports[p] in matching[p] for p in DATA_PORTS) + (stats_of(layout) is not None))
+
+    best = max(plan.layouts.items(), key=score)      # max keeps the first of equals (declared order)
+    layout_name, layout = best
+    port_kinds, mutations = {}, []
+    for p in DATA_PORTS:
+        if layout.ports[p] in matching[p]:
+            continue
+        if matching[p]:
+            port_kinds[p] = matching[p][0]
+        else:
+            mutations += _stride_fixes(graph, p, layout.ports[p], case_id)
+    stats_name = stats_of(layout)
+    if stats_name is None:
+        stats_name = next(iter(plan.stats_layouts))
+        base = dataclasses.replace(Spec(shape_of(graph)), stats_layout=stats_name)
+        placed = graph_of(plan, dataclasses.replace(base, layout=layout_name)).tensors["stats"]
+        if placed.offset != graph.tensors["stats"].offset:
+            raise SpecNotFound(f"case {case_id}: port stats: offset {graph.tensors['stats'].offset} "
+                               "is no stats layout's")
+        mutations += [stride("stats", axis, v) for axis, (v, w)
+                      in enumerate(zip(graph.tensors["stats"].strides, placed.strides)) if v != w]
+    mask_name, attr_fixes = _mask(plan, graph)
+    scale_name, scale_fixes = _scale(plan, graph)
+    spec = Spec(shape_of(graph), dtype=graph.dtype, layout=layout_name, stats_layout=stats_name,
+                mask=mask_name, scale=scale_name, distribution=distribution, port_kinds=port_kinds,
+                mutations=tuple(mutations + attr_fixes + scale_fixes))
+    rebuilt = graph_of(plan, spec)
+    if rebuilt != graph:
+        differ = [p for p in graph.tensors if rebuilt.tensors.get(p) != graph.tensors[p]]
+        what = f"ports {', '.join(differ)}" if differ else "attributes"
+        raise SpecNotFound(f"case {case_id}: no Spec of plan {plan.name} builds this graph ({what} differ)")
+    return spec
+
+
+def _mask(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
+    a = graph.attributes
+    for name, m in plan.masks.items():
+        if (m.left_bound, m.right_bound, m.alignment) == (a.left_bound, a.right_bound, a.diagonal_alignment):
+            return name, []
+    name, m = next(iter(plan.masks.items()))
+    fixes = [attr(field, value) for field, value, base in (
+        ("diagonal_alignment", a.diagonal_alignment, m.alignment), ("left_bound", a.left_bound, m.left_bound),
+        ("right_bound", a.right_bound, m.right_bound)) if value != base]
+    return name, fixes
+
+
+def _scale(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
+    a = graph.attributes
+    fixes = [] if a.dropout_probability is None else [attr("dropout_probability", a.dropout_probability)]
+    for name, value in plan.scales.items():
+        if (default_scale(graph.D_qk) if value is None else float(value)) == a.attn_scale:
+            return name, fixes
+    default = next((n for n, v in plan.scales.items() if v is None), next(iter(plan.scales)))
+    return default, [attr("attn_scale", a.attn_scale)] + fixes
