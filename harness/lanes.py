@@ -30,8 +30,9 @@ from bundlegen.harness.config import EngineConfigError, SkipRow, _skip_row
 #: what a ticket looks like where a skip names one: PROJECT-123, owner/repo#123 or a URL
 TICKET_RE = re.compile(r"\b[A-Z][A-Z0-9_]*-\d+\b|\b[\w.-]+/[\w.-]+#\d+\b|https?://\S+")
 LANE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-#: keep entry -> what it keeps in the lane's out folder (run.json always goes with the results)
-KEEP = {"results": ("results.jsonl", "run.json"), "junit": ("junit.xml",), "report": ("report",)}
+#: keep entry -> what it keeps of the lane's out folder; run.json (what the run was) is always kept
+KEEP = {"results": "results.jsonl", "junit": "junit.xml", "report": "report"}
+ALWAYS_KEPT = "run.json"
 DEFAULT_KEEP = ("results", "junit")
 DEFAULT_RUNNER = "ubuntu-latest"
 LANE_KEYS = ("engine", "device", "devices", "arch", "level", "shards", "timeout", "keep", "runner",
@@ -69,7 +70,7 @@ class Lane:
 
     def kept(self) -> tuple[str, ...]:
         """The names under out_dir that CI keeps."""
-        return tuple(name for key in self.keep for name in KEEP[key])
+        return (ALWAYS_KEPT, *(KEEP[key] for key in self.keep))
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
                                 or not timeout > 0):
         raise LanesError(f"{where}.timeout: expected seconds > 0, got {timeout!r}")
     keep = body.get("keep", list(DEFAULT_KEEP))
-    if not isinstance(keep, list) or not all(k in KEEP for k in keep):
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k in KEEP for k in keep):
         raise LanesError(f"{where}.keep: expected a list of {', '.join(KEEP)}, got {keep!r}")
     from bundlegen.harness.run import DEVICE_RE, device_list
 

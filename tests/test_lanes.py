@@ -48,7 +48,7 @@ def test_the_repositorys_lanes_load_and_pass_the_check():
 
 def test_a_lane_takes_defaults():
     lane = load_lanes(REPO / "lanes.yaml").lane("cpu-quick")
-    assert lane.kept() == ("results.jsonl", "run.json", "junit.xml")
+    assert lane.kept() == ("run.json", "results.jsonl", "junit.xml")
     assert lane.out_dir() == Path("out/lanes/cpu-quick")
     assert lane.out_dir((2, 3)) == Path("out/lanes/cpu-quick/shard-2-of-3")
 
@@ -61,6 +61,7 @@ def test_a_lane_takes_defaults():
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, shards: true}}", "lanes.a.shards:"),
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, timeout: -1}}", "lanes.a.timeout: expected seconds"),
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, keep: [logs]}}", "lanes.a.keep: expected a list"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, keep: [{x: 1}]}}", "lanes.a.keep: expected a list"),
     ("lanes: {a: {engine: 7, device: cpu, level: quick}}", "lanes.a.engine: expected a non-empty string"),
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, runner: []}}", "lanes.a.runner:"),
     ("lanes: {A_b: {engine: torch-math, device: cpu, level: quick}}", "lanes.A_b: a lane name"),
@@ -160,7 +161,7 @@ def test_the_workflow_parses_back_with_a_matrix_over_lanes_and_shards(tmp_path, 
     assert by[("cpu-quick", 1)]["runner"] == "ubuntu-latest"
     assert by[("cpu-quick", 1)]["torch_index"].endswith("/whl/cpu") and by[("h200-full", 1)]["torch_index"] == ""
     assert by[("cpu-quick", 1)]["artifacts"].split("\n") == [
-        "out/lanes/cpu-quick/shard-1-of-1/results.jsonl", "out/lanes/cpu-quick/shard-1-of-1/run.json",
+        "out/lanes/cpu-quick/shard-1-of-1/run.json", "out/lanes/cpu-quick/shard-1-of-1/results.jsonl",
         "out/lanes/cpu-quick/shard-1-of-1/junit.xml"]
     assert by[("h200-full", 2)]["artifacts"].split("\n")[-1] == "out/lanes/h200-full/shard-2-of-4/report"
     assert by[("h200-full", 2)]["report"] is True and by[("cpu-quick", 1)]["report"] is False
