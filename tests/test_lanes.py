@@ -198,6 +198,11 @@ def lane_bundles(tmp_path, monkeypatch):
             timeout: 120
             skips:
               - {filters: {item: "AX-2"}, reason: "PROJ-9: skipped by the lane"}
+          pair:
+            engine: torch-math
+            device: cpu
+            devices: cpu,cpu
+            level: quick
         """)
     monkeypatch.chdir(tmp_path)
     return cases
@@ -227,6 +232,15 @@ def test_run_lane_shards_and_flags_override(tmp_path, lane_bundles):
     assert sorted(seen) == sorted(c.id for c in lane_bundles)
     assert run_lane(tmp_path, "--level", "pr", "--out", str(tmp_path / "o")) == V.EXIT_OK
     assert S.case_of(9).id in {r["case_id"] for r in read_results(tmp_path / "o")}
+
+
+def test_a_lane_with_devices_runs_one_worker_per_device(tmp_path, lane_bundles):
+    assert main(["run", "--lane", "pair", "--lanes-file", str(tmp_path / "lanes.yaml"),
+                 "--bundles", str(tmp_path / "bundles"), "--quiet"]) == V.EXIT_OK
+    out = tmp_path / "out" / "lanes" / "pair"
+    times = read_run_times(out)
+    assert times.device == "cpu,cpu" and [d["device"] for d in times.per_device] == ["cpu", "cpu"]
+    assert sum(d["cases"] for d in times.per_device) == len(read_results(out)) == len(lane_bundles)
 
 
 def test_run_lane_errors_are_usage_errors(tmp_path, lane_bundles, capsys):
