@@ -115,3 +115,22 @@ def test_a_kernel_project_runs_harvests_and_renders_its_matrix_in_its_own_worksp
     assert "my-engine" in matrix
     assert _bundlegen(["matrix", "--check"], cwd=tmp_path)
     assert _tree_state() == before
+
+
+def test_a_kernel_project_generates_and_runs_its_own_plan(tmp_path):
+    before = _tree_state()
+    (tmp_path / W.CONFIG_NAME).write_text('plans = ["my_plan"]\nbundles = "my-bundles"\n')
+    (tmp_path / "my_plan.py").write_text(
+        "import dataclasses\n"
+        "from bundlegen.plans.sdpa_bwd import PLAN as BUILTIN\n"
+        "PLAN = dataclasses.replace(BUILTIN, name='my_plan')\n")
+    out = _bundlegen(["generate"], cwd=tmp_path)
+    assert "my_plan" in out
+    assert (tmp_path / "my-bundles" / "my_plan.manifest.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "my-bundles" / "quick" / "my_plan").glob("*.json"))
+    assert "match the plan" in _bundlegen(["generate", "--check"], cwd=tmp_path)
+    _bundlegen(["run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "--quiet",
+                "-k", "AX-DTYPE-FP16 and AX-MASK-NONE", "--out", "out/q"], cwd=tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "out/q/results.jsonl").read_text().splitlines()]
+    assert records and all(r["verdict"] == "pass" and r["file"].startswith("quick/my_plan/") for r in records)
+    assert _tree_state() == before
