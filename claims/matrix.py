@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bundlegen.manifest import Manifest
+from bundlegen.manifest import Item, Manifest
 from bundlegen.reasons import code_of
 from bundlegen.workspace import Workspace, builtin_engine_dir, check_engine_name, package_root
 from bundlegen.claims.cases import BundleCases, bundle_cases
@@ -48,10 +48,8 @@ CAUSE_TEXT = {
 }
 
 
-@dataclass(frozen=True)
-class Feature:
-    id: str
-    title: str
+#: a row of the matrix: a plan item (its id and title, as the manifest gives them)
+Feature = Item
 
 
 @dataclass(frozen=True)
@@ -347,7 +345,7 @@ def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[GatedFe
     sections (shape catalog, regressions); and the gated items (declared, not written)."""
     groups = [FeatureGroup(axis.title, tuple(Feature(item, v) for item, v in zip(axis.items, axis.values)), True)
               for axis in manifest.axes]
-    groups += [FeatureGroup(s.title, tuple(Feature(i.id, i.title) for i in s.items)) for s in manifest.sections]
+    groups += [FeatureGroup(s.title, s.items) for s in manifest.sections]
     gated = [GatedFeature(g.item, g.title, g.gate) for g in manifest.gates]
     return groups, gated
 
