@@ -263,9 +263,9 @@ class CaseExecutor:
     def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
                  manifest: Manifest | None = None, repeat: int | None = None,
                  timeout_s: float | None = None, isolation: bool = True, run_id: str | None = None,
-                 wait: bool = True):
+                 wait: bool = True, cpu_threads: int | None = None):
         """`manifest`: the bundle manifest of the cases to run (default: the config's, else
-        the default bundle root's)."""
+        the default bundle root's). `cpu_threads`: the worker's CPU threads (default: torch's)."""
         from bundlegen.engines.registry import registered_name
         from bundlegen.harness import worker
         from bundlegen.workspace import engine_config_dir
@@ -281,7 +281,7 @@ class CaseExecutor:
         self.manifest: Manifest = self.config.manifest
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
-                                 repeat=repeat, timeout_s=timeout_s)
+                                 repeat=repeat, timeout_s=timeout_s, cpu_threads=cpu_threads)
         # wait=False: the worker starts in the background (see wait_ready)
         self.runner = worker.IsolatedRunner(spec, wait=wait) if isolation else worker.InProcessRunner(spec)
 
@@ -429,7 +429,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             executors.append(CaseExecutor(
                 engine, dev, config=config, manifest=manifest, repeat=repeat, isolation=isolation,
                 timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
-                run_id=executors[0].run_id if executors else None))
+                run_id=executors[0].run_id if executors else None,
+                cpu_threads=_cpu_share(len(devices))))
     except BaseException:
         _close_all(executors)
         raise
@@ -641,6 +642,15 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
         raise
     if errors:
         raise errors[0]
+
+
+def _cpu_share(workers: int) -> int | None:
+    """Each worker's share of this host's cores when several run side by side, else None."""
+    import os
+
+    if workers < 2:
+        return None
+    return max(1, (os.cpu_count() or 1) // workers)
 
 
 def _selection_text(pattern: str | Sequence[str] | None, shard: tuple[int, int] | None) -> str:

@@ -45,6 +45,7 @@ class WorkerSpec:
     config: EngineConfig
     repeat: int | None = None
     timeout_s: float | None = None   # per case; None: no limit (in-process ignores it)
+    cpu_threads: int | None = None   # the worker's CPU threads (several workers share the host's cores)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -95,6 +96,16 @@ def _driver_version() -> str | None:
     return lines[0] if out.returncode == 0 and lines else None
 
 
+def worker_environment(spec: WorkerSpec) -> dict[str, str]:
+    """The worker's environment: this one, with its CPU thread count when the spec sets one
+    (OpenMP reads it at start; workers that oversubscribe the cores spin against each other:
+    two CPU workers on two cores ran the float64 oracle 30x slower)."""
+    env = dict(os.environ)
+    if spec.cpu_threads is not None:
+        env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
+    return env
+
+
 def build_engine(spec: WorkerSpec):
     """The engine, warmed up (Engine.warm_up) so that case 1 is not billed for start-up."""
     engine = construct_engine(spec)
@@ -104,6 +115,10 @@ def build_engine(spec: WorkerSpec):
 
 def construct_engine(spec: WorkerSpec):
     from bundlegen.engines.registry import engine_class
+
+    if spec.cpu_threads is not None:
+        import torch
+        torch.set_num_threads(spec.cpu_threads)
 
     check_device(spec.device)
     return engine_class(spec.engine)(spec.device)
@@ -201,7 +216,8 @@ class IsolatedRunner:
             # its own process group: a timeout ends the engine's helper processes with it
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "bundlegen.harness.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+                env=worker_environment(self.spec))
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())

@@ -3,6 +3,7 @@ first, one results.jsonl / junit.xml / run.json. Tested with two CPU workers
 (`cpu,cpu`); the same code drives `cuda:0,cuda:1`."""
 from __future__ import annotations
 
+import os
 import time
 import xml.etree.ElementTree as ET
 
@@ -150,3 +151,26 @@ def test_ctrl_c_with_two_workers_ends_cleanly_and_resumes(tmp_path):
     assert len({r["case_id"] for r in recorded}) == len(recorded)
     assert main([*args, "--resume"]) == V.EXIT_OK
     assert len(read_results(out)) == 30
+
+
+class ReportsItsThreads(S.TorchMathEngine):
+    name = "reports-its-threads"
+
+    def warm_up(self):
+        pass
+
+    def run(self, graph, tensors):
+        import torch
+        raise RuntimeError(f"threads={torch.get_num_threads()} omp={os.environ.get('OMP_NUM_THREADS')}")
+
+
+def test_workers_side_by_side_share_the_cores(tmp_path):
+    """Two workers on one host each get half the cores (oversubscribed OpenMP threads spin
+    against each other: the float64 oracle ran 30x slower)."""
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 5)])
+    summary = run_level("quick", S.engine_ref(ReportsItsThreads), devices=["cpu", "cpu"],
+                        bundles=tmp_path / "bundles", out=tmp_path / "out", config=S.LOOSE, repeat=1)
+    share = max(1, (os.cpu_count() or 1) // 2)
+    details = {r["detail"].split(" raised RuntimeError: ")[1].split(" at ")[0]
+               for r in read_results(summary.results_path)}
+    assert details == {f"threads={share} omp={share}"}
