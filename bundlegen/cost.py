@@ -80,3 +80,11 @@ def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoeff
         return Cost(flops=0, bytes=0, predicted_s=model[device_class].probe_s)
     return Cost(flops=t.engine_flops + t.oracle_flops, bytes=t.io_bytes + t.oracle_bytes,
                 predicted_s=round(seconds(t, model[device_class]), 6))
+
+
+def size_text(n: int) -> str:
+    """Bytes for people: 16 MiB, 1.4 GiB, 512 B."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bundlegen.manifest import Item, Manifest
+from bundlegen.manifest import Gate, Item, Manifest
 from bundlegen.reasons import code_of
 from bundlegen.workspace import Workspace, builtin_engine_dir, check_engine_name, package_root
 from bundlegen.claims.cases import BundleCases, bundle_cases
@@ -57,13 +57,6 @@ class FeatureGroup:
     title: str
     features: tuple[Feature, ...]
     axis: bool = False              # an axis: rows show the value, the items are AX-<AXIS>-<VALUE>
-
-
-@dataclass(frozen=True)
-class GatedFeature:
-    id: str
-    title: str
-    gate: str
 
 
 @dataclass(frozen=True)
@@ -156,7 +149,7 @@ class Matrix:
     columns: tuple[Column, ...]
     sections: tuple[Section, ...]
     summaries: tuple[ColumnSummary, ...]
-    gated: tuple[GatedFeature, ...] = ()
+    gated: tuple[Gate, ...] = ()
     plan: str = ""
     not_run: tuple[Column, ...] = ()
     notes: tuple[Note, ...] = ()
@@ -232,7 +225,7 @@ def _note_text(cause: Cause, engine_toml: str | None) -> str:
 
 
 def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: Iterable[Column],
-                 claim_sets: Mapping[str, ClaimSet], gated: Iterable[GatedFeature] = (), plan: str = "",
+                 claim_sets: Mapping[str, ClaimSet], gated: Iterable[Gate] = (), plan: str = "",
                  engine_tomls: Mapping[str, str] | None = None) -> Matrix:
     """`columns`: every configured (engine, arch); those never run are listed apart.
     `engine_tomls`: engine -> link to its engine.toml from the matrix (skip notes link it)."""
@@ -340,13 +333,13 @@ def render(matrix: Matrix, template_dir: Path = TEMPLATE_DIR) -> str:
 
 
 # ----------------------------------------------------------------------------- inputs
-def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[GatedFeature]]:
+def feature_groups(manifest: Manifest) -> tuple[list[FeatureGroup], list[Gate]]:
     """The manifest's feature rows: one group per axis (an AX- item per value), then its
     sections (shape catalog, regressions); and the gated items (declared, not written)."""
     groups = [FeatureGroup(axis.title, tuple(Feature(item, v) for item, v in zip(axis.items, axis.values)), True)
               for axis in manifest.axes]
     groups += [FeatureGroup(s.title, s.items) for s in manifest.sections]
-    gated = [GatedFeature(g.item, g.title, g.gate) for g in manifest.gates]
+    gated = list(manifest.gates)
     return groups, gated
 
 
@@ -420,6 +413,6 @@ def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets:
     return render(matrix), list(cases.errors)
 
 
-__all__ = ["Cell", "Column", "Feature", "FeatureGroup", "GatedFeature", "Matrix", "ClaimsError",
+__all__ = ["Cell", "Column", "Feature", "FeatureGroup", "Gate", "Matrix", "ClaimsError",
            "build_matrix", "cell_for", "default_columns", "feature_cases", "feature_groups",
            "feature_reason", "render", "support_matrix_text", "workspace_engines"]

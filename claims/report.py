@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 import matplotlib
 
 from bundlegen.harness import verdicts as V
-from bundlegen.manifest import Manifest
+from bundlegen.manifest import AxisItems, Manifest
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
@@ -35,13 +35,6 @@ OUTPUTS = ("dq", "dk", "dv")
 PASS = V.PASS
 REQUIRED = ("engine", "arch", "case_id", "verdict")
 LABEL_PT = 9            # the smallest text in a plot
-
-
-@dataclass(frozen=True)
-class AxisValues:
-    name: str
-    items: tuple[str, ...]      # AX- item per value, in the plan's order
-    values: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -65,9 +58,9 @@ class Plot:
     wide: bool = False          # keeps its width on a narrow screen (scrolls in its box)
 
 
-def core_axes(manifest: Manifest) -> list[AxisValues]:
+def core_axes(manifest: Manifest) -> list[AxisItems]:
     """The manifest's core axes with their AX- items."""
-    return [AxisValues(a.name, a.items, a.values) for a in manifest.axes if a.core]
+    return [a for a in manifest.axes if a.core]
 
 
 def repro_command(case_id: str, engine: str, device: str) -> str:
@@ -163,7 +156,7 @@ def plot_margins(records: Sequence[Mapping], min_margin: float) -> Plot | None:
     return Plot("Margin distribution per engine", "margin distribution per engine and output", _png(fig))
 
 
-def pair_counts(records: Iterable[Mapping], axes: Sequence[AxisValues]) -> tuple[list[str], list[list[int]]]:
+def pair_counts(records: Iterable[Mapping], axes: Sequence[AxisItems]) -> tuple[list[str], list[list[int]]]:
     """Item labels (core-axis values, axis by axis) and counts[i][j] of distinct passing
     cases holding both items; -1 where i and j belong to the same axis."""
     items = [i for a in axes for i in a.items]
@@ -183,7 +176,7 @@ def pair_counts(records: Iterable[Mapping], axes: Sequence[AxisValues]) -> tuple
     return labels, counts
 
 
-def plot_pairs(records: Sequence[Mapping], axes: Sequence[AxisValues], engine: str) -> Plot | None:
+def plot_pairs(records: Sequence[Mapping], axes: Sequence[AxisItems], engine: str) -> Plot | None:
     if not axes:
         return None
     labels, counts = pair_counts(records, axes)
@@ -264,7 +257,7 @@ def margin_quantiles(records: Sequence[Mapping]) -> list[tuple[str, str, int, fl
 
 # ----------------------------------------------------------------------------- report
 def report_html(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], min_margin: float,
-                axes: Sequence[AxisValues], template_dir: Path = TEMPLATE_DIR) -> str:
+                axes: Sequence[AxisItems], template_dir: Path = TEMPLATE_DIR) -> str:
     import jinja2
 
     records = [r for run in runs for r in run if all(isinstance(r.get(k), str) for k in REQUIRED)]
@@ -282,7 +275,7 @@ def report_html(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], min_m
 
 
 def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out: Path | str,
-                 min_margin: float, axes: Sequence[AxisValues]) -> Path:
+                 min_margin: float, axes: Sequence[AxisItems]) -> Path:
     """Write the report: `out` itself when it ends in .html, else out/index.html."""
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bundlegen.cost import size_text
 from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
 
@@ -21,13 +22,6 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
         return "  ".join(str(c).rjust(w) if _numeric(c) else str(c).ljust(w)
                          for c, w in zip(row, widths)).rstrip()
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
 
 
 def render(g: GeneratedPlan) -> str:
@@ -55,7 +49,7 @@ def render(g: GeneratedPlan) -> str:
                      purposes["regression"], purposes["probe"], f"{seconds:.1f}", f"{cumulative:.1f}",
                      f"{cumulative + start:.1f}",
                      f"{usable:.1f} of {level.budget_seconds:g}", status,
-                     f"{level.per_case_seconds:g} s / {_size(level.per_case_bytes)}",
+                     f"{level.per_case_seconds:g} s / {size_text(level.per_case_bytes)}",
                      f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"])
     out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s", "run s",
                    "budget s (usable)", "status", "ceiling/case", "coverage"], rows)

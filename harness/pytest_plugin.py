@@ -27,7 +27,6 @@ _WRITER = pytest.StashKey()
 PURPOSE_MARKERS = {"claim": "a bundle case whose pass may become a support claim",
                    "probe": "a bundle case that some layer must reject",
                    "regression": "a bundle case pinning a known defect class"}
-DEVICE_TYPES = ("cpu", "cuda")
 #: the case id of a BundleError about a whole file (unreadable, bad header)
 FILE_WIDE = "-"
 
@@ -97,20 +96,18 @@ def _check_engine(engine: str) -> None:
 
 
 def _check_device(device: str | None) -> None:
+    """The same rules as `bundlegen run --device`: the name, then this machine has it."""
     if device is None:
         return
-    import torch
+    from bundlegen.harness.run import DEVICE_RE
+    from bundlegen.harness.worker import DeviceUnavailable, check_device
 
-    try:
-        parsed = torch.device(device)
-    except RuntimeError as exc:
-        raise pytest.UsageError(f"--bundlegen-device: {exc}") from None
-    if parsed.type not in DEVICE_TYPES:
+    if not DEVICE_RE.fullmatch(device):
         raise pytest.UsageError(f"--bundlegen-device: {device!r}: expected cpu, cuda or cuda:N")
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (parsed.index or 0) >= count:
-            raise pytest.UsageError(f"--bundlegen-device: {device!r}: this machine has {count} CUDA device(s)")
+    try:
+        check_device(device)
+    except DeviceUnavailable as exc:
+        raise pytest.UsageError(f"--bundlegen-device: {exc}") from None
 
 
 class NothingTestedGuard:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
-from bundlegen.cost import predict, terms
+from bundlegen.cost import predict, size_text, terms
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.manifest import Manifest, manifest_path
 from bundlegen.reasons import code_of
@@ -73,15 +73,8 @@ def memory_ceiling_breach(case: Case, manifest: Manifest) -> str | None:
     need = t.io_bytes + t.oracle_bytes
     if need <= level.per_case_bytes:
         return None
-    return (f"{V.TOO_LARGE}: needs {_size(need)} at its peak, the {level.name} level allows "
-            f"{_size(level.per_case_bytes)} per case")
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    return (f"{V.TOO_LARGE}: needs {size_text(need)} at its peak, the {level.name} level allows "
+            f"{size_text(level.per_case_bytes)} per case")
 
 
 def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None) -> float | None:

@@ -53,16 +53,18 @@ class DeviceUnavailable(RuntimeError):
 
 
 def check_device(device: str) -> None:
+    """DeviceUnavailable (its message names the device, not the option) when this machine
+    lacks `device`."""
     import torch
 
     kind = torch.device(device)
     if kind.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise DeviceUnavailable(f"--device {device}: no GPU is visible to torch "
-                                    f"(torch {torch.__version__}); use --device cpu")
+            raise DeviceUnavailable(f"{device}: no GPU is visible to torch "
+                                    f"(torch {torch.__version__}); use cpu")
         if kind.index is not None and kind.index >= count:
-            raise DeviceUnavailable(f"--device {device}: only {count} GPU(s) are visible")
+            raise DeviceUnavailable(f"{device}: only {count} GPU(s) are visible")
 
 
 def software_versions(device) -> dict[str, str]:
@@ -357,7 +359,7 @@ def _worker_main(fd: int) -> None:
         sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
         engine = construct_engine(spec)
     except BaseException as exc:
-        summary = str(exc) if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
+        summary = f"--device {exc}" if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
         conn.send(("error", (summary, traceback.format_exc())))
         return
     conn.send(("built", None))

@@ -7,11 +7,12 @@ import gzip
 import json
 
 from bundlegen.claims import report_command
-from bundlegen.claims.report import (AxisValues, core_axes, cost_points, failing_cases, pair_counts, repro_command,
+from bundlegen.manifest import AxisItems
+from bundlegen.claims.report import (core_axes, cost_points, failing_cases, pair_counts, repro_command,
                                      worst_output, write_report)
 
-AXES = [AxisValues("dtype", ("AX-DTYPE-BF16", "AX-DTYPE-FP16"), ("bf16", "fp16")),
-        AxisValues("mask", ("AX-MASK-NONE", "AX-MASK-CAUSAL"), ("none", "causal"))]
+AXES = [AxisItems("dtype", "io dtype", True, "bf16", ("bf16", "fp16"), ("AX-DTYPE-BF16", "AX-DTYPE-FP16")),
+        AxisItems("mask", "mask kind", True, "none", ("none", "causal"), ("AX-MASK-NONE", "AX-MASK-CAUSAL"))]
 
 
 def rec(case, engine="triton", verdict="pass", items=("AX-DTYPE-BF16", "AX-MASK-NONE"), margin=4.0, **extra):

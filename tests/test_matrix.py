@@ -7,7 +7,7 @@ import pytest
 from bundlegen.graph import Bundle, Rejection, canonical_json
 from bundlegen.claims.cases import BundleCases
 from bundlegen.claims.matrix import (DECLINED, IN_NO_RUN, NOT_RUN, NO_CASES, PARTIAL, SUPPORTED, WIDTH, Column,
-                                     Feature, FeatureGroup, GatedFeature, build_matrix, cell_for, display_width,
+                                     Feature, FeatureGroup, Gate, build_matrix, cell_for, display_width,
                                      feature_cases, feature_groups, feature_reason, render)
 from bundlegen.claims.store import ClaimSet
 from tests.graph_factory import make_case, make_graph
@@ -73,7 +73,7 @@ def _matrix():
     columns = [SM90, Column("torch-flash", "sm120"), Column("triton", "sm90")]
     triton = ClaimSet("triton", claims={"sm90": frozenset({"a", "b", "c", "s", "f"})})
     return build_matrix(groups, cases, columns, {"torch-flash": FLASH, "triton": triton},
-                        gated=[GatedFeature("GATE-FP32", "fp32 io dtype", "waiting on fp32")],
+                        gated=[Gate("GATE-FP32", "fp32 io dtype", "waiting on fp32", 20)],
                         engine_tomls={"torch-flash": "engines/torch_flash/engine.toml"})
 
 
@@ -141,7 +141,7 @@ def test_feature_groups_from_the_manifest():
     assert "REG-HV-LT-HK" in ids and "SHP-S1" in ids
     assert not any(i.startswith("PRB-") for i in ids)
     assert len(ids) == len(set(ids))
-    assert [g.id for g in gated] == [g.item for g in sdpa_bwd.GATED]
+    assert [g.item for g in gated] == [g.item for g in sdpa_bwd.GATED]
 
 
 def test_ranges_group_declined_values_by_reason():
