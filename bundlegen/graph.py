@@ -7,6 +7,7 @@ names the file, the case id and the field at fault.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,13 +19,18 @@ from typing import Any, Mapping
 from bundlegen import reasons
 
 INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
+#: the index tensors of a ragged graph, handed to engines beside the ports (int32, [B+1],
+#: on the engine's device): the only place an engine may read the sequence offsets from
+OFFSET_PORTS = ("cu_seqlens_q", "cu_seqlens_kv")
 OUTPUT_PORTS = ("dq", "dk", "dv")
 PORTS = INPUT_PORTS + OUTPUT_PORTS
 DTYPES = ("bf16", "fp16", "fp32")
 ALIGNMENTS = ("TOP_LEFT", "BOTTOM_RIGHT")
 PURPOSES = ("claim", "probe", "regression")
 DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
-REJECTION_LAYERS = ("frontend", "engine")
+#: who must stop a probe: bundlegen's frontend, the engine's is_applicable, or (bad ragged
+#: offsets no host code sees) the engine's device code, judged by what it touches
+REJECTION_LAYERS = ("frontend", "engine", "device")
 BUNDLE_VERSION = 1
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -81,13 +87,62 @@ class Attributes:
 
 
 @dataclass(frozen=True)
+class Ragged:
+    """A packed variable-length batch (DESIGN section 10). Sequence b holds query tokens
+    [cu_seqlens_q[b], cu_seqlens_q[b+1]) and key tokens [cu_seqlens_kv[b], cu_seqlens_kv[b+1])
+    of the token-major ports ([T, H, D]). max_seqlen_q / max_seqlen_kv bound every
+    sequence's length (engines size their grids by them; a longer sequence makes the graph
+    invalid, a bound above the longest length is valid). Tokens before cu_seqlens[0] and
+    from cu_seqlens[B] on belong to no sequence: nothing is read for them and their output
+    rows are never written.
+
+    The offsets are device data: an engine gets the graph as launched (`Graph.as_launched`),
+    whose offsets are None, and reads them from the `cu_seqlens_*` tensors, as a real launch
+    path does (a host check of them would need a device-to-host copy)."""
+    cu_seqlens_q: tuple[int, ...] | None
+    cu_seqlens_kv: tuple[int, ...] | None
+    max_seqlen_q: int
+    max_seqlen_kv: int
+    batch: int
+
+    @staticmethod
+    def of(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q: int | None = None,
+           max_seqlen_kv: int | None = None) -> "Ragged":
+        """From offsets; a max_seqlen left out is the longest length (0 when none is positive)."""
+        cq, ck = tuple(cu_seqlens_q), tuple(cu_seqlens_kv)
+        longest = lambda cu: max([0, *(b - a for a, b in zip(cu, cu[1:]))])
+        return Ragged(cu_seqlens_q=cq, cu_seqlens_kv=ck,
+                      max_seqlen_q=longest(cq) if max_seqlen_q is None else max_seqlen_q,
+                      max_seqlen_kv=longest(ck) if max_seqlen_kv is None else max_seqlen_kv,
+                      batch=len(cq) - 1)
+
+    @property
+    def lengths_q(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.cu_seqlens_q, self.cu_seqlens_q[1:]))
+
+    @property
+    def lengths_kv(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.cu_seqlens_kv, self.cu_seqlens_kv[1:]))
+
+    def to_json(self) -> dict:
+        return {"cu_seqlens_q": None if self.cu_seqlens_q is None else list(self.cu_seqlens_q),
+                "cu_seqlens_kv": None if self.cu_seqlens_kv is None else list(self.cu_seqlens_kv),
+                "max_seqlen_q": self.max_seqlen_q, "max_seqlen_kv": self.max_seqlen_kv}
+
+
+@dataclass(frozen=True)
 class Graph:
     tensors: Mapping[str, TensorSpec]
     attributes: Attributes
+    #: set for a packed variable-length batch: every port is token-major, [T, H, D]
+    #: (stats [T_q, H_q, 1]); None for the padded [B, H, S, D] graph
+    ragged: Ragged | None = None
 
-    # Problem sizes, read from q, k and v (validation checks the others agree).
+    # Problem sizes, read from q, k and v (validation checks the others agree). A ragged
+    # graph's S_q and S_kv are its max_seqlen bounds.
     @property
-    def B(self) -> int: return self.tensors["q"].dims[0]
+    def B(self) -> int:
+        return self.ragged.batch if self.ragged else self.tensors["q"].dims[0]
     @property
     def H_q(self) -> int: return self.tensors["q"].dims[1]
     @property
@@ -95,19 +150,39 @@ class Graph:
     @property
     def H_v(self) -> int: return self.tensors["v"].dims[1]
     @property
-    def S_q(self) -> int: return self.tensors["q"].dims[2]
+    def S_q(self) -> int:
+        return self.ragged.max_seqlen_q if self.ragged else self.tensors["q"].dims[2]
     @property
-    def S_kv(self) -> int: return self.tensors["k"].dims[2]
+    def S_kv(self) -> int:
+        return self.ragged.max_seqlen_kv if self.ragged else self.tensors["k"].dims[2]
     @property
-    def D_qk(self) -> int: return self.tensors["q"].dims[3]
+    def D_qk(self) -> int: return self.tensors["q"].dims[-1]
     @property
-    def D_v(self) -> int: return self.tensors["v"].dims[3]
+    def D_v(self) -> int: return self.tensors["v"].dims[-1]
     @property
     def dtype(self) -> str: return self.tensors["q"].dtype
+    @property
+    def T_q(self) -> int:
+        """Query tokens in storage (a ragged graph's q rows)."""
+        return self.tensors["q"].dims[0]
+    @property
+    def T_kv(self) -> int:
+        return self.tensors["k"].dims[0]
+
+    def as_launched(self) -> "Graph":
+        """The graph an engine is handed: a ragged graph's offsets removed (they reach the
+        engine only as device tensors); a padded graph unchanged."""
+        if self.ragged is None or self.ragged.cu_seqlens_q is None:
+            return self
+        hidden = dataclasses.replace(self.ragged, cu_seqlens_q=None, cu_seqlens_kv=None)
+        return dataclasses.replace(self, ragged=hidden)
 
     def to_json(self) -> dict:
-        return {"tensors": {p: self.tensors[p].to_json() for p in sorted(self.tensors)},
-                "attributes": self.attributes.to_json()}
+        out = {"tensors": {p: self.tensors[p].to_json() for p in sorted(self.tensors)},
+               "attributes": self.attributes.to_json()}
+        if self.ragged is not None:   # left out when absent: padded graphs keep their ids
+            out["ragged"] = self.ragged.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -236,7 +311,16 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
         dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True))
-    return Graph(tensors=tensors, attributes=attrs)
+    ragged = None
+    rag = r.get(raw, "ragged", dict, where, optional=True)
+    if rag is not None:
+        rw = f"{where}.ragged"
+        cq, ck = r.int_list(rag, "cu_seqlens_q", rw), r.int_list(rag, "cu_seqlens_kv", rw)
+        ragged = Ragged(cu_seqlens_q=cq, cu_seqlens_kv=ck,
+                        max_seqlen_q=r.get(rag, "max_seqlen_q", int, rw),
+                        max_seqlen_kv=r.get(rag, "max_seqlen_kv", int, rw),
+                        batch=len(cq) - 1)
+    return Graph(tensors=tensors, attributes=attrs, ragged=ragged)
 
 
 def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Case:
@@ -267,7 +351,8 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
         if by not in REJECTION_LAYERS:
             raise r.fail("expected_rejection.by", f"unknown layer {by!r}")
         reason = r.get(rej_raw, "reason", str, "expected_rejection")
-        known = reasons.FRONTEND if by == "frontend" else reasons.ENGINE
+        known = {"frontend": reasons.FRONTEND, "engine": reasons.ENGINE,
+                 "device": reasons.DEVICE}[by]
         if reason not in known:
             raise r.fail("expected_rejection.reason", f"{reason!r} is not a {by} reason code")
         rejection = Rejection(by=by, reason=reason)
@@ -401,3 +486,48 @@ def dense_graph(B: int = 1, H_q: int = 2, H_k: int | None = None, H_v: int | Non
                        diagonal_alignment=alignment, left_bound=left, right_bound=right,
                        dropout_probability=dropout)
     return Graph(tensors=tensors, attributes=attrs)
+
+
+#: Token-major storage orders of a ragged graph's [T, H, D] ports, outermost first:
+#: "thd" token by token (FlashAttention's varlen layout), "htd" head by head.
+RAGGED_LAYOUT_ORDERS = {"thd": (0, 1, 2), "htd": (1, 0, 2)}
+#: a ragged graph's stats [T_q, H_q, 1] head by head: FlashAttention's [H, total_q] LSE
+RAGGED_STATS_ORDER = (1, 0, 2)
+
+
+def ragged_port_dims(T_q: int, T_kv: int, H_q: int, H_k: int, H_v: int, D_qk: int,
+                     D_v: int) -> dict[str, tuple[int, int, int]]:
+    """The logical dims of every port of a ragged graph (DESIGN section 10)."""
+    return {"q": (T_q, H_q, D_qk), "k": (T_kv, H_k, D_qk), "v": (T_kv, H_v, D_v),
+            "o": (T_q, H_q, D_v), "do": (T_q, H_q, D_v), "stats": (T_q, H_q, 1),
+            "dq": (T_q, H_q, D_qk), "dk": (T_kv, H_k, D_qk), "dv": (T_kv, H_v, D_v)}
+
+
+def ragged_graph(cu_seqlens_q, cu_seqlens_kv=None, *, H_q: int = 2, H_k: int | None = None,
+                 H_v: int | None = None, D_qk: int = 16, D_v: int | None = None,
+                 dtype: str = "fp16", layout: str = "thd", scale: float | None = None,
+                 alignment: str = "TOP_LEFT", left: int | None = None, right: int | None = None,
+                 max_seqlen_q: int | None = None, max_seqlen_kv: int | None = None,
+                 T_q: int | None = None, T_kv: int | None = None,
+                 strides: Mapping[str, tuple[int, ...]] | None = None,
+                 offsets: Mapping[str, int] | None = None) -> Graph:
+    """A ragged graph from its offsets: every port packed in `layout` (stats head by head,
+    fp32); T_q / T_kv default to the last offset, cu_seqlens_kv to cu_seqlens_q, the
+    max_seqlens to the longest lengths. `strides` and `offsets` override any port's."""
+    cu_seqlens_kv = cu_seqlens_q if cu_seqlens_kv is None else cu_seqlens_kv
+    H_k = H_q if H_k is None else H_k
+    H_v = H_k if H_v is None else H_v
+    D_v = D_qk if D_v is None else D_v
+    T_q = cu_seqlens_q[-1] if T_q is None else T_q
+    T_kv = cu_seqlens_kv[-1] if T_kv is None else T_kv
+    strides, offsets = dict(strides or {}), dict(offsets or {})
+    tensors = {}
+    for port, d in ragged_port_dims(T_q, T_kv, H_q, H_k, H_v, D_qk, D_v).items():
+        order = RAGGED_STATS_ORDER if port == "stats" else RAGGED_LAYOUT_ORDERS[layout]
+        tensors[port] = TensorSpec(dims=d, strides=tuple(strides.get(port, packed_strides(d, order))),
+                                   dtype="fp32" if port == "stats" else dtype,
+                                   offset=offsets.get(port, 0))
+    attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
+                       diagonal_alignment=alignment, left_bound=left, right_bound=right)
+    return Graph(tensors=tensors, attributes=attrs,
+                 ragged=Ragged.of(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv))

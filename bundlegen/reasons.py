@@ -26,13 +26,30 @@ BAD_ALIGNMENT = "bad-alignment"
 SCALE_NONPOSITIVE = "scale-nonpositive"
 SCALE_NONFINITE = "scale-nonfinite"
 SPAN_OVERFLOW = "span-overflow"                # a dim, stride, offset or addressed span past MAX_SPAN
+# ragged graphs (DESIGN section 10)
+RAGGED_OFFSETS_COUNT = "ragged-offsets-count"            # cu_seqlens not [B+1] for one B >= 1 on both sides
+RAGGED_MAX_SEQLEN_NEGATIVE = "ragged-max-seqlen-negative"
+RAGGED_NEGATIVE_OFFSET = "ragged-negative-offset"        # cu_seqlens[0] < 0
+RAGGED_OFFSETS_DECREASE = "ragged-offsets-decrease"      # cu_seqlens[b+1] < cu_seqlens[b]
+RAGGED_OFFSET_PAST_STORAGE = "ragged-offset-past-storage"  # cu_seqlens[B] > T
+RAGGED_LENGTH_OVER_MAX = "ragged-length-over-max"        # a sequence longer than max_seqlen
 
 FRONTEND = frozenset({
     MISSING_TENSOR, BAD_RANK, STRIDE_COUNT, NONPOSITIVE_DIM, NEGATIVE_STRIDE,
     NEGATIVE_OFFSET, UNKNOWN_DTYPE, DTYPE_MISMATCH, STATS_DTYPE, BATCH_MISMATCH,
     O_DIMS_MISMATCH, KV_DIMS_MISMATCH, STATS_DIMS_MISMATCH, GQA_NOT_DIVISIBLE,
     RIGHT_BOUND_BELOW_MINUS_ONE, LEFT_BOUND_NONPOSITIVE, BAD_ALIGNMENT,
-    SCALE_NONPOSITIVE, SCALE_NONFINITE, SPAN_OVERFLOW,
+    SCALE_NONPOSITIVE, SCALE_NONFINITE, SPAN_OVERFLOW, RAGGED_OFFSETS_COUNT,
+    RAGGED_MAX_SEQLEN_NEGATIVE, RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE,
+    RAGGED_OFFSET_PAST_STORAGE, RAGGED_LENGTH_OVER_MAX,
+})
+
+# --- device: bad offset values only device code sees (the seed-001 class) -------------
+# A device probe names which offset rule its values break; the engine may decline the
+# graph or skip the bad sequences, and is judged by what it touches (DESIGN section 10).
+DEVICE = frozenset({
+    RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE, RAGGED_OFFSET_PAST_STORAGE,
+    RAGGED_LENGTH_OVER_MAX,
 })
 
 # --- engine: a valid graph the engine cannot address ----------------------------------
@@ -52,7 +69,8 @@ SCALE_NOT_SERVED = "scale-not-served"
 SEQ_LEN_NOT_SERVED = "seq-len-not-served"
 MISALIGNED_STRIDE = "misaligned-stride"
 BROADCAST_INPUT_NOT_SERVED = "broadcast-input-not-served"
-GATED_FEATURE = "gated-feature"                    # dropout, bias, ragged: not built yet
+GATED_FEATURE = "gated-feature"                    # dropout, bias: not built yet
+RAGGED_NOT_SERVED = "ragged-not-served"            # packed variable-length batches
 ARCH_NOT_SERVED = "arch-not-served"
 DEVICE_NOT_SERVED = "device-not-served"
 TOO_LARGE = "too-large"
@@ -62,10 +80,10 @@ ENGINE = frozenset({
     HEAD_DIM_NOT_SERVED, HEAD_DIM_STRIDE_NOT_ONE, NON_PACKED_STATS, UNEQUAL_HEAD_DIMS,
     HV_NOT_HK, GQA_NOT_SERVED, MASK_NOT_SERVED, ALIGNMENT_NOT_SERVED, SCALE_NOT_SERVED,
     SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
-    ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE,
+    ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED,
 })
 
-ALL = FRONTEND | ENGINE
+ALL = FRONTEND | ENGINE | DEVICE
 
 
 def code_of(reason: str) -> str:

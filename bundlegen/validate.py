@@ -35,38 +35,16 @@ def span(spec: TensorSpec) -> int:
     return spec.offset + sum((d - 1) * s for d, s in zip(spec.dims, spec.strides)) + 1
 
 
-def frontend_finding(graph: Graph) -> Finding | None:
-    """frontend_reason with the field at fault."""
-    t = graph.tensors
-
-    def at(port: str, field: str = "") -> str:
-        return f"graph.tensors.{port}" + (f".{field}" if field else "")
-
-    for port in PORTS:
-        if port not in t:
-            return Finding(R.MISSING_TENSOR, at(port))
-    for port in PORTS:
-        spec = t[port]
-        if len(spec.dims) != 4:
-            return Finding(R.BAD_RANK, at(port, "dims"))
-        if len(spec.strides) != len(spec.dims):
-            return Finding(R.STRIDE_COUNT, at(port, "strides"))
-        if any(d <= 0 for d in spec.dims):
-            return Finding(R.NONPOSITIVE_DIM, at(port, "dims"))
-        if any(s < 0 for s in spec.strides):
-            return Finding(R.NEGATIVE_STRIDE, at(port, "strides"))
-        if spec.offset < 0:
-            return Finding(R.NEGATIVE_OFFSET, at(port, "offset"))
-        if spec.dtype not in DTYPES:
-            return Finding(R.UNKNOWN_DTYPE, at(port, "dtype"))
-        if max(*spec.dims, *spec.strides, spec.offset) >= MAX_SPAN or span(spec) > MAX_SPAN:
-            return Finding(R.SPAN_OVERFLOW, at(port))
-    io = t["q"].dtype
-    for port in PORTS:
-        if port != "stats" and t[port].dtype != io:
-            return Finding(R.DTYPE_MISMATCH, at(port, "dtype"))
-    if t["stats"].dtype != "fp32":
-        return Finding(R.STATS_DTYPE, at("stats", "dtype"))
+def frontend_finding(graph: Graph, *, offsets_on_device: bool = False) -> Finding | None:
+    """frontend_reason with the field at fault. `offsets_on_device`: a ragged graph's
+    offset values are left unchecked, as on a launch path where they live on the device
+    (a device probe); everything else is checked."""
+    if graph.ragged is not None:
+        return _ragged_finding(graph, offsets_on_device)
+    finding = _tensor_finding(graph, rank=4)
+    if finding is not None:
+        return finding
+    t, at = graph.tensors, _at
     B, H_q, S_q, D_qk = t["q"].dims
     _, H_k, S_kv, _ = t["k"].dims
     H_v, D_v = t["v"].dims[1], t["v"].dims[3]
@@ -87,6 +65,123 @@ def frontend_finding(graph: Graph) -> Finding | None:
     for port, heads in (("k", H_k), ("v", H_v)):
         if H_q % heads:
             return Finding(R.GQA_NOT_DIVISIBLE, at(port, "dims"))
+    return _attributes_finding(graph)
+
+
+def _tensor_finding(graph: Graph, rank: int) -> Finding | None:
+    """The rules every port obeys on its own, then the dtype rules."""
+    t = graph.tensors
+    for port in PORTS:
+        if port not in t:
+            return Finding(R.MISSING_TENSOR, _at(port))
+    for port in PORTS:
+        spec = t[port]
+        if len(spec.dims) != rank:
+            return Finding(R.BAD_RANK, _at(port, "dims"))
+        if len(spec.strides) != len(spec.dims):
+            return Finding(R.STRIDE_COUNT, _at(port, "strides"))
+        if any(d <= 0 for d in spec.dims):
+            return Finding(R.NONPOSITIVE_DIM, _at(port, "dims"))
+        if any(s < 0 for s in spec.strides):
+            return Finding(R.NEGATIVE_STRIDE, _at(port, "strides"))
+        if spec.offset < 0:
+            return Finding(R.NEGATIVE_OFFSET, _at(port, "offset"))
+        if spec.dtype not in DTYPES:
+            return Finding(R.UNKNOWN_DTYPE, _at(port, "dtype"))
+        if max(*spec.dims, *spec.strides, spec.offset) >= MAX_SPAN or span(spec) > MAX_SPAN:
+            return Finding(R.SPAN_OVERFLOW, _at(port))
+    io = t["q"].dtype
+    for port in PORTS:
+        if port != "stats" and t[port].dtype != io:
+            return Finding(R.DTYPE_MISMATCH, _at(port, "dtype"))
+    if t["stats"].dtype != "fp32":
+        return Finding(R.STATS_DTYPE, _at("stats", "dtype"))
+    return None
+
+
+def _at(port: str, field: str = "") -> str:
+    return f"graph.tensors.{port}" + (f".{field}" if field else "")
+
+
+def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
+    """The rules of a ragged graph (DESIGN section 10): token-major [T, H, D] ports (stats
+    [T_q, H_q, 1]), then the offsets, then the attributes."""
+    finding = _tensor_finding(graph, rank=3)
+    if finding is not None:
+        return finding
+    t = graph.tensors
+    T_q, H_q, D_qk = t["q"].dims
+    T_kv, H_k, _ = t["k"].dims
+    H_v, D_v = t["v"].dims[1], t["v"].dims[2]
+    if t["k"].dims[2] != D_qk:
+        return Finding(R.KV_DIMS_MISMATCH, _at("k", "dims"))
+    if t["v"].dims[0] != T_kv:
+        return Finding(R.KV_DIMS_MISMATCH, _at("v", "dims"))
+    for port, want in (("dq", (T_q, H_q, D_qk)), ("o", (T_q, H_q, D_v)), ("do", (T_q, H_q, D_v))):
+        if t[port].dims != want:
+            return Finding(R.O_DIMS_MISMATCH, _at(port, "dims"))
+    for port, like in (("dk", "k"), ("dv", "v")):
+        if t[port].dims != t[like].dims:
+            return Finding(R.KV_DIMS_MISMATCH, _at(port, "dims"))
+    if t["stats"].dims != (T_q, H_q, 1):
+        return Finding(R.STATS_DIMS_MISMATCH, _at("stats", "dims"))
+    for port, heads in (("k", H_k), ("v", H_v)):
+        if H_q % heads:
+            return Finding(R.GQA_NOT_DIVISIBLE, _at(port, "dims"))
+    rag = graph.ragged
+    if (rag.cu_seqlens_q is None or rag.cu_seqlens_kv is None or len(rag.cu_seqlens_q) < 2
+            or len(rag.cu_seqlens_kv) != len(rag.cu_seqlens_q)):
+        return Finding(R.RAGGED_OFFSETS_COUNT, "graph.ragged.cu_seqlens_kv")
+    for side in ("q", "kv"):
+        if getattr(rag, f"max_seqlen_{side}") < 0:
+            return Finding(R.RAGGED_MAX_SEQLEN_NEGATIVE, f"graph.ragged.max_seqlen_{side}")
+        if max(abs(x) for x in getattr(rag, f"cu_seqlens_{side}")) >= MAX_SPAN:
+            return Finding(R.SPAN_OVERFLOW, f"graph.ragged.cu_seqlens_{side}")
+    if not offsets_on_device:
+        finding = ragged_offsets_finding(graph)
+        if finding is not None:
+            return finding
+    return _attributes_finding(graph)
+
+
+def ragged_offsets_finding(graph: Graph) -> Finding | None:
+    """The first offset rule a ragged graph's cu_seqlens break (codes in reasons.DEVICE), or
+    None. Checked per side, q first: cu[0] >= 0, never decreasing, cu[B] <= T, every length
+    <= max_seqlen."""
+    rag = graph.ragged
+    for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
+        cu, field = getattr(rag, f"cu_seqlens_{side}"), f"graph.ragged.cu_seqlens_{side}"
+        if cu[0] < 0:
+            return Finding(R.RAGGED_NEGATIVE_OFFSET, f"{field}[0]")
+        for b in range(len(cu) - 1):
+            if cu[b + 1] < cu[b]:
+                return Finding(R.RAGGED_OFFSETS_DECREASE, f"{field}[{b + 1}]")
+        if cu[-1] > tokens:
+            return Finding(R.RAGGED_OFFSET_PAST_STORAGE, f"{field}[{len(cu) - 1}]")
+        bound = getattr(rag, f"max_seqlen_{side}")
+        for b in range(len(cu) - 1):
+            if cu[b + 1] - cu[b] > bound:
+                return Finding(R.RAGGED_LENGTH_OVER_MAX, f"{field}[{b + 1}]")
+    return None
+
+
+def good_sequences(graph: Graph) -> tuple[int, ...]:
+    """The sequences of a ragged graph whose offsets break no rule on either side (every
+    one, for a valid graph): the ones a device probe's engine must get right."""
+    rag = graph.ragged
+    good = []
+    for b in range(rag.batch):
+        ok = True
+        for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
+            cu, bound = getattr(rag, f"cu_seqlens_{side}"), getattr(rag, f"max_seqlen_{side}")
+            start, end = cu[b], cu[b + 1]
+            ok &= 0 <= start <= end <= tokens and end - start <= bound
+        if ok:
+            good.append(b)
+    return tuple(good)
+
+
+def _attributes_finding(graph: Graph) -> Finding | None:
     a = graph.attributes
     if a.diagonal_alignment not in ALIGNMENTS:
         return Finding(R.BAD_ALIGNMENT, "graph.attributes.diagonal_alignment")
