@@ -166,19 +166,20 @@ def ragged_offsets_finding(graph: Graph) -> Finding | None:
 
 
 def good_sequences(graph: Graph) -> tuple[int, ...]:
-    """The sequences of a ragged graph whose offsets break no rule on either side (every
-    one, for a valid graph): the ones a device probe's engine must get right."""
+    """The sequences of a ragged graph a device probe's engine must get right (every one,
+    for a valid graph): on both sides 0 <= start <= end <= T, length <= max_seqlen, no
+    earlier offset above its start and no later offset below its end (so a good sequence
+    shares no row with another sequence)."""
     rag = graph.ragged
-    good = []
-    for b in range(rag.batch):
-        ok = True
-        for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
-            cu, bound = getattr(rag, f"cu_seqlens_{side}"), getattr(rag, f"max_seqlen_{side}")
+    good = set(range(rag.batch))
+    for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
+        cu, bound = getattr(rag, f"cu_seqlens_{side}"), getattr(rag, f"max_seqlen_{side}")
+        for b in range(rag.batch):
             start, end = cu[b], cu[b + 1]
-            ok &= 0 <= start <= end <= tokens and end - start <= bound
-        if ok:
-            good.append(b)
-    return tuple(good)
+            if not (0 <= start <= end <= tokens and end - start <= bound
+                    and max(cu[:b + 1]) <= start and min(cu[b + 1:]) >= end):
+                good.discard(b)
+    return tuple(sorted(good))
 
 
 def _attributes_finding(graph: Graph) -> Finding | None:

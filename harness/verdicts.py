@@ -15,14 +15,19 @@ REJECTION_ACCEPTED = "rejection-accepted"
 SKIPPED = "skipped"
 CRASHED = "crashed"
 ERROR_BUNDLE = "error:bundle"
+# device probes (bad ragged offsets only device code sees; DESIGN section 10)
+CONTAINED = "contained"                # ran, touched nothing outside, good sequences right
+FAIL_ESCAPED = "fail:escaped"          # wrote outside its tensors or into an input
+FAIL_CORRUPTED = "fail:corrupted"      # a good sequence's gradients wrong or NaN
 
 #: every verdict, in the order summaries list them
-ALL = (PASS, REJECTED, DECLINED, SKIPPED, FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED,
-       FAIL_NAN, FAIL_NONDETERMINISTIC, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED, ERROR_BUNDLE)
+ALL = (PASS, REJECTED, CONTAINED, DECLINED, SKIPPED, FAIL_NUMERIC, FAIL_GUARD,
+       FAIL_INPUT_MODIFIED, FAIL_NAN, FAIL_NONDETERMINISTIC, FAIL_ESCAPED, FAIL_CORRUPTED,
+       CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED, ERROR_BUNDLE)
 
 #: a run with any of these exits 1
 FAILING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
-                     FAIL_NONDETERMINISTIC, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED,
+                     FAIL_NONDETERMINISTIC, FAIL_ESCAPED, FAIL_CORRUPTED, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED,
                      ERROR_BUNDLE})
 
 #: what a claimed case becomes claim-broken for (DESIGN section 5: declined or failed)
