@@ -28,9 +28,9 @@ from typing import Iterator, Mapping
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS, Case, TensorSpec
-from bundlegen.validate import frontend_reason
-from bundlegen.harness import oracle
+from bundlegen.graph import INPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, PORTS, Case, Graph, TensorSpec
+from bundlegen.validate import frontend_finding, good_sequences
+from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import read_flags
 from bundlegen.harness.distributions import draw_inputs, generated_shape
 
@@ -64,6 +64,11 @@ class Materialized:
     reference: oracle.Backward               # float64, on the oracle device
     forward: oracle.Forward                  # float64, on the oracle device (exact O and LSE)
     oracle_s: float                          # seconds in the oracle (forward + backward, synchronised)
+    #: a ragged graph's judged rows: output port -> row indices (on the oracle device) of
+    #: the sequences the outputs are compared on (all of them; a device probe's good ones)
+    judged_rows: Mapping[str, torch.Tensor] | None = None
+    #: a ragged graph's cu_seqlens tensors as handed to the engine, and their values
+    offsets: Mapping[str, tuple[int, ...]] | None = None
 
 
 # ----------------------------------------------------------------------------- layout
@@ -86,11 +91,23 @@ def fill_canary(storage: torch.Tensor, dtype: str) -> None:
     storage.view(BITS_DTYPES[dtype]).fill_(CANARY_BITS[dtype])
 
 
-def unaddressed_mask(spec: TensorSpec, device: torch.device | str) -> torch.Tensor:
+def unaddressed_mask(spec: TensorSpec, device: torch.device | str,
+                     silent_rows: range | tuple[range, ...] = ()) -> torch.Tensor:
     """True for every storage element the view does not address. A broadcast axis
-    addresses only its index 0, so it is narrowed to size 1 (fill_ allows overlap)."""
+    addresses only its index 0, so it is narrowed to size 1 (fill_ allows overlap).
+    `silent_rows`: ranges of the first axis (a ragged output's rows outside every
+    sequence) counted as unaddressed too, unless another row shares their elements."""
     mask = torch.ones(storage_size(spec), dtype=torch.bool, device=device)
-    view_of(mask, spec, generated_shape(spec.dims, spec.strides)).fill_(False)
+    view = view_of(mask, spec, generated_shape(spec.dims, spec.strides))
+    view.fill_(False)
+    silent = [r for r in (silent_rows if isinstance(silent_rows, tuple) else (silent_rows,)) if len(r)]
+    if silent:
+        for rows in silent:
+            view[rows.start:rows.stop] = True
+        keep = torch.ones(spec.dims[0], dtype=torch.bool)
+        for rows in silent:
+            keep[rows.start:rows.stop] = False
+        view[keep.nonzero().flatten().to(device)] = False
     return mask
 
 
@@ -115,14 +132,17 @@ def is_dense(spec: TensorSpec) -> bool:
 
 class _LazyMasks(Mapping):
     """port -> unaddressed_mask, built on first use (the guard scan needs one only for a
-    layout with gaps)."""
+    layout with gaps, or a ragged output with silent rows)."""
 
-    def __init__(self, specs: Mapping[str, TensorSpec], device: torch.device):
+    def __init__(self, specs: Mapping[str, TensorSpec], device: torch.device,
+                 silent: Mapping[str, tuple[range, ...]] | None = None):
         self._specs, self._device, self._masks = specs, device, {}
+        self.silent = dict(silent or {})
 
     def __getitem__(self, port: str) -> torch.Tensor:
         if port not in self._masks:
-            self._masks[port] = unaddressed_mask(self._specs[port], self._device)
+            self._masks[port] = unaddressed_mask(self._specs[port], self._device,
+                                                 self.silent.get(port, ()))
         return self._masks[port]
 
     def __iter__(self) -> Iterator[str]:
@@ -193,9 +213,10 @@ def materialize(case: Case, device: torch.device | str,
                 oracle_device: torch.device | str | None = None, *,
                 max_block_elems: int | None = None) -> Materialized:
     graph, device = case.graph, torch.device(device)
-    reason = frontend_reason(graph)
-    if reason is not None:
-        raise MaterializeError(f"case {case.id}: the graph fails frontend validation ({reason})")
+    finding = frontend_finding(graph, offsets_on_device=is_device_probe(case))
+    if finding is not None:
+        raise MaterializeError(f"case {case.id}: the graph fails frontend validation ({finding})")
+    seqs = None if graph.ragged is None else oracle_ragged.sequences(graph, good_sequences(graph))
     odev = torch.device(oracle_device) if oracle_device is not None else default_oracle_device(device)
     specs = graph.tensors
     pin = device.type == "cuda" and torch.cuda.is_available()
@@ -217,7 +238,10 @@ def materialize(case: Case, device: torch.device | str,
     _sync(device)
     _sync(odev)
     start = time.perf_counter()
-    fwd = oracle.forward(q, k, v, graph.attributes, max_block_elems=max_block_elems)
+    if seqs is None:
+        fwd = oracle.forward(q, k, v, graph.attributes, max_block_elems=max_block_elems)
+    else:
+        fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs, max_block_elems=max_block_elems)
     _sync(odev)
     oracle_s = time.perf_counter() - start
 
@@ -230,7 +254,11 @@ def materialize(case: Case, device: torch.device | str,
 
     _sync(device)
     start = time.perf_counter()
-    bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, max_block_elems=max_block_elems)
+    if seqs is None:
+        bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, max_block_elems=max_block_elems)
+    else:
+        bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs,
+                                     max_block_elems=max_block_elems)
     _sync(odev)
     oracle_s += time.perf_counter() - start
     del q, k, v, do
@@ -241,13 +269,59 @@ def materialize(case: Case, device: torch.device | str,
     # what the input-modified check compares with: on the CPU the host storages themselves
     # (the device storages are copies of them), elsewhere a copy made on the device
     baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in INPUT_PORTS}
+    tensors = {port: view_of(storages[port], specs[port]) for port in PORTS}
+    judged = silent = offsets = None
+    if seqs is not None:
+        judged, silent = _ragged_rows(graph, seqs, is_device_probe(case), odev)
+        offsets = {"cu_seqlens_q": graph.ragged.cu_seqlens_q, "cu_seqlens_kv": graph.ragged.cu_seqlens_kv}
+        for port, values in offsets.items():
+            tensors[port] = torch.tensor(values, dtype=torch.int32, device=device)
     return Materialized(
-        case=case, device=device,
-        tensors={port: view_of(storages[port], specs[port]) for port in PORTS},
-        storages=storages,
+        case=case, device=device, tensors=tensors, storages=storages,
         origins={port: GUARD_ELEMS for port in PORTS},
-        unaddressed=_LazyMasks({port: specs[port] for port in PORTS}, device),
-        snapshots=cpu, baselines=baselines, reference=bwd, forward=fwd, oracle_s=oracle_s)
+        unaddressed=_LazyMasks({port: specs[port] for port in PORTS}, device, silent),
+        snapshots=cpu, baselines=baselines, reference=bwd, forward=fwd, oracle_s=oracle_s,
+        judged_rows=judged, offsets=offsets)
+
+
+def is_device_probe(case: Case) -> bool:
+    """A probe of bad ragged offsets only device code sees (DESIGN section 10)."""
+    return case.expected_rejection is not None and case.expected_rejection.by == "device"
+
+
+def _ragged_rows(graph: Graph, seqs, device_probe: bool, odev: torch.device):
+    """(judged, silent): per output port, the row indices compared with the oracle (the
+    given sequences' rows) and the row ranges that must keep the canary (outside every
+    sequence; none for a device probe, whose rows outside its good sequences are not
+    judged)."""
+    def rows(ranges) -> torch.Tensor:
+        parts = [torch.arange(a, b) for a, b in ranges if b > a]
+        return (torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)).to(odev)
+
+    judged_q = rows([(s.q0, s.q1) for s in seqs])
+    judged_kv = rows([(s.k0, s.k1) for s in seqs])
+    judged = {"dq": judged_q, "dk": judged_kv, "dv": judged_kv}
+    if device_probe:
+        return judged, {}
+    rag = graph.ragged
+    silent_q = (range(0, rag.cu_seqlens_q[0]), range(rag.cu_seqlens_q[-1], graph.T_q))
+    silent_kv = (range(0, rag.cu_seqlens_kv[0]), range(rag.cu_seqlens_kv[-1], graph.T_kv))
+    return judged, {"dq": silent_q, "dk": silent_kv, "dv": silent_kv}
+
+
+def judged_outputs(m: Materialized) -> tuple[dict[str, torch.Tensor], oracle.Backward]:
+    """The engine's outputs and the oracle's reference, over the rows that are judged (all
+    of them, for a padded graph)."""
+    outputs = {port: m.tensors[port] for port in OUTPUT_PORTS}
+    if m.judged_rows is None:
+        return outputs, m.reference
+    ref = {}
+    for name in oracle.GRADIENT_FIELDS:
+        ref[name] = getattr(m.reference, name).index_select(0, m.judged_rows[name[-2:]])
+    for port in OUTPUT_PORTS:
+        rows = m.judged_rows[port].to(m.device)
+        outputs[port] = outputs[port].index_select(0, rows)
+    return outputs, oracle.Backward(**ref)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -268,7 +342,7 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
     view with gaps (padded rows, interleaving, some broadcasts) is scanned through its mask."""
     spec = m.case.graph.tensors[port]
     bits, canary = m.storages[port].view(BITS_DTYPES[spec.dtype]), CANARY_BITS[spec.dtype]
-    if is_dense(spec):
+    if is_dense(spec) and not any(len(r) for r in m.unaddressed.silent.get(port, ())):
         start, end = addressed_span(spec)
         return _differs_anywhere(torch.cat([bits[:start], bits[end:]]), canary)
     mask = m.unaddressed[port]
@@ -290,9 +364,12 @@ def guard_violations(m: Materialized) -> list[str]:
 def modified_inputs(m: Materialized) -> list[str]:
     """Input ports whose storage (guards included) differs bitwise from its baseline copy."""
     def differs(port):
+        if port in OFFSET_PORTS:
+            now = m.tensors[port]
+            return _differs_anywhere(now, torch.tensor(m.offsets[port], dtype=now.dtype, device=now.device))
         now = _bits(m.storages[port])
         return _differs_anywhere(now, _bits(m.baselines[port].to(now.device)))
-    return _flagged(INPUT_PORTS, differs)
+    return _flagged(INPUT_PORTS + (OFFSET_PORTS if m.offsets else ()), differs)
 
 
 def nonfinite_outputs(m: Materialized) -> list[str]:

@@ -144,7 +144,8 @@ def run_case(case: Case, engine, config: EngineConfig, repeat: int | None = None
 
 def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> CaseOutcome:
     graph, expected = case.graph, case.expected_rejection
-    finding = validate.frontend_finding(graph)
+    device_probe = expected is not None and expected.by == "device"
+    finding = validate.frontend_finding(graph, offsets_on_device=device_probe)
     frontend = None if finding is None else finding.reason
     if expected is not None and expected.by == "frontend":
         if frontend == expected.reason:
@@ -156,7 +157,13 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
         return CaseOutcome(V.ERROR_BUNDLE, reason=frontend,
                            detail=f"field {finding.field}: fails frontend validation ({frontend}) "
                                   "but the case is not a frontend probe")
-    if expected is not None:  # an engine probe: asked, never executed
+    if device_probe:
+        broken = validate.ragged_offsets_finding(graph) if graph.ragged is not None else None
+        if broken is None or broken.reason != expected.reason:
+            return CaseOutcome(V.ERROR_BUNDLE, detail=(
+                f"field expected_rejection.reason: a device probe's offsets must break "
+                f"{expected.reason!r}; they break {broken.reason if broken else 'no rule'}"))
+    elif expected is not None:  # an engine probe: asked, never executed
         reason = _decline_reason(engine, graph)
         if not reason:
             return CaseOutcome(V.REJECTION_ACCEPTED,
@@ -180,17 +187,20 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
             return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
     reason = _decline_reason(engine, graph)
     if reason:
-        return CaseOutcome(V.DECLINED, reason=reason)
+        return CaseOutcome(V.REJECTED if device_probe else V.DECLINED, reason=reason)
     try:
         tol = config.tolerance_for(case)
     except KeyError as exc:
         return CaseOutcome(V.ERROR_BUNDLE, detail=f"field tolerance_class: {exc.args[0]}")
+    if device_probe:
+        return _execute(case, engine, tol, 1, device_probe=True)
     return _execute(case, engine, tol, repeat_count(engine, repeat))
 
 
 def _decline_reason(engine, graph: Graph) -> str | None:
-    """engine.is_applicable's answer, held to its contract: None or a reason string."""
-    reason = _guarded("engine.is_applicable", engine.is_applicable, graph)
+    """engine.is_applicable's answer for the graph as launched, held to its contract: None
+    or a reason string."""
+    reason = _guarded("engine.is_applicable", engine.is_applicable, graph.as_launched())
     if reason is not None and not (isinstance(reason, str) and reason.strip()):
         raise _ContractBroken("engine.is_applicable",
                               f"returned {reason!r}: expected None or a non-empty reason string")
@@ -200,11 +210,11 @@ def _decline_reason(engine, graph: Graph) -> str | None:
 def _run_engine(stage: str, engine, graph: Graph, tensors: Mapping[str, "torch.Tensor"]) -> None:
     """engine.run on a read-only copy of the port map: the outputs are judged through the
     harness's own views, so an engine must write into them, not replace them."""
-    _guarded(stage, engine.run, graph, MappingProxyType(dict(tensors)))
+    _guarded(stage, engine.run, graph.as_launched(), MappingProxyType(dict(tensors)))
     _sync(engine.device)
 
 
-def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
+def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> CaseOutcome:
     from bundlegen.harness import checks, materialize as M  # lazy: keeps the plugin and the parent light
 
     start = time.perf_counter()
@@ -229,10 +239,20 @@ def _execute(case: Case, engine, tol, runs: int) -> CaseOutcome:
 
     memory = checks.judge_memory(M.guard_violations(m), M.modified_inputs(m))
     if memory is not None:
+        if device_probe:
+            return outcome(V.FAIL_ESCAPED, detail=f"bad offsets ({case.expected_rejection.reason}): "
+                                                  f"{memory[1]}")
         return outcome(memory[0], detail=memory[1])
-    judgement = checks.judge_outputs({p: m.tensors[p] for p in OUTPUT_PORTS}, m.reference, tol)
+    outputs, reference = M.judged_outputs(m)
+    judgement = checks.judge_outputs(outputs, reference, tol)
     result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
                   margin=judgement.margin)
+    if device_probe:
+        if judgement.verdict != V.PASS:
+            return outcome(V.FAIL_CORRUPTED, detail=f"good sequences wrong under bad offsets "
+                                                    f"({case.expected_rejection.reason}): "
+                                                    f"{judgement.detail}", **result)
+        return outcome(V.CONTAINED, reason=case.expected_rejection.reason, **result)
     if judgement.verdict != V.PASS:
         return outcome(judgement.verdict, detail=judgement.detail, **result)
 
@@ -298,8 +318,9 @@ class CaseExecutor:
     def prepare(self, cases: list[Case]) -> str | None:
         """Engine.prepare with the graphs these cases will execute (no probes, no frontend
         rejections); None, or what went wrong (the run goes on)."""
-        graphs = [c.graph for c in cases
-                  if c.expected_rejection is None and validate.frontend_reason(c.graph) is None]
+        graphs = [c.graph.as_launched() for c in cases
+                  if (c.expected_rejection is None and validate.frontend_reason(c.graph) is None)
+                  or (c.expected_rejection is not None and c.expected_rejection.by == "device")]
         return self.runner.prepare(graphs) if graphs else None
 
     def execute(self, case: Case) -> "CaseResult":
