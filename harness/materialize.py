@@ -45,6 +45,9 @@ SCAN_CHUNK = 1 << 26
 #: host storages of at least this many bytes are pinned when the case runs on a GPU, so
 #: their copies to the device are fast and asynchronous (smaller ones gain nothing)
 PIN_MIN_BYTES = 1 << 20
+#: input storages of at least this many bytes are built on the GPU they run on (see
+#: _first_storage)
+DEVICE_BUILD_MIN_BYTES = 1 << 30
 
 
 class MaterializeError(ValueError):
@@ -160,6 +163,7 @@ def write_view(storage: torch.Tensor, spec: TensorSpec, values: torch.Tensor, *,
                case_id: str, port: str) -> None:
     """Write logical `values` through the declared strides and check they read back bitwise.
     Along a broadcast axis every value must agree: the storage holds only one of them."""
+    values = values.to(storage.device)
     for axis, (d, s) in enumerate(zip(spec.dims, spec.strides)):
         if s == 0 and d > 1:
             first = values.narrow(axis, 0, 1)
@@ -184,6 +188,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _first_storage(spec: TensorSpec, device: torch.device, pin: bool) -> torch.Tensor:
+    """Where an input's values are first written: a host storage (_host_storage), or for a
+    storage of at least DEVICE_BUILD_MIN_BYTES on a GPU, one built on the device itself, so
+    a sparse view over a span past 2^31 elements (the 64-bit-offset case) costs a device
+    fill, not a host fill and copy of gigabytes."""
+    size = storage_size(spec) * TORCH_DTYPES[spec.dtype].itemsize
+    if device.type == "cuda" and size >= DEVICE_BUILD_MIN_BYTES:
+        return canary_storage(spec, device)
+    return _host_storage(spec, pin)
+
+
 def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
     """A CPU storage whose unaddressed elements hold the canary, pinned when `pin` and large
     enough to gain from it. A dense view's span is left unfilled: the caller writes every
@@ -204,7 +219,7 @@ def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
 def _copy_to(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A copy of a host storage on `device` (asynchronous from pinned memory: the host
     storage is never written again)."""
-    if device.type == "cpu":
+    if host.device == device or device.type == "cpu":
         return host.clone()
     return host.to(device, non_blocking=host.is_pinned())
 
@@ -220,14 +235,14 @@ def materialize(case: Case, device: torch.device | str,
     odev = torch.device(oracle_device) if oracle_device is not None else default_oracle_device(device)
     specs = graph.tensors
     pin = device.type == "cuda" and torch.cuda.is_available()
-    cpu = {port: _host_storage(specs[port], pin) for port in INPUT_PORTS}
+    cpu = {port: _first_storage(specs[port], device, pin) for port in INPUT_PORTS}
 
     # q, k, v, do: drawn on the CPU, rounded to the io dtype as they are written through
     # their strides (generate_inputs' values); the logical values are read back from
     # storage, so the oracle sees exactly what an engine reads.
     for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
         spec = specs[port]
-        view_of(cpu[port], spec, tuple(values.shape)).copy_(values)
+        view_of(cpu[port], spec, tuple(values.shape)).copy_(values.to(cpu[port].device))
     storages = {port: _copy_to(cpu[port], device) for port in ("q", "k", "v", "do")}
 
     def oracle_view(port: str) -> torch.Tensor:
@@ -387,5 +402,5 @@ def reset_outputs(m: Materialized) -> None:
 def logical_inputs(m: Materialized) -> dict[str, torch.Tensor]:
     """port -> the logical q, k, v, o, do, stats an engine reads: CPU copies in the declared
     dims (contiguous; broadcast axes materialised), safe to modify."""
-    return {port: view_of(m.snapshots[port], m.case.graph.tensors[port]).clone()
+    return {port: view_of(m.snapshots[port], m.case.graph.tensors[port]).to("cpu", copy=True)
             for port in INPUT_PORTS}

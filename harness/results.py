@@ -262,7 +262,7 @@ def summary_table(summaries: list[LevelSummary], title: str = "bundlegen run"):
     table.add_column("level")
     table.add_column("cases", justify="right")
     for verdict in shown:
-        style = "red" if verdict in V.FAILING else ("green" if verdict in (V.PASS, V.REJECTED) else None)
+        style = "red" if verdict in V.FAILING else ("green" if verdict in (V.PASS, V.REJECTED, V.CONTAINED) else None)
         table.add_column(verdict, justify="right", style=style)
     table.add_column("wall s", justify="right")
     table.add_column("predicted s", justify="right")
