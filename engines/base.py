@@ -32,6 +32,10 @@ class Engine(abc.ABC):
     name: str = ""
     #: repeated runs on the same inputs give bitwise equal outputs
     deterministic: bool = True
+    #: serves ragged graphs (DESIGN section 10). An engine that leaves this False is never
+    #: asked about one: the harness declines it for the engine with `ragged-not-served`, so
+    #: an engine written for padded graphs never meets a token-major port.
+    ragged: bool = False
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)

@@ -20,7 +20,7 @@ from bundlegen import validate
 from bundlegen.cost import predict, size_text, terms
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.manifest import Manifest, manifest_path
-from bundlegen.reasons import code_of
+from bundlegen.reasons import RAGGED_NOT_SERVED, code_of
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
 
@@ -199,7 +199,10 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
 
 def _decline_reason(engine, graph: Graph) -> str | None:
     """engine.is_applicable's answer for the graph as launched, held to its contract: None
-    or a reason string."""
+    or a reason string. A ragged graph is declined for an engine that does not say it
+    serves them (Engine.ragged)."""
+    if graph.ragged is not None and not getattr(engine, "ragged", False):
+        return f"{RAGGED_NOT_SERVED}: the engine does not set ragged = True"
     reason = _guarded("engine.is_applicable", engine.is_applicable, graph.as_launched())
     if reason is not None and not (isinstance(reason, str) and reason.strip()):
         raise _ContractBroken("engine.is_applicable",

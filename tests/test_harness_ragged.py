@@ -24,6 +24,7 @@ from tests.harness_support import LOOSE
 
 class SeqwiseEngine(Engine):
     name = "seqwise-test"
+    ragged = True
 
     def __init__(self, device="cpu", defect: str | None = None, decline: str | None = None):
         super().__init__(device)
@@ -177,3 +178,13 @@ def test_the_oracle_judges_only_good_sequences_of_a_device_probe():
     m = M.materialize(_case(graph, Rejection("device", R.RAGGED_NEGATIVE_OFFSET)), "cpu")
     assert m.judged_rows["dq"].tolist() == list(range(8, 20))
     assert bool((m.forward.lse[:8] == float("-inf")).all())
+
+
+def test_an_engine_that_does_not_say_it_serves_ragged_graphs_is_never_asked():
+    class Padded(SeqwiseEngine):
+        ragged = False
+
+    engine = Padded()
+    outcome = run_case(_case(ragged_graph((0, 4, 9))), engine, LOOSE)
+    assert outcome.verdict == V.DECLINED and outcome.reason.startswith(R.RAGGED_NOT_SERVED)
+    assert engine.seen == []
