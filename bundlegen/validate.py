@@ -24,10 +24,17 @@ class Finding:
         return f"{self.reason} at {self.field}"
 
 
-def frontend_reason(graph: Graph) -> str | None:
+def frontend_reason(graph: Graph, *, offsets_on_device: bool = False) -> str | None:
     """The first reason the graph is not a well-formed SDPA backward node, else None."""
-    finding = frontend_finding(graph)
+    finding = frontend_finding(graph, offsets_on_device=offsets_on_device)
     return None if finding is None else finding.reason
+
+
+def launch_reason(graph: Graph) -> str | None:
+    """What an engine's own checks can find on its launch path: every frontend rule but a
+    ragged graph's offset values, which live on the device (a graph as launched has none).
+    Engines decline with it first, so an invalid graph offered to them is declined."""
+    return frontend_reason(graph, offsets_on_device=True)
 
 
 def span(spec: TensorSpec) -> int:
@@ -129,13 +136,17 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
         if H_q % heads:
             return Finding(R.GQA_NOT_DIVISIBLE, _at(port, "dims"))
     rag = graph.ragged
-    if (rag.cu_seqlens_q is None or rag.cu_seqlens_kv is None or len(rag.cu_seqlens_q) < 2
+    launched = rag.cu_seqlens_q is None and rag.cu_seqlens_kv is None and offsets_on_device
+    if launched:   # as an engine gets it: the offsets are on the device, B is known
+        if rag.batch < 1:
+            return Finding(R.RAGGED_OFFSETS_COUNT, "graph.ragged.batch")
+    elif (rag.cu_seqlens_q is None or rag.cu_seqlens_kv is None or len(rag.cu_seqlens_q) < 2
             or len(rag.cu_seqlens_kv) != len(rag.cu_seqlens_q)):
         return Finding(R.RAGGED_OFFSETS_COUNT, "graph.ragged.cu_seqlens_kv")
     for side in ("q", "kv"):
         if getattr(rag, f"max_seqlen_{side}") < 0:
             return Finding(R.RAGGED_MAX_SEQLEN_NEGATIVE, f"graph.ragged.max_seqlen_{side}")
-        if max(abs(x) for x in getattr(rag, f"cu_seqlens_{side}")) >= MAX_SPAN:
+        if not launched and max(abs(x) for x in getattr(rag, f"cu_seqlens_{side}")) >= MAX_SPAN:
             return Finding(R.SPAN_OVERFLOW, f"graph.ragged.cu_seqlens_{side}")
     if not offsets_on_device:
         finding = ragged_offsets_finding(graph)

@@ -26,7 +26,7 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.graph import Graph, packed_strides
 from bundlegen.mask import is_masked
-from bundlegen.validate import output_layout_reason
+from bundlegen.validate import launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
 
 #: The archs these engines are configured for (the support-matrix columns).
@@ -324,7 +324,7 @@ class TorchSdpaEngine(Engine):
         return TARGET_ARCHS
 
     def is_applicable(self, graph: Graph) -> str | None:
-        return first_reason(self.RULES, graph, self.facts)
+        return launch_reason(graph) or first_reason(self.RULES, graph, self.facts)
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         reason = self.is_applicable(graph)

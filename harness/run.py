@@ -20,7 +20,7 @@ from bundlegen import validate
 from bundlegen.cost import predict, size_text, terms
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.manifest import Manifest, manifest_path
-from bundlegen.reasons import RAGGED_NOT_SERVED, code_of
+from bundlegen.reasons import DEVICE as DEVICE_REASONS, RAGGED_NOT_SERVED, code_of
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
 
@@ -149,7 +149,7 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     frontend = None if finding is None else finding.reason
     if expected is not None and expected.by == "frontend":
         if frontend == expected.reason:
-            return CaseOutcome(V.REJECTED, reason=frontend)
+            return _offer_to_engine(engine, graph, frontend)
         said = f"returned {frontend!r}" if frontend else "accepted the graph"
         return CaseOutcome(V.REJECTION_ACCEPTED, reason=frontend,
                            detail=f"frontend {said}; expected {expected.reason!r}")
@@ -195,6 +195,21 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     if device_probe:
         return _execute(case, engine, tol, 1, device_probe=True)
     return _execute(case, engine, tol, repeat_count(engine, repeat))
+
+
+def _offer_to_engine(engine, graph: Graph, frontend: str) -> CaseOutcome:
+    """A graph the frontend rejected, offered to the engine as well: an engine whose own
+    checks accept an invalid graph is charged (`rejection-accepted`). Bad ragged offset
+    values are the exception: an engine sees offsets only on the device, where the device
+    probes judge it."""
+    if graph.ragged is not None and frontend in DEVICE_REASONS:
+        return CaseOutcome(V.REJECTED, reason=frontend)
+    said = _decline_reason(engine, graph)
+    if not said:
+        return CaseOutcome(V.REJECTION_ACCEPTED, reason=frontend,
+                           detail=f"the frontend rejects the graph ({frontend}) but the engine "
+                                  "accepted it")
+    return CaseOutcome(V.REJECTED, reason=frontend, detail=f"engine declined it too: {said}")
 
 
 def _decline_reason(engine, graph: Graph) -> str | None:

@@ -17,7 +17,7 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
 from bundlegen.mask import keep_mask
-from bundlegen.validate import output_layout_reason
+from bundlegen.validate import launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
 
 SERVED_DTYPES = ("bf16", "fp16")
@@ -33,6 +33,9 @@ class TorchMathEngine(Engine):
         return ("cpu", "sm90", "sm120", "gfx942")
 
     def is_applicable(self, graph: Graph) -> str | None:
+        invalid = launch_reason(graph)
+        if invalid:
+            return invalid
         if graph.dtype not in SERVED_DTYPES:
             return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} is gated"
         layout = output_layout_reason(graph)

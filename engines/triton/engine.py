@@ -14,6 +14,7 @@ from typing import Mapping
 import torch
 
 from bundlegen import reasons as R
+from bundlegen.validate import launch_reason
 from bundlegen.graph import Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
@@ -71,6 +72,9 @@ class TritonEngine(Engine):
             mode_error = triton_mode_error()
             if mode_error is not None:
                 return f"{R.DEVICE_NOT_SERVED}: {mode_error}"
+        invalid = launch_reason(graph)
+        if invalid:
+            return invalid
         row = ROWS.get(self.arch)
         if row is None:
             return f"{R.ARCH_NOT_SERVED}: {self.arch} (configured: {', '.join(ROWS)})"
