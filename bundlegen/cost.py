@@ -45,17 +45,30 @@ class CostTerms:
     oracle_bytes: int
 
 
+def score_elements(graph: Graph) -> int:
+    """Score elements of one head: B x S_q x S_kv, or a ragged graph's sum over its
+    sequences of S_q_b x S_kv_b (each length clipped to [0, max_seqlen], as a bounded engine
+    and the oracle see it; the max_seqlen bounds when its offsets are not known)."""
+    rag = graph.ragged
+    if rag is None or rag.cu_seqlens_q is None or len(rag.cu_seqlens_q) != len(rag.cu_seqlens_kv):
+        return graph.B * graph.S_q * graph.S_kv
+    clip = lambda n, bound: min(max(n, 0), bound)
+    return sum(clip(a, rag.max_seqlen_q) * clip(b, rag.max_seqlen_kv)
+               for a, b in zip(rag.lengths_q, rag.lengths_kv))
+
+
 def terms(graph: Graph) -> CostTerms:
     g = graph
-    scores = g.B * g.H_q * g.S_q * g.S_kv
+    scores = g.H_q * score_elements(g)
     # engine: recompute S = QK^T, then dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
     engine = 2 * scores * (3 * g.D_qk + 2 * g.D_v)
     # oracle: forward (QK^T, PV), the same five backward products, four magnitude products
     oracle = 2 * scores * (6 * g.D_qk + 5 * g.D_v)
     io = sum(spec.storage_elements * ITEMSIZE.get(spec.dtype, 4) for spec in g.tensors.values())
-    q_like = g.B * g.H_q * g.S_q
+    q_rows, kv_rows = (g.T_q, g.T_kv) if g.ragged else (g.B * g.S_q, g.B * g.S_kv)
+    q_like = q_rows * g.H_q
     logical = (2 * q_like * g.D_qk + 2 * q_like * g.D_v + q_like            # q, dq, o, do, stats
-               + 2 * g.B * g.S_kv * (g.H_k * g.D_qk + g.H_v * g.D_v))       # k, dk, v, dv
+               + 2 * kv_rows * (g.H_k * g.D_qk + g.H_v * g.D_v))            # k, dk, v, dv
     oracle_bytes = FLOAT64 * (2 * logical + 3 * g.H_q * min(g.S_q, ORACLE_ROW_CHUNK) * g.S_kv)
     return CostTerms(engine, oracle, io, oracle_bytes)
 

@@ -1,13 +1,18 @@
 """A graph in one line, for people: sizes, dtype, mask, scale, and each port's strides
-(a port packed in BHSD order, at offset 0, is written `bhsd`)."""
+(a port packed in BHSD order, at offset 0, is written `bhsd`; a ragged graph's token-major
+port packed token by token `thd`, head by head `htd`)."""
 from __future__ import annotations
 
-from bundlegen.graph import PORTS, Graph, TensorSpec, default_scale, packed_strides
+from bundlegen.graph import PORTS, RAGGED_LAYOUT_ORDERS, Graph, TensorSpec, default_scale, packed_strides
 
 
 def _layout(spec: TensorSpec) -> str:
-    if spec.strides == packed_strides(spec.dims) and spec.offset == 0:
+    if len(spec.dims) == 4 and spec.strides == packed_strides(spec.dims) and spec.offset == 0:
         return "bhsd"
+    if len(spec.dims) == 3:
+        named = [n for n, order in RAGGED_LAYOUT_ORDERS.items() if spec.strides == packed_strides(spec.dims, order)]
+        if named:
+            return named[0] + (f"+{spec.offset}" if spec.offset else "")
     text = "[" + ",".join(map(str, spec.strides)) + "]"
     return text + (f"+{spec.offset}" if spec.offset else "")
 
@@ -19,11 +24,27 @@ def mask_text(graph: Graph) -> str:
     return f"{a.diagonal_alignment} left={a.left_bound} right={a.right_bound}"
 
 
+def ragged_text(graph: Graph) -> str:
+    """A ragged graph's sequences: each side's lengths and offsets (hidden on a launched
+    graph), its token rows and max_seqlen bounds."""
+    r = graph.ragged
+
+    def side(name: str, cu) -> str:
+        if cu is None:
+            return f"cu_{name}=hidden"
+        lengths = ",".join(str(b - a) for a, b in zip(cu, cu[1:]))
+        return f"len_{name}=({lengths}) cu_{name}=[{','.join(map(str, cu))}]"
+    return (f"ragged {side('q', r.cu_seqlens_q)} {side('kv', r.cu_seqlens_kv)} T_q={graph.T_q} "
+            f"T_kv={graph.T_kv} max_q={r.max_seqlen_q} max_kv={r.max_seqlen_kv}")
+
+
 def graph_line(graph: Graph) -> str:
     g, a = graph, graph.attributes
     scale = f"{a.attn_scale:.6g}" + (" (default)" if a.attn_scale == default_scale(g.D_qk) else "")
     heads = f"H_q={g.H_q}" + ("" if g.H_k == g.H_v == g.H_q else f" H_k={g.H_k} H_v={g.H_v}")
     seqs = f"S_q={g.S_q}" + ("" if g.S_kv == g.S_q else f" S_kv={g.S_kv}")
+    if g.ragged is not None:
+        seqs = ragged_text(g)
     dims = f"D={g.D_qk}" if g.D_v == g.D_qk else f"D_qk={g.D_qk} D_v={g.D_v}"
     layouts = " ".join(f"{p}={_layout(g.tensors[p])}" for p in PORTS if p in g.tensors)
     dropout = "" if a.dropout_probability is None else f" dropout={a.dropout_probability:g}"

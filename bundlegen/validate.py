@@ -12,6 +12,10 @@ from bundlegen.graph import ALIGNMENTS, DTYPES, OUTPUT_PORTS, PORTS, Graph, Tens
 #: the largest element index a tensor may address (offset + span): 64-bit offset arithmetic
 #: with room to spare; past it sizes and costs are not numbers any engine computes with
 MAX_SPAN = 2 ** 62
+#: canary elements the harness puts before and after every port's storage (a port's
+#: declared offset is canary too): a device probe's stray rows must stay inside them
+#: (the generator checks each probe's reach against it)
+GUARD_ELEMS = 512
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import re
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES
 from bundlegen.validate import frontend_reason, output_layout_reason
-from bundlegen.generator import layouts
+from bundlegen.generator import layouts, ragged
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
 from bundlegen.generator.legality import Legality
@@ -38,9 +38,20 @@ def declared_items(plan: Plan) -> dict[str, str]:
     add(plan.value_suite_item, "each axis value once", "value suite")
     for s in plan.pair_suites:
         add(s.item, s.title, f"pair suite '{s.item}'")
-    for kind, entries in (("shape", plan.catalog), ("sweep", plan.sweeps), ("regression", plan.regressions),
-                          ("probe", plan.probes), ("gated item", plan.gated)):
-        for e in entries:
+    r = plan.ragged
+    if r is not None:
+        for a in r.axes:
+            for v in a.values:
+                add(ragged.item(a.name, v), f"ragged {a.title}: {v}", f"ragged axis '{a.name}' value '{v}'")
+        add(r.value_suite_item, "each ragged axis value once", "ragged value suite")
+        for s in r.pair_suites:
+            add(s.item, s.title, f"ragged pair suite '{s.item}'")
+    entries = [("shape", plan.catalog), ("sweep", plan.sweeps), ("regression", plan.regressions),
+               ("probe", plan.probes)]
+    if r is not None:
+        entries += [("ragged shape", r.catalog), ("ragged regression", r.regressions), ("ragged probe", r.probes)]
+    for kind, group in entries + [("gated item", plan.gated)]:
+        for e in group:
             title = getattr(e, "purpose", None) or getattr(e, "defect", None) or getattr(e, "title")
             add(e.item, title, f"{kind} '{e.item}'")
     return items
@@ -106,6 +117,11 @@ def check_plan(plan: Plan) -> None:
             raise PlanError(f"tolerance class '{name}': needs its own name and rtol, atol >= 0")
     if not plan.min_claim_margin > 0 or not plan.cpu_case_limit_s > 0:
         raise PlanError("min_claim_margin and cpu_case_limit_s must be > 0")
+    if plan.ragged is not None:
+        ragged.check_plan(plan)
+        _check_rules(plan.ragged, "ragged rule")
+        for e in (*plan.ragged.pair_suites, *plan.ragged.catalog, *plan.ragged.regressions, *plan.ragged.probes):
+            _check_level(plan, e.level, f"ragged entry '{e.item}'")
     declared_items(plan)
 
 
@@ -136,11 +152,12 @@ def _check_axes(plan: Plan) -> None:
         raise PlanError(f"axes: missing {', '.join(missing)}")
 
 
-def _check_rules(plan: Plan) -> None:
+def _check_rules(plan, kind: str = "rule") -> None:
+    """The rules of one axis space (a Plan's or its RaggedPlan's) name its axes and values."""
     values = {a.name: a.values for a in plan.axes}
     names = set()
     for rule in plan.rules:
-        entry = f"rule '{rule.name}'"
+        entry = f"{kind} '{rule.name}'"
         if rule.name in names:
             raise PlanError(f"{entry}: declared twice")
         names.add(rule.name)
@@ -193,6 +210,8 @@ def check_draft(plan: Plan, legality: Legality, draft: Draft) -> None:
         r = draft.rejection
         if r.by == "frontend" and front != r.reason:
             raise PlanError(f"{entry}: the frontend gives {front!r}, the probe expects {r.reason!r}")
+        if r.by == "device":
+            ragged.check_draft(draft)
         if r.by == "engine":
             if front is not None:
                 raise PlanError(f"{entry}: an engine probe must pass the frontend, which gives {front!r}")

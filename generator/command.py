@@ -80,10 +80,10 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     for generated in plans:
         if args.report:
             print(report.render(generated), end="")
-        for proof in generated.proofs:
+        for proof in generated.proofs + generated.ragged_proofs:
             if not proof.complete:
                 print(f"generate: {generated.plan.name}: coverage gap at {proof.level}: {proof.covered} of "
-                      f"{proof.total} {proof.scope} units", file=sys.stderr)
+                      f"{proof.total} {proof.space} {proof.scope} units", file=sys.stderr)
     cases = sum(len(g.cases) for g in plans)
     if args.check:
         drift = [line for g in plans for line in write.check(g, bundle_root)]

@@ -8,13 +8,14 @@ needed case up).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
 from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
 from bundlegen import ids
-from bundlegen.generator import levels, pairs
+from bundlegen.generator import levels, pairs, ragged
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
@@ -24,6 +25,7 @@ from bundlegen.plans.records import Plan
 
 PURPOSE_PRECEDENCE = ("claim", "regression", "probe")   # a merged case takes the last one present
 REPAIR_ROUNDS = 3
+PADDED = "padded"
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,8 @@ class _Merged:
         purpose = max((d.purpose for d in drafts), key=PURPOSE_PRECEDENCE.index)
         return cls(tuple(drafts), purpose, next(d for d in drafts if d.purpose == purpose))
 
-    @property
-    def combos(self) -> tuple[Combo, ...]:
-        return tuple(dict.fromkeys(d.combo for d in self.drafts if d.combo is not None))
+    def combos(self, space: str) -> tuple[Combo, ...]:
+        return tuple(dict.fromkeys(d.combo for d in self.drafts if d.combo is not None and d.space == space))
 
 
 @lru_cache(maxsize=1)
@@ -54,48 +55,77 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
     if plan is None:
         from bundlegen.plans.sdpa_bwd import PLAN as plan
     check_plan(plan)
-    legality = Legality(plan)
-    drafts = value_drafts(plan, legality) + declared_drafts(plan)
+    spaces = {PADDED: Legality(plan)}
+    drafts = value_drafts(plan, spaces[PADDED]) + declared_drafts(plan)
+    if plan.ragged is not None:
+        spaces[ragged.SPACE] = Legality(plan.ragged)
+        drafts += ragged.value_drafts(plan, spaces[ragged.SPACE]) + ragged.declared_drafts(plan)
     for d in drafts:                 # checked before the (slower) pair suites run
-        check_draft(plan, legality, d)
-    suite_drafts = pair_drafts(plan, legality)
+        check_draft(plan, spaces[d.space], d)
+    suite_drafts = pair_drafts(plan, spaces[PADDED])
+    if plan.ragged is not None:
+        suite_drafts += ragged.pair_drafts(plan, spaces[ragged.SPACE])
     for d in suite_drafts:
-        check_draft(plan, legality, d)
+        check_draft(plan, spaces[d.space], d)
     drafts += suite_drafts
     repaired: list = []              # units allpairspy missed
     level_names = [lv.name for lv in plan.levels]
 
     # repairs against each suite's target level, before costs are known
-    for suite in plan.pair_suites:
+    for space, suite in _suites(plan):
         upto = level_names.index(suite.level)
-        combos = [d.combo for d in drafts if d.combo is not None and level_names.index(d.min_level) <= upto]
-        missing = pairs.prove(legality, suite.level, suite.scope, combos).missing
-        rows = pairs.repair_rows(legality, missing, suite.scope)
+        combos = [d.combo for d in drafts if d.space == space and d.combo is not None
+                  and level_names.index(d.min_level) <= upto]
+        missing = pairs.prove(spaces[space], suite.level, suite.scope, combos).missing
+        rows = pairs.repair_rows(spaces[space], missing, suite.scope)
         repaired += missing
-        drafts += repair_drafts(plan, suite.item, suite.level, rows)
+        drafts += _repair_drafts(plan, space, suite.item, suite.level, rows)
 
     for _round in range(REPAIR_ROUNDS):
-        cases, combos_by_id, entries, cpu = _cases(plan, legality, drafts)
-        proofs = _proofs(plan, legality, cases, combos_by_id)
-        gaps = [p for p in proofs if not p.complete]
+        cases, combos_by_space, entries, cpu = _cases(plan, spaces, drafts)
+        proofs = {space: _proofs(plan, legality, cases, combos_by_space[space], space)
+                  for space, legality in spaces.items()}
+        gaps = [p for ps in proofs.values() for p in ps if not p.complete]
         if not gaps:
             break
         for proof in gaps:   # the trim rule had to move a needed case up: repair at that level
-            rows = pairs.repair_rows(legality, proof.missing, proof.scope)
-            drafts += repair_drafts(plan, _coverage_item(plan, proof.scope), proof.level, rows)
+            rows = pairs.repair_rows(spaces[proof.space], proof.missing, proof.scope)
+            drafts += _repair_drafts(plan, proof.space, _coverage_item(plan, proof.scope, proof.space),
+                                     proof.level, rows)
 
     _check_cpu_budgets(plan, cases, cpu)
-    illegal = pairs.illegal_units(legality, "all")
+    illegal = {space: pairs.illegal_units(legality, "all") for space, legality in spaces.items()}
     violations = []
-    for c in cases:
-        for combo in combos_by_id.get(c.id, ()):
-            if not legality.is_legal(combo):
-                violations.append(f"{c.id}: breaks {', '.join(legality.broken_rules(combo))}")
+    for space, legality in spaces.items():
+        for c in cases:
+            for combo in combos_by_space[space].get(c.id, ()):
+                if not legality.is_legal(combo):
+                    violations.append(f"{c.id}: breaks {', '.join(legality.broken_rules(combo))}")
     items = {k: v for k, v in declared_items(plan).items() if k not in {g.item for g in plan.gated}}
-    return GeneratedPlan(plan=plan, cases=cases, combos=combos_by_id, entries=entries, cpu_seconds=cpu,
-                         proofs=proofs, exclusions=legality.exclusions(illegal), illegal_pairs=len(illegal),
+    rag = spaces.get(ragged.SPACE)
+    return GeneratedPlan(plan=plan, cases=cases, combos=combos_by_space[PADDED], entries=entries, cpu_seconds=cpu,
+                         proofs=proofs[PADDED], exclusions=spaces[PADDED].exclusions(illegal[PADDED]),
+                         illegal_pairs=len(illegal[PADDED]),
                          repaired_pairs=tuple(sorted(set(repaired))), legality_violations=tuple(violations),
-                         items=items)
+                         items=items,
+                         ragged_combos=combos_by_space.get(ragged.SPACE, {}),
+                         ragged_proofs=proofs.get(ragged.SPACE, ()),
+                         ragged_exclusions=() if rag is None else rag.exclusions(illegal[ragged.SPACE]),
+                         ragged_illegal_pairs=len(illegal.get(ragged.SPACE, ())))
+
+
+def _suites(plan: Plan):
+    """(space, pair suite) of every pair suite of the plan, padded first."""
+    out = [(PADDED, s) for s in plan.pair_suites]
+    if plan.ragged is not None:
+        out += [(ragged.SPACE, s) for s in plan.ragged.pair_suites]
+    return out
+
+
+def _repair_drafts(plan: Plan, space: str, suite_item: str, level: str, rows: list) -> list[Draft]:
+    if space == ragged.SPACE:
+        return ragged.repair_drafts(plan, suite_item, level, rows)
+    return repair_drafts(plan, suite_item, level, rows)
 
 
 def cpu_run_seconds(plan: Plan, level: str, cases, cpu: dict[str, float]) -> float:
@@ -118,11 +148,12 @@ def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:
                             f"over its cpu budget of {level.cpu_budget_seconds:g} s: make its cases smaller")
 
 
-def _coverage_item(plan: Plan, scope: str) -> str:
-    """The item a repair case of `scope` traces to."""
+def _coverage_item(plan: Plan, scope: str, space: str = "padded") -> str:
+    """The item a repair case of `scope` in `space` traces to."""
+    owner = plan.ragged if space == ragged.SPACE else plan
     if scope == "values":
-        return plan.value_suite_item
-    return next(s.item for s in plan.pair_suites if s.scope == scope)
+        return owner.value_suite_item
+    return next(s.item for s in owner.pair_suites if s.scope == scope)
 
 
 def _merge(drafts: list[Draft]) -> list[_Merged]:
@@ -132,16 +163,18 @@ def _merge(drafts: list[Draft]) -> list[_Merged]:
     return [_Merged.of(g) for g in groups.values()]
 
 
-def _cases(plan: Plan, legality: Legality, drafts: list[Draft]):
+def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
     merged = _merge(drafts)
     level_names = [lv.name for lv in plan.levels]
-    built, costed, combos, entries, cpu = {}, [], {}, {}, {}
+    built, costed, entries, cpu = {}, [], {}, {}
+    combos: dict[str, dict[str, tuple]] = {space: {} for space in spaces}
     for m in merged:
         lead = m.lead
         case_id = ids.case_id(m.purpose, lead.graph, lead.distribution, lead.rejection)
         if case_id in built:
             raise PlanError(f"{lead.entry}: case id {case_id} collides with {built[case_id][0].entry}")
-        probe = m.purpose == "probe"
+        # a probe is validated and offered to engines, never run; a device probe runs once
+        probe = m.purpose == "probe" and lead.rejection.by != "device"
         terms = cost_model.terms(lead.graph)
         h200 = cost_model.predict_terms(terms, "h200", plan.cost_model, probe=probe)
         on_cpu = cost_model.predict_terms(terms, "cpu", plan.cost_model, probe=probe)
@@ -149,13 +182,19 @@ def _cases(plan: Plan, legality: Legality, drafts: list[Draft]):
         built[case_id] = (lead, m, h200)
         costed.append(levels.Costed(case_id, lead.entry, min_level, h200.predicted_s, h200.bytes,
                                     on_cpu.predicted_s))
-        combos[case_id] = m.combos
+        for space in spaces:
+            if m.combos(space):
+                combos[space][case_id] = m.combos(space)
         entries[case_id] = tuple(d.entry for d in m.drafts)
         cpu[case_id] = on_cpu.predicted_s
     scopes = {lv.name: lv.pair_scope for lv in plan.levels}
 
     def units_for(level: str) -> dict[str, frozenset]:
-        return {k: frozenset(pairs.covered_units(legality, v, scopes[level])) for k, v in combos.items() if v}
+        out: dict[str, set] = {}
+        for space, legality in spaces.items():
+            for k, v in combos[space].items():
+                out.setdefault(k, set()).update((space, u) for u in pairs.covered_units(legality, v, scopes[level]))
+        return {k: frozenset(v) for k, v in out.items()}
     assigned = levels.assign(costed, plan.levels, units_for)
     cases = []
     for case_id, (lead, m, h200) in built.items():
@@ -166,13 +205,14 @@ def _cases(plan: Plan, legality: Legality, drafts: list[Draft]):
             tolerance_class=plan.tolerance_rule(lead.graph),
             expected_rejection=lead.rejection, cost=h200, level=assigned[case_id], group=lead.group))
     cases.sort(key=lambda c: (level_names.index(c.level), c.group, c.id))
-    return tuple(cases), {k: v for k, v in combos.items() if v}, entries, cpu
+    return tuple(cases), combos, entries, cpu
 
 
-def _proofs(plan: Plan, legality: Legality, cases, combos_by_id) -> tuple[PairProof, ...]:
+def _proofs(plan: Plan, legality: Legality, cases, combos_by_id, space: str = PADDED) -> tuple[PairProof, ...]:
     out = []
     seen: list = []
     for level in plan.levels:
         seen += [combo for c in cases if c.level == level.name for combo in combos_by_id.get(c.id, ())]
-        out.append(pairs.prove(legality, level.name, level.pair_scope, seen))
+        proof = pairs.prove(legality, level.name, level.pair_scope, seen)
+        out.append(dataclasses.replace(proof, space=space))
     return tuple(out)

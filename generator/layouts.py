@@ -90,3 +90,28 @@ def place(kind: str, dims: Dims) -> Placement:
     """(strides, offset) of a tensor with `dims` stored as `kind`."""
     table = STATS_KINDS if kind.startswith("stats-") else PORT_KINDS
     return table[kind](dims)
+
+
+# ----------------------------------------------------------------------------- ragged graphs
+# A ragged graph's ports are token-major [T, H, D] (stats [T_q, H_q, 1]); its kinds place
+# one such tensor. The storage offset is the TokenStorage's, added by the caller.
+RaggedDims = tuple[int, int, int]
+TOKEN_PAD = 16           # thd-pad16: token stride H*D + 16
+
+
+RAGGED_KINDS: dict[str, Callable[[RaggedDims], tuple[int, int, int]]] = {
+    "thd": lambda d: (d[1] * d[2], d[2], 1),                 # token by token (FlashAttention varlen)
+    "htd": lambda d: (d[2], d[0] * d[2], 1),                 # head by head
+    "thd-pad16": lambda d: (d[1] * d[2] + TOKEN_PAD, d[2], 1),
+}
+
+RAGGED_STATS_KINDS: dict[str, Callable[[RaggedDims], tuple[int, int, int]]] = {
+    "stats-ht": lambda d: (1, d[0], 1),                      # [H, T_q]: FlashAttention's LSE
+    "stats-th": lambda d: (d[1], 1, 1),                      # [T_q, H]
+}
+
+
+def ragged_strides(kind: str, dims: RaggedDims) -> tuple[int, int, int]:
+    """Strides of a token-major tensor with `dims` stored as `kind`."""
+    table = RAGGED_STATS_KINDS if kind.startswith("stats-") else RAGGED_KINDS
+    return table[kind](dims)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from bundlegen.generator.records import Combo, RuleExclusion
-from bundlegen.plans.records import Plan, Rule
+from bundlegen.plans.records import Plan, RaggedPlan, Rule
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class _Compiled:
 
 
 class Legality:
-    def __init__(self, plan: Plan):
+    """Over one axis space: a Plan's (padded) axes and rules, or its RaggedPlan's."""
+
+    def __init__(self, plan: Plan | RaggedPlan):
         self.plan = plan
         self.axes = tuple(a.name for a in plan.axes)
         self.values = tuple(a.values for a in plan.axes)

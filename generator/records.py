@@ -2,7 +2,7 @@
 generated plan that every output (bundles, TOML block, report, --check) is rendered from."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from bundlegen.graph import Case, Graph, Rejection
@@ -24,6 +24,7 @@ class Draft:
     rejection: Rejection | None
     min_level: str
     combo: Combo | None = None
+    space: str = "padded"      # the axis space `combo` belongs to: padded | ragged
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class PairProof:
     total: int
     covered: int
     missing: tuple[tuple, ...]
+    space: str = "padded"      # padded | ragged
 
     @property
     def complete(self) -> bool:
@@ -62,6 +64,11 @@ class GeneratedPlan:
     repaired_pairs: tuple[Pair, ...]              # pairs allpairspy missed, added as repair cases
     legality_violations: tuple[str, ...]
     items: Mapping[str, str]                      # every non-gated item id -> title
+    # the ragged space (plan.ragged): its combinations, proofs and rule exclusions
+    ragged_combos: Mapping[str, tuple[Combo, ...]] = field(default_factory=dict)
+    ragged_proofs: tuple[PairProof, ...] = ()
+    ragged_exclusions: tuple[RuleExclusion, ...] = ()
+    ragged_illegal_pairs: int = 0
 
     def at_level(self, level: str) -> tuple[Case, ...]:
         """The cases a run of `level` executes: that level and every lower one."""

@@ -24,6 +24,12 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
 
+def _ragged_cell(cases, proof) -> str:
+    """A level's own ragged cases and the ragged space's coverage proof at that level."""
+    n = sum(1 for c in cases if c.graph.ragged is not None)
+    return f"{n}, {SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
+
+
 def render(g: GeneratedPlan) -> str:
     plan = g.plan
     out: list[str] = []
@@ -38,6 +44,7 @@ def render(g: GeneratedPlan) -> str:
                "with the reserve kept free; run s: a `bundlegen run --level` process, "
                f"its {start:g} s start included)")
     rows, cumulative = [], 0.0
+    ragged_proofs = {p.level: p for p in g.ragged_proofs}
     for level, proof in zip(plan.levels, g.proofs):
         own = g.only_level(level.name)
         purposes = Counter(c.purpose for c in own)
@@ -50,9 +57,11 @@ def render(g: GeneratedPlan) -> str:
                      f"{cumulative + start:.1f}",
                      f"{usable:.1f} of {level.budget_seconds:g}", status,
                      f"{level.per_case_seconds:g} s / {size_text(level.per_case_bytes)}",
-                     f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"])
+                     f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"]
+                    + ([_ragged_cell(own, ragged_proofs[level.name])] if ragged_proofs else []))
     out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s", "run s",
-                   "budget s (usable)", "status", "ceiling/case", "coverage"], rows)
+                   "budget s (usable)", "status", "ceiling/case", "coverage"]
+                  + (["ragged: cases, coverage"] if ragged_proofs else []), rows)
     first = plan.levels[0]
     quick = g.at_level(first.name)
     cpu = sum(g.cpu_seconds[c.id] for c in quick)
@@ -70,9 +79,11 @@ def render(g: GeneratedPlan) -> str:
     out.append("")
 
     # ---- coverage
-    out.append("Coverage proof (the generator enumerates every legal unit itself)")
-    for proof in g.proofs:
-        line = f"  {proof.level}: {SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
+    out.append("Coverage proof (the generator enumerates every legal unit itself; the ragged axes are "
+               "a space of their own, proved over the ragged cases)")
+    for proof in g.proofs + g.ragged_proofs:
+        space = "ragged " if proof.space == "ragged" else ""
+        line = f"  {proof.level}: {space}{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
         if proof.missing:
             shown = ", ".join("+".join(f"{a}={v}" for a, v in unit) for unit in proof.missing[:5])
             line += f"  MISSING {len(proof.missing)}: {shown}{' ...' if len(proof.missing) > 5 else ''}"
@@ -81,11 +92,14 @@ def render(g: GeneratedPlan) -> str:
     out.append("")
 
     # ---- legality
-    out.append(f"Legality: {len(plan.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination")
+    ragged_rules = () if plan.ragged is None else plan.ragged.rules
+    out.append(f"Legality: {len(plan.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination"
+               + (f"; ragged: {len(ragged_rules)} rules, {g.ragged_illegal_pairs} value pairs"
+                  if plan.ragged is not None else ""))
     out += ["  " + ln for ln in _table(
         ["rule", "axes", "excludes", "illegal pairs", "reason"],
         [[e.rule, " x ".join(e.axes), f"{e.excluded} of {e.combinations}", e.illegal_pairs, e.reason]
-         for e in g.exclusions])]
+         for e in g.exclusions + g.ragged_exclusions])]
     out.append(f"  legality violations in written cases: {len(g.legality_violations)}")
     for v in g.legality_violations[:10]:
         out.append(f"    {v}")

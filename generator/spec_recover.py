@@ -45,6 +45,8 @@ def _stride_fixes(graph: Graph, port: str, kind: str, case_id: str) -> list[Muta
 
 
 def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?") -> Spec:
+    if graph.ragged is not None:
+        raise SpecNotFound(f"case {case_id}: a ragged graph; shrink moves only padded graphs so far")
     if graph.dtype not in plan.dtypes:
         raise SpecNotFound(f"case {case_id}: dtype {graph.dtype!r} is not one of the plan's")
     matching = {p: _kinds_matching(graph, p) for p in DATA_PORTS}

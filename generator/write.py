@@ -15,6 +15,7 @@ from pathlib import Path
 from bundlegen.graph import Bundle, canonical_json
 from bundlegen.manifest import (AxisItems, Gate, Item, LevelLimits, Manifest, Section, Tolerance,
                                 manifest_name, manifest_text)
+from bundlegen.generator import ragged
 from bundlegen.generator.expand import axis_item
 from bundlegen.generator.records import GeneratedPlan
 
@@ -58,10 +59,24 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
         cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
         cpu_case_limit_s=float(plan.cpu_case_limit_s),
         axes=tuple(AxisItems(a.name, a.title, a.core, a.default, tuple(a.values),
-                             tuple(axis_item(a.name, v) for v in a.values)) for a in plan.axes),
-        sections=(Section("shape catalog", tuple(Item(e.item, e.purpose) for e in plan.catalog)),
-                  Section("regressions", tuple(Item(r.item, r.defect) for r in plan.regressions))),
+                             tuple(axis_item(a.name, v) for v in a.values)) for a in plan.axes)
+        + _ragged_axes(plan),
+        sections=(Section("shape catalog", tuple(Item(e.item, e.purpose) for e in plan.catalog + _ragged(plan, "catalog"))),
+                  Section("regressions", tuple(Item(r.item, r.defect)
+                                               for r in plan.regressions + _ragged(plan, "regressions")))),
         gates=tuple(Gate(g.item, g.title, g.gate, g.planned_cases) for g in plan.gated))
+
+
+def _ragged(plan, entries: str) -> tuple:
+    return () if plan.ragged is None else tuple(getattr(plan.ragged, entries))
+
+
+def _ragged_axes(plan) -> tuple[AxisItems, ...]:
+    """The ragged space's axes as manifest axes `ragged-<axis>`. Not core in the manifest:
+    its core axes are the padded space's, whose value pairs the report plots (a ragged and
+    a padded value never meet in one case, so their pairs would all show as missing)."""
+    return tuple(AxisItems(ragged.manifest_axis(a.name), f"ragged: {a.title}", False, a.default, tuple(a.values),
+                           tuple(ragged.item(a.name, v) for v in a.values)) for a in _ragged(plan, "axes"))
 
 
 def planned_texts(generated: GeneratedPlan) -> dict[str, str]:

@@ -190,6 +190,110 @@ class Gated:
     planned_cases: int = 1
 
 
+# ----------------------------------------------------------------------------- ragged (THD) graphs
+@dataclass(frozen=True)
+class Lengths:
+    """Per-sequence lengths of a ragged batch (DESIGN section 10): q side, kv side (None:
+    the q lengths). The sequences are packed one after the other."""
+    q: tuple[int, ...]
+    kv: tuple[int, ...] | None = None
+
+    @property
+    def kv_lengths(self) -> tuple[int, ...]:
+        return self.q if self.kv is None else self.kv
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """Explicit cu_seqlens (probes and regressions that place sequences by hand), with the
+    token rows of storage and the max_seqlen bounds (None: the last offset, the longest length)."""
+    cu_q: tuple[int, ...]
+    cu_kv: tuple[int, ...] | None = None     # None: cu_q
+    T_q: int | None = None
+    T_kv: int | None = None
+    max_q: int | None = None
+    max_kv: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenStorage:
+    """How a ragged graph's token-major ports are stored (generator/layouts.py places them):
+    `kind` names the [T, H, D] storage kind of the eight data ports, `stats` the kind of
+    stats [T_q, H_q, 1]; `offset` elements precede every port's view; `lead` and `tail` token
+    rows before cu_seqlens[0] and after cu_seqlens[B] belong to no sequence."""
+    kind: str = "thd"
+    stats: str = "stats-ht"
+    offset: int = 0
+    lead: int = 0
+    tail: int = 0
+
+
+@dataclass(frozen=True)
+class RaggedSpec:
+    """One ragged graph: heads and head dims, the sequences (lengths packed from token
+    `storage.lead` on, or explicit offsets), and names from the plan's tables."""
+    heads: HeadConfig
+    head_dims: HeadDims
+    lengths: Lengths | Offsets
+    dtype: str = "bf16"
+    storage: str = "thd"
+    mask: str = "none"
+    scale: str = "default"
+    distribution: str = "randn"
+
+
+@dataclass(frozen=True)
+class RaggedCatalogEntry:
+    """A named ragged shape (or a few) with the reason it is in the plan."""
+    item: str
+    purpose: str
+    specs: tuple[RaggedSpec, ...]
+    level: str = "quick"
+    group: str = "ragged-shapes"
+
+
+@dataclass(frozen=True)
+class RaggedRegression:
+    item: str
+    defect: str
+    source: str
+    specs: tuple[RaggedSpec, ...]
+    level: str = "quick"
+    group: str = "ragged-regressions"
+
+
+@dataclass(frozen=True)
+class RaggedProbe:
+    """A ragged graph that must be stopped: by the frontend (offsets it can see) or by the
+    engine's device code (`by` = "device": valid but for its offset values, which break
+    `reason`; judged by what the engine touches)."""
+    item: str
+    title: str
+    by: str          # frontend | device
+    reason: str      # a code from bundlegen.reasons
+    spec: RaggedSpec
+    level: str = "quick"
+    group: str = "ragged-probes"
+
+
+@dataclass(frozen=True)
+class RaggedPlan:
+    """The ragged (THD / varlen) part of a plan: its own axis space, pair-proved on its own
+    (a ragged and a padded graph share no storage kind, sequence pair or batch, so one
+    space with a batch-kind axis would pair values that never meet). Axis names:
+    dtype, heads, head_dims, mask, scale, distribution (values: keys of the plan's tables),
+    lengths and storage (keys of `lengths` and `storages`). Items: AX-RAGGED-<AXIS>-<VALUE>."""
+    axes: tuple[Axis, ...]
+    rules: tuple[Rule, ...]
+    lengths: Mapping[str, Lengths]
+    storages: Mapping[str, TokenStorage]
+    value_suite_item: str
+    pair_suites: tuple[PairSuite, ...]
+    catalog: tuple[RaggedCatalogEntry, ...] = ()
+    regressions: tuple[RaggedRegression, ...] = ()
+    probes: tuple[RaggedProbe, ...] = ()
+
+
 # ----------------------------------------------------------------------------- levels, cost, tolerance
 @dataclass(frozen=True)
 class Level:
@@ -245,3 +349,4 @@ class Plan:
     tolerance_rule: Callable[[Any], str]   # graph -> tolerance class name
     min_claim_margin: float                # harvest claims a case only at this margin or more
     cpu_case_limit_s: float                # the harness skips a case predicted slower on CPU
+    ragged: RaggedPlan | None = None       # ragged (THD / varlen) graphs: their own axis space

@@ -9,8 +9,9 @@ Item IDs are stable handles: renaming one renames a support-matrix row.
 from __future__ import annotations
 
 from bundlegen.plans.records import (
-    Axis, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Level,
-    MaskSpec, PairSuite, Plan, Probe, Regression, Rule, SeqPair, Shape, Spec, Sweep,
+    Axis, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedCatalogEntry, RaggedPlan, RaggedProbe,
+    RaggedRegression, RaggedSpec, Regression, Rule, SeqPair, Shape, Spec, Sweep, TokenStorage,
     ToleranceClass, attr, dims, dtype, stride,
 )
 
@@ -158,6 +159,7 @@ PAIR_SUITES = (
 
 
 # ============================================================================ shape catalog
+INT64_BATCH_STRIDE = 2 ** 31 + 64      # SHP-INT64-OFFSETS: batch 1 begins past int32's range
 def _shape(B=1, H=2, S=64, D=64, *, H_k=None, H_v=None, S_kv=None, D_v=None) -> Shape:
     return Shape(B, H, H if H_k is None else H_k, (H if H_k is None else H_k) if H_v is None else H_v,
                  S, S if S_kv is None else S_kv, D, D if D_v is None else D_v)
@@ -205,6 +207,13 @@ CATALOG = (
                  (Spec(_shape(B=1, H=4, S=16384, D=128)),
                   Spec(_shape(B=1, H=4, S=16384, D=128), mask="causal-br", dtype="fp16"),
                   Spec(_shape(B=1, H=8, H_k=1, S=16384, D=64), mask="causal-tl")), level="full"),
+    # K's (and dV's) batch stride 2^31 + 64: batch 1 starts past the int32 range, so 32-bit
+    # offset arithmetic wraps to a negative index. Few elements are addressed (the problem is
+    # B 2, H 2, S 64, D 64); the storage is allocated whole (~4 GiB), so the CPU skips it.
+    CatalogEntry("SHP-INT64-OFFSETS", "one tensor's addressed span past 2^31 elements: 32-bit offsets wrap",
+                 (Spec(_shape(B=2, H=2, S=64, D=64), mutations=(stride("k", 0, INT64_BATCH_STRIDE),)),
+                  Spec(_shape(B=2, H=2, S=64, D=64), mask="causal-br",
+                       mutations=(stride("dv", 0, INT64_BATCH_STRIDE),))), level="full"),
     CatalogEntry("SHP-MASK-EDGES", "masks with one bound only, or one key per row",
                  (Spec(_shape(H=2, S=128, S_kv=200), mask="lookahead-16"),
                   Spec(_shape(H=2, S=128, S_kv=200), mask="diagonal-only"))),
@@ -348,12 +357,154 @@ PROBES = (
            stride("dq", 2, 32)),
 )
 
+# ============================================================================ ragged (THD / varlen)
+# A separate axis space, pair-proved on its own (DESIGN section 10): a ragged graph has no
+# padded storage kind, sequence pair or batch size, so "batch kind" as one more padded axis
+# would pair every padded-only value with "ragged" through repair cases that cannot exist.
+RAGGED_LENGTHS = {                    # per-sequence lengths, q side then kv side (None: same)
+    "mixed": Lengths((40, 1, 17, 30), (40, 9, 17, 48)),
+    "equal": Lengths((32, 32, 32)),                           # a padded batch, packed
+    "single": Lengths((50,), (70,)),                          # B = 1
+    "zero-q": Lengths((24, 0, 33), (24, 20, 33)),             # a sequence with no query rows
+    "zero-kv": Lengths((24, 20, 33), (24, 0, 33)),            # query rows with no keys: LSE -inf
+    "zero-first": Lengths((0, 24, 9), (0, 30, 9)),            # cu[0] = cu[1] on both sides
+    "len-1": Lengths((1, 1, 1, 1)),
+    "decode": Lengths((1, 1, 1), (47, 1, 16)),
+    "tile-tails": Lengths((63, 65, 127, 129)),                # each side of the 64 and 128 tiles
+    "q-longer": Lengths((65, 48, 30), (16, 1, 29)),           # S_q_b > S_kv_b
+    "kv-longer": Lengths((16, 1, 29), (65, 48, 30)),          # S_q_b < S_kv_b
+}
+
+RAGGED_STORAGES = {                   # token-major storage of every port (generator/layouts.py)
+    "thd": TokenStorage(),                                    # packed [T, H, D], stats [H, T]
+    "htd": TokenStorage("htd"),                               # head by head [H, T, D]
+    "thd-pad16": TokenStorage("thd-pad16"),                   # token stride H*D + 16
+    "thd-offset24": TokenStorage(offset=24),                  # every view 24 elements in
+    "spare-rows": TokenStorage(lead=5, tail=7),               # rows before cu[0], after cu[B]
+    "stats-th": TokenStorage(stats="stats-th"),               # stats token-major [T, H]
+}
+
+RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
+
+RAGGED_AXES = (
+    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
+    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1"), "mha", core=True),
+    Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
+    Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128"), "d64", core=True),
+    Axis("mask", "mask kind, aligned per sequence", RAGGED_MASKS, "none", core=True),
+    Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd"),
+    Axis("scale", "attention scale", tuple(SCALES), "default"),
+    Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
+)
+
+_BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
+_UNEQUAL_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q != ln.kv_lengths)
+_WINDOW_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].left_bound is not None)
+_PAST_WINDOW = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > WINDOW)
+
+RAGGED_RULES = (
+    Rule("ragged-bottom-right-needs-unequal-lengths",
+         "BOTTOM_RIGHT aligns each sequence's own lengths: where every S_q_b = S_kv_b it is "
+         "TOP_LEFT, and the case would test the TOP_LEFT mask again",
+         when={"mask": _BR_MASKS}, require={"lengths": _UNEQUAL_LENGTHS}),
+    Rule("ragged-window-needs-longer-sequences",
+         f"a window of {WINDOW} keys over sequences of at most {WINDOW} keys keeps what causal keeps",
+         when={"mask": _WINDOW_MASKS}, require={"lengths": _PAST_WINDOW}),
+)
+
+
+def _rspec(H=2, D=64, lengths=RAGGED_LENGTHS["mixed"], *, H_k=None, H_v=None, D_v=None, **names) -> RaggedSpec:
+    H_k = H if H_k is None else H_k
+    return RaggedSpec(HeadConfig(H, H_k, H_k if H_v is None else H_v), HeadDims(D, D if D_v is None else D_v),
+                      lengths, **names)
+
+
+RAGGED_CATALOG = (
+    RaggedCatalogEntry("SHP-RAGGED-MAX-ABOVE-LONGEST",
+                       "max_seqlen above every length (valid: engines size grids by the bound)",
+                       (_rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200)),
+                        _rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200),
+                               mask="causal-br"))),
+    RaggedCatalogEntry("SHP-RAGGED-MANY-SEQS", "32 sequences of 1-71 query and 0-96 key rows, GQA, causal-br",
+                       (_rspec(H=8, H_k=2, lengths=Lengths(tuple(i * 37 % 71 + 1 for i in range(32)),
+                                                           tuple(i * 53 % 97 for i in range(32))),
+                               mask="causal-br"),), level="pr"),
+    RaggedCatalogEntry("SHP-RAGGED-LONG", "sequences up to 2048 with GQA 8/2, d128: multi-block loops per sequence",
+                       (_rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
+                               mask="causal-br"),
+                        _rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
+                               mask="window-br", storage="htd")), level="nightly"),
+    RaggedCatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
+                       (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+)
+
+_SEED_001 = "ROCm/rocm-libraries#15045 (AICK-3016): THD token base unbounded"
+RAGGED_REGRESSIONS = (
+    RaggedRegression("REG-RAGGED-BASE-AT-END", "a sequence whose token base is the storage's end (cu[b] = T)",
+                     _SEED_001,
+                     (_rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80))),
+                      _rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80)), storage="thd-offset24",
+                             mask="causal-br"))),
+    RaggedRegression("REG-RAGGED-LAST-ENDS-AT-T", "the last sequence ends exactly at T, on a partial tile",
+                     _SEED_001,
+                     (_rspec(lengths=Lengths((40, 63), (64, 65))),
+                      _rspec(lengths=Lengths((40, 63), (64, 65)), storage="htd", mask="causal-br"))),
+    RaggedRegression("REG-RAGGED-ZERO-LAST", "a zero-length last sequence: both sides, q only, kv only",
+                     _SEED_001,
+                     (_rspec(lengths=Lengths((30, 45, 0), (50, 27, 0))),
+                      _rspec(lengths=Lengths((30, 45, 0), (50, 27, 20))),
+                      _rspec(lengths=Lengths((30, 45, 20), (50, 27, 0)), mask="causal-br"))),
+)
+
+# Device probes are run: an engine without the token-base bound reads and writes every row
+# a bad sequence claims, so each is sized (H <= 2, D = 16) for those rows to stay within the
+# harness's guard band (validate.GUARD_ELEMS; the generator checks every probe's reach).
+_DEV = dict(H=1, D=16)
+RAGGED_PROBES = (
+    RaggedProbe("PRB-RAGGED-OFFSETS-DECREASE", "cu_seqlens_q not monotonic", "frontend", "ragged-offsets-decrease",
+                _rspec(lengths=Offsets((0, 40, 20, 64), (0, 30, 50, 64)))),
+    RaggedProbe("PRB-RAGGED-NEGATIVE-OFFSET", "cu_seqlens_kv[0] < 0", "frontend", "ragged-negative-offset",
+                _rspec(lengths=Offsets((0, 30, 64), (-8, 30, 64), T_kv=64))),
+    RaggedProbe("PRB-RAGGED-PAST-STORAGE", "cu_seqlens_q[B] past the q storage", "frontend",
+                "ragged-offset-past-storage", _rspec(lengths=Offsets((0, 30, 70), (0, 30, 64), T_q=64))),
+    RaggedProbe("PRB-RAGGED-LENGTH-OVER-MAX", "a query sequence longer than max_seqlen_q", "frontend",
+                "ragged-length-over-max", _rspec(lengths=Offsets((0, 40, 64), max_q=32))),
+    RaggedProbe("PRB-RAGGED-OFFSETS-COUNT", "cu_seqlens_kv with fewer entries than cu_seqlens_q", "frontend",
+                "ragged-offsets-count", _rspec(lengths=Offsets((0, 30, 64), (0, 64)))),
+    # seed 001: a negative token base (q side, GQA), a sequence based at T running past it
+    RaggedProbe("PRB-RAGGED-DEVICE-NEGATIVE-Q", "q side: the first sequence starts 12 rows before the storage",
+                "device", "ragged-negative-offset",
+                _rspec(H=2, H_k=1, D=16, lengths=Offsets((-12, 20, 40), (0, 24, 48)))),
+    RaggedProbe("PRB-RAGGED-DEVICE-NEGATIVE-KV", "kv side: the first sequence starts 16 rows before the storage",
+                "device", "ragged-negative-offset",
+                _rspec(**_DEV, lengths=Offsets((0, 24, 40), (-16, 16, 48)), storage="thd-offset24")),
+    RaggedProbe("PRB-RAGGED-DEVICE-PAST-Q", "q side: a sequence based at T claims 20 rows past the storage",
+                "device", "ragged-offset-past-storage",
+                _rspec(**_DEV, lengths=Offsets((0, 24, 40, 60), (0, 30, 50, 64), T_q=40), mask="causal-br")),
+    RaggedProbe("PRB-RAGGED-DEVICE-PAST-KV", "kv side: the last sequence ends 10 rows past the storage",
+                "device", "ragged-offset-past-storage",
+                _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 58), T_kv=48))),
+    RaggedProbe("PRB-RAGGED-DEVICE-DECREASE-Q", "q side: offsets go back (lengths 16, -8, 8, 24)",
+                "device", "ragged-offsets-decrease",
+                _rspec(**_DEV, lengths=Offsets((0, 16, 8, 16, 40), (0, 10, 20, 30, 40)))),
+    RaggedProbe("PRB-RAGGED-DEVICE-OVER-MAX-KV", "kv side: a sequence of 36 keys with max_seqlen_kv 24",
+                "device", "ragged-length-over-max",
+                _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
+)
+
+RAGGED = RaggedPlan(
+    axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
+    value_suite_item="RAGGED-AXIS-VALUES",
+    pair_suites=(
+        PairSuite("RAGGED-PAIR-CORE", "every legal pair of ragged core-axis values", "ragged-pairs-core", "core", "pr"),
+        PairSuite("RAGGED-PAIR-ALL", "every legal pair of values of all ragged axes", "ragged-pairs-all", "all",
+                  "nightly"),
+    ),
+    catalog=RAGGED_CATALOG, regressions=RAGGED_REGRESSIONS, probes=RAGGED_PROBES,
+)
+
 # ============================================================================ gated
 GATED = (
-    Gated("GATE-RAGGED-THD", "ragged / THD batches with cu_seqlens (incl. zero-length sequences)",
-          "waiting on ragged (cu_seqlens) graphs in bundlegen.graph, materialize and the oracle", 12),
-    Gated("GATE-RAGGED-BAD-OFFSET", "probes: cu_seqlens not monotonic, past the buffer, negative",
-          "waiting on ragged (cu_seqlens) graphs in bundlegen.graph and a frontend rule for offsets", 4),
     Gated("GATE-DROPOUT", "dropout probability > 0", "waiting on a dropout-mask input in the harness "
           "(the oracle needs the mask the engine drew)", 6),
     Gated("GATE-DROPOUT-ZERO", "dropout_probability = 0 set explicitly", "waiting on a decision whether "
@@ -366,8 +517,6 @@ GATED = (
           "waiting on paged K/V storage in materialize", 6),
     Gated("GATE-FP32", "fp32 io dtype", "waiting on engines serving fp32 without TF32 and fp32 tolerance "
           "classes calibrated against the oracle", 20),
-    Gated("GATE-INT64-OFFSETS", "a strided input whose span exceeds 2^31 elements (32-bit offsets)",
-          "waiting on the harness allocating only the addressed rows of a storage (4 GiB per port now)", 2),
 )
 
 # ============================================================================ levels
@@ -449,5 +598,5 @@ PLAN = Plan(
     value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG, sweeps=SWEEPS, regressions=REGRESSIONS,
     probes=PROBES, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
-    min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S,
+    min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
 )

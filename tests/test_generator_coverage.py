@@ -183,7 +183,9 @@ def test_recalibrating_costs_and_tolerances_renames_no_case(generated):
     slower = {k: dataclasses.replace(v, overhead_s=v.overhead_s * 2, engine_flops_per_s=v.engine_flops_per_s / 3)
               for k, v in sdpa_bwd.COST_MODEL.items()}
     classes = {k: dataclasses.replace(v, rtol=v.rtol * 1.25) for k, v in sdpa_bwd.TOLERANCE_CLASSES.items()}
-    other = build(dataclasses.replace(sdpa_bwd.PLAN, cost_model=slower, tolerance_classes=classes))
+    roomy = tuple(dataclasses.replace(lv, cpu_budget_seconds=lv.cpu_budget_seconds and lv.cpu_budget_seconds * 2)
+                  for lv in sdpa_bwd.LEVELS)      # the slower cpu class would not fit quick's budget
+    other = build(dataclasses.replace(sdpa_bwd.PLAN, cost_model=slower, tolerance_classes=classes, levels=roomy))
     assert {c.id for c in other.cases} == {c.id for c in generated.cases}
     assert {c.id: c.data.seed for c in other.cases} == {c.id: c.data.seed for c in generated.cases}
 

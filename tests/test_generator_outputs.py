@@ -95,7 +95,9 @@ def test_manifest_carries_what_the_harness_claims_and_mutants_need(generated):
     assert manifest.cost_model == plan.cost_model
     assert manifest.min_claim_margin == sdpa_bwd.MIN_CLAIM_MARGIN
     assert manifest.cpu_case_limit_s == sdpa_bwd.CPU_CASE_LIMIT_S
-    assert [a.name for a in manifest.axes] == [a.name for a in plan.axes]
+    assert [a.name for a in manifest.axes] == [a.name for a in plan.axes] + [
+        f"ragged-{a.name}" for a in plan.ragged.axes]
+    assert [a.name for a in manifest.axes if a.core] == [a.name for a in plan.axes if a.core]
     assert {g.item for g in manifest.gates} == {g.item for g in plan.gated}
     listed = {i for a in manifest.axes for i in a.items} | {i.id for s in manifest.sections for i in s.items}
     assert listed <= set(generated.items)

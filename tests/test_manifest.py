@@ -83,6 +83,8 @@ def test_choosing_the_plan_of_a_root(tmp_path, raw):
 def test_the_harness_loads_the_chosen_plans_bundles(tmp_path, raw):
     root = tmp_path / "bundles"
     shutil.copytree(builtin_bundle_root(), root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    quick = sum(len(json.loads(p.read_text(encoding="utf-8"))["cases"])
+                for p in (root / "quick" / "sdpa_bwd").glob("*.json"))
     (root / "quick" / "sdpa_bwd").rename(root / "quick" / "tiny")
     for level in ("pr", "nightly", "full"):
         shutil.rmtree(root / level)
@@ -95,7 +97,7 @@ def test_the_harness_loads_the_chosen_plans_bundles(tmp_path, raw):
         path.write_text(path.read_text(encoding="utf-8").replace('"plan": "sdpa_bwd"', '"plan": "tiny"'),
                         encoding="utf-8")
     loaded = B.load_level(root, "full")
-    assert loaded.manifest.plan == "tiny" and len(loaded.cases) == 125 and not loaded.errors
+    assert loaded.manifest.plan == "tiny" and len(loaded.cases) == quick > 100 and not loaded.errors
     assert all(c.tolerance_class for c in loaded.cases)
     with pytest.raises(BundleError, match="no manifest for plan 'sdpa_bwd'"):
         B.load_level(root, "quick", "sdpa_bwd")

@@ -1,0 +1,255 @@
+"""The ragged (THD / varlen) space of a plan: RaggedSpecs become graphs, axis combinations
+and declared entries become drafts, and the checks only ragged graphs need (the plan's
+ragged tables, device probes and how far their stray rows reach).
+
+Axis names of the ragged space: the six below that name a table of the plan (shared with
+the padded space) and the two of its own (lengths, storage). Its items are
+AX-RAGGED-<AXIS>-<VALUE>; its drafts carry space "ragged", so their combinations are
+proved against the ragged axes only."""
+from __future__ import annotations
+
+from typing import Collection
+
+from bundlegen import reasons as R
+from bundlegen.graph import Graph, Rejection, ragged_graph
+from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding
+from bundlegen.generator import layouts
+from bundlegen.generator.errors import PlanError
+from bundlegen.generator.expand import PORTS, axis_item
+from bundlegen.generator.legality import Legality
+from bundlegen.generator.pairs import suite_rows
+from bundlegen.generator.records import Combo, Draft
+from bundlegen.plans.records import Lengths, Offsets, Plan, RaggedPlan, RaggedSpec
+
+SPACE = "ragged"
+SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution")
+OWN_AXES = ("lengths", "storage")
+KNOWN_AXES = SHARED_AXES + OWN_AXES
+PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
+
+
+def axis_table(plan: Plan, axis: str) -> Collection[str]:
+    r = plan.ragged
+    return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
+            "scale": plan.scales, "distribution": plan.distributions, "lengths": r.lengths,
+            "storage": r.storages}[axis]
+
+
+def item(axis: str, value: str) -> str:
+    """AX-RAGGED-<AXIS>-<VALUE>: the manifest names the axis ragged-<axis>."""
+    return axis_item(manifest_axis(axis), value)
+
+
+def manifest_axis(axis: str) -> str:
+    return f"{SPACE}-{axis}"
+
+
+# ----------------------------------------------------------------------------- spec <-> graph
+def spec_of(plan: Plan, combo: Combo) -> RaggedSpec:
+    v = dict(zip((a.name for a in plan.ragged.axes), combo))
+    return RaggedSpec(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]],
+                      dtype=v["dtype"], storage=v["storage"], mask=v["mask"], scale=v["scale"],
+                      distribution=v["distribution"])
+
+
+def offsets_of(plan: Plan, spec: RaggedSpec) -> Offsets:
+    """The spec's sequences as offsets: lengths are packed from the storage's lead rows on,
+    with its tail rows after them; explicit offsets as declared."""
+    if isinstance(spec.lengths, Offsets):
+        return spec.lengths
+    st = plan.ragged.storages[spec.storage]
+
+    def cu(lengths: tuple[int, ...]) -> tuple[int, ...]:
+        out = [st.lead]
+        for n in lengths:
+            out.append(out[-1] + n)
+        return tuple(out)
+    cq, ck = cu(spec.lengths.q), cu(spec.lengths.kv_lengths)
+    return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail)
+
+
+def graph_of(plan: Plan, spec: RaggedSpec) -> Graph:
+    st = plan.ragged.storages[spec.storage]
+    off = offsets_of(plan, spec)
+    cu_kv = off.cu_q if off.cu_kv is None else off.cu_kv
+    h, d = spec.heads, spec.head_dims
+    T_q = off.cu_q[-1] if off.T_q is None else off.T_q
+    T_kv = cu_kv[-1] if off.T_kv is None else off.T_kv
+    dims = {"q": (T_q, h.H_q, d.D_qk), "k": (T_kv, h.H_k, d.D_qk), "v": (T_kv, h.H_v, d.D_v),
+            "o": (T_q, h.H_q, d.D_v), "do": (T_q, h.H_q, d.D_v), "dq": (T_q, h.H_q, d.D_qk),
+            "dk": (T_kv, h.H_k, d.D_qk), "dv": (T_kv, h.H_v, d.D_v), "stats": (T_q, h.H_q, 1)}
+    strides = {p: layouts.ragged_strides(st.stats if p == "stats" else st.kind, dims[p]) for p in PORTS}
+    mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
+    return ragged_graph(off.cu_q, cu_kv, H_q=h.H_q, H_k=h.H_k, H_v=h.H_v, D_qk=d.D_qk, D_v=d.D_v,
+                        dtype=spec.dtype, scale=None if scale is None else float(scale),
+                        alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
+                        max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
+                        strides=strides, offsets={p: st.offset for p in PORTS})
+
+
+def spec_items(plan: Plan, spec: RaggedSpec) -> tuple[str, ...]:
+    """The ragged axis items a declared spec realises: each axis whose value it matches."""
+    found = {"dtype": spec.dtype, "storage": spec.storage, "mask": spec.mask, "scale": spec.scale,
+             "distribution": spec.distribution,
+             "heads": next((n for n, h in plan.heads.items() if h == spec.heads), None),
+             "head_dims": next((n for n, d in plan.head_dims.items() if d == spec.head_dims), None),
+             "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == spec.lengths), None)}
+    return tuple(item(a.name, found[a.name]) for a in plan.ragged.axes if found.get(a.name) in a.values)
+
+
+def combo_items(plan: Plan, combo: Combo) -> tuple[str, ...]:
+    return tuple(item(a.name, v) for a, v in zip(plan.ragged.axes, combo))
+
+
+# ----------------------------------------------------------------------------- drafts
+def _combo_draft(plan: Plan, combo: Combo, entry: str, group: str, suite_item: str, level: str) -> Draft:
+    spec = spec_of(plan, combo)
+    return Draft(entry=entry, group=group, purpose="claim", items=(suite_item,) + combo_items(plan, combo),
+                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None,
+                 min_level=level, combo=combo, space=SPACE)
+
+
+def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
+    out = []
+    for axis in plan.ragged.axes:
+        for value in axis.values:
+            entry = f"ragged axis value {axis.name}={value}"
+            combo = legality.complete({axis.name: value})
+            if combo is None:
+                raise PlanError(f"{entry}: no legal combination holds it")
+            out.append(_combo_draft(plan, combo, entry, "ragged-axes", plan.ragged.value_suite_item,
+                                    plan.levels[0].name))
+    return out
+
+
+def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
+    out = []
+    for suite in plan.ragged.pair_suites:
+        for n, combo in enumerate(suite_rows(legality, suite)):
+            out.append(_combo_draft(plan, combo, f"ragged pair suite {suite.item} row {n}", suite.group,
+                                    suite.item, suite.level))
+    return out
+
+
+def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
+    return [_combo_draft(plan, c, f"ragged pair repair {suite_item} #{n}", "ragged-pairs-repair", suite_item, level)
+            for n, c in enumerate(combos)]
+
+
+def declared_drafts(plan: Plan) -> list[Draft]:
+    """The ragged catalog, regressions and probes."""
+    r, out = plan.ragged, []
+
+    def draft(spec, entry, group, purpose, item_id, level, rejection=None) -> Draft:
+        items = (item_id,) if rejection is not None else (item_id,) + spec_items(plan, spec)
+        return Draft(entry=entry, group=group, purpose=purpose, items=items, graph=graph_of(plan, spec),
+                     distribution=spec.distribution, rejection=rejection, min_level=level, space=SPACE)
+    for c in r.catalog:
+        out += [draft(s, f"ragged shape {c.item}[{k}]", c.group, "claim", c.item, c.level)
+                for k, s in enumerate(c.specs)]
+    for g in r.regressions:
+        out += [draft(s, f"ragged regression {g.item}[{k}]", g.group, "regression", g.item, g.level)
+                for k, s in enumerate(g.specs)]
+    for p in r.probes:
+        out.append(draft(p.spec, f"ragged probe {p.item}", p.group, "probe", p.item, p.level,
+                         Rejection(by=p.by, reason=p.reason)))
+    return out
+
+
+# ----------------------------------------------------------------------------- checks
+def check_plan(plan: Plan) -> None:
+    """The ragged part's tables, axes and entries name things that exist."""
+    r = plan.ragged
+    for name, st in r.storages.items():
+        if st.kind not in layouts.RAGGED_KINDS or st.stats not in layouts.RAGGED_STATS_KINDS:
+            raise PlanError(f"ragged storage '{name}': unknown storage kind {st.kind!r} or {st.stats!r}")
+        if min(st.offset, st.lead, st.tail) < 0:
+            raise PlanError(f"ragged storage '{name}': offset, lead and tail must be >= 0")
+    for name, ln in r.lengths.items():
+        if not ln.q or len(ln.kv_lengths) != len(ln.q) or min(ln.q + ln.kv_lengths) < 0:
+            raise PlanError(f"ragged lengths '{name}': needs B >= 1 lengths >= 0, as many on each side")
+    seen = set()
+    for a in r.axes:
+        entry = f"ragged axis '{a.name}'"
+        if a.name not in KNOWN_AXES:
+            raise PlanError(f"{entry}: unknown axis (known: {', '.join(KNOWN_AXES)})")
+        if a.name in seen:
+            raise PlanError(f"{entry}: declared twice")
+        seen.add(a.name)
+        if not a.values or len(set(a.values)) != len(a.values) or a.default not in a.values:
+            raise PlanError(f"{entry}: values must be non-empty and distinct and hold the default")
+        for v in a.values:
+            if v not in axis_table(plan, a.name):
+                raise PlanError(f"{entry}: value {v!r} has no entry in the plan's {a.name} table")
+    if sorted(seen) != sorted(KNOWN_AXES):
+        raise PlanError(f"ragged axes: missing {', '.join(sorted(set(KNOWN_AXES) - seen))}")
+    for s in r.pair_suites:
+        if s.scope not in ("core", "all"):
+            raise PlanError(f"ragged pair suite '{s.item}': unknown scope {s.scope!r}")
+    specs = [(f"ragged shape '{c.item}'[{k}]", s) for c in r.catalog for k, s in enumerate(c.specs)]
+    specs += [(f"ragged regression '{g.item}'[{k}]", s) for g in r.regressions for k, s in enumerate(g.specs)]
+    specs += [(f"ragged probe '{p.item}'", p.spec) for p in r.probes]
+    for entry, spec in specs:
+        check_spec(plan, spec, entry)
+    for p in r.probes:
+        known = PROBE_LAYERS.get(p.by)
+        if known is None:
+            raise PlanError(f"ragged probe '{p.item}': unknown rejecting layer {p.by!r} "
+                            f"(frontend | device)")
+        if p.reason not in known:
+            raise PlanError(f"ragged probe '{p.item}': {p.reason!r} is not a {p.by} reason code in bundlegen.reasons")
+
+
+def check_spec(plan: Plan, spec: RaggedSpec, entry: str) -> None:
+    for field, table in (("dtype", plan.dtypes), ("mask", plan.masks), ("scale", plan.scales),
+                         ("distribution", plan.distributions), ("storage", plan.ragged.storages)):
+        if getattr(spec, field) not in table:
+            raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
+    st = plan.ragged.storages[spec.storage]
+    if isinstance(spec.lengths, Offsets) and (st.lead or st.tail):
+        raise PlanError(f"{entry}: explicit offsets place their own rows; storage "
+                        f"'{spec.storage}' adds lead/tail rows")
+
+
+def check_draft(draft: Draft) -> None:
+    """A device probe: valid in every rule but its offset values, which break the named
+    rule; at least one good sequence; stray rows within the guard band."""
+    r, g = draft.rejection, draft.graph
+    if r is None or r.by != "device":
+        return
+    entry = draft.entry
+    other = frontend_finding(g, offsets_on_device=True)
+    if other is not None:
+        raise PlanError(f"{entry}: a device probe must be valid but for its offsets; the frontend "
+                        f"gives {other.reason!r} at {other.field}")
+    broken = ragged_offsets_finding(g)
+    if broken is None or broken.reason != r.reason:
+        raise PlanError(f"{entry}: the offsets break {None if broken is None else broken.reason!r}, "
+                        f"the probe names {r.reason!r}")
+    if not good_sequences(g):
+        raise PlanError(f"{entry}: a device probe needs a good sequence (validate.good_sequences) "
+                        "whose gradients the engine must still get right")
+    for port, (before, after) in sorted(stray_reach(g).items()):
+        spec = g.tensors[port]
+        if before > GUARD_ELEMS + spec.offset or after > GUARD_ELEMS:
+            raise PlanError(f"{entry}: its bad sequences reach {before} elements before and {after} after "
+                            f"port '{port}' (guard band {GUARD_ELEMS} + offset {spec.offset}): an "
+                            "unbounded kernel's stray rows would land outside the canary; make it smaller")
+
+
+def stray_reach(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Per port, how many elements before its view's first element and past its last
+    addressed element the rows of the graph's sequences reach (a kernel with no token-base
+    bound reads and writes every row a sequence claims): rows below 0 and from T on, times
+    the port's token stride."""
+    rag = graph.ragged
+    rows = {}
+    for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
+        cu = getattr(rag, f"cu_seqlens_{side}")
+        spans = [(a, b) for a, b in zip(cu, cu[1:]) if b > a]
+        rows[side] = (max([0, *(-a for a, _ in spans)]), max([0, *(b - tokens for _, b in spans)]))
+    out = {}
+    for port, spec in graph.tensors.items():
+        below, above = rows["q" if port in ("q", "o", "do", "dq", "stats") else "kv"]
+        out[port] = (below * spec.strides[0], above * spec.strides[0])
+    return out
