@@ -14,7 +14,8 @@ from bundlegen.graph import ALIGNMENTS, DTYPES, OUTPUT_PORTS, PORTS, Graph, Tens
 MAX_SPAN = 2 ** 62
 #: canary elements the harness puts before and after every port's storage (a port's
 #: declared offset is canary too): a device probe's stray rows must stay inside them
-#: (the generator checks each probe's reach against it)
+#: (the generator checks each probe's reach against it); a multiple of 64, so a view keeps
+#: the alignment its declared offset gives it
 GUARD_ELEMS = 512
 
 

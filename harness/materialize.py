@@ -29,14 +29,11 @@ import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import INPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, PORTS, Case, Graph, TensorSpec
-from bundlegen.validate import frontend_finding, good_sequences
+from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences
 from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import read_flags
 from bundlegen.harness.distributions import draw_inputs, generated_shape
 
-#: canary elements before the declared storage and after its last addressed element; a
-#: multiple of 64 so the view keeps the alignment its declared offset gives it
-GUARD_ELEMS = 512
 #: canary bit patterns: quiet NaNs with a distinctive payload
 CANARY_BITS = {"bf16": 0x7FDA, "fp16": 0x7E5A, "fp32": 0x7FDADADA}
 BITS_DTYPES = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
