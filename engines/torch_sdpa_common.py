@@ -11,6 +11,10 @@ What the adapter passes as declared and what it presents in the op's own form:
   that form (O: the forward's layout; Stats: the backend's LSE shape, see lse_*).
 - dQ, dK, dV: the op returns fresh tensors; they are copied into the declared outputs.
 
+Ragged graphs (DESIGN section 10) go to each engine's RAGGED_RULES and `ragged_backward`
+(the varlen op); see "ragged graphs" below for the offsets made safe on the device, the
+LSE forms and the row-only copy into the outputs.
+
 Device facts (capability, ROCm, cuDNN version) are read once per engine into a frozen
 record, so the rules are plain functions of (graph, facts) and testable on a CPU.
 """
@@ -32,6 +36,8 @@ from bundlegen.engines.base import Engine
 #: The archs these engines are configured for (the support-matrix columns).
 TARGET_ARCHS = ("sm90", "sm120")
 AXES = ("B", "H", "S", "D")
+#: a ragged graph's port axes (token-major, DESIGN section 10)
+RAGGED_AXES = ("T", "H", "D")
 INPUT_PORTS_READ_AS_DECLARED = ("q", "k", "v", "do")
 
 
@@ -119,8 +125,8 @@ def head_dim_stride_one(graph: Graph, facts: DeviceFacts) -> str | None:
     dO is made contiguous (flash, efficient) or permuted (cudnn) by the op itself."""
     for port in ("q", "k", "v"):
         spec = graph.tensors[port]
-        if spec.dims[3] > 1 and spec.strides[3] != 1:
-            return f"{R.HEAD_DIM_STRIDE_NOT_ONE}: {port} stride {spec.strides[3]} on D"
+        if spec.dims[-1] > 1 and spec.strides[-1] != 1:
+            return f"{R.HEAD_DIM_STRIDE_NOT_ONE}: {port} stride {spec.strides[-1]} on D"
     return None
 
 
@@ -140,19 +146,20 @@ def aligned_offsets(elements: Callable[[Graph], int], source: str,
 def aligned_strides(elements: Callable[[Graph], int], source: str,
                     ports: tuple[str, ...] = INPUT_PORTS_READ_AS_DECLARED,
                     axes_always: tuple[int, ...] = ()) -> Rule:
-    """The strides of the B, H, S axes are multiples of `elements(graph)`. Axes of length 1
-    are exempt unless listed in `axes_always` (the efficient kernel checks H and S whatever
-    their length)."""
+    """The strides of every axis but D (B, H, S; a ragged graph's T, H) are multiples of
+    `elements(graph)`. Axes of length 1 are exempt unless listed in `axes_always` (indices
+    into the port's axes: the efficient kernel checks H and S whatever their length)."""
     def rule(graph: Graph, facts: DeviceFacts) -> str | None:
         n = elements(graph)
+        names = RAGGED_AXES if graph.ragged is not None else AXES
         for port in ports:
             spec = graph.tensors[port]
-            for axis in range(3):
+            for axis in range(len(spec.dims) - 1):
                 if spec.dims[axis] == 1 and axis not in axes_always:
                     continue
                 if spec.strides[axis] % n:
                     return (f"{R.MISALIGNED_STRIDE}: {port} stride {spec.strides[axis]} on "
-                            f"{AXES[axis]} not a multiple of {n} ({source})")
+                            f"{names[axis]} not a multiple of {n} ({source})")
         return None
     return rule
 
@@ -307,12 +314,143 @@ def cudnn_lse_has_unit_dim() -> bool:
         return True
 
 
+# ----------------------------------------------------------------------------- ragged graphs
+# A ragged graph (DESIGN section 10) reaches an engine with its offsets only on the device
+# (tensors["cu_seqlens_q"|"cu_seqlens_kv"], int32 [B+1]). Nothing here reads them back to the
+# host: every helper is a few device ops, so a launch stays asynchronous. The varlen ops
+# trust the offsets (no bound checks in their kernels), so the adapter hands them offsets
+# made safe first (contained_offsets), and copies only sequence rows into the outputs.
+
+def not_ragged(graph: Graph, facts: DeviceFacts) -> str | None:
+    """For the padded-only rule lists: a ragged graph is not what they describe."""
+    if graph.ragged is not None:
+        return f"{R.RAGGED_NOT_SERVED}: no varlen path in this adapter"
+    return None
+
+
+def ragged_causal_only(alignments: tuple[str, ...], source: str) -> Rule:
+    """A varlen op's mask switch: unmasked, or causal (right_bound 0, no left bound) with its
+    diagonal aligned per sequence as one of `alignments`. The other alignment is declined
+    even where S_q == S_kv: the per-sequence lengths are device data."""
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        a = graph.attributes
+        if not is_masked(a):
+            return None
+        if a.left_bound is not None or a.right_bound != 0:
+            return (f"{R.MASK_NOT_SERVED}: left_bound={a.left_bound}, right_bound={a.right_bound}"
+                    f" (varlen: causal only; {source})")
+        if a.diagonal_alignment not in alignments:
+            return (f"{R.ALIGNMENT_NOT_SERVED}: {a.diagonal_alignment} causal on a ragged graph "
+                    f"(served: {', '.join(alignments)}; {source})")
+        return None
+    return rule
+
+
+def contained_offsets(cu: torch.Tensor, tokens: int) -> torch.Tensor:
+    """int32 [B+1] on cu's device: cu clamped to [0, tokens] and made non-decreasing
+    (running maximum). Every sequence that validate.good_sequences calls good keeps its
+    exact rows (its start is the maximum of the offsets up to it, its end the minimum of
+    those after it); every other one becomes a (possibly empty) run of rows inside the
+    storage that overlaps no other sequence. Sync-free: what a varlen kernel, which trusts
+    its offsets, can be given when the offsets are only on the device (a device probe)."""
+    clamped = cu.to(torch.int64).clamp(0, tokens)
+    return torch.cummax(clamped, dim=0).values.to(torch.int32).contiguous()
+
+
+@dataclass(frozen=True)
+class RaggedRows:
+    """Which storage rows (tokens) of one side belong to which sequence, on the device."""
+    offsets: torch.Tensor    # int32 [B+1], contained (non-decreasing, inside [0, T])
+    lengths: torch.Tensor    # int64 [B]
+    in_sequence: torch.Tensor  # bool [T]: offsets[0] <= t < offsets[B]
+    sequence: torch.Tensor   # int64 [T]: the sequence row t belongs to (clamped to [0, B-1])
+    position: torch.Tensor   # int64 [T]: t - offsets[sequence] (the row inside its sequence)
+
+
+def ragged_rows(cu: torch.Tensor, tokens: int) -> RaggedRows:
+    offsets = contained_offsets(cu, tokens)
+    wide = offsets.to(torch.int64)
+    batch = wide.numel() - 1
+    t = torch.arange(tokens, device=cu.device, dtype=torch.int64)
+    sequence = torch.searchsorted(wide[1:].contiguous(), t, right=True).clamp(max=max(batch - 1, 0))
+    in_sequence = (t >= wide[0]) & (t < wide[-1])
+    return RaggedRows(offsets=offsets, lengths=wide[1:] - wide[:-1], in_sequence=in_sequence,
+                      sequence=sequence, position=t - wide[sequence])
+
+
+def packed_rows_copy(t: torch.Tensor, rows: RaggedRows) -> torch.Tensor:
+    """A packed [T, H, D] copy of t (the varlen forwards' output layout) holding t's values
+    in sequence rows and 0 elsewhere (rows of no sequence are not read into it)."""
+    zero = torch.zeros((), dtype=t.dtype, device=t.device)
+    return torch.where(rows.in_sequence[:, None, None], t, zero).contiguous()
+
+
+def _lse_of_op(lse: torch.Tensor) -> torch.Tensor:
+    """Our natural-log LSE in the varlen kernels' form: a row with no kept key is -inf here,
+    +inf in theirs (their forwards write +inf, so the backward's exp(s - lse) is 0)."""
+    return lse.masked_fill(lse == -math.inf, math.inf)
+
+
+def lse_heads_tokens(stats: torch.Tensor, rows: RaggedRows) -> torch.Tensor:
+    """[H_q, T_q] fp32, packed: FlashAttention's varlen (unpadded) LSE, indexed by the
+    token's storage row (mha_varlen_bwd: unpadded_lse, row bidh * total_q + cu_seqlens_q[b]
+    + i). Rows of no sequence hold +inf."""
+    lse = stats[..., 0].to(torch.float32)
+    lse = torch.where(rows.in_sequence[:, None], _lse_of_op(lse), math.inf)
+    return lse.transpose(0, 1).contiguous()
+
+
+def lse_per_sequence(stats: torch.Tensor, rows: RaggedRows, max_seqlen_q: int,
+                     multiple: int = 32) -> torch.Tensor:
+    """[B, H_q, ceil(max_seqlen_q / multiple) * multiple] fp32, packed: the efficient
+    kernel's varlen LSE (its forward allocates [B, H, lse_dim]; the backward reads
+    lse[b, h, i] for the i-th query of sequence b). Padding and rows past a sequence's
+    length hold +inf."""
+    B, H = rows.lengths.numel(), stats.shape[1]
+    width = max(-(-max_seqlen_q // multiple) * multiple, multiple)
+    i = torch.arange(width, device=stats.device, dtype=torch.int64)
+    start = rows.offsets[:-1].to(torch.int64)
+    valid = i[None, :] < rows.lengths[:, None]                        # [B, width]
+    index = (start[:, None] + i[None, :]).clamp(0, max(stats.shape[0] - 1, 0))
+    lse = _lse_of_op(stats[..., 0].to(torch.float32))[index]          # [B, width, H]
+    lse = torch.where(valid[:, :, None], lse, math.inf)
+    return lse.permute(0, 2, 1).contiguous().reshape(B, H, width)
+
+
+def write_ragged_gradients(tensors: Mapping[str, torch.Tensor], dq: torch.Tensor,
+                           dk: torch.Tensor, dv: torch.Tensor, q_rows: RaggedRows,
+                           kv_rows: RaggedRows) -> None:
+    """Copy the op's fresh gradients into the declared outputs, sequence rows only: a row
+    of no sequence keeps its bits (read and written back unchanged, no host sync to find
+    the rows). q rows of a sequence with no keys get dQ = 0, kv rows of a sequence with no
+    queries dK = dV = 0, whatever the kernel left there."""
+    q_has_keys = kv_rows.lengths[q_rows.sequence] > 0
+    kv_has_queries = q_rows.lengths[kv_rows.sequence] > 0
+    for port, grad, rows, live in (("dq", dq, q_rows, q_has_keys), ("dk", dk, kv_rows, kv_has_queries),
+                                   ("dv", dv, kv_rows, kv_has_queries)):
+        out = tensors[port]
+        if tuple(grad.shape) != tuple(out.shape):
+            raise RuntimeError(f"{port}: the op returned shape {tuple(grad.shape)}, "
+                               f"the graph declares {tuple(out.shape)}")
+        value = torch.where(live[:, None, None], grad.to(out.dtype), torch.zeros((), dtype=out.dtype,
+                                                                               device=out.device))
+        out.copy_(torch.where(rows.in_sequence[:, None, None], value, out))
+
+
+def ragged_inputs(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple[RaggedRows, RaggedRows]:
+    return (ragged_rows(tensors["cu_seqlens_q"], graph.T_q),
+            ragged_rows(tensors["cu_seqlens_kv"], graph.T_kv))
+
+
 # ----------------------------------------------------------------------------- engine base
 class TorchSdpaEngine(Engine):
     """An aten SDPA backward op as an engine: `RULES` decide, `backward` calls the op."""
 
     deterministic = False   # all three accumulate dQ (or split keys) with atomics
+    ragged = True           # every ragged graph meets RAGGED_RULES
     RULES: tuple[Rule, ...] = ()
+    #: the rules for a ragged graph (its varlen op); the default declines every one
+    RAGGED_RULES: tuple[Rule, ...] = (not_ragged,)
 
     def __init__(self, device: torch.device | str = "cpu", facts: DeviceFacts | None = None):
         super().__init__(device)
@@ -324,15 +462,26 @@ class TorchSdpaEngine(Engine):
         return TARGET_ARCHS
 
     def is_applicable(self, graph: Graph) -> str | None:
-        return launch_reason(graph) or first_reason(self.RULES, graph, self.facts)
+        rules = self.RAGGED_RULES if graph.ragged is not None else self.RULES
+        return launch_reason(graph) or first_reason(rules, graph, self.facts)
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         reason = self.is_applicable(graph)
         if reason is not None:  # a declined graph can fault the GPU (misaligned loads)
             raise ValueError(f"{self.name} cannot serve this graph: {reason}")
+        if graph.ragged is not None:
+            q_rows, kv_rows = ragged_inputs(graph, tensors)
+            dq, dk, dv = self.ragged_backward(graph, tensors, q_rows, kv_rows)
+            write_ragged_gradients(tensors, dq, dk, dv, q_rows, kv_rows)
+            return
         dq, dk, dv = self.backward(graph, tensors)
         write_gradients(tensors, dq, dk, dv)
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         """(dq, dk, dv) from the aten op, shaped like the declared outputs."""
+        raise NotImplementedError
+
+    def ragged_backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor],
+                        q_rows: RaggedRows, kv_rows: RaggedRows):
+        """(dq, dk, dv) [T, H, D] from the varlen op; only sequence rows are used."""
         raise NotImplementedError

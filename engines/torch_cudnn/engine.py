@@ -63,6 +63,17 @@ def cudnn_sizes(graph: Graph, facts: DeviceFacts) -> str | None:
     return None
 
 
+def cudnn_ragged(graph: Graph, facts: DeviceFacts) -> str | None:
+    """Why ragged graphs are declined (read in PyTorch's source, attention_backward.cu and
+    cudnn/MHA.cpp): _cudnn_attention_backward's nested branch sizes the cuDNN graph with
+    max_seqlen_batch_q = query.size(2) and max_seqlen_batch_k = key.size(2), which for the
+    token-major [T, H, D] inputs it takes are the head dims, not max_q / max_k; and the LSE
+    form that branch wants changed between releases ([T, H, 1] ragged, then 2-D [H, T])."""
+    return (f"{R.RAGGED_NOT_SERVED}: the cum_seq_q path of _cudnn_attention_backward sizes "
+            "its graph by query.size(2) (D for [T, H, D]) instead of max_q/max_k, and its LSE "
+            "form differs between torch releases")
+
+
 class TorchCudnnEngine(TorchSdpaEngine):
     name = "torch-cudnn"
     RULES = (
@@ -80,6 +91,8 @@ class TorchCudnnEngine(TorchSdpaEngine):
         aligned_offsets(elements_per_16_bytes, TMA_SOURCE),
         aligned_strides(elements_per_16_bytes, TMA_SOURCE),
     )
+
+    RAGGED_RULES = (cudnn_ragged,)
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default

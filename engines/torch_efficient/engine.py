@@ -14,11 +14,13 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
-                                       aligned_strides, bshd_packed_copy, call_by_schema,
-                                       capability_between, causal_only, head_dim_stride_one,
-                                       is_causal, lse_padded, needs_nvidia_gpu, no_dropout,
-                                       no_gqa, no_rng, writable_outputs)
+from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchSdpaEngine,
+                                       aligned_offsets, aligned_strides, bshd_packed_copy,
+                                       call_by_schema, capability_between, causal_only,
+                                       head_dim_stride_one, is_causal, lse_padded,
+                                       lse_per_sequence, needs_nvidia_gpu, no_dropout, no_gqa,
+                                       no_rng, packed_rows_copy, ragged_causal_only,
+                                       writable_outputs)
 
 LSE_ROW_MULTIPLE = 32      # kAlignLSE
 KERNEL_ALIGNMENT = 4       # DefaultGemmType<Sm80+, f16/bf16/f32>::kMinimumAlignment
@@ -44,6 +46,50 @@ def efficient_head_dims(graph: Graph, facts: DeviceFacts) -> str | None:
     return None
 
 
+#: sdp::CustomMaskType, the efficient kernel's mask switch
+NO_CUSTOM_MASK, CAUSAL_FROM_TOP_LEFT, CAUSAL_FROM_BOTTOM_RIGHT = 0, 1, 2
+
+
+def custom_mask_type(graph: Graph) -> int:
+    if not is_causal(graph):
+        return NO_CUSTOM_MASK
+    if graph.attributes.diagonal_alignment == "BOTTOM_RIGHT":
+        return CAUSAL_FROM_BOTTOM_RIGHT
+    return CAUSAL_FROM_TOP_LEFT
+
+
+def varlen_max_seqlens(graph: Graph) -> tuple[int, int]:
+    """(max_seqlen_q, max_seqlen_k) handed to the op. The kernel sizes its per-(batch,
+    head) dQ workspace by max_seqlen_q (workspace_elements_gq) but walks each sequence's
+    real length (the assert that would bound it is compiled out), so a sequence longer than
+    max_seqlen_q would write into the next slot or past the workspace. The offsets are
+    device data, so only T_q bounds every contained length: max_seqlen_q is T_q. Keys are
+    walked split by split over one reused tile, so max_seqlen_k keeps the graph's bound
+    (capped by T_kv: the op checks max_seqlen_k <= key.size(1); at least 1: it checks > 0)."""
+    return graph.T_q, max(1, min(graph.S_kv, graph.T_kv))
+
+
+def efficient_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor],
+                            q_rows: RaggedRows, kv_rows: RaggedRows) -> dict:
+    """The arguments of aten::_efficient_attention_backward's varlen path ("Mode 1MHK":
+    batch 1, cu_seqlens_q/k), by schema name. q, k, v, dO: the declared [T, H, D] views with
+    a batch axis of 1 in front (no copy). O: packed [1, T_q, H_q, D_v] (the kernel derives
+    O's token stride as H * D_v). LSE: [B, H_q, ceil(max_seqlen_q / 32) * 32], row i of
+    sequence b at [b, h, i]."""
+    rng = no_rng(tensors["q"].device)
+    max_q, max_k = varlen_max_seqlens(graph)
+    return {
+        "grad_out": tensors["do"].unsqueeze(0), "query": tensors["q"].unsqueeze(0),
+        "key": tensors["k"].unsqueeze(0), "value": tensors["v"].unsqueeze(0), "bias": None,
+        "out": packed_rows_copy(tensors["o"], q_rows).unsqueeze(0),
+        "cu_seqlens_q": q_rows.offsets, "cu_seqlens_k": kv_rows.offsets,
+        "max_seqlen_q": max_q, "max_seqlen_k": max_k,
+        "logsumexp": lse_per_sequence(tensors["stats"], q_rows, max_q, LSE_ROW_MULTIPLE),
+        "dropout_p": 0.0, "philox_seed": rng, "philox_offset": rng,
+        "custom_mask_type": custom_mask_type(graph), "bias_requires_grad": False,
+        "scale": graph.attributes.attn_scale}
+
+
 class TorchEfficientEngine(TorchSdpaEngine):
     name = "torch-efficient"
     RULES = (
@@ -62,6 +108,32 @@ class TorchEfficientEngine(TorchSdpaEngine):
         aligned_strides(lambda graph: KERNEL_ALIGNMENT, "cutlassB check_supported",
                         ports=("q", "k", "v"), axes_always=(1, 2)),
     )
+
+    # Ragged: _efficient_attention_backward with cu_seqlens_q / cu_seqlens_k (batch 1,
+    # [1, T, H, D]); the kernel takes its mask as custom_mask_type, causal from the top
+    # left or the bottom right of each sequence (causal_diagonal_offset = num_keys -
+    # num_queries after the offsets set the sequence's lengths).
+    RAGGED_RULES = (
+        needs_nvidia_gpu,
+        capability_between((5, 0), (12, 1), "check_mem_efficient_hardware_support"),
+        no_dropout,
+        writable_outputs,
+        efficient_dtype,
+        efficient_head_dims,
+        no_gqa("_efficient_attention_backward checks query.size(2) == key.size(2)"),
+        ragged_causal_only(("TOP_LEFT", "BOTTOM_RIGHT"), "custom_mask_type 1 or 2; window_size "
+                                                        "not used"),
+        head_dim_stride_one,
+        aligned_offsets(gemm_alignment, "check_data_ptr_alignment_mem_efficient"),
+        aligned_strides(lambda graph: KERNEL_ALIGNMENT, "cutlassB check_supported",
+                        ports=("q", "k", "v"), axes_always=(0, 1)),
+    )
+
+    def ragged_backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor],
+                        q_rows: RaggedRows, kv_rows: RaggedRows):
+        op = torch.ops.aten._efficient_attention_backward.default
+        dq, dk, dv, _dbias = call_by_schema(op, efficient_varlen_values(graph, tensors, q_rows, kv_rows))
+        return dq.squeeze(0), dk.squeeze(0), dv.squeeze(0)
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default

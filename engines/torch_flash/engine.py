@@ -14,13 +14,14 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
-from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
-                                       aligned_strides, bshd_packed_copy, call_by_schema,
-                                       capability_between, causal_only, dtype_in,
-                                       elements_per_16_bytes, equal_head_dims,
+from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchSdpaEngine,
+                                       aligned_offsets, aligned_strides, bshd_packed_copy,
+                                       call_by_schema, capability_between, causal_only,
+                                       dtype_in, elements_per_16_bytes, equal_head_dims,
                                        head_dim_stride_one, is_causal, kv_heads_equal,
-                                       lse_rows, needs_nvidia_gpu, no_dropout, no_rng,
-                                       writable_outputs)
+                                       lse_heads_tokens, lse_rows, needs_nvidia_gpu,
+                                       no_dropout, no_rng, packed_rows_copy,
+                                       ragged_causal_only, writable_outputs)
 
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 8
@@ -44,6 +45,27 @@ def flash_head_dim(graph: Graph, facts: DeviceFacts) -> str | None:
     return None
 
 
+def flash_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor], q_rows: RaggedRows,
+                        kv_rows: RaggedRows) -> dict:
+    """The arguments of aten::_flash_attention_backward's varlen path (mha_varlen_bwd), by
+    schema name. q, k, v, dO: the declared [T, H, D] views (the op copies dO to contiguous).
+    O: packed [T_q, H_q, D_v] (the op makes it contiguous anyway). LSE: [H_q, T_q] by storage
+    row. Offsets: the contained device offsets, int32. max_q / max_k: the graph's bounds,
+    capped by the storage (no contained sequence is longer than T) and at least 1.
+    rng_state / unused (philox_seed / philox_offset in older schemas): read only with
+    dropout, which is declined."""
+    rng = no_rng(tensors["q"].device)
+    return {
+        "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
+        "value": tensors["v"], "out": packed_rows_copy(tensors["o"], q_rows),
+        "logsumexp": lse_heads_tokens(tensors["stats"], q_rows),
+        "cum_seq_q": q_rows.offsets, "cum_seq_k": kv_rows.offsets,
+        "max_q": max(1, min(graph.S_q, graph.T_q)), "max_k": max(1, min(graph.S_kv, graph.T_kv)),
+        "dropout_p": 0.0, "is_causal": is_causal(graph),
+        "rng_state": rng, "unused": rng, "philox_seed": rng, "philox_offset": rng,
+        "scale": graph.attributes.attn_scale}
+
+
 class TorchFlashEngine(TorchSdpaEngine):
     name = "torch-flash"
     RULES = (
@@ -62,6 +84,34 @@ class TorchFlashEngine(TorchSdpaEngine):
         # dO's strides are free: the op copies it to packed [B, S, H, D] unless it is already.
         aligned_strides(elements_per_16_bytes, VECTOR_SOURCE, ports=("q", "k", "v")),
     )
+
+    # Ragged: _flash_attention_backward with cum_seq_q / cum_seq_k runs mha_varlen_bwd
+    # (attention_backward.cu -> flash_api.cpp), q/k/v/dO/O [T, H, D], LSE [H, T_q].
+    # FlashAttention-2 aligns causal bottom-right per sequence (each sequence's own S_q_b,
+    # S_kv_b). Its dq_accum and softmax_d are sized total_q + 128 * B and indexed by the
+    # offsets, so contained offsets keep every access inside the tensors even for a
+    # sequence longer than max_q / max_k (a device probe); that sequence's rows are wrong,
+    # which the contract allows.
+    RAGGED_RULES = (
+        needs_nvidia_gpu,
+        capability_between((8, 0), (12, 1), "check_flash_attention_hardware_support"),
+        no_dropout,
+        writable_outputs,
+        dtype_in(("fp16", "bf16"), "mha_varlen_bwd: fp16 and bf16"),
+        equal_head_dims("mha_varlen_bwd: CHECK_SHAPE(v, total_k, num_heads_k, head_size)"),
+        flash_head_dim,
+        kv_heads_equal("mha_varlen_bwd: k and v share num_heads_k"),
+        ragged_causal_only(("BOTTOM_RIGHT",), "FlashAttention-2's varlen causal mask is "
+                                              "bottom-right per sequence"),
+        head_dim_stride_one,
+        aligned_offsets(elements_per_16_bytes, VECTOR_SOURCE),
+        aligned_strides(elements_per_16_bytes, VECTOR_SOURCE, ports=("q", "k", "v")),
+    )
+
+    def ragged_backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor],
+                        q_rows: RaggedRows, kv_rows: RaggedRows):
+        op = torch.ops.aten._flash_attention_backward.default
+        return call_by_schema(op, flash_varlen_values(graph, tensors, q_rows, kv_rows))
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default

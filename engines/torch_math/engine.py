@@ -3,6 +3,11 @@ recomputed from Q, K, V and dO. Runs on every device torch runs on; declines onl
 cannot do: fp32 (gated by the plan), output layouts no engine may write (zero-stride or
 overlapping outputs), dropout.
 
+Ragged graphs (DESIGN section 10) are computed sequence by sequence: the engine reads the
+offsets back to the host (a reference may), keeps the sequences validate.good_sequences
+calls good (every one of a valid graph) and skips the others, reading and writing nothing
+for them, so a device probe's bad sequences cannot take it outside its tensors.
+
 Precision is PyTorch's math SDPA's (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp
 is False by default): fp16/bf16 in and out, intermediates in fp32. Computing the scores
 themselves in bf16 is not a fair reference: a score s rounded to bf16 moves exp(s) by
@@ -10,14 +15,15 @@ about |s| * 2^-9, which for peaked attention (|s| ~ 10) exceeds the plan's bf16 
 (measured: margin 0.87 on a scale-0.9, D=24 case)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 import torch
 
 from bundlegen import reasons as R
-from bundlegen.graph import Graph
+from bundlegen.graph import Attributes, Graph
 from bundlegen.mask import keep_mask
-from bundlegen.validate import launch_reason, output_layout_reason
+from bundlegen.validate import good_sequences, launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
 
 SERVED_DTYPES = ("bf16", "fp16")
@@ -28,6 +34,7 @@ COMPUTE_DTYPE = torch.float32
 class TorchMathEngine(Engine):
     name = "torch-math"
     deterministic = True
+    ragged = True
 
     def archs(self) -> tuple[str, ...]:
         return ("cpu", "sm90", "sm120", "gfx942")
@@ -46,10 +53,46 @@ class TorchMathEngine(Engine):
         return None
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        if graph.ragged is not None:
+            ragged_backward(graph, tensors)
+            return
         dq, dk, dv = attention_backward(graph, tensors["q"], tensors["k"], tensors["v"], tensors["do"])
         tensors["dq"].copy_(dq)
         tensors["dk"].copy_(dk)
         tensors["dv"].copy_(dv)
+
+
+def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tuple[int, range, range]]:
+    """(b, q rows, kv rows) of every sequence to compute: the good ones (validate's
+    definition) of the offsets in tensors['cu_seqlens_*'], read back to the host."""
+    cu_q = tuple(int(x) for x in tensors["cu_seqlens_q"].tolist())
+    cu_kv = tuple(int(x) for x in tensors["cu_seqlens_kv"].tolist())
+    if len(cu_q) != graph.B + 1 or len(cu_kv) != graph.B + 1:
+        raise ValueError(f"cu_seqlens: {len(cu_q)} and {len(cu_kv)} offsets for {graph.B} sequences")
+    seen = dataclasses.replace(graph, ragged=dataclasses.replace(
+        graph.ragged, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv))
+    return [(b, range(cu_q[b], cu_q[b + 1]), range(cu_kv[b], cu_kv[b + 1]))
+            for b in good_sequences(seen)]
+
+
+def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Each good sequence as a batch of one ([1, H, S_b, D]), its gradients written into its
+    own rows; rows of no good sequence are neither read nor written."""
+    q, k, v, do = (tensors[p] for p in ("q", "k", "v", "do"))
+    for _, rq, rk in sequence_rows(graph, tensors):
+        if len(rq) == 0:            # no query: no key is kept, dK = dV = 0
+            tensors["dk"][rk.start:rk.stop].zero_()
+            tensors["dv"][rk.start:rk.stop].zero_()
+            continue
+        if len(rk) == 0:            # no key: every row's LSE is -inf, dQ = 0
+            tensors["dq"][rq.start:rq.stop].zero_()
+            continue
+        as_batch = lambda t, rows: t[rows.start:rows.stop].transpose(0, 1).unsqueeze(0)
+        dq, dk, dv = attention_backward_heads(
+            graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq))
+        tensors["dq"][rq.start:rq.stop].copy_(dq[0].transpose(0, 1))
+        tensors["dk"][rk.start:rk.stop].copy_(dk[0].transpose(0, 1))
+        tensors["dv"][rk.start:rk.stop].copy_(dv[0].transpose(0, 1))
 
 
 def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -57,17 +100,24 @@ def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.
     """dQ, dK, dV in q's dtype by autograd through softmax(scale * Q K^T + mask) V, computed
     in at least COMPUTE_DTYPE. K and V heads are repeated to H_q (GQA/MQA); autograd sums
     each group back."""
-    attrs = graph.attributes
+    return attention_backward_heads(graph.attributes, q, k, v, do)
+
+
+def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """attention_backward on [B, H, S, D] tensors, sizes read from them."""
+    H_q, H_k, H_v = q.shape[1], k.shape[1], v.shape[1]
+    S_q, S_kv = q.shape[2], k.shape[2]
     io_dtype = q.dtype
     compute = torch.promote_types(io_dtype, COMPUTE_DTYPE)
     # Leaves own their memory: the harness's views may be strided or broadcast.
     q, k, v = (t.detach().to(compute, memory_format=torch.contiguous_format, copy=True)
                .requires_grad_() for t in (q, k, v))
     with torch.enable_grad():
-        kk = k.repeat_interleave(graph.H_q // graph.H_k, dim=1)
-        vv = v.repeat_interleave(graph.H_q // graph.H_v, dim=1)
+        kk = k.repeat_interleave(H_q // H_k, dim=1)
+        vv = v.repeat_interleave(H_q // H_v, dim=1)
         scores = torch.matmul(q, kk.transpose(-2, -1)) * attrs.attn_scale
-        keep = keep_mask(graph.S_q, graph.S_kv, attrs, device=q.device)
+        keep = keep_mask(S_q, S_kv, attrs, device=q.device)
         if keep is None:
             probs = torch.softmax(scores, dim=-1)
         else:
