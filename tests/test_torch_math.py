@@ -126,5 +126,9 @@ def test_every_probe_of_the_checked_in_bundles_is_rejected(engine):
     probes = [c for c in loaded.cases if c.expected_rejection is not None]
     assert len(probes) >= 20
     outcomes = {c.id: run_case(c, engine, S.PLAIN) for c in probes}
-    assert {c: o.verdict for c, o in outcomes.items() if o.verdict != V.REJECTED} == {}
+    # a device probe runs (bad ragged offsets only device code sees): torch-math skips
+    # the bad sequences and gets the good ones right
+    want = {c.id: V.CONTAINED if c.expected_rejection.by == "device" else V.REJECTED for c in probes}
+    assert V.CONTAINED in want.values()
+    assert {c: o.verdict for c, o in outcomes.items() if o.verdict != want[c]} == {}
     assert not loaded.errors
