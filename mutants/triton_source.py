@@ -136,10 +136,10 @@ ROW_PITCH_EARLY = Patch("kernels", (
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
-    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
     "                 + _tile(rm, rd,",
     "    o = o.to(tl.float16, bitcast=True)\n"
-    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
     "                 + _tile(rm, rd,"),))
 
 MASKED_ROWS_NAN = Patch("kernels", (
@@ -165,3 +165,16 @@ DQ_FP16 = Patch("kernels", (Edit(
 
 NO_GROUP_REDUCE = Patch("kernels", (Edit(
     "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))
+
+# ragged batches (kernels' RAGGED variants)
+#: seed 001's defect: the first token of a sequence taken from cu_seqlens as it is, unbounded
+#: (a start before the storage or an end past it is read and written there)
+RAGGED_UNBOUNDED = Patch("kernels", (Edit(
+    "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
+    "    return start.to(tl.int64), n\n"),))
+
+#: the row base of a sequence (first token x token stride) formed in 32 bits: wraps once it
+#: passes 2^31 elements (only storages that large, so only on a GPU, can tell)
+RAGGED_BASE_32 = Patch("kernels", (Edit(
+    "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
+    "    return tl.where(ok, start, 0).to(tl.int32), tl.where(ok, n, 0)\n"),))
