@@ -110,9 +110,13 @@ STATS_PACKED = Patch("launch", (Edit(
     '    ports["stats"] = _stats_addr(stats.as_strided(stats.shape, (H * S, S, 1, 1),\n'
     '                                                  stats.storage_offset()))\n'),))
 
-TOP_LEFT = Patch("launch", (Edit(
-    "    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
-    "    shift = 0\n"),))
+TOP_LEFT = Patch("launch", (
+    Edit("    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
+         "    shift = 0\n"),
+    # a ragged batch's per-sequence shift likewise
+    Edit('BOTTOM_RIGHT=ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT")',
+         "BOTTOM_RIGHT=False)"),
+))
 
 LEFT_OFF_BY_ONE = Patch("launch", (Edit(
     "    left = min(a.left_bound, reach) if a.left_bound is not None else 0\n",

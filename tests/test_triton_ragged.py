@@ -297,3 +297,10 @@ def test_the_unbounded_token_base_mutant_fails_the_bad_offset_check():
         check(prepare(graph, seed=7), mutant)
     # and on valid offsets it is the correct engine: only bad offsets tell them apart
     check(prepare(_graph(**CASES["ragged"]), seed=1), mutant)
+
+
+def test_the_top_left_mutant_fails_a_ragged_bottom_right_batch():
+    """The alignment mutant reaches the ragged path too (each sequence's own shift)."""
+    mutant = C.by_name("top-left-for-bottom-right").build(small_tile(TritonEngine), "cpu")
+    with pytest.raises(AssertionError, match="max err"):
+        check(prepare(_graph(**CASES["causal-br-sq-ne-skv"]), seed=5), mutant)

@@ -131,8 +131,9 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     nothing, so bounds are clipped to that range to keep them 32-bit. A ragged graph's shift
     is per sequence, from its own lengths (the kernels form it; 0 here)."""
     a = graph.attributes
-    shift = 0 if graph.ragged is not None else diagonal_shift(graph.S_q, graph.S_kv,
-                                                              a.diagonal_alignment)
+    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)
+    if graph.ragged is not None:   # per sequence (ragged_flags' BOTTOM_RIGHT)
+        shift = 0
     reach = graph.S_q + graph.S_kv + 1
     left = min(a.left_bound, reach) if a.left_bound is not None else 0
     right = min(a.right_bound, reach) if a.right_bound is not None else 0
