@@ -113,6 +113,11 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("masked-rows-nan", "fully masked rows",
            "P formed as exp(S_masked - LSE): a row with no kept key gives -inf - (-inf) = NaN",
            SOURCE_PATCH, T.MASKED_ROWS_NAN, ("REG-BR-SQ-GT-SKV", "AX-MASK-STRICT-*")),
+    # --- ragged batches (offsets only the device sees)
+    Mutant("ragged-token-base-unbounded", "unbounded THD token base",
+           "a sequence's first token taken from cu_seqlens as it is: a start before the "
+           "storage or an end past it is read and written there (seed 001, AICK-3016)",
+           SOURCE_PATCH, T.RAGGED_UNBOUNDED, ("PRB-RAGGED-*", "*RAGGED*OFFSET*")),
     # --- arithmetic
     Mutant("scale-ignored-in-dk", "ignored scale",
            "dK not multiplied by attn_scale",

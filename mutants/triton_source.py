@@ -110,9 +110,13 @@ STATS_PACKED = Patch("launch", (Edit(
     '    ports["stats"] = _stats_addr(stats.as_strided(stats.shape, (H * S, S, 1, 1),\n'
     '                                                  stats.storage_offset()))\n'),))
 
-TOP_LEFT = Patch("launch", (Edit(
-    "    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
-    "    shift = 0\n"),))
+TOP_LEFT = Patch("launch", (
+    Edit("    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
+         "    shift = 0\n"),
+    # a ragged batch's per-sequence shift likewise
+    Edit('BOTTOM_RIGHT=ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT")',
+         "BOTTOM_RIGHT=False)"),
+))
 
 LEFT_OFF_BY_ONE = Patch("launch", (Edit(
     "    left = min(a.left_bound, reach) if a.left_bound is not None else 0\n",
@@ -136,10 +140,10 @@ ROW_PITCH_EARLY = Patch("kernels", (
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
-    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
     "                 + _tile(rm, rd,",
     "    o = o.to(tl.float16, bitcast=True)\n"
-    "    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
+    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
     "                 + _tile(rm, rd,"),))
 
 MASKED_ROWS_NAN = Patch("kernels", (
@@ -165,3 +169,16 @@ DQ_FP16 = Patch("kernels", (Edit(
 
 NO_GROUP_REDUCE = Patch("kernels", (Edit(
     "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))
+
+# ragged batches (kernels' RAGGED variants)
+#: seed 001's defect: the first token of a sequence taken from cu_seqlens as it is, unbounded
+#: (a start before the storage or an end past it is read and written there)
+RAGGED_UNBOUNDED = Patch("kernels", (Edit(
+    "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
+    "    return start.to(tl.int64), n\n"),))
+
+#: the row base of a sequence (first token x token stride) formed in 32 bits: wraps once it
+#: passes 2^31 elements (only storages that large, so only on a GPU, can tell)
+RAGGED_BASE_32 = Patch("kernels", (Edit(
+    "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
+    "    return tl.where(ok, start, 0).to(tl.int32), tl.where(ok, n, 0)\n"),))

@@ -68,3 +68,27 @@ def test_the_mutant_engine_names_the_patched_module(name, attr):
     assert getattr(engine, attr).startswith(T.MODULE_PREFIX)
     assert getattr(engine, other) == getattr(TritonEngine, other)
     assert not engine.launches_own_modules() and TritonEngine("cpu").launches_own_modules()
+
+
+def test_the_32_bit_ragged_base_patch_fits_and_is_invisible_below_2_31():
+    """RAGGED_BASE_32 (not in the catalog: only storages past 2^31 elements, on a GPU, can
+    kill it) fits the kernels once, changes only the token base's width, and computes what
+    the product computes on a small ragged batch."""
+    import torch
+    from tests import test_triton_ragged as TR
+
+    patch = T.RAGGED_BASE_32
+    original = (PRODUCT / "kernels.py").read_text(encoding="utf-8")
+    (edit,) = patch.edits
+    assert original.count(edit.old) == 1 and "tl.int64" in edit.old and "tl.int32" in edit.new
+    assert patch.source().count("tl.int32") == original.count("tl.int32") + 1
+    assert "ragged-base-32-bit" not in C.NAMES
+    mutant = patch(TR.small_tile(TritonEngine), "cpu")
+    assert not mutant.launches_own_modules()
+    graph = TR._graph(**TR.CASES["ragged"])
+    outs = []
+    for engine in (TR.SmallTileEngine("cpu"), mutant):
+        run = TR.prepare(graph, seed=4)
+        TR.check(run, engine)
+        outs.append([run.storages[p].clone() for p in TR.OUTPUTS])
+    assert all(torch.equal(TR._bits(a), TR._bits(b)) for a, b in zip(*outs))

@@ -1,6 +1,6 @@
 """The kernels compile for the archs this project configures but cannot run (no GPU needed:
 Triton targets them ahead of time), and the compiled dK/dV kernel, the one with the most
-shared memory, fits each arch's budget at the two largest head-dim tiers. sm90 runs on the
+shared memory, fits each arch's budget at the two largest head-dim tiers, dense and ragged. sm90 runs on the
 H200; `python -m bundlegen.engines.triton.aot` checks every kernel, arch and tier (a few minutes)."""
 import json
 import os
@@ -14,13 +14,14 @@ from bundlegen.engines.triton import configs
 CASES = [("sm120", 128), ("sm120", 256), ("gfx942", 128), ("gfx942", 256)]
 
 
-def _compile_in_subprocess(arch: str, d: int) -> dict:
+def _compile_in_subprocess(arch: str, d: int, only=("dkdv", "dkdv-ragged"),
+                           expr: str = "aot.compile_all({arch!r}, {d}, {d}, only={only!r})") -> dict:
     """Triton is imported in one mode per process, and the engine tests import it under the
     interpreter: compiling for a GPU target needs a process of its own."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silences triton 3.9's notice
     code = ("import json; from bundlegen.engines.triton import aot; "
-            f"print(json.dumps(aot.compile_all({arch!r}, {d}, {d}, only=('dkdv',))))")
+            f"print(json.dumps({expr.format(arch=arch, d=d, only=tuple(only))}))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -30,5 +31,17 @@ def _compile_in_subprocess(arch: str, d: int) -> dict:
 @pytest.mark.parametrize("arch,d", CASES, ids=[f"{a}-d{d}" for a, d in CASES])
 def test_compiles_within_shared_memory(arch, d):
     shared = _compile_in_subprocess(arch, d)
-    assert set(shared) == {"dkdv"}
-    assert 0 < shared["dkdv"] <= configs.ARCHS[arch].smem_bytes, shared
+    assert set(shared) == {"dkdv", "dkdv-ragged"}
+    for label in shared:
+        assert 0 < shared[label] <= configs.ARCHS[arch].smem_bytes, shared
+
+
+def test_dense_variants_take_no_ragged_arguments():
+    """A dense launch passes None for the offsets and token counts: Triton makes them
+    constexprs, so the dense dQ kernel has the 7 tensor pointers it had before RAGGED and
+    the ragged one 2 more (the cu_seqlens)."""
+    expr = ("{{k: aot.kernel_signature('sm90', {d}, k) for k in {only!r}}}")
+    sigs = _compile_in_subprocess("sm90", 64, ("dq", "dq-ragged"), expr)
+    assert sigs["dq"].count("!tt.ptr") == 7, sigs["dq"]
+    assert sigs["dq-ragged"].count("!tt.ptr<i32>") == 2, sigs["dq-ragged"]
+    assert sigs["dq-ragged"].count("!tt.ptr") == 9

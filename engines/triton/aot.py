@@ -6,6 +6,10 @@ compile with their configs, and every arch's shared memory is read from the comp
 kernel and compared with its budget:
 
     python -m bundlegen.engines.triton.aot [ARCH ...]        # default: sm90 sm120 gfx942
+
+Each kernel is compiled twice: the dense variant and the ragged one (RAGGED, with its
+cu_seqlens pointers and token counts; a dense launch passes None for those, so they are
+constexprs there and the dense variant has none of them).
 """
 from __future__ import annotations
 
@@ -14,8 +18,11 @@ import sys
 from bundlegen.engines.triton import configs
 
 TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip", "gfx942", 64)}
-_INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"}
+_INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right",
+         "T_q", "T_kv"}
 _FP32_PTRS = {"LSE", "Delta"}
+_I32_PTRS = {"CU_Q", "CU_KV"}
+_RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
 
 
 def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
@@ -28,23 +35,28 @@ def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
         elif name == "scale":
             sig[name] = "fp32"
         elif name[0].isupper() and name not in _INTS:
-            sig[name] = "*fp32" if name in _FP32_PTRS else f"*{io}"
+            sig[name] = ("*fp32" if name in _FP32_PTRS else "*i32" if name in _I32_PTRS
+                         else f"*{io}")
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             sig[name] = "i32"
     return sig, dict(constexprs), attrs
 
 
-VARIANTS = ("preprocess", "dq", "dkdv", "dk", "dv")
+KERNELS = ("preprocess", "dq", "dkdv", "dk", "dv")
+#: every kernel dense, and ragged (label suffix RAGGED_SUFFIX)
+RAGGED_SUFFIX = "-ragged"
+VARIANTS = KERNELS + tuple(k + RAGGED_SUFFIX for k in KERNELS)
 
 
 def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                 only: tuple[str, ...] = VARIANTS, registers: dict | None = None,
-                vec: int = 8) -> dict[str, int]:
+                vec: int = 8, compiled: dict | None = None) -> dict[str, int]:
     """Compile the kernel variants the launcher uses for (arch, D_qk, D_v) with the arch's
-    table config (band mask on, the most code; vec=8 is the aligned-layout variant).
+    table config (band mask on, the most code; vec=8 is the aligned-layout variant), dense
+    and ragged (BOTTOM_RIGHT: the per-sequence shift, the most code).
     Returns shared memory bytes per variant; fills `registers` (NVIDIA only) with each
-    variant's register and spill-stack usage."""
+    variant's register and spill-stack usage, and `compiled` with the compiled kernels."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -65,17 +77,34 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
         variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
+    for label, (fn, cons) in list(variants.items()):
+        ragged = dict(RAGGED=True)
+        if fn is not kernels.bwd_preprocess:
+            ragged["BOTTOM_RIGHT"] = True
+        dense = {name: False for name in ragged}
+        dense.update({a: None for a in _RAGGED_ARGS if a in fn.arg_names})
+        variants[label] = (fn, dict(cons, **dense))
+        variants[label + RAGGED_SUFFIX] = (fn, dict(cons, **ragged))
     shared = {}
     for label, (fn, cons) in variants.items():
         if label not in only:
             continue
         src = ASTSource(fn, *_specialise(fn, cons, io))
         kernel = triton.compile(src, target=target,
-                                options=cfg.launch_kwargs(dq=label == "dq"))
+                                options=cfg.launch_kwargs(dq=label.startswith("dq")))
+        if compiled is not None:
+            compiled[label] = kernel
         shared[label] = kernel.metadata.shared
         if registers is not None and "cubin" in kernel.asm:
             registers[label] = _cubin_usage(kernel.asm["cubin"])
     return shared
+
+
+def kernel_signature(arch: str, d: int, label: str) -> str:
+    """The `tt.func` line of a variant's TTIR: the arguments it is launched with."""
+    compiled: dict = {}
+    compile_all(arch, d, d, only=(label,), compiled=compiled)
+    return next(line for line in compiled[label].asm["ttir"].splitlines() if "tt.func" in line)
 
 
 def _cubin_usage(cubin: bytes) -> str:

@@ -4,7 +4,8 @@
 a fixed order: dtype, head dim, output layout (zero stride, then overlap), gated features.
 Everything else a valid graph can declare is served natively: any strides on inputs
 (including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
-D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale.
+D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale, and ragged
+(THD / varlen) batches in any token-major layout (offsets read and bounded on the device).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class Capabilities:
     dtypes: frozenset[str] = SERVED_DTYPES
     max_head_dim: int = MAX_HEAD_DIM
     dropout: bool = False          # gated: waiting on a dropout-mask input
+    ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
 
     def mismatch(self, graph: Graph) -> str | None:
@@ -37,6 +39,8 @@ class Capabilities:
             return layout
         if graph.attributes.dropout_probability is not None and not self.dropout:
             return f"{R.GATED_FEATURE}: dropout"
+        if graph.ragged is not None and not self.ragged:
+            return f"{R.RAGGED_NOT_SERVED}: no ragged kernels for {self.arch}"
         return None
 
 

@@ -3,6 +3,9 @@
 Serves the declared layout natively or declines with the first reason from its arch's
 Capabilities row; never copies or re-lays-out the user's tensors. Deterministic: dK/dV
 accumulate in registers over the GQA group, dQ has its own kernel (no atomics anywhere).
+Ragged (THD / varlen) graphs run natively too: `run` hands the launcher the
+`cu_seqlens_q` / `cu_seqlens_kv` device tensors from `tensors`, which only the kernels read
+(and bound: a sequence whose offsets leave the storage is skipped); nothing here reads them.
 """
 from __future__ import annotations
 

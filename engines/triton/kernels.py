@@ -20,6 +20,15 @@ Triton knows each row starts 16-byte aligned and vectorises the loads. Otherwise
 and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQK,
 BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
 
+Ragged (THD / varlen) batches, RAGGED on: every port is token-major [T, H, D]. The
+launcher hands each port as a [1, H, T, D] view whose batch stride is its token stride, so
+that a program indexes a port's "batch" axis by its sequence's first token: row base =
+token base * token stride, 64-bit like every tile start. Each program reads sequence b's
+offsets cu_seqlens_q[b], [b+1] and cu_seqlens_kv[b], [b+1] on the device (_sequence) and
+works on its own lengths S_q_b, S_kv_b; grids and Delta are sized by the max_seqlen bounds
+(S_q, S_kv), and programs past their sequence's end do nothing. A side whose offsets would
+address rows outside the storage is taken as empty (seed 001: no host check sees them).
+
 Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
 and blocks the band keeps whole skip the mask.
@@ -37,6 +46,9 @@ _INPUT_INTS = ["q_off", "sq_b", "sq_h", "sq_s", "sq_d", "k_off", "sk_b", "sk_h",
                "v_off", "sv_b", "sv_h", "sv_s", "sv_d", "do_off", "sdo_b", "sdo_h", "sdo_s",
                "sdo_d", "l_off", "sl_b", "sl_h", "sl_s"]
 _SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"]
+# Ragged launches only; a dense launch passes None for CU_Q, CU_KV, T_q and T_kv, which Triton
+# makes constexprs, so the dense variants compile to the code they had before RAGGED.
+_RAGGED_INTS = ["T_q", "T_kv"]
 
 
 @triton.jit
@@ -120,33 +132,63 @@ def _block_batch_head(num_blocks, heads, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.
     return blk, (bh // heads).to(tl.int64), (bh % heads).to(tl.int64)
 
 
+@triton.jit
+def _sequence(CU, b, rows, max_len):
+    """(first token, length) of sequence b on one side of a ragged batch, from that side's
+    cu_seqlens (int32 [B+1], read on the device). The bound of seed 001: a side whose start
+    is negative, whose end passes the `rows` tokens in storage, or whose length is negative
+    or above max_len is taken as empty at token 0, so nothing is read or written for it.
+    Uniform per program: two loads, four compares, two selects."""
+    start = tl.load(CU + b)
+    end = tl.load(CU + b + 1)
+    n = end - start      # no overflow where it is used: start >= 0 and end <= rows there
+    ok = (start >= 0) & (end <= rows) & (n >= 0) & (n <= max_len)
+    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)
+
+
+@triton.jit
+def _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT: tl.constexpr):
+    """Sequence b: (q first token, S_q_b, kv first token, S_kv_b, shift), the diagonal shift
+    from the sequence's own lengths (BOTTOM_RIGHT: S_kv_b - S_q_b; else 0)."""
+    tq, n_q = _sequence(CU_Q, b, T_q, S_q)
+    tk, n_kv = _sequence(CU_KV, b, T_kv, S_kv)
+    if BOTTOM_RIGHT:
+        shift = n_kv - n_q
+    else:
+        shift = n_q * 0
+    return tq, n_q, tk, n_kv, shift
+
+
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
-                               "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v"])
-def bwd_preprocess(O, DO, Delta,
+                               "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v", "T_q"])
+def bwd_preprocess(O, DO, Delta, CU_Q,
                    o_off, so_b, so_h, so_s, so_d,
                    do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-                   H_q, S_q, D_v,
+                   H_q, S_q, D_v, T_q,
                    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   VEC: tl.constexpr, WIDE: tl.constexpr):
+                   VEC: tl.constexpr, WIDE: tl.constexpr, RAGGED: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False)
+    bq, n_q = b, S_q          # the q ports' "batch" index and the sequence length
+    if RAGGED:                # sequence b's first token and its own length
+        bq, n_q = _sequence(CU_Q, b, T_q, S_q)
     start_m = pid_m * BLOCK_M
     row0 = tl.cast(start_m, tl.int64)
     rm, _, _, rd = _ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
-    m_ok = start_m + rm < S_q
+    m_ok = start_m + rm < n_q
     mask = m_ok[:, None] & (rd[None, :] < D_v * VEC)
-    o = tl.load(_at(O, o_off, b, so_b, h, so_h, row0, so_s, VEC)
+    o = tl.load(_at(O, o_off, bq, so_b, h, so_h, row0, so_s, VEC)
                 + _tile(rm, rd, so_s, so_d, VEC), mask=mask, other=0.0)
-    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
                  + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
-def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
+def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              q_off, sq_b, sq_h, sq_s, sq_d,
              k_off, sk_b, sk_h, sk_s, sk_d,
              v_off, sv_b, sv_h, sv_s, sv_d,
@@ -155,12 +197,13 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
              dk_off, sdk_b, sdk_h, sdk_s, sdk_d,
              dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
-             scale, shift, left, right,
+             scale, shift, left, right, T_q, T_kv,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+             RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -171,6 +214,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     # under a left bound alone the last KV blocks keep the most rows: they go first
     pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, BLOCK_MAJOR,
                                     HAS_LEFT and not HAS_RIGHT)
+    # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
+    bq, n_q, bk, n_kv = b, S_q, b, S_kv
+    if RAGGED:
+        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT)
     group = H_q // H_grp
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
@@ -181,8 +228,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     start_n = pid_n * BLOCK_N
     offs_n = start_n + rn
     col0 = tl.cast(start_n, tl.int64)
-    kmask = (offs_n[:, None] < S_kv) & (rdq[None, :] < d_qk)
-    vmask = (offs_n[:, None] < S_kv) & (rdv[None, :] < d_v)
+    kmask = (offs_n[:, None] < n_kv) & (rdq[None, :] < d_qk)
+    vmask = (offs_n[:, None] < n_kv) & (rdv[None, :] < d_v)
     q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
     do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
     k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
@@ -190,15 +237,15 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
 
     # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
     lo = start_n * 0
-    hi = S_q + lo
-    n_last = tl.minimum(start_n + BLOCK_N, S_kv) - 1
+    hi = n_q + lo
+    n_last = tl.minimum(start_n + BLOCK_N, n_kv) - 1
     if HAS_RIGHT:   # j - i - shift <= right  =>  i >= start_n - shift - right
         lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M
     if HAS_LEFT:    # i - j + shift < left    =>  i < n_last - shift + left
-        hi = tl.minimum(n_last - shift + left, S_q)
+        hi = tl.minimum(n_last - shift + left, n_q)
     # Q blocks starting in [mid_lo, mid_hi) lie inside the band: they skip the mask. Q rows
-    # past S_q need none here (their dO loads as 0, so they add nothing) and KV rows past
-    # S_kv are never stored. The branch is uniform per program, so the loop stays one loop.
+    # past the sequence need none here (their dO loads as 0, so they add nothing) and KV rows
+    # past it are never stored. The branch is uniform per program, so the loop stays one loop.
     mid_lo = lo
     mid_hi = hi
     if HAS_RIGHT:   # whole iff start_m >= start_n + BLOCK_N - 1 - shift - right
@@ -210,39 +257,41 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
     # K and V of this block. With H_k == H_v (both computed) they serve the whole group;
     # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
     h0 = g * group
-    k = tl.load(_at(K, k_off, b, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC) + k_tile,
+    k = tl.load(_at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC) + k_tile,
                 mask=kmask, other=0.0)
     if COMPUTE_DK:
-        v = tl.load(_at(V, v_off, b, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC) + v_tile,
+        v = tl.load(_at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC) + v_tile,
                     mask=vmask, other=0.0)
 
     dk = tl.zeros([BLOCK_N, BLOCK_DQK], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     # One flat loop over (query head of the group, Q block in [lo, hi)).
     n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
+    if RAGGED:   # a block past its sequence's last key has nothing to do
+        n_m = tl.where(start_n < n_kv, n_m, 0)
     for it in range(0, group * n_m):
         h = h0 + it // n_m
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV:   # dK pass: the V head of query head h
-            v = tl.load(_at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC) + v_tile,
+            v = tl.load(_at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC) + v_tile,
                         mask=vmask, other=0.0)
         if not COMPUTE_DK:   # dV pass: the K head of query head h
-            k = tl.load(_at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC) + k_tile,
+            k = tl.load(_at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC) + k_tile,
                         mask=kmask, other=0.0)
         row0 = tl.cast(start_m, tl.int64)
         offs_m = start_m + rm
-        m_ok = offs_m < S_q
-        q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC) + q_tile,
+        m_ok = offs_m < n_q
+        q = tl.load(_at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC) + q_tile,
                     mask=m_ok[:, None] & (rdq[None, :] < d_qk), other=0.0)
-        do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
+        do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
                      mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
-        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+        lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                              mask=m_ok, other=0.0))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
         s2T = _dot(k, tl.trans(q), None, UPCAST) * qk_scale
         if HAS_LEFT or HAS_RIGHT:
             if (start_m < mid_lo) | (start_m >= mid_hi):
-                keepT = _keep(offs_m[None, :], offs_n[:, None], S_q, S_kv, shift, left, right,
+                keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left, right,
                               HAS_LEFT, HAS_RIGHT)
                 pT = _p(keepT, s2T, lse2[None, :])
             else:
@@ -259,16 +308,16 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV,
 
     if COMPUTE_DK:
         dk = dk * scale
-        tl.store(_at(DK, dk_off, b, sdk_b, g, sdk_h, col0, sdk_s, VEC)
+        tl.store(_at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
                  + _tile(rn, rdq, sdk_s, sdk_d, VEC), dk.to(io), mask=kmask)
     if COMPUTE_DV:
-        tl.store(_at(DV, dv_off, b, sdv_b, g, sdv_h, col0, sdv_s, VEC)
+        tl.store(_at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
                  + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
     "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
-def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
+def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            q_off, sq_b, sq_h, sq_s, sq_d,
            k_off, sk_b, sk_h, sk_s, sk_d,
            v_off, sv_b, sv_h, sv_s, sv_d,
@@ -276,15 +325,20 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
            l_off, sl_b, sl_h, sl_s,
            dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
-           scale, shift, left, right,
+           scale, shift, left, right, T_q, T_kv,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+           RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
                                     HAS_RIGHT and not HAS_LEFT)
+    # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
+    bq, n_q, bk, n_kv = b, S_q, b, S_kv
+    if RAGGED:
+        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT)
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
     d_qk = D_qk * VEC
@@ -294,53 +348,55 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
     start_m = pid_m * BLOCK_M
     offs_m = start_m + rm
     row0 = tl.cast(start_m, tl.int64)
-    m_ok = offs_m < S_q
+    m_ok = offs_m < n_q
     qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
-    q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
+    q = tl.load(_at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
                 + _tile(rm, rdq, sq_s, sq_d, VEC), mask=qmask, other=0.0)
-    do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
                  + _tile(rm, rdv, sdo_s, sdo_d, VEC),
                  mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
-    lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+    lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                          mask=m_ok, other=0.0))
     delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
 
     # Keys that at least one row of this block keeps: [lo, hi).
     lo = start_m * 0
-    hi = S_kv + lo
-    m_last = tl.minimum(start_m + BLOCK_M, S_q) - 1
+    hi = n_kv + lo
+    m_last = tl.minimum(start_m + BLOCK_M, n_q) - 1
     if HAS_LEFT:    # i - j + shift < left    =>  j >= start_m + shift - left + 1
         lo = (tl.maximum(start_m + shift - left + 1, 0) // BLOCK_N) * BLOCK_N
     if HAS_RIGHT:   # j - i - shift <= right  =>  j <= m_last + shift + right
-        hi = tl.minimum(m_last + shift + right + 1, S_kv)
+        hi = tl.minimum(m_last + shift + right + 1, n_kv)
+    if RAGGED:      # a block past its sequence's last row has nothing to do
+        hi = tl.where(start_m < n_q, hi, lo)
 
     kh = h // G_k
     vh = h // G_v
     k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
     v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
-    # KV blocks starting in [mid_lo, mid_hi) lie inside the band and below S_kv: they skip
-    # the mask. A key past S_kv loads as 0, but its P = exp2(-LSE) may overflow to inf and
+    # KV blocks starting in [mid_lo, mid_hi) lie inside the band and the sequence: they skip
+    # the mask. A key past the sequence loads as 0, but its P = exp2(-LSE) may overflow to inf and
     # inf * 0 is NaN, so the tail block is masked even without a band.
     mid_lo = lo
     if HAS_LEFT:    # whole iff start_n >= start_m + BLOCK_M + shift - left
         mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M + shift - left - lo, 0),
                               BLOCK_N) * BLOCK_N
-    whole_end = S_kv + lo * 0
+    whole_end = n_kv + lo * 0
     if HAS_RIGHT:   # whole iff start_n + BLOCK_N <= start_m + shift + right + 1
         whole_end = tl.minimum(whole_end, start_m + shift + right + 1)
     mid_hi = lo + (tl.maximum(whole_end - lo, 0) // BLOCK_N) * BLOCK_N
     for start_n in range(lo, hi, BLOCK_N):
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
-        n_ok = offs_n[:, None] < S_kv
-        k = tl.load(_at(K, k_off, b, sk_b, kh, sk_h, col0, sk_s, VEC) + k_tile,
+        n_ok = offs_n[:, None] < n_kv
+        k = tl.load(_at(K, k_off, bk, sk_b, kh, sk_h, col0, sk_s, VEC) + k_tile,
                     mask=n_ok & (rdq[None, :] < d_qk), other=0.0)
-        v = tl.load(_at(V, v_off, b, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
+        v = tl.load(_at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
                     mask=n_ok & (rdv[None, :] < d_v), other=0.0)
         s2 = _dot(q, tl.trans(k), None, UPCAST) * qk_scale    # S [M, N], log2 units
         if (start_n < mid_lo) | (start_n >= mid_hi):
-            keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
+            keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
                          HAS_LEFT, HAS_RIGHT)
             p = _p(keep, s2, lse2[:, None])
         else:
@@ -349,5 +405,5 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ,
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
     dq = dq * scale
-    tl.store(_at(DQ, dq_off, b, sdq_b, h, sdq_h, row0, sdq_s, VEC)
+    tl.store(_at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
              + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)

@@ -3,6 +3,11 @@
 The user's tensors are addressed where they are, through their storage offsets and
 strides: nothing is made contiguous or copied. The only allocation is the fp32 Delta
 scratch, packed [B, H_q, S_q].
+
+A ragged graph's [T, H, D] ports are handed as [1, H, T, D] views whose batch stride is the
+token stride (kernels: a program indexes the batch axis by its sequence's first token), and
+its offsets as the int32 device tensors `cu_seqlens_q` / `cu_seqlens_kv`, never read here:
+the kernels read and bound them. S_q / S_kv are then the max_seqlen bounds (grids, Delta).
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any, Mapping
 
 import torch
 
-from bundlegen.graph import Graph
+from bundlegen.graph import OFFSET_PORTS, Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
@@ -22,6 +27,7 @@ VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised 
 ALIGN_BYTES = 16
 TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit offsets (WIDE)
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+PORTS = IO_PORTS + ("stats",)
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -85,11 +91,49 @@ def _stats_addr(t: torch.Tensor) -> tuple:
     return (_base(t), t.storage_offset(), *t.stride()[:3])
 
 
+def token_major(t: torch.Tensor) -> torch.Tensor:
+    """A ragged port [T, H, D] as the [1, H, T, D] view the kernels address: its batch stride
+    is the token stride, so batch index = first token of a sequence gives its row base. A
+    view of the same storage (as_strided; nothing is copied)."""
+    T, H, D = t.shape
+    s_t, s_h, s_d = t.stride()
+    return t.as_strided((1, H, T, D), (s_t, s_h, s_t, s_d), t.storage_offset())
+
+
+def kernel_views(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The ports as the kernels address them: [B, H, S, D] as given, or token_major views of a
+    ragged graph's ports."""
+    if graph.ragged is None:
+        return {p: tensors[p] for p in PORTS}
+    return {p: token_major(tensors[p]) for p in PORTS}
+
+
+def offsets(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
+    """(cu_seqlens_q, cu_seqlens_kv, T_q, T_kv) for the kernels: the device offset tensors and
+    the token rows in storage they are bounded by; all None for a padded graph (Triton then
+    compiles the dense variants, which have none of these arguments)."""
+    if graph.ragged is None:
+        return None, None, None, None
+    cu = []
+    for name in OFFSET_PORTS:
+        t = tensors.get(name)
+        if t is None or t.dtype != torch.int32 or t.shape != (graph.B + 1,):
+            raise ValueError(f"a ragged graph needs {name}, int32 [B+1] = [{graph.B + 1}], beside "
+                             f"the ports; got {None if t is None else (t.dtype, tuple(t.shape))}")
+        if t.device != tensors["q"].device:
+            raise ValueError(f"{name} is on {t.device}, the ports on {tensors['q'].device}")
+        cu.append(t)
+    return cu[0], cu[1], graph.T_q, graph.T_kv
+
+
 def _bounds(graph: Graph) -> tuple[int, int, int]:
     """(shift, left, right) for the kernels. A bound beyond every |j - i - shift| changes
-    nothing, so bounds are clipped to that range to keep them 32-bit."""
+    nothing, so bounds are clipped to that range to keep them 32-bit. A ragged graph's shift
+    is per sequence, from its own lengths (the kernels form it; 0 here)."""
     a = graph.attributes
     shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)
+    if graph.ragged is not None:   # per sequence (ragged_flags' BOTTOM_RIGHT)
+        shift = 0
     reach = graph.S_q + graph.S_kv + 1
     left = min(a.left_bound, reach) if a.left_bound is not None else 0
     right = min(a.right_bound, reach) if a.right_bound is not None else 0
@@ -120,6 +164,7 @@ class Launch:
     tiles: Mapping[str, int]
     ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
+    ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
 
     @property
     def pointers(self) -> tuple:
@@ -136,7 +181,7 @@ class Launch:
         g = self.graph
         shift, left, right = _bounds(g)
         return (g.S_q, g.S_kv, g.D_qk // self.vec, g.D_v // self.vec,
-                float(g.attributes.attn_scale), shift, left, right)
+                float(g.attributes.attn_scale), shift, left, right, *self.ragged[2:])
 
 
 def block_major(graph: Graph) -> bool:
@@ -157,26 +202,40 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     """`order` overrides block_major(graph) (bench/tune_triton.py compares the two);
     `kernels` names the kernels module (the engine's)."""
     a = graph.attributes
+    ragged = offsets(graph, tensors)
+    tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  BLOCK_MAJOR=block_major(graph) if order is None else order,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
-                 WIDE=needs_wide(tensors, cfg), VEC=vec)
+                 WIDE=needs_wide(tensors, cfg), VEC=vec, **ragged_flags(graph))
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
     return Launch(kernels_module(kernels), graph, cfg, vec, flags,
-                  dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta)
+                  dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta,
+                  ragged)
+
+
+def ragged_flags(graph: Graph) -> dict:
+    """RAGGED, and BOTTOM_RIGHT (the kernels shift each sequence's diagonal by its own
+    S_kv_b - S_q_b); both False for a padded graph, whose shift comes from _bounds."""
+    ragged = graph.ragged is not None
+    return dict(RAGGED=ragged,
+                BOTTOM_RIGHT=ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT")
 
 
 def run_preprocess(L: Launch) -> None:
     g, cfg, o, do = L.graph, L.cfg, L.ports["o"], L.ports["do"]
-    L.kernels.bwd_preprocess[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
-        o[0], do[0], L.delta, *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
-        BLOCK_M=cfg.block_m2, BLOCK_DV=L.tiles["BLOCK_DV"], VEC=L.vec, WIDE=L.flags["WIDE"],
-        **cfg.launch_kwargs())
+    grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
+    if grid == 0:   # a ragged batch whose q sequences are all empty
+        return
+    L.kernels.bwd_preprocess[(grid,)](
+        o[0], do[0], L.delta, L.ragged[0], *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
+        L.ragged[2], BLOCK_M=cfg.block_m2, BLOCK_DV=L.tiles["BLOCK_DV"], VEC=L.vec,
+        WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], **cfg.launch_kwargs())
 
 
 def run_dkdv(L: Launch) -> None:
@@ -184,8 +243,11 @@ def run_dkdv(L: Launch) -> None:
     g, cfg, dk, dv = L.graph, L.cfg, L.ports["dk"], L.ports["dv"]
     passes = [(g.H_k, True, True)] if g.H_k == g.H_v else [(g.H_k, True, False), (g.H_v, False, True)]
     for H_grp, do_dk, do_dv in passes:
-        L.kernels.bwd_dkdv[(math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp,)](
-            *L.pointers, dk[0], dv[0], *L.addressing, *dk[1:], *dv[1:],
+        grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
+        if grid == 0:   # a ragged batch whose kv sequences are all empty
+            return
+        L.kernels.bwd_dkdv[(grid,)](
+            *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             **L.flags, **L.tiles, **cfg.launch_kwargs())
@@ -193,8 +255,12 @@ def run_dkdv(L: Launch) -> None:
 
 def run_dq(L: Launch) -> None:
     g, cfg, dq = L.graph, L.cfg, L.ports["dq"]
-    L.kernels.bwd_dq[(math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q,)](
-        *L.pointers, dq[0], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k, g.H_q // g.H_v,
+    grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
+    if grid == 0:
+        return
+    L.kernels.bwd_dq[(grid,)](
+        *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
+        g.H_q // g.H_v,
         *L.sizes, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles,
         **cfg.launch_kwargs(dq=True))
 

@@ -2,7 +2,7 @@
 them in Triton's cache instead of compiling them one after the other on first use.
 
 A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
-dK/dV passes): no integer argument is specialised. So each case has a tiny twin with the
+dK/dV passes, RAGGED and its BOTTOM_RIGHT): no integer argument is specialised. So each case has a tiny twin with the
 same variant; the twins are deduplicated and run on the device by --jobs processes.
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from bundlegen.graph import Graph, dense_graph, load_bundle
+from bundlegen.graph import OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_bundle, ragged_graph
 from bundlegen.validate import frontend_reason
 from bundlegen.engines.triton import configs
 
@@ -34,11 +34,21 @@ SOURCES = ("kernels.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 
+def _as_launched(spec: TensorSpec, ragged: bool) -> tuple[tuple, tuple]:
+    """(dims, strides) of a port as the kernels address it: a ragged [T, H, D] port as the
+    launcher's [1, H, T, D] view (launch.token_major)."""
+    if not ragged:
+        return spec.dims, spec.strides
+    (T, H, D), (s_t, s_h, s_d) = spec.dims, spec.strides
+    return (1, H, T, D), (s_t, s_h, s_t, s_d)
+
+
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages."""
     from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
+    ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
-    return VEC if all(rows_aligned(t.dims, t.strides, HARNESS_GUARD + t.offset)
+    return VEC if all(rows_aligned(*_as_launched(t, ragged), HARNESS_GUARD + t.offset)
                       for t in specs) else 1
 
 
@@ -46,21 +56,28 @@ def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
     """Arguments of a tiny graph compiling the same kernels, or None for a WIDE case."""
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
     rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
-    if any((rows - 1) * t.strides[2] + (t.dims[3] - 1) * t.strides[3] >= 2 ** 31
-           for t in graph.tensors.values()):
-        return None
+    ragged = graph.ragged is not None
+    for t in graph.tensors.values():
+        dims, strides = _as_launched(t, ragged)
+        if (rows - 1) * strides[2] + (dims[3] - 1) * strides[3] >= 2 ** 31:
+            return None
     a = graph.attributes
+    bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
-            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph))
+            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec = key
-    return dense_graph(B=1, H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, S_q=16,
-                       D_qk=d_qk, D_v=d_v, dtype=dtype, left=4 if has_left else None,
-                       right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
+    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br = key
+    sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
+                 D_v=d_v, dtype=dtype, left=4 if has_left else None,
+                 right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
+    if ragged:
+        return ragged_graph((0, 9, 16), (0, 12, 16), alignment="BOTTOM_RIGHT" if br else "TOP_LEFT",
+                            **sizes)
+    return dense_graph(B=1, S_q=16, **sizes)
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
@@ -126,6 +143,11 @@ def _run_twins(device: str, keys: list[tuple]) -> int:
             storage = torch.zeros(spec.storage_elements, device=device,
                                   dtype=torch.float32 if port == "stats" else TORCH_DTYPES[graph.dtype])
             tensors[port] = storage.as_strided(spec.dims, spec.strides, spec.offset)
+        if graph.ragged is not None:   # the offsets reach the engine as device tensors only
+            for name in OFFSET_PORTS:
+                cu = getattr(graph.ragged, name)
+                tensors[name] = torch.tensor(cu, dtype=torch.int32, device=device)
+            graph = graph.as_launched()
         if engine.is_applicable(graph) is None:
             engine.run(graph, tensors)
     if device.startswith("cuda"):
