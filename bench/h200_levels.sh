@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # All four levels against each engine named (default: triton) on one GPU, then the Triton
-# self-check and the engine mutants at quick. Results and logs go to $OUT (default
+# self-check, the engine mutants at quick, the GPU-only mutant (32-bit offsets) against the
+# 64-bit-offset cases of full, the cuDNN varlen experiment and the ragged cases' counts per
+# engine. Results and logs go to $OUT (default
 # bench/results/h200-levels): per engine a gzipped results.jsonl, run.json and the log.
 #   OUT=/some/dir bash bench/h200_levels.sh triton torch-flash
 set -u
@@ -23,3 +25,13 @@ echo "   exit $?"; tail -n 4 "$OUT/triton_selfcheck.log"
 echo "== mutants at quick"
 python3 -m bundlegen mutate --engine triton --level quick --device cuda > "$OUT/mutate-quick.log" 2>&1
 echo "   exit $?"; tail -n 6 "$OUT/mutate-quick.log"
+echo "== mutants only a GPU can kill (full level, the 64-bit-offset cases)"
+python3 -m bundlegen mutate --engine triton --level full --device cuda --mutant offsets-32-bit \
+  -k SHP-INT64-OFFSETS > "$OUT/mutate-gpu-only.log" 2>&1
+echo "   exit $?"; tail -n 4 "$OUT/mutate-gpu-only.log"
+echo "== cuDNN varlen experiment"
+python3 bench/cudnn_varlen_check.py > "$OUT/cudnn_varlen_check.log" 2>&1
+echo "   exit $?"; cat "$OUT/cudnn_varlen_check.log"
+echo "== ragged and 64-bit-offset cases per engine"
+python3 bench/feature_counts.py --feature RAGGED --feature INT64 "$OUT"/*-full.results.jsonl.gz \
+  | tee "$OUT/feature_counts.txt"

@@ -46,9 +46,15 @@ class Mutant:
     build: Build                   # (correct engine class, device) -> the mutant engine
     prefer: tuple[str, ...] = ()   # item globs tried first (ordering only)
     reads: tuple[str, ...] = ()    # input ports whose reading the defect corrupts
+    #: the lowest level that must kill it (the CPU gate runs the quick ones)
+    killed_by: str = "quick"
+    #: only a case too large for the CPU can kill it (e.g. a span past 2^31 elements)
+    needs_gpu: bool = False
 
-    def not_applicable(self, engine_cls: type[Engine]) -> str | None:
-        """Why this mutant cannot be put into `engine_cls`, or None."""
+    def not_applicable(self, engine_cls: type[Engine], device: str | None = None) -> str | None:
+        """Why this mutant cannot be put into `engine_cls` (on `device`), or None."""
+        if self.needs_gpu and device is not None and not str(device).startswith("cuda"):
+            return f"needs a GPU: the cases that can kill it are too large for {device}"
         if self.kind == SOURCE_PATCH:
             from bundlegen.engines.triton.engine import TritonEngine
             if not issubclass(engine_cls, TritonEngine):
@@ -118,6 +124,10 @@ CATALOG: tuple[Mutant, ...] = (
            "a sequence's first token taken from cu_seqlens as it is: a start before the "
            "storage or an end past it is read and written there (seed 001, AICK-3016)",
            SOURCE_PATCH, T.RAGGED_UNBOUNDED, ("PRB-RAGGED-*", "*RAGGED*OFFSET*")),
+    Mutant("offsets-32-bit", "32-bit offset arithmetic",
+           "the element offset of a tile's first element formed in 32 bits: it wraps past "
+           "2^31 elements (a large batch or head stride, a long packed batch)",
+           SOURCE_PATCH, T.OFFSETS_32, ("SHP-INT64-OFFSETS",), killed_by="full", needs_gpu=True),
     # --- arithmetic
     Mutant("scale-ignored-in-dk", "ignored scale",
            "dK not multiplied by attn_scale",
@@ -145,6 +155,8 @@ CATALOG: tuple[Mutant, ...] = (
 
 NAMES = tuple(m.name for m in CATALOG)
 assert len(set(NAMES)) == len(NAMES), "mutant names must be unique"
+#: the mutants the quick level must kill on the CPU (the CPU mutation gate)
+QUICK_CPU_NAMES = tuple(m.name for m in CATALOG if m.killed_by == "quick" and not m.needs_gpu)
 
 
 def by_name(name: str) -> Mutant:

@@ -63,8 +63,10 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         manifest = manifest_of(args.bundles)
-        manifest.levels_upto(args.level)
+        upto = manifest.levels_upto(args.level)
         mutants = catalog.select(args.mutant)
+        if not args.mutant:   # by default only the mutants this level must kill
+            mutants = tuple(m for m in mutants if m.killed_by in upto)
     except (ValueError, KeyError) as exc:
         err.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}")
         return 2

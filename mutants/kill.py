@@ -199,7 +199,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
     def result(status, **kw) -> MutantResult:
         return MutantResult(mutant.name, mutant.kind, mutant.defect_class, status, **kw)
 
-    reason = mutant.not_applicable(engine_class(engine))
+    reason = mutant.not_applicable(engine_class(engine), baseline.device)
     if reason:
         return result(NOT_APPLICABLE, note=reason)
     start = time.perf_counter()

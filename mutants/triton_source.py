@@ -177,8 +177,9 @@ RAGGED_UNBOUNDED = Patch("kernels", (Edit(
     "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
     "    return start.to(tl.int64), n\n"),))
 
-#: the row base of a sequence (first token x token stride) formed in 32 bits: wraps once it
+#: element offsets formed in 32 bits: the offset of a tile's first element (batch, head and
+#: row base, or a ragged sequence's first token times the token stride) wraps once it
 #: passes 2^31 elements (only storages that large, so only on a GPU, can tell)
-RAGGED_BASE_32 = Patch("kernels", (Edit(
-    "    return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)\n",
-    "    return tl.where(ok, start, 0).to(tl.int32), tl.where(ok, n, 0)\n"),))
+OFFSETS_32 = Patch("kernels", (Edit(
+    "    return X + (off + b * s_b + h * s_h + row0 * s_s) * VEC\n",
+    "    return X + ((off + b * s_b + h * s_h + row0 * s_s) * VEC).to(tl.int32)\n"),))

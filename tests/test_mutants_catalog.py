@@ -128,12 +128,19 @@ PATCH_GRAPHS = {
 RAGGED_PATCHES = {"ragged-token-base-unbounded": "test_the_unbounded_token_base_mutant_fails_the_bad_offset_check"}
 
 
+#: source-patch mutants only a case too large for the CPU can kill: the test that checks
+#: their patch (their kill is the GPU run's: bench/h200_levels.sh)
+GPU_PATCHES = {"offsets-32-bit": "test_the_32_bit_offsets_patch_fits_and_is_invisible_below_2_31"}
+
+
 def test_every_source_patch_mutant_has_a_graph():
-    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) == {m.name for m in C.CATALOG
-                                                       if m.kind == C.SOURCE_PATCH}
-    from tests import test_triton_ragged
-    for name, test in RAGGED_PATCHES.items():
-        assert name in inspect.getsource(getattr(test_triton_ragged, test))
+    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) == {
+        m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
+    assert {m.name for m in C.CATALOG if m.needs_gpu} == set(GPU_PATCHES)
+    from tests import test_mutants_triton_source, test_triton_ragged
+    for module, tests in ((test_triton_ragged, RAGGED_PATCHES), (test_mutants_triton_source, GPU_PATCHES)):
+        for name, test in tests.items():
+            assert name in inspect.getsource(getattr(module, test))
 
 
 @pytest.mark.parametrize("name", sorted(PATCH_GRAPHS))

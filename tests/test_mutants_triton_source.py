@@ -70,19 +70,22 @@ def test_the_mutant_engine_names_the_patched_module(name, attr):
     assert not engine.launches_own_modules() and TritonEngine("cpu").launches_own_modules()
 
 
-def test_the_32_bit_ragged_base_patch_fits_and_is_invisible_below_2_31():
-    """RAGGED_BASE_32 (not in the catalog: only storages past 2^31 elements, on a GPU, can
-    kill it) fits the kernels once, changes only the token base's width, and computes what
-    the product computes on a small ragged batch."""
+def test_the_32_bit_offsets_patch_fits_and_is_invisible_below_2_31():
+    """offsets-32-bit (killed only at full on a GPU, by a span past 2^31 elements) fits the
+    kernels once, changes only the offset's width, computes what the product computes on a
+    small ragged batch, and is not applicable on the CPU (so the CPU gate leaves it out)."""
     import torch
     from tests import test_triton_ragged as TR
 
-    patch = T.RAGGED_BASE_32
+    patch = T.OFFSETS_32
     original = (PRODUCT / "kernels.py").read_text(encoding="utf-8")
     (edit,) = patch.edits
-    assert original.count(edit.old) == 1 and "tl.int64" in edit.old and "tl.int32" in edit.new
+    assert original.count(edit.old) == 1 and "tl.int32" in edit.new
     assert patch.source().count("tl.int32") == original.count("tl.int32") + 1
-    assert "ragged-base-32-bit" not in C.NAMES
+    record = C.by_name("offsets-32-bit")
+    assert record.needs_gpu and record.killed_by == "full"
+    assert "offsets-32-bit" not in C.QUICK_CPU_NAMES and "needs a GPU" in record.not_applicable(TritonEngine, "cpu")
+    assert record.not_applicable(TritonEngine, "cuda") is None
     mutant = patch(TR.small_tile(TritonEngine), "cpu")
     assert not mutant.launches_own_modules()
     graph = TR._graph(**TR.CASES["ragged"])

@@ -26,7 +26,7 @@ def quick_cases():
     return load_cases(ci_gate.GATE.level)
 
 
-@pytest.mark.parametrize("name", catalog.NAMES)
+@pytest.mark.parametrize("name", catalog.QUICK_CPU_NAMES)
 def test_the_quick_level_kills(name, quick_cases):
     (result,) = ci_gate.run_gate([name], quick_cases).results
     assert result.status == KILLED, (
