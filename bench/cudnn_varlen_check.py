@@ -52,15 +52,18 @@ def main() -> int:
         cuq = torch.tensor(cq, device=dev, dtype=torch.int32)
         cuk = torch.tensor(ck, device=dev, dtype=torch.int32)
         label = f"lengths q {lengths_q} kv {lengths_k} causal {causal}"
+        step = "_cudnn_attention_forward"
         try:
             fwd = torch.ops.aten._cudnn_attention_forward(
                 q, k, v, None, cuq, cuk, max(lengths_q), max(lengths_k), True, 0.0, causal)
             o, lse, seed, offset = fwd[0], fwd[1], fwd[6], fwd[7]
+            print(f"{label}: forward gave o {tuple(o.shape)}, lse {tuple(lse.shape)}")
+            step = "_cudnn_attention_backward"
             dq, dk, dv = torch.ops.aten._cudnn_attention_backward(
                 do, q, k, v, o, lse, seed, offset, torch.empty(0, device=dev), cuq, cuk,
                 max(lengths_q), max(lengths_k), 0.0, causal)
         except Exception as exc:   # the finding is what the op does
-            print(f"{label}: raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            print(f"{label}: {step} raised {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
             worst = float("inf")
             continue
         ro, (rdq, rdk, rdv) = reference(q, k, v, do, cq, ck, causal)

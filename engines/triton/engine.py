@@ -55,6 +55,7 @@ def use_interpreter_unless_told_otherwise() -> None:
 class TritonEngine(Engine):
     name = "triton"
     deterministic = True
+    ragged = True          # capabilities rows say which ragged graphs each arch serves
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"
     kernels_module = "bundlegen.engines.triton.kernels"
