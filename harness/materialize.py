@@ -7,7 +7,8 @@ of padded or interleaved layouts) holds the canary before the engine runs; outpu
 canary, so an element an engine never writes is a NaN in its output.
 
 The canary is a quiet NaN with a payload no arithmetic produces, compared bitwise, so a
-write of any value into a guard is caught, NaN included.
+write of any value into a guard is caught, NaN included; inputs and outputs have different
+ones, so a NaN read from an input's guard and written into an output's guard is caught too.
 
 Inputs q, k, v, do are filled on the CPU (bundlegen.harness.distributions), O and Stats come from the
 float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE in fp32), all
@@ -34,8 +35,12 @@ from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import read_flags
 from bundlegen.harness.distributions import draw_inputs, generated_shape
 
-#: canary bit patterns: quiet NaNs with a distinctive payload
+#: canary bit patterns: quiet NaNs with a distinctive payload, one for input storages and
+#: another for output storages. They differ because a NaN keeps its payload through
+#: arithmetic: an engine that reads an input's guard and writes what it computed into an
+#: output's guard would otherwise leave the output canary's own bits there, unseen.
 CANARY_BITS = {"bf16": 0x7FDA, "fp16": 0x7E5A, "fp32": 0x7FDADADA}
+OUTPUT_CANARY_BITS = {"bf16": 0x7FE5, "fp16": 0x7EA5, "fp32": 0x7FE5A5A5}
 BITS_DTYPES = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
 #: elements compared at once when scanning storages (bounds the temporaries)
 SCAN_CHUNK = 1 << 26
@@ -81,14 +86,19 @@ def view_of(storage: torch.Tensor, spec: TensorSpec, dims: tuple[int, ...] | Non
     return storage.as_strided(dims or spec.dims, spec.strides, GUARD_ELEMS + spec.offset)
 
 
-def canary_storage(spec: TensorSpec, device: torch.device | str) -> torch.Tensor:
+def canary_bits(port: str, dtype: str) -> int:
+    """The canary of a port's storage: the output canary for dq, dk, dv, else the input's."""
+    return (OUTPUT_CANARY_BITS if port in OUTPUT_PORTS else CANARY_BITS)[dtype]
+
+
+def canary_storage(spec: TensorSpec, device: torch.device | str, port: str) -> torch.Tensor:
     storage = torch.empty(storage_size(spec), dtype=TORCH_DTYPES[spec.dtype], device=device)
-    fill_canary(storage, spec.dtype)
+    fill_canary(storage, spec.dtype, port)
     return storage
 
 
-def fill_canary(storage: torch.Tensor, dtype: str) -> None:
-    storage.view(BITS_DTYPES[dtype]).fill_(CANARY_BITS[dtype])
+def fill_canary(storage: torch.Tensor, dtype: str, port: str) -> None:
+    storage.view(BITS_DTYPES[dtype]).fill_(canary_bits(port, dtype))
 
 
 def unaddressed_mask(spec: TensorSpec, device: torch.device | str,
@@ -192,7 +202,7 @@ def _first_storage(spec: TensorSpec, device: torch.device, pin: bool) -> torch.T
     fill, not a host fill and copy of gigabytes."""
     size = storage_size(spec) * TORCH_DTYPES[spec.dtype].itemsize
     if device.type == "cuda" and size >= DEVICE_BUILD_MIN_BYTES:
-        return canary_storage(spec, device)
+        return canary_storage(spec, device, "q")   # an input: the input canary
     return _host_storage(spec, pin)
 
 
@@ -206,10 +216,10 @@ def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
     storage = torch.empty(size, dtype=dtype, pin_memory=pin)
     if is_dense(spec):
         start, end = addressed_span(spec)
-        fill_canary(storage[:start], spec.dtype)
-        fill_canary(storage[end:], spec.dtype)
+        fill_canary(storage[:start], spec.dtype, "q")   # inputs only: the input canary
+        fill_canary(storage[end:], spec.dtype, "q")
     else:
-        fill_canary(storage, spec.dtype)
+        fill_canary(storage, spec.dtype, "q")
     return storage
 
 
@@ -277,7 +287,7 @@ def materialize(case: Case, device: torch.device | str,
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
     for port in OUTPUT_PORTS:
-        storages[port] = canary_storage(specs[port], device)
+        storages[port] = canary_storage(specs[port], device, port)
     # what the input-modified check compares with: on the CPU the host storages themselves
     # (the device storages are copies of them), elsewhere a copy made on the device
     baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in INPUT_PORTS}
@@ -353,7 +363,7 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
     never reads. A dense view's unaddressed elements are the two ends of its storage; a
     view with gaps (padded rows, interleaving, some broadcasts) is scanned through its mask."""
     spec = m.case.graph.tensors[port]
-    bits, canary = m.storages[port].view(BITS_DTYPES[spec.dtype]), CANARY_BITS[spec.dtype]
+    bits, canary = m.storages[port].view(BITS_DTYPES[spec.dtype]), canary_bits(port, spec.dtype)
     if is_dense(spec) and not any(len(r) for r in m.unaddressed.silent.get(port, ())):
         start, end = addressed_span(spec)
         return _differs_anywhere(torch.cat([bits[:start], bits[end:]]), canary)
@@ -393,7 +403,7 @@ def nonfinite_outputs(m: Materialized) -> list[str]:
 def reset_outputs(m: Materialized) -> None:
     """Refill every output storage with the canary (before a repeated run)."""
     for port in OUTPUT_PORTS:
-        fill_canary(m.storages[port], m.case.graph.tensors[port].dtype)
+        fill_canary(m.storages[port], m.case.graph.tensors[port].dtype, port)
 
 
 def logical_inputs(m: Materialized) -> dict[str, torch.Tensor]:

@@ -34,6 +34,8 @@ CHECK_OF_VERDICT = {
     V.FAIL_GUARD: "guard canaries",
     V.FAIL_INPUT_MODIFIED: "inputs untouched",
     V.FAIL_NONDETERMINISTIC: "determinism",
+    V.FAIL_ESCAPED: "bad offsets contained",
+    V.FAIL_CORRUPTED: "good sequences under bad offsets",
     V.REJECTION_ACCEPTED: "rejection probe",
     V.CRASHED: "engine raised",
     V.CLAIM_BROKEN: "claim",

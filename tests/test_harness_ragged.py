@@ -188,3 +188,17 @@ def test_an_engine_that_does_not_say_it_serves_ragged_graphs_is_never_asked():
     outcome = run_case(_case(ragged_graph((0, 4, 9))), engine, LOOSE)
     assert outcome.verdict == V.DECLINED and outcome.reason.startswith(R.RAGGED_NOT_SERVED)
     assert engine.seen == []
+
+
+def test_a_nan_carried_from_an_input_guard_into_an_output_guard_is_caught():
+    """The kernel defect of seed 001 reads a sequence's rows from before q's storage (the
+    input canary, a NaN) and writes what it computes before dq's: NaN keeps its payload,
+    so only distinct input and output canaries tell the write apart."""
+    class CarriesTheGuard(SeqwiseEngine):
+        def run(self, graph, t):
+            super().run(graph, t)
+            self._rows(t["dq"], -2, 0).copy_(self._rows(t["q"], -2, 0))
+
+    graph = ragged_graph((0, 4, 9), H_q=1, D_qk=16)
+    outcome = run_case(_case(graph), CarriesTheGuard(), LOOSE)
+    assert outcome.verdict == V.FAIL_GUARD and "dq" in outcome.detail, outcome.detail

@@ -73,7 +73,7 @@ def test_a_clean_run_reports_nothing(packed):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_outputs_start_as_canary_and_reset_restores_it(dtype):
     m = fresh(dtype=dtype)
-    bits_dtype, canary = M.BITS_DTYPES[dtype], M.CANARY_BITS[dtype]
+    bits_dtype, canary = M.BITS_DTYPES[dtype], M.OUTPUT_CANARY_BITS[dtype]
     for port in OUTPUT_PORTS:
         assert (m.storages[port].view(bits_dtype) == canary).all()
         assert torch.isnan(m.tensors[port]).all()

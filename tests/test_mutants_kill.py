@@ -151,3 +151,10 @@ def test_the_check_behind_a_broken_claim():
     assert kill(V.CLAIM_BROKEN, "claimed on sm90 but fail:nan: NaN/Inf").check == "no NaN/Inf (claimed case)"
     assert kill(V.CLAIM_BROKEN, "claimed on sm90 but declined (x)").check == "claim (declined)"
     assert kill(V.FAIL_GUARD, "canary").check == "guard canaries"
+
+
+def test_every_failing_verdict_but_a_bad_bundle_kills():
+    """A new failing verdict (e.g. the device probes' fail:escaped) must count as a kill."""
+    from bundlegen.harness import verdicts as V
+    from bundlegen.mutants.kill import CHECK_OF_VERDICT
+    assert set(CHECK_OF_VERDICT) == set(V.FAILING) - {V.ERROR_BUNDLE}
