@@ -48,5 +48,7 @@ def graph_line(graph: Graph) -> str:
     dims = f"D={g.D_qk}" if g.D_v == g.D_qk else f"D_qk={g.D_qk} D_v={g.D_v}"
     layouts = " ".join(f"{p}={_layout(g.tensors[p])}" for p in PORTS if p in g.tensors)
     dropout = "" if a.dropout_probability is None else f" dropout={a.dropout_probability:g}"
+    if a.deterministic_algorithm:
+        dropout += " deterministic"
     return (f"{g.dtype} B={g.B} {heads} {seqs} {dims} scale={scale} mask={mask_text(g)}{dropout} | "
             f"{layouts}")

@@ -79,11 +79,18 @@ class Attributes:
     left_bound: int | None = None
     right_bound: int | None = None
     dropout_probability: float | None = None
+    #: the node asks for a deterministic backward (FlashAttention's `deterministic=True`,
+    #: cuDNN's deterministic algorithm): re-runs must be bitwise equal; an engine without
+    #: such a mode declines
+    deterministic_algorithm: bool = False
 
     def to_json(self) -> dict:
-        return {"attn_scale": self.attn_scale, "diagonal_alignment": self.diagonal_alignment,
-                "left_bound": self.left_bound, "right_bound": self.right_bound,
-                "dropout_probability": self.dropout_probability}
+        out = {"attn_scale": self.attn_scale, "diagonal_alignment": self.diagonal_alignment,
+               "left_bound": self.left_bound, "right_bound": self.right_bound,
+               "dropout_probability": self.dropout_probability}
+        if self.deterministic_algorithm:   # left out when off: other graphs keep their ids
+            out["deterministic_algorithm"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -310,7 +317,8 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
         attn_scale=float(scale), diagonal_alignment=alignment,
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
-        dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True))
+        dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True),
+        deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)))
     ragged = None
     rag = r.get(raw, "ragged", dict, where, optional=True)
     if rag is not None:

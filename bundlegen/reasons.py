@@ -71,6 +71,7 @@ MISALIGNED_STRIDE = "misaligned-stride"
 BROADCAST_INPUT_NOT_SERVED = "broadcast-input-not-served"
 GATED_FEATURE = "gated-feature"                    # dropout, bias: not built yet
 RAGGED_NOT_SERVED = "ragged-not-served"            # packed variable-length batches
+DETERMINISM_NOT_SERVED = "determinism-not-served"  # no deterministic backward to ask for
 ARCH_NOT_SERVED = "arch-not-served"
 DEVICE_NOT_SERVED = "device-not-served"
 TOO_LARGE = "too-large"
@@ -80,7 +81,7 @@ ENGINE = frozenset({
     HEAD_DIM_NOT_SERVED, HEAD_DIM_STRIDE_NOT_ONE, NON_PACKED_STATS, UNEQUAL_HEAD_DIMS,
     HV_NOT_HK, GQA_NOT_SERVED, MASK_NOT_SERVED, ALIGNMENT_NOT_SERVED, SCALE_NOT_SERVED,
     SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
-    ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED,
+    ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED, DETERMINISM_NOT_SERVED,
 })
 
 ALL = FRONTEND | ENGINE | DEVICE

@@ -36,6 +36,10 @@ class Engine(abc.ABC):
     #: asked about one: the harness declines it for the engine with `ragged-not-served`, so
     #: an engine written for padded graphs never meets a token-major port.
     ragged: bool = False
+    #: has a deterministic backward it switches to when a graph asks for one
+    #: (graph.attributes.deterministic_algorithm); an engine that is always deterministic
+    #: needs none. The harness declines such graphs for the others.
+    deterministic_mode: bool = False
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)

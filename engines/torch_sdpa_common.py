@@ -20,6 +20,8 @@ record, so the rules are plain functions of (graph, facts) and testable on a CPU
 """
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import math
 from dataclasses import dataclass
@@ -443,6 +445,21 @@ def ragged_inputs(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple[Ra
 
 
 # ----------------------------------------------------------------------------- engine base
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool):
+    """PyTorch's switch for its deterministic kernels (the flash and efficient backward
+    ops read it), on for the block when asked, and put back as it was after."""
+    if not on:
+        yield
+        return
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
 class TorchSdpaEngine(Engine):
     """An aten SDPA backward op as an engine: `RULES` decide, `backward` calls the op."""
 
@@ -469,12 +486,13 @@ class TorchSdpaEngine(Engine):
         reason = self.is_applicable(graph)
         if reason is not None:  # a declined graph can fault the GPU (misaligned loads)
             raise ValueError(f"{self.name} cannot serve this graph: {reason}")
-        if graph.ragged is not None:
-            q_rows, kv_rows = ragged_inputs(graph, tensors)
-            dq, dk, dv = self.ragged_backward(graph, tensors, q_rows, kv_rows)
-            write_ragged_gradients(tensors, dq, dk, dv, q_rows, kv_rows)
-            return
-        dq, dk, dv = self.backward(graph, tensors)
+        with deterministic_algorithms(graph.attributes.deterministic_algorithm):
+            if graph.ragged is not None:
+                q_rows, kv_rows = ragged_inputs(graph, tensors)
+                dq, dk, dv = self.ragged_backward(graph, tensors, q_rows, kv_rows)
+                write_ragged_gradients(tensors, dq, dk, dv, q_rows, kv_rows)
+                return
+            dq, dk, dv = self.backward(graph, tensors)
         write_gradients(tensors, dq, dk, dv)
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):

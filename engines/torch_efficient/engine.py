@@ -92,6 +92,8 @@ def efficient_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor],
 
 class TorchEfficientEngine(TorchSdpaEngine):
     name = "torch-efficient"
+    #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
+    deterministic_mode = True
     RULES = (
         needs_nvidia_gpu,
         capability_between((5, 0), (12, 1), "check_mem_efficient_hardware_support"),

@@ -68,6 +68,8 @@ def flash_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor], q_row
 
 class TorchFlashEngine(TorchSdpaEngine):
     name = "torch-flash"
+    #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
+    deterministic_mode = True
     RULES = (
         needs_nvidia_gpu,
         capability_between((8, 0), (12, 1), "check_flash_attention_hardware_support"),
