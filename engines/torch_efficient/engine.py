@@ -90,17 +90,23 @@ def efficient_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor],
         "scale": graph.attributes.attn_scale}
 
 
-class TorchEfficientEngine(TorchSdpaEngine):
-    name = "torch-efficient"
-    #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
-    deterministic_mode = True
-    RULES = (
+#: what the op needs whatever the graph's batch layout
+_OWN_RULES = (
         needs_nvidia_gpu,
         capability_between((5, 0), (12, 1), "check_mem_efficient_hardware_support"),
         no_dropout,
         writable_outputs,
         efficient_dtype,
         efficient_head_dims,
+)
+
+
+class TorchEfficientEngine(TorchSdpaEngine):
+    name = "torch-efficient"
+    #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
+    deterministic_mode = True
+    RULES = (
+        *_OWN_RULES,
         no_gqa("_efficient_attention_backward needs equal head counts; SDPA repeats K/V "
                "before this op"),
         causal_only("TOP_LEFT", "is_causal maps to CausalFromTopLeft"),
@@ -116,12 +122,7 @@ class TorchEfficientEngine(TorchSdpaEngine):
     # left or the bottom right of each sequence (causal_diagonal_offset = num_keys -
     # num_queries after the offsets set the sequence's lengths).
     RAGGED_RULES = (
-        needs_nvidia_gpu,
-        capability_between((5, 0), (12, 1), "check_mem_efficient_hardware_support"),
-        no_dropout,
-        writable_outputs,
-        efficient_dtype,
-        efficient_head_dims,
+        *_OWN_RULES,
         no_gqa("_efficient_attention_backward checks query.size(2) == key.size(2)"),
         ragged_causal_only(("TOP_LEFT", "BOTTOM_RIGHT"), "custom_mask_type 1 or 2; window_size "
                                                         "not used"),
