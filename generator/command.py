@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="write nothing")
     parser.add_argument("--report", action="store_true",
                         help="print counts, budgets, the pair proof, legality, gates and traceability")
+    parser.add_argument("--peer-gaps", action="store_true",
+                        help="list every peer value pair (plans/peers.py) no case of a level holds")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when the workspace's bundles or manifests differ from its plans")
 
@@ -80,6 +82,12 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     for generated in plans:
         if args.report:
             print(report.render(generated), end="")
+        if getattr(args, "peer_gaps", False):
+            print("\n".join(report.peer_lines(generated, gaps=True)))
+        for p in report.peer_coverage.of_generated(generated):
+            if not p.meets_target:
+                print(f"generate: {generated.plan.name}: peer {p.peer} at {p.level}: {p.covered} of {p.total} "
+                      f"value pairs ({p.share:.1%}), under the plan's {p.target:.0%}", file=sys.stderr)
         for proof in generated.proofs + generated.ragged_proofs:
             if not proof.complete:
                 print(f"generate: {generated.plan.name}: coverage gap at {proof.level}: {proof.covered} of "

@@ -30,6 +30,27 @@ def _sbhd(d: Dims) -> Placement:
     return (H * D, D, B * H * D, 1), 0
 
 
+def _order(order: str) -> Callable[[Dims], Placement]:
+    """Dense storage with B, H, S nested in `order` (outermost first), D innermost."""
+    def place(d: Dims) -> Placement:
+        B, H, S, D = d
+        size = {"b": B, "h": H, "s": S}
+        stride, step = {}, D
+        for axis in reversed(order):
+            stride[axis] = step
+            step *= size[axis]
+        return (stride["b"], stride["h"], stride["s"], 1), 0
+    return place
+
+
+def _kv(slot: int) -> Callable[[Dims], Placement]:
+    """Slot `slot` of one [B, S, 2, H, D] buffer (k, v packed)."""
+    def place(d: Dims) -> Placement:
+        B, H, S, D = d
+        return (S * 2 * H * D, D, 2 * H * D, 1), slot * H * D
+    return place
+
+
 def _bhds(d: Dims) -> Placement:
     """Head dim outermost within a head: the head-dim stride is S, not 1."""
     B, H, S, D = d
@@ -66,6 +87,11 @@ PORT_KINDS: dict[str, Callable[[Dims], Placement]] = {
     "qkv-0": _qkv(0),
     "qkv-1": _qkv(1),
     "qkv-2": _qkv(2),
+    "hbsd": _order("hbs"),
+    "hsbd": _order("hsb"),
+    "shbd": _order("shb"),
+    "kv-0": _kv(0),
+    "kv-1": _kv(1),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bundlegen.cost import size_text
+from bundlegen.generator import peer_coverage
 from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
 
@@ -91,6 +92,9 @@ def render(g: GeneratedPlan) -> str:
     out.append(f"  pairs allpairspy missed, added as repair cases: {len(g.repaired_pairs)}")
     out.append("")
 
+    # ---- peers
+    out += peer_lines(g)
+
     # ---- legality
     ragged_rules = () if plan.ragged is None else plan.ragged.rules
     out.append(f"Legality: {len(plan.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination"
@@ -121,3 +125,39 @@ def render(g: GeneratedPlan) -> str:
         if ids:
             out.append(f"  {name}: {', '.join(ids)}")
     return "\n".join(out) + "\n"
+
+
+def peer_lines(g: GeneratedPlan, gaps: bool = False, shown: int = 3) -> list[str]:
+    """Per peer and level: the share of the peer's value pairs our cases hold (with the
+    plan's target), the first uncovered pairs (all of them with `gaps`)."""
+    proofs = peer_coverage.of_generated(g)
+    if not proofs:
+        return []
+    peers = g.plan.peers
+    out = [f"Peer pair coverage (value pairs of each peer's backward grid over {', '.join(peers.axes)}, "
+           "held by our claim and regression cases; plans/peers.py maps their values; "
+           "`--peer-gaps` lists every uncovered pair)"]
+    levels = [lv.name for lv in g.plan.levels]
+    rows = []
+    for grid in peers.grids:
+        cells = []
+        for level in levels:
+            p = next(x for x in proofs if x.peer == grid.name and x.level == level)
+            mark = "" if p.target is None else (f" (>= {p.target:.0%} ok)" if p.meets_target
+                                                 else f" (>= {p.target:.0%} SHORT)")
+            cells.append(f"{p.covered}/{p.total} {p.share:.1%}{mark}")
+        rows.append([grid.name, "" if grid.cases is None else grid.cases] + cells)
+    out += ["  " + ln for ln in _table(["peer", "their cases"] + levels, rows)]
+    for grid in peers.grids:
+        out.append(f"  {grid.name}: {grid.source}")
+        for m in grid.missing:
+            out.append(f"    not declared: {m}")
+        for level in levels:
+            p = next(x for x in proofs if x.peer == grid.name and x.level == level)
+            if p.missing and (gaps or level == levels[-1] or not p.meets_target):
+                listed = p.missing if gaps else p.missing[:shown]
+                out.append(f"    {level}: {len(p.missing)} uncovered: "
+                           + "; ".join(peer_coverage.pair_text(x) for x in listed)
+                           + ("" if len(listed) == len(p.missing) else " ..."))
+    out.append("")
+    return out

@@ -350,3 +350,39 @@ class Plan:
     min_claim_margin: float                # harvest claims a case only at this margin or more
     cpu_case_limit_s: float                # the harness skips a case predicted slower on CPU
     ragged: RaggedPlan | None = None       # ragged (THD / varlen) graphs: their own axis space
+    peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
+
+
+# ----------------------------------------------------------------------------- peer grids (reference data)
+@dataclass(frozen=True)
+class PeerTest:
+    """One published test function's backward grid, as its parametrize values on the axes
+    we share (dtype, head_dims, seq, group, mask, layout). Values are the peer's facts
+    ((D_qk, D_v), (S_q, S_kv), (H_q, H_k) tuples, or names of declared ranges); the plan's
+    mapping rules turn them into value classes. An axis the test does not vary has one value;
+    an axis it has no say on (or we could not find) is absent."""
+    name: str
+    axes: Mapping[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class PeerGrid:
+    """A peer suite's backward tests: `source` cites the file (repository, path, commit);
+    `missing` says what could not be found and is therefore not declared."""
+    name: str
+    source: str
+    tests: tuple[PeerTest, ...]
+    missing: tuple[str, ...] = ()
+    cases: int | None = None     # the peer's own backward case count, when known
+
+
+@dataclass(frozen=True)
+class PeerPlan:
+    """The peer grids with the rules that map their values onto ours (plans/peers.py):
+    `peer_classes` maps a peer's value on an axis to value classes, `case_classes` a case's
+    own facts (a mapping of plain numbers and names; generator/peer_coverage.py lists them)."""
+    grids: tuple[PeerGrid, ...]
+    axes: tuple[str, ...]
+    peer_classes: Callable[[str, Any], frozenset]        # (axis, peer value) -> classes
+    case_classes: Callable[[str, Mapping[str, Any]], frozenset]   # (axis, case facts) -> classes
+    targets: Mapping[str, float]                         # level -> least share of each peer's pairs

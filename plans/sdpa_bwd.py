@@ -15,6 +15,8 @@ from bundlegen.plans.records import (
     ToleranceClass, attr, dims, dtype, stride,
 )
 
+from bundlegen.plans.peers import PEERS
+
 PLAN_NAME = "sdpa_bwd"
 
 # ============================================================================ value tables
@@ -29,6 +31,13 @@ HEADS = {                             # H_k and H_v each divide H_q; H_kv > 1 wh
     "hk2-hv1": HeadConfig(4, 2, 1),
     "hk1-hv2": HeadConfig(4, 1, 2),
     "hk4-hv2": HeadConfig(4, 4, 2),   # H_k = H_q > H_v: the dV-past-its-buffer class
+    # group ratios the peer grids use (plans/peers.py): 3 (FA2 9/3, FA3 6/2), 6 (FA3 MQA 6/1),
+    # 9 (FA2 MQA 9/1); 5 and 7 (cuDNN FE draws at most 8 query heads: only MQA reaches them)
+    "gqa3": HeadConfig(6, 2, 2),
+    "mqa5": HeadConfig(5, 1, 1),
+    "mqa6": HeadConfig(6, 1, 1),
+    "mqa7": HeadConfig(7, 1, 1),
+    "mqa9": HeadConfig(9, 1, 1),
 }
 
 SEQS = {
@@ -42,6 +51,17 @@ SEQS = {
     "gt-128-1": SeqPair(128, 1),      # one key: bottom-right masks leave most rows empty
     "gt-129-64": SeqPair(129, 64),
     "gt-256-63": SeqPair(256, 63),
+    # S_q >> S_kv and S_q << S_kv, on and off the 64 tile (the peer grids' sequence classes)
+    # (small representatives of each class, so the quick value cases fit the CPU budget)
+    "gt-128-64": SeqPair(128, 64),
+    "gt-217-128": SeqPair(217, 128),
+    "gt-192-64": SeqPair(192, 64),
+    "gt-576-64": SeqPair(576, 64),
+    "gt-799-3": SeqPair(799, 3),
+    "lt-64-128": SeqPair(64, 128),
+    "lt-64-192": SeqPair(64, 192),
+    "lt-64-576": SeqPair(64, 576),
+    "lt-32-400": SeqPair(32, 400),
 }
 
 HEAD_DIMS = {
@@ -50,6 +70,12 @@ HEAD_DIMS = {
     "d96-8": HeadDims(96, 8),         # tiny D_v (cudnn-frontend#666 rejected it)
     "d128-64": HeadDims(128, 64),
     "d64-128": HeadDims(64, 128),     # D_v > D_qk
+    # head dims the peer grids use (plans/peers.py) and we did not
+    **{f"d{d}": HeadDims(d, d) for d in (8, 15, 16, 48, 59, 88, 111, 120, 144, 184, 203, 224)},
+    "d64-256": HeadDims(64, 256),
+    "d40-24": HeadDims(40, 24),
+    "d144-8": HeadDims(144, 8),
+    "d256-64": HeadDims(256, 64),
 }
 
 BATCHES = {"b1": 1, "b2": 2, "b3": 3}
@@ -78,6 +104,12 @@ LAYOUTS = {
                                           dq="qkv-0", dk="qkv-1", dv="qkv-2")),
     "mixed": Layout({"q": "bshd", "k": "pad8", "v": "odd-pitch", "o": "pad1", "do": "sbhd",
                      "dq": "pad8", "dk": "bshd", "dv": "bhsd+7"}),
+    # storage orders and packed buffers the peers and their users use (Megatron trains in SBHD)
+    "sbhd": Layout(_every_port("sbhd")),
+    "hbsd": Layout(_every_port("hbsd")),
+    "hsbd": Layout(_every_port("hsbd")),
+    "shbd": Layout(_every_port("shbd")),
+    "kv-packed": Layout(_every_port("bshd", k="kv-0", v="kv-1", dk="kv-0", dv="kv-1")),
 }
 
 STATS_LAYOUTS = {                     # name -> stats storage kind
@@ -104,10 +136,16 @@ MASKS = {
     "window-256-br": MaskSpec(256, 0, "BOTTOM_RIGHT"),
     "diagonal-only": MaskSpec(1, 0, "TOP_LEFT"),
     "lookahead-16": MaskSpec(None, 16, "TOP_LEFT"),
+    # one-sided bands (the cuDNN FE draws' left-window-only and right-window-only masks)
+    "left-only-tl": MaskSpec(WINDOW, None, "TOP_LEFT"),
+    "left-only-br": MaskSpec(WINDOW, None, "BOTTOM_RIGHT"),
+    "right-only-tl": MaskSpec(None, BAND_RIGHT, "TOP_LEFT"),
+    "right-only-br": MaskSpec(None, BAND_RIGHT, "BOTTOM_RIGHT"),
 }
 
 AXIS_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-tl", "strict-causal-br",
-              "window-tl", "window-br", "band-tl", "band-br")
+              "window-tl", "window-br", "band-tl", "band-br",
+              "left-only-tl", "left-only-br", "right-only-tl", "right-only-br")
 
 SCALES = {"default": None, "custom": 0.3, "large": 1.0}   # None: 1/sqrt(D_qk)
 DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
@@ -131,6 +169,7 @@ _EQUAL_HEADS = tuple(n for n, h in HEADS.items() if h.H_q == h.H_k == h.H_v)
 _EQUAL_HEAD_DIMS = tuple(n for n, d in HEAD_DIMS.items() if d.D_qk == d.D_v)
 _EQUAL_SEQS = tuple(n for n, s in SEQS.items() if s.S_q == s.S_kv)
 _MULTI_KV_HEADS = tuple(n for n, h in HEADS.items() if h.H_k > 1 and h.H_v > 1)
+_KV_EQUAL_HEADS = tuple(n for n, h in HEADS.items() if h.H_k == h.H_v)
 
 RULES = (
     Rule("qkv-interleaved-needs-equal-heads",
@@ -142,6 +181,12 @@ RULES = (
     Rule("qkv-interleaved-needs-equal-seq",
          "Q, K and V are views into one [B, S, 3, H, D] buffer, so S_q = S_kv",
          when={"layout": ("qkv-interleaved",)}, require={"seq": _EQUAL_SEQS}),
+    Rule("kv-packed-needs-equal-kv-heads",
+         "K and V are views into one [B, S, 2, H_k, D] buffer, so H_k = H_v",
+         when={"layout": ("kv-packed",)}, require={"heads": _KV_EQUAL_HEADS}),
+    Rule("kv-packed-needs-equal-head-dims",
+         "K and V are views into one [B, S, 2, H_k, D] buffer, so D_qk = D_v",
+         when={"layout": ("kv-packed",)}, require={"head_dims": _EQUAL_HEAD_DIMS}),
     Rule("batch-broadcast-needs-batch",
          "a zero batch stride at B = 1 broadcasts nothing: the case would test plain BHSD",
          when={"layout": ("bcast-kv-batch", "bcast-all-batch")}, require={"batch": ("b2", "b3")}),
@@ -599,4 +644,5 @@ PLAN = Plan(
     probes=PROBES, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
+    peers=PEERS,
 )
