@@ -6,7 +6,7 @@ import re
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES
 from bundlegen.validate import frontend_reason, output_layout_reason
-from bundlegen.generator import layouts, ragged
+from bundlegen.generator import boundaries, layouts, ragged
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
 from bundlegen.generator.legality import Legality
@@ -16,7 +16,7 @@ from bundlegen.plans.records import LEVEL_NAMES, Plan, Spec
 ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions"}
-MUTATION_KINDS = ("dims", "stride", "dtype", "attr")
+MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape")
 ATTRIBUTES = ("attn_scale", "diagonal_alignment", "left_bound", "right_bound", "dropout_probability")
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
 
@@ -48,6 +48,8 @@ def declared_items(plan: Plan) -> dict[str, str]:
             add(s.item, s.title, f"ragged pair suite '{s.item}'")
     entries = [("shape", plan.catalog), ("sweep", plan.sweeps), ("regression", plan.regressions),
                ("probe", plan.probes)]
+    if plan.boundaries is not None:
+        entries.append(("boundary class", plan.boundaries.classes))
     if r is not None:
         entries += [("ragged shape", r.catalog), ("ragged regression", r.regressions), ("ragged probe", r.probes)]
     for kind, group in entries + [("gated item", plan.gated)]:
@@ -117,6 +119,11 @@ def check_plan(plan: Plan) -> None:
             raise PlanError(f"tolerance class '{name}': needs its own name and rtol, atol >= 0")
     if not plan.min_claim_margin > 0 or not plan.cpu_case_limit_s > 0:
         raise PlanError("min_claim_margin and cpu_case_limit_s must be > 0")
+    if plan.boundaries is not None:
+        boundaries.check_plan(plan, level_names)
+        for c in plan.boundaries.classes:
+            for k, s in enumerate(c.sets):
+                check_spec(plan, s.base, f"boundary class '{c.item}'[{k}]")
     if plan.ragged is not None:
         ragged.check_plan(plan)
         _check_rules(plan.ragged, "ragged rule")
@@ -185,6 +192,8 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
     for m in spec.mutations:
         if m.kind not in MUTATION_KINDS:
             raise PlanError(f"{entry}: unknown mutation kind {m.kind!r}")
+        if m.kind == "reshape" and (len(m.value) != 2 or len(m.value[0]) != len(m.value[1])):
+            raise PlanError(f"{entry}: reshape needs as many strides as dims")
         if m.kind == "attr" and m.target not in ATTRIBUTES:
             raise PlanError(f"{entry}: unknown attribute {m.target!r}")
         if m.kind != "attr" and m.target not in PORTS:

@@ -92,6 +92,11 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
             if not proof.complete:
                 print(f"generate: {generated.plan.name}: coverage gap at {proof.level}: {proof.covered} of "
                       f"{proof.total} {proof.space} {proof.scope} units", file=sys.stderr)
+        for bproof in generated.boundary_proofs:
+            if not bproof.complete:
+                print(f"generate: {generated.plan.name}: boundary gap at {bproof.level}: {bproof.item} needs "
+                      f"{bproof.required} of its values, covers {len(bproof.covered)} of {bproof.total}",
+                      file=sys.stderr)
     cases = sum(len(g.cases) for g in plans)
     if args.check:
         drift = [line for g in plans for line in write.check(g, bundle_root)]

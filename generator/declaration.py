@@ -33,6 +33,8 @@ def _q(value) -> str:
 
 
 def mutation_text(m: Mutation) -> str:
+    if m.kind == "reshape":
+        return f"reshape({_q(m.target)}, {tuple(m.value[0])!r}, {tuple(m.value[1])!r})"
     if m.kind in ("dims", "stride"):
         return f"{m.kind}({_q(m.target)}, {m.axis}, {_q(m.value)})"
     return f"{m.kind}({_q(m.target)}, {_q(m.value)})"

@@ -66,6 +66,8 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
     for m in spec.mutations:
         if m.kind == "stride":
             strides[m.target][m.axis] = m.value
+        elif m.kind == "reshape":
+            dims[m.target], strides[m.target] = tuple(m.value[0]), list(m.value[1])
     tensors = {p: TensorSpec(dims=tuple(dims[p]), strides=tuple(strides[p]), dtype=dtypes[p],
                              offset=placed[p][1]) for p in PORTS}
     mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
@@ -87,8 +89,13 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     found["seq"] = next((n for n, q in plan.seqs.items() if (q.S_q, q.S_kv) == (s.S_q, s.S_kv)), None)
     found["head_dims"] = next((n for n, d in plan.head_dims.items() if (d.D_qk, d.D_v) == (s.D_qk, s.D_v)), None)
     found["batch"] = next((n for n, b in plan.batches.items() if b == s.B), None)
-    if spec.port_kinds or any(m.kind == "stride" for m in spec.mutations):
+    if spec.port_kinds or any(m.kind in ("stride", "reshape") for m in spec.mutations):
         found["layout"] = None      # a layout with overrides is not the named layout
+    changed = {m.target for m in spec.mutations if m.kind == "attr"}
+    if changed & {"left_bound", "right_bound", "diagonal_alignment"}:
+        found["mask"] = None        # a mask with a bound set by hand is not the named mask
+    if "attn_scale" in changed:
+        found["scale"] = None
     return tuple(axis_item(a.name, found[a.name]) for a in plan.axes if found.get(a.name) in a.values)
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
 from bundlegen import ids
-from bundlegen.generator import levels, pairs, ragged
+from bundlegen.generator import boundaries, levels, pairs, ragged
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
@@ -57,6 +57,8 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
     check_plan(plan)
     spaces = {PADDED: Legality(plan)}
     drafts = value_drafts(plan, spaces[PADDED]) + declared_drafts(plan)
+    if plan.boundaries is not None:
+        drafts += boundaries.drafts(plan)
     if plan.ragged is not None:
         spaces[ragged.SPACE] = Legality(plan.ragged)
         drafts += ragged.value_drafts(plan, spaces[ragged.SPACE]) + ragged.declared_drafts(plan)
@@ -111,7 +113,8 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
                          ragged_combos=combos_by_space.get(ragged.SPACE, {}),
                          ragged_proofs=proofs.get(ragged.SPACE, ()),
                          ragged_exclusions=() if rag is None else rag.exclusions(illegal[ragged.SPACE]),
-                         ragged_illegal_pairs=len(illegal.get(ragged.SPACE, ())))
+                         ragged_illegal_pairs=len(illegal.get(ragged.SPACE, ())),
+                         boundary_proofs=boundaries.prove(plan, cases))
 
 
 def _suites(plan: Plan):
@@ -188,12 +191,24 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
         entries[case_id] = tuple(d.entry for d in m.drafts)
         cpu[case_id] = on_cpu.predicted_s
     scopes = {lv.name: lv.pair_scope for lv in plan.levels}
+    bounds: dict[str, set] = {}      # case id -> the boundary units it gives (never probes)
+    if plan.boundaries is not None:
+        for case_id, (lead, m, _h200) in built.items():
+            if m.purpose != "probe":
+                bounds[case_id] = boundaries.case_units(plan.boundaries, {i for d in m.drafts for i in d.items},
+                                                        lead.graph)
 
     def units_for(level: str) -> dict[str, frozenset]:
         out: dict[str, set] = {}
         for space, legality in spaces.items():
             for k, v in combos[space].items():
                 out.setdefault(k, set()).update((space, u) for u in pairs.covered_units(legality, v, scopes[level]))
+        need = "none" if plan.boundaries is None else boundaries.requirement(plan.boundaries, level_names, level)
+        for k, units in bounds.items():   # the trim rule keeps the only cover of a boundary unit
+            if need == "every":
+                out.setdefault(k, set()).update(("boundary", u) for u in units)
+            elif need == "one":
+                out.setdefault(k, set()).update(("boundary", item) for item, _u in units)
         return {k: frozenset(v) for k, v in out.items()}
     assigned = levels.assign(costed, plan.levels, units_for)
     cases = []

@@ -42,6 +42,24 @@ class PairProof:
 
 
 @dataclass(frozen=True)
+class BoundaryProof:
+    """One boundary class at one level (cumulative): the units its cases realise.
+    `required`: none, one (some unit of the class) or every (unit)."""
+    level: str
+    item: str
+    required: str
+    total: int
+    covered: tuple[tuple, ...]
+    missing: tuple[tuple, ...]
+
+    @property
+    def complete(self) -> bool:
+        if self.required == "every":
+            return not self.missing
+        return bool(self.covered) or self.required == "none"
+
+
+@dataclass(frozen=True)
 class RuleExclusion:
     rule: str
     reason: str
@@ -69,6 +87,7 @@ class GeneratedPlan:
     ragged_proofs: tuple[PairProof, ...] = ()
     ragged_exclusions: tuple[RuleExclusion, ...] = ()
     ragged_illegal_pairs: int = 0
+    boundary_proofs: tuple[BoundaryProof, ...] = ()    # plan.boundaries: per level and class
 
     def at_level(self, level: str) -> tuple[Case, ...]:
         """The cases a run of `level` executes: that level and every lower one."""

@@ -5,6 +5,7 @@ from collections import Counter
 
 from bundlegen.cost import size_text
 from bundlegen.generator import peer_coverage
+from bundlegen.generator import boundaries
 from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
 
@@ -94,6 +95,7 @@ def render(g: GeneratedPlan) -> str:
 
     # ---- peers
     out += peer_lines(g)
+    out += _boundary_lines(g)
 
     # ---- legality
     ragged_rules = () if plan.ragged is None else plan.ragged.rules
@@ -161,3 +163,51 @@ def peer_lines(g: GeneratedPlan, gaps: bool = False, shown: int = 3) -> list[str
                            + ("" if len(listed) == len(p.missing) else " ..."))
     out.append("")
     return out
+
+
+def _boundary_lines(g: GeneratedPlan) -> list[str]:
+    """Per class and level: units covered of those declared, against what the level must
+    cover; then, per level that needs more than it has or holds only part, the sides per tile
+    (tile then - below, = at, + above, . not covered) and extras."""
+    bp = g.plan.boundaries
+    if bp is None:
+        return []
+    names = [lv.name for lv in g.plan.levels]
+    tiles = "; ".join(f"{name} {', '.join(map(str, t))}" for name, t in bp.tiles.items())
+    out = [f"Boundary proof (values just below, at and just above each tile; tiles: {tiles}; every class by "
+           f"{bp.each_class_by}, every value by {bp.every_value_by}; counted from the cases that trace to the "
+           "class, by what their graphs hold)"]
+    proofs = {(p.item, p.level): p for p in g.boundary_proofs}
+    rows = []
+    for c in bp.classes:
+        cells = []
+        for level in names:
+            p = proofs[(c.item, level)]
+            cells.append(f"{len(p.covered)} of {p.total}" + ("" if p.complete else " MISSING"))
+        rows.append([c.item, c.quantity, " ".join(map(str, c.tiles)) + (f" (cap {c.cap})" if c.cap else "")
+                     + (f" + {', '.join(map(str, c.extras))}" if c.extras else "")] + cells)
+    out += ["  " + ln for ln in _table(["class", "quantity", "tiles + extras"] + names, rows)]
+    shown = None
+    for level in names:   # a level's sides, where they differ from the level below or fall short
+        state = tuple((proofs[(c.item, level)].covered, proofs[(c.item, level)].complete) for c in bp.classes)
+        if state == shown and all(ok for _cov, ok in state):
+            continue
+        shown = state
+        out.append(f"  {level} (needs {boundaries.requirement(bp, names, level)} value per class; "
+                   "tile then - below, = at, + above, . not covered; extras, (v) not covered):")
+        for c in bp.classes:
+            p = proofs[(c.item, level)]
+            out.append(f"    {c.item}: {_sides(c, p)}" + ("" if p.complete else "  MISSING"))
+    out.append("")
+    return out
+
+
+def _sides(c, proof) -> str:
+    covered = set(proof.covered)
+    parts = []
+    for t in c.tiles:
+        marks = "".join(boundaries.SIDE_MARK[side] if (t, side, v) in covered else "."
+                        for t2, side, v in boundaries.units(c) if t2 == t)
+        parts.append(f"{t}{marks}")
+    parts += [f"{v}" if (boundaries.EXTRA, v, v) in covered else f"({v})" for v in c.extras]
+    return " ".join(parts)

@@ -63,8 +63,15 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
         + _ragged_axes(plan),
         sections=(Section("shape catalog", tuple(Item(e.item, e.purpose) for e in plan.catalog + _ragged(plan, "catalog"))),
                   Section("regressions", tuple(Item(r.item, r.defect)
-                                               for r in plan.regressions + _ragged(plan, "regressions")))),
+                                               for r in plan.regressions + _ragged(plan, "regressions"))))
+        + _boundary_section(plan),
         gates=tuple(Gate(g.item, g.title, g.gate, g.planned_cases) for g in plan.gated))
+
+
+def _boundary_section(plan) -> tuple[Section, ...]:
+    if plan.boundaries is None:
+        return ()
+    return (Section("boundary classes", tuple(Item(c.item, c.title) for c in plan.boundaries.classes)),)
 
 
 def _ragged(plan, entries: str) -> tuple:

@@ -88,7 +88,7 @@ class Shape:
 class Mutation:
     """A deliberate change to a built graph: `dims`/`stride` of one port's axis, a port's
     `dtype`, or an attribute (`attr`, with `target` the attribute name)."""
-    kind: str            # dims | stride | dtype | attr
+    kind: str            # dims | stride | dtype | attr | reshape
     target: str          # port, or attribute name for kind == attr
     axis: int | None
     value: Any
@@ -108,6 +108,11 @@ def dtype(port: str, value: str) -> Mutation:
 
 def attr(name: str, value: Any) -> Mutation:
     return Mutation("attr", name, None, value)
+
+
+def reshape(port: str, dims: tuple[int, ...], strides: tuple[int, ...]) -> Mutation:
+    """A port's whole dims and strides, after its storage kind placed it (its rank may change)."""
+    return Mutation("reshape", port, None, (tuple(dims), tuple(strides)))
 
 
 @dataclass(frozen=True)
@@ -294,6 +299,47 @@ class RaggedPlan:
     probes: tuple[RaggedProbe, ...] = ()
 
 
+# ----------------------------------------------------------------------------- boundary values
+SIDES = ("below", "at", "above")      # T - 1, T, T + 1 for a tile T
+
+
+@dataclass(frozen=True)
+class BoundarySet:
+    """Graphs of one boundary class: `base` with the class's quantity set to each of
+    `values` (None: every value the class declares), from `level` on."""
+    base: Spec
+    values: tuple[int, ...] | None = None
+    level: str = "pr"
+
+
+@dataclass(frozen=True)
+class BoundaryClass:
+    """Values just below, at and just above each tile of one quantity (generator/boundaries.py
+    names the quantities: how a value is set on a base spec and read back from a graph).
+    `extras`: values beyond the tiles; `cap`: the largest value declared (an engine's limit).
+    A unit of the proof is (tile, side) or ("extra", value)."""
+    item: str
+    title: str
+    quantity: str
+    tiles: tuple[int, ...]
+    sets: tuple[BoundarySet, ...]
+    extras: tuple[int, ...] = ()
+    cap: int | None = None
+    group: str = "boundaries"
+
+
+@dataclass(frozen=True)
+class BoundaryPlan:
+    """The tile sizes that matter (named sets, for where each number comes from) and the
+    boundary classes. Every class has a value by `each_class_by`; every unit of every class
+    by `every_value_by`. `grid_rows`: query rows per program in the grid quantity."""
+    tiles: Mapping[str, tuple[int, ...]]
+    classes: tuple[BoundaryClass, ...]
+    each_class_by: str = "quick"
+    every_value_by: str = "pr"
+    grid_rows: int = 64
+
+
 # ----------------------------------------------------------------------------- levels, cost, tolerance
 @dataclass(frozen=True)
 class Level:
@@ -351,6 +397,7 @@ class Plan:
     cpu_case_limit_s: float                # the harness skips a case predicted slower on CPU
     ragged: RaggedPlan | None = None       # ragged (THD / varlen) graphs: their own axis space
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
+    boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
 
 
 # ----------------------------------------------------------------------------- peer grids (reference data)

@@ -9,10 +9,10 @@ Item IDs are stable handles: renaming one renames a support-matrix row.
 from __future__ import annotations
 
 from bundlegen.plans.records import (
-    Axis, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedCatalogEntry, RaggedPlan, RaggedProbe,
     RaggedRegression, RaggedSpec, Regression, Rule, SeqPair, Shape, Spec, Sweep, TokenStorage,
-    ToleranceClass, attr, dims, dtype, stride,
+    ToleranceClass, attr, dims, dtype, reshape, stride,
 )
 
 from bundlegen.plans.peers import PEERS
@@ -220,9 +220,9 @@ CATALOG = (
                  (Spec(_shape(B=2, H=2, S=256, D=128)),
                   Spec(_shape(B=2, H=2, S=256, D=128), mask="causal-tl"),
                   Spec(_shape(B=2, H=2, S=256, D=128), layout="bshd", stats_layout="padded-head"))),
-    CatalogEntry("SHP-MANY-PROGRAMS", "B x H large: grid mapping of batch and head",
-                 (Spec(_shape(B=8, H=16, S=256, D=128)),
-                  Spec(_shape(B=8, H=16, H_k=4, S=256, D=128), mask="causal-br")), level="pr"),
+    CatalogEntry("SHP-MANY-PROGRAMS", "B x H large: grid mapping of batch and head (256 programs of 64 rows)",
+                 (Spec(_shape(B=4, H=16, S=256, D=64)),
+                  Spec(_shape(B=4, H=16, H_k=4, S=256, D=96), mask="causal-br")), level="pr"),
     CatalogEntry("SHP-NONPOW2", "nothing a power of two: B 3, H 6/3, S 1000/1234, D 72",
                  (Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72)),
                   Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72), mask="window-br")), level="pr"),
@@ -402,6 +402,132 @@ PROBES = (
            stride("dq", 2, 32)),
 )
 
+# ============================================================================ boundary values (issue 17)
+# Real backward defects are conditional on a size or offset that is not a multiple of a
+# kernel's tile. The tile sizes that matter, by where each number comes from; the Triton
+# engine's are copied from engines/triton/configs.py (a plan imports no engine).
+TILES = {
+    "mma": (16, 32, 64, 128),                 # the tile sizes attention kernels commonly use
+    "triton-blocks": (16, 32, 64, 128),       # BLOCK_M1/N1/M2/N2 over sm90, sm120, gfx942, cpu; MIN_BLOCK 16
+    "triton-head-dim-tiers": (64, 128, 256),  # BLOCK_D tiers (the next power of two >= max(16, D))
+    "group": (4, 8),                          # GQA group sizes a kernel may unroll or pack heads by
+    "grid": (64, 128),                        # programs: where a grid's waves and schedules turn over
+}
+SEQ_TILES = tuple(sorted(set(TILES["mma"]) | set(TILES["triton-blocks"])))
+HEAD_DIM_TILES = tuple(sorted(set(SEQ_TILES) | set(TILES["triton-head-dim-tiers"])))
+HEAD_DIM_CAP = 256        # the largest head dim an engine serves: D 257 would only be declined
+GRID_ROWS = 64            # BND-GRID counts B x H_q x ceil(S_q / 64) programs
+LARGE_GRID = 1040         # more than 1024 programs
+
+
+def _bset(shape, *, values=None, level="pr", **spec) -> BoundarySet:
+    return BoundarySet(Spec(shape, **spec), values, level)
+
+
+# Quick holds a few values of every class on the smallest graphs (the CPU quick budget);
+# pr holds every value on two or three bases (GQA, B 2, masks, both alignments).
+# A base's varied size is a placeholder (the class sets it).
+BOUNDARY_CLASSES = (
+    BoundaryClass("BND-SQ-TAIL", "S_q just below, at and just above a tile", "S_q", SEQ_TILES, (
+        _bset(_shape(H=1, S=1, S_kv=40, D=16), values=(15, 17, 63), level="quick"),
+        _bset(_shape(H=2, S=1, S_kv=80, D=32)),
+        _bset(_shape(B=2, H=4, H_k=2, S=1, S_kv=96, D=64), mask="causal-tl"))),
+    BoundaryClass("BND-SKV-TAIL", "S_kv just below, at and just above a tile", "S_kv", SEQ_TILES, (
+        _bset(_shape(H=1, S=24, S_kv=1, D=16), values=(15, 65), level="quick"),
+        _bset(_shape(H=2, S=48, S_kv=1, D=32)),
+        _bset(_shape(B=2, H=4, H_k=1, S=33, S_kv=1, D=64), mask="causal-br"))),
+    BoundaryClass("BND-BR-OFFSET", "BOTTOM_RIGHT diagonal offset S_kv - S_q around a tile, and S_q > S_kv",
+                  "br-offset", SEQ_TILES, (
+        _bset(_shape(H=1, S=48, D=16), values=(15, 63, 65, -17), level="quick", mask="causal-br"),
+        _bset(_shape(H=2, S=48, D=32), mask="causal-br"),
+        _bset(_shape(B=2, H=4, H_k=2, S=70, D=64), mask="window-br")), extras=(-1, -17, -47)),
+    BoundaryClass("BND-WINDOW-LEFT", "left_bound around a tile, with and without a right bound", "left-bound",
+                  SEQ_TILES, (
+        _bset(_shape(H=1, S=80, D=16), values=(15, 17, 63), level="quick"),          # no right bound
+        _bset(_shape(H=1, S=80, D=16), values=(33,), level="quick", mask="causal-tl"),
+        _bset(_shape(H=2, S=160, D=32)),
+        _bset(_shape(H=2, S=160, D=32), mask="causal-tl"),
+        _bset(_shape(B=2, H=4, H_k=2, S=150, S_kv=200, D=64), mask="band-br"))),
+    BoundaryClass("BND-WINDOW-RIGHT", "a right bound alone (a one-sided band, lookahead) around a tile",
+                  "right-bound", SEQ_TILES, (
+        _bset(_shape(H=1, S=80, D=16), values=(15, 17), level="quick"),
+        _bset(_shape(H=2, S=160, D=32)),
+        _bset(_shape(B=2, H=4, H_k=2, S=100, S_kv=200, D=64), mask="causal-br"))),
+    BoundaryClass("BND-HEAD-DIM", "D_qk = D_v around a tile and the head-dim tiers", "head-dim",
+                  HEAD_DIM_TILES, (
+        _bset(_shape(H=1, S=40, D=1), values=(17, 63, 129), level="quick"),
+        _bset(_shape(H=2, S=80, D=1)),
+        _bset(_shape(B=2, H=4, H_k=2, S=65, S_kv=130, D=1), mask="causal-br")), cap=HEAD_DIM_CAP),
+    BoundaryClass("BND-GROUP", "GQA group ratio H_q / H_k not a power of two, and 8 or more", "group",
+                  TILES["group"], (
+        _bset(_shape(H=2, H_k=2, S=40, D=16), values=(5, 7), level="quick"),
+        _bset(_shape(H=2, H_k=2, S=64, D=32)),
+        _bset(_shape(B=2, H=1, S=65, D=64), mask="causal-br")), extras=(6, 16)),
+    BoundaryClass("BND-GRID", "B x H_q x ceil(S_q / 64) programs around 64 and 128, and a large grid", "grid",
+                  TILES["grid"], (
+        _bset(_shape(H=1, S=16, D=16), values=(65,), level="quick"),
+        _bset(_shape(H=1, S=16, D=16)),
+        _bset(_shape(H=8, H_k=2, S=128, D=32), values=(64, 128, LARGE_GRID)),
+        _bset(_shape(H=3, S=64, D=64), values=(63, 129), mask="causal-tl"),
+        _bset(_shape(H=13, S=64, D=32), values=(65,))), extras=(LARGE_GRID,)),
+)
+
+BOUNDARIES = BoundaryPlan(tiles=TILES, classes=BOUNDARY_CLASSES, each_class_by="quick", every_value_by="pr",
+                          grid_rows=GRID_ROWS)
+
+# ============================================================================ review gaps (issue 17)
+# fp16 Q and K near fp16's range: shifted-logits at a tiny scale puts alpha ~ 1.7e4 into every
+# element (alpha = sqrt(110 / (scale * D)), the spread c = 1 / sqrt(scale * sqrt(D)) keeps
+# 7 sigma under 65504), so the unscaled dS K and dS^T Q partial sums over a key block reach
+# ~1e4 before they cancel: an fp16 intermediate overflows. The second one is pr-sized.
+GAP_REGRESSIONS = (
+    Regression("REG-FP16-INTERMEDIATE-RANGE",
+               "fp16 inputs near fp16's range: fp16 dS / dQ / dK partial sums overflow",
+               "issue 17 (review: only bf16 carried such magnitudes)",
+               (Spec(_shape(H=1, S=128, D=64), dtype="fp16", distribution="shifted-logits",
+                     mutations=(attr("attn_scale", 6e-9),)),
+                Spec(_shape(B=2, H=4, H_k=2, S=200, S_kv=256, D=128), dtype="fp16", distribution="shifted-logits",
+                     mask="causal-br", mutations=(attr("attn_scale", 3.5e-9),)))),
+    # the head-dim stride arm of every port (REG-HEAD-DIM-STRIDE holds q and dq)
+    Regression("REG-HEAD-DIM-STRIDE-EVERY-PORT", "head-dim stride other than 1 on k, v, o, do, dk or dv",
+               f"{_PRS} (ALMIOPEN-3036)",
+               tuple(Spec(_shape(H=1, S=48, D=32), port_kinds={port: "bhds"})
+                     for port in ("k", "v", "o", "do", "dk", "dv"))),
+)
+
+GAP_CATALOG = (
+    # SHP-MANY-PROGRAMS's first shapes, too large for pr's per-case bytes: kept (and claimed) at nightly
+    CatalogEntry("SHP-MANY-PROGRAMS-D128", "B 8 x H 16 at d128: 512 programs of 64 rows",
+                 (Spec(_shape(B=8, H=16, S=256, D=128)),
+                  Spec(_shape(B=8, H=16, H_k=4, S=256, D=128), mask="causal-br")), level="nightly"),
+    CatalogEntry("SHP-D256-B2-CAUSAL", "d256 with B 2 under a causal mask, small enough for quick (TL, and BR GQA)",
+                 (Spec(_shape(B=2, H=1, S=40, D=256), mask="causal-tl"),
+                  Spec(_shape(B=2, H=2, H_k=1, S=33, S_kv=47, D=256), mask="causal-br"))),
+    # broadcast inputs with a zero head stride: valid graphs (an engine may decline them).
+    # O can be broadcast over heads only when every head's O is the same: all of q, k, v,
+    # do and stats broadcast too.
+    CatalogEntry("SHP-BROADCAST-HEAD-INPUTS", "zero head stride on q, do, and o (with every input) ",
+                 (Spec(_shape(B=2, H=2, S=48, D=32), port_kinds={"q": "bcast-head"}),
+                  Spec(_shape(B=2, H=2, S=48, D=32), port_kinds={"do": "bcast-head"}),
+                  Spec(_shape(B=2, H=2, S=48, D=32),
+                       port_kinds={p: "bcast-head" for p in ("q", "k", "v", "o", "do")},
+                       mutations=(stride("stats", 1, 0),)))),
+    # sequence strides below D at S > 1: rows overlap; reads of overlapping rows are valid
+    CatalogEntry("SHP-OVERLAPPING-INPUT-ROWS", "input sequence stride below D at S > 1: q, k, v, do rows overlap",
+                 (Spec(_shape(H=2, S=48, D=32), mutations=(stride("q", 2, 16),)),
+                  Spec(_shape(H=2, S=48, D=32), mutations=(stride("k", 2, 1), stride("v", 2, 8))),
+                  Spec(_shape(H=2, S=48, D=32), mask="causal-br", mutations=(stride("do", 2, 8),)))),
+)
+
+PROBE_ARMS = (
+    _probe("PRB-ZERO-STRIDE-DQ-HEAD", "dQ head stride 0 with H_q = 2 (batch stride kept)", "engine",
+           "zero-stride-output", stride("dq", 1, 0)),
+    _probe("PRB-ZERO-STRIDE-DK-BATCH", "dK batch stride 0 with B = 2 (head stride kept)", "engine",
+           "zero-stride-output", stride("dk", 0, 0)),
+    _probe("PRB-STATS-RANK-3", "stats of rank 3 [B, H_q, S_q]", "frontend", "bad-rank",
+           reshape("stats", (2, 2, 64), (128, 64, 1))),
+)
+
 # ============================================================================ ragged (THD / varlen)
 # A separate axis space, pair-proved on its own (DESIGN section 10): a ragged graph has no
 # padded storage kind, sequence pair or batch size, so "batch kind" as one more padded axis
@@ -568,8 +694,11 @@ GATED = (
 MiB = 1 << 20
 GiB = 1 << 30
 LEVELS = (
+    # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
+    # them), every boundary class and the ragged space once, through the Triton interpreter
+    # on a 2-core CPU in about a minute
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, cpu_budget_seconds=55.0, pair_scope="values"),
+          per_case_cpu_seconds=1.0, cpu_budget_seconds=65.0, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
@@ -640,9 +769,10 @@ PLAN = Plan(
     name=PLAN_NAME, axes=AXES, rules=RULES, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
     distributions=DISTRIBUTIONS, dtypes=DTYPES, pair_suites=PAIR_SUITES,
-    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG, sweeps=SWEEPS, regressions=REGRESSIONS,
-    probes=PROBES, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
+    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG + GAP_CATALOG, sweeps=SWEEPS,
+    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
     peers=PEERS,
+    boundaries=BOUNDARIES,
 )

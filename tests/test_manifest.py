@@ -118,3 +118,10 @@ def test_run_with_several_plans_needs_plan(tmp_path, capsys):
     assert main([*argv, "--plan", "sdpa_bwd"]) == 0
     record = json.loads((tmp_path / "out" / "results.jsonl").read_text(encoding="utf-8"))
     assert record["tolerance"]["source"] == f"manifest class {record['tolerance_class']}"
+
+
+def test_the_manifest_lists_the_boundary_classes():
+    from bundlegen.plans import sdpa_bwd
+    manifest = load_manifest(builtin_bundle_root())
+    section = next(s for s in manifest.sections if s.title == "boundary classes")
+    assert [(i.id, i.title) for i in section.items] == [(c.item, c.title) for c in sdpa_bwd.BOUNDARY_CLASSES]

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import pytest
 
 from bundlegen.graph import Graph, dense_graph
+from bundlegen.harness.distributions import SHIFTED_LOGIT
 from bundlegen.validate import frontend_reason, has_zero_stride_on_long_axis, output_layout_reason, overlaps_itself
 from bundlegen.generator import PlanError, build, build_default
 from bundlegen.generator import pairs
@@ -29,7 +31,7 @@ def legality():
 # ----------------------------------------------------------------------------- probes and claims
 def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
     probes = [c for c in generated.cases if c.purpose == "probe"]
-    assert len(probes) == len(sdpa_bwd.PROBES) + len(sdpa_bwd.RAGGED_PROBES)
+    assert len(probes) == len(sdpa_bwd.PLAN.probes) + len(sdpa_bwd.RAGGED_PROBES)
     for case in probes:
         r = case.expected_rejection
         if r.by == "frontend":
@@ -42,7 +44,7 @@ def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
 
 
 def test_probes_cover_the_issue_list():
-    reasons = {p.reason for p in sdpa_bwd.PROBES}
+    reasons = {p.reason for p in sdpa_bwd.PLAN.probes}
     assert {"o-dims-mismatch", "kv-dims-mismatch", "batch-mismatch", "zero-stride-output",
             "overlapping-output", "dtype-mismatch", "right-bound-below-minus-one",
             "left-bound-nonpositive", "scale-nonpositive"} <= reasons
@@ -227,3 +229,58 @@ def test_unknown_names_in_a_spec_name_the_entry():
     bad = dataclasses.replace(sdpa_bwd.CATALOG[0], specs=(Spec(Shape(1, 1, 1, 1, 1, 1, 64, 64), mask="causl"),))
     with pytest.raises(PlanError, match=r"shape 'SHP-S1'\[0\]: unknown mask 'causl'"):
         build(_with(catalog=(bad,) + sdpa_bwd.CATALOG[1:]))
+
+
+# ----------------------------------------------------------------------------- issue 17: review gaps and probe arms
+def _masked_br_offsets(cases):
+    return [c for c in cases if c.purpose != "probe" and c.graph.ragged is None
+            and c.graph.attributes.diagonal_alignment == "BOTTOM_RIGHT"
+            and (c.graph.attributes.left_bound, c.graph.attributes.right_bound) != (None, None)
+            and (c.graph.S_kv - c.graph.S_q) % 64]
+
+
+def test_review_gaps_have_cases_at_the_levels_asked(generated):
+    quick = [c for c in generated.at_level("quick") if c.purpose != "probe" and c.graph.ragged is None]
+    bounds = [(c.graph.attributes.left_bound, c.graph.attributes.right_bound) for c in quick]
+    assert any(lb is not None and rb is None for lb, rb in bounds)          # a left bound alone
+    assert any(lb is None and rb is not None and rb > 0 for lb, rb in bounds)  # lookahead
+    # fp16 with Q/K magnitudes near fp16's range (the shifted-logits offset alpha)
+    alphas = [math.sqrt(SHIFTED_LOGIT / (c.graph.attributes.attn_scale * c.graph.D_qk)) for c in quick
+              if c.graph.dtype == "fp16" and c.data.distribution == "shifted-logits"]
+    assert alphas and max(alphas) > 1e4 and max(alphas) < 65504 / 2
+    d256 = [c for c in generated.cases if c.purpose != "probe" and c.graph.ragged is None and c.graph.D_qk >= 256
+            and c.graph.B >= 2 and c.graph.attributes.right_bound == 0]
+    assert len(d256) >= 2 and any(c.level == "quick" for c in d256)
+    assert len(_masked_br_offsets(generated.at_level("quick"))) >= 2
+
+
+def test_entries_declared_for_quick_or_pr_land_there(generated):
+    """SHP-MANY-PROGRAMS among them: the cost model may move a quick entry's larger shape to
+    pr, never a quick or pr entry past pr."""
+    declared = {e.item: e.level for e in (*sdpa_bwd.PLAN.catalog, *sdpa_bwd.PLAN.regressions)
+                if e.level in ("quick", "pr")}
+    for case in generated.cases:
+        for item in set(case.items) & set(declared):
+            assert case.level in ("quick", "pr"), (item, case.id, case.level)
+    many = [c for c in generated.cases if "SHP-MANY-PROGRAMS" in c.items]
+    assert many and all(c.level == "pr" for c in many)
+    assert all(c.graph.B * c.graph.H_q * math.ceil(c.graph.S_q / 64) > 64 for c in many)
+
+
+def test_probe_arms_of_issue_17(generated):
+    probes = [c for c in generated.cases if c.purpose == "probe" and c.graph.ragged is None]
+    def zero_axes(c, port):
+        return {i for i, (d, s) in enumerate(zip(c.graph.tensors[port].dims, c.graph.tensors[port].strides))
+                if s == 0 and d > 1}
+    engine = [c for c in probes if c.expected_rejection.by == "engine"]
+    assert any(zero_axes(c, "dq") == {1} for c in engine)      # dQ head only
+    assert any(zero_axes(c, "dk") == {0} for c in engine)      # dK batch only
+    assert any(len(c.graph.tensors["stats"].dims) == 3 and c.expected_rejection.reason == "bad-rank" for c in probes)
+    claims = [c for c in generated.cases if c.purpose != "probe" and c.graph.ragged is None]
+    for port in ("q", "k", "v", "o", "do", "dq", "dk", "dv"):
+        assert any(c.graph.tensors[port].strides[3] != 1 for c in claims), port
+    for port in ("q", "o", "do"):
+        assert any(zero_axes(c, port) == {1} for c in claims), port
+    for port in ("q", "k", "v", "do"):    # overlapping rows read: valid, a claim
+        assert any(c.graph.S_q > 1 and c.graph.tensors[port].strides[2] < c.graph.tensors[port].dims[3]
+                   and overlaps_itself(c.graph.tensors[port]) for c in claims), port
