@@ -144,7 +144,7 @@ def test_a_case_that_fits_no_level_names_its_entry():
 
 
 def test_an_overfull_plan_is_trimmed_without_losing_coverage():
-    tight = tuple(dataclasses.replace(lv, budget_seconds=lv.budget_seconds / 8) for lv in sdpa_bwd.LEVELS)
+    tight = tuple(dataclasses.replace(lv, budget_seconds=lv.budget_seconds / 6) for lv in sdpa_bwd.LEVELS)
     g = build(dataclasses.replace(sdpa_bwd.PLAN, levels=tight))
     assert sum(c.cost.predicted_s for c in g.at_level("quick")) <= tight[0].budget_seconds * 0.95
     assert any(c.group == "regressions" and c.level != "quick" for c in g.cases)
