@@ -1,10 +1,12 @@
 """Checks of plan input. Each failure is a PlanError naming the plan entry at fault."""
 from __future__ import annotations
 
+import dataclasses
+
 import re
 
 from bundlegen import reasons as R
-from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES
+from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES, Attributes
 from bundlegen.validate import frontend_reason, output_layout_reason
 from bundlegen.generator import boundaries, layouts, ragged
 from bundlegen.generator.errors import PlanError
@@ -17,7 +19,7 @@ ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions"}
 MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape")
-ATTRIBUTES = ("attn_scale", "diagonal_alignment", "left_bound", "right_bound", "dropout_probability")
+ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
 
 

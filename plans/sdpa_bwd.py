@@ -210,6 +210,10 @@ def _shape(B=1, H=2, S=64, D=64, *, H_k=None, H_v=None, S_kv=None, D_v=None) -> 
                  S, S if S_kv is None else S_kv, D, D if D_v is None else D_v)
 
 
+#: a graph that asks the engine for its deterministic backward (DESIGN: re-run many times,
+#: compared bitwise; an engine without such a mode declines)
+_DETERMINISTIC = attr("deterministic_algorithm", True)
+
 CATALOG = (
     CatalogEntry("SHP-S1", "the smallest problem: one query, one key, one head",
                  (Spec(_shape(H=1, S=1)), Spec(_shape(H=1, S=1), mask="causal-br"))),
@@ -223,6 +227,17 @@ CATALOG = (
     CatalogEntry("SHP-MANY-PROGRAMS", "B x H large: grid mapping of batch and head (256 programs of 64 rows)",
                  (Spec(_shape(B=4, H=16, S=256, D=64)),
                   Spec(_shape(B=4, H=16, H_k=4, S=256, D=96), mask="causal-br")), level="pr"),
+    CatalogEntry("SHP-DETERMINISTIC-MODE",
+                 "the engine asked for its deterministic backward and re-run 50 times, compared "
+                 "bitwise: many KV blocks and GQA groups, where a split-K or atomic "
+                 "accumulation order would show",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=1024, D=128), mutations=(_DETERMINISTIC,)),
+                  Spec(_shape(B=1, H=16, H_k=2, S=2048, D=64), dtype="fp16", mask="causal-br",
+                       mutations=(_DETERMINISTIC,))), level="pr"),
+    CatalogEntry("SHP-DETERMINISTIC-MODE-LONG",
+                 "the deterministic backward at the headline size (S 4096, GQA 4:1)",
+                 (Spec(_shape(B=2, H=16, H_k=4, S=4096, D=128), mask="causal-tl",
+                       mutations=(_DETERMINISTIC,)),), level="nightly"),
     CatalogEntry("SHP-NONPOW2", "nothing a power of two: B 3, H 6/3, S 1000/1234, D 72",
                  (Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72)),
                   Spec(_shape(B=3, H=6, H_k=3, S=1000, S_kv=1234, D=72), mask="window-br")), level="pr"),
