@@ -25,6 +25,10 @@ echo "   exit $?"; tail -n 4 "$OUT/triton_selfcheck.log"
 echo "== mutants at quick"
 python3 -m bundlegen mutate --engine triton --level quick --device cuda > "$OUT/mutate-quick.log" 2>&1
 echo "   exit $?"; tail -n 6 "$OUT/mutate-quick.log"
+echo "== kill matrix by level (quick, then pr for what quick left; the BND-* boundary mutants die by pr)"
+python3 -m bundlegen mutate --engine triton --levels quick,pr --device cuda \
+  --json "$OUT/mutate-levels.json" > "$OUT/mutate-levels.log" 2>&1
+echo "   exit $?"; tail -n 4 "$OUT/mutate-levels.log"
 echo "== mutants only a GPU can kill (full level, the 64-bit-offset cases)"
 python3 -m bundlegen mutate --engine triton --level full --device cuda --mutant offsets-32-bit \
   -k SHP-INT64-OFFSETS > "$OUT/mutate-gpu-only.log" 2>&1

@@ -51,6 +51,12 @@ class Mutant:
     #: only a case too large for the CPU can kill it (e.g. a span past 2^31 elements)
     needs_gpu: bool = False
 
+    @property
+    def boundary_class(self) -> str:
+        """The plan's boundary class (BND-<CLASS>) this mutant is conditional on, from its
+        first BND- `prefer` glob; "" for an unconditional mutant."""
+        return next((p.rstrip("*") for p in self.prefer if p.startswith("BND-")), "")
+
     def not_applicable(self, engine_cls: type[Engine], device: str | None = None) -> str | None:
         """Why this mutant cannot be put into `engine_cls` (on `device`), or None."""
         if self.needs_gpu and device is not None and not str(device).startswith("cuda"):
@@ -140,6 +146,51 @@ CATALOG: tuple[Mutant, ...] = (
            "dK and dV take only the first query head of their group instead of the sum "
            "over the group",
            SOURCE_PATCH, T.NO_GROUP_REDUCE, ("AX-HEADS-GQA*", "AX-HEADS-MQA")),
+    # --- conditional on one boundary class each (issue 17): correct off the class; the
+    # plan's BND-* values must reach them (pr at the latest)
+    Mutant("sq-tail-stored-as-full", "Q tail one row short taken as full",
+           "BND-SQ-TAIL: the dQ store's full-block test off by one (start_m + BLOCK_M - 1 <= "
+           "S_q): when S_q mod BLOCK_M2 == BLOCK_M2 - 1 the tail block is stored whole, one "
+           "row past the sequence's end (the next head's first row, or past the tensor; an "
+           "EVEN_M fast path off by one, cf. pytorch#153799)",
+           SOURCE_PATCH, T.SQ_TAIL_AS_FULL, ("BND-SQ-TAIL*",), killed_by="pr"),
+    Mutant("skv-one-key-tail-skipped", "one-key tail block skipped",
+           "BND-SKV-TAIL: the dQ kernel's key-block count rounded up with BLOCK_N - 2 "
+           "(ceil-div off by one): a last key block holding a single key, S_kv mod BLOCK_N2 "
+           "== 1 (or a band whose last kept key starts a block), never reaches dQ",
+           SOURCE_PATCH, T.SKV_ONE_KEY_TAIL, ("BND-SKV-TAIL*",), killed_by="pr"),
+    Mutant("br-shift-in-whole-blocks", "bottom-right offset rounded to blocks",
+           "BND-BR-OFFSET: the bottom-right shift S_kv - S_q rounded down to a multiple of "
+           "BLOCK_N2 (a causal offset kept in whole blocks, cf. flash-attention#1778, #436): "
+           "wrong only when the shift is not a block multiple (negative ones included)",
+           SOURCE_PATCH, T.BR_SHIFT_BLOCKS, ("BND-BR-OFFSET*",), killed_by="pr"),
+    Mutant("window-left-edge-inclusive", "window edge block taken as whole",
+           "BND-WINDOW-LEFT: the whole-block tests use an inclusive left bound (i - j + shift "
+           "<= left, FlashAttention's window_size convention; cf. transformers#39408) beside "
+           "the exclusive mask: when left - shift == -1 mod the block (BLOCK_N2 for dQ, "
+           "BLOCK_M1 for dK/dV) an edge block missing one corner key runs unmasked",
+           SOURCE_PATCH, T.WINDOW_LEFT_INCLUSIVE, ("BND-WINDOW-LEFT*",), killed_by="pr"),
+    Mutant("window-right-edge-exclusive", "right band edge off by one in the loop bounds",
+           "BND-WINDOW-RIGHT: the dK/dV kernel's first query row computed for an exclusive "
+           "right bound (j - i - shift < right): when right + shift == 1 mod BLOCK_M1 the "
+           "query block of the row whose band ends on a key block's first key is skipped",
+           SOURCE_PATCH, T.WINDOW_RIGHT_EXCLUSIVE, ("BND-WINDOW-RIGHT*",), killed_by="pr"),
+    Mutant("head-dim-cut-to-16", "head-dim tail dropped",
+           "BND-HEAD-DIM: D_qk cut to a multiple of 16 (the MMA granule) in both kernels: "
+           "when D_qk mod 16 != 0 the tail columns of Q and K are never read and those of "
+           "dQ and dK never written (cf. tiny-flash-attention#12, FasterTransformer#89)",
+           SOURCE_PATCH, T.HEAD_DIM_16, ("BND-HEAD-DIM*",), killed_by="pr"),
+    Mutant("group-as-power-of-two", "GQA group assumed a power of two",
+           "BND-GROUP: the dK/dV kernel's group size taken as the largest power of two in "
+           "H_q / H_grp (a kernel written for power-of-two ratios, cf. sglang#36296, "
+           "flash-linear-attention#1029): ratios 3, 5, 6, 7 sum the wrong query heads",
+           SOURCE_PATCH, T.GROUP_POW2, ("BND-GROUP*",), killed_by="pr"),
+    Mutant("dq-grid-capped-1024", "grid capped",
+           "BND-GRID: the dQ launch capped at 1024 programs: with more (ceil(S_q / BLOCK_M2) "
+           "* B * H_q > 1024) the last programs never run and their dQ rows are never "
+           "written (a grid limit silently skipping work, cf. pytorch#142228, "
+           "flashinfer#3125, MagiAttention#40)",
+           SOURCE_PATCH, T.GRID_CAP_1024, ("BND-GRID*",), killed_by="pr"),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -272,3 +272,62 @@ def kill_matrix(mutants, engine: str, cases: Sequence[Case], *, level: str = "",
     return KillMatrix(engine=engine, device=str(device), arch=arch_of(device), level=level,
                       pattern=pattern, cases=len(cases), results=tuple(results),
                       wall_s=time.perf_counter() - start, first_kill_only=first_kill_only)
+
+
+# ----------------------------------------------------------------------------- level by level
+@dataclass(frozen=True)
+class LevelKills:
+    """Mutants run level by level: each level over its own new cases, only the mutants no
+    lower level killed. `first_level(name)` is the level that first killed it (or None)."""
+    levels: tuple[str, ...]
+    matrices: tuple[KillMatrix, ...]        # one per level run (a level runs only if a mutant is left)
+
+    def first_level(self, name: str) -> str | None:
+        for matrix in self.matrices:
+            if any(r.name == name and r.status == KILLED for r in matrix.results):
+                return matrix.level
+        return None
+
+    def result(self, name: str) -> MutantResult:
+        """The mutant's result at the level that killed it, else at the last level it ran."""
+        found = None
+        for matrix in self.matrices:
+            for r in matrix.results:
+                if r.name == name:
+                    found = r
+        return found
+
+    def late(self, mutants) -> list[str]:
+        """Mutants not killed by their `killed_by` level, where that level was run."""
+        order = {level: i for i, level in enumerate(self.levels)}
+        out = []
+        for m in mutants:
+            if m.killed_by not in order or self.result(m.name).status == NOT_APPLICABLE:
+                continue
+            first = self.first_level(m.name)
+            if first is None or order[first] > order[m.killed_by]:
+                out.append(m.name)
+        return out
+
+    def to_json(self, mutants) -> dict:
+        return {"version": 1, "levels": list(self.levels),
+                "mutants": [{"name": m.name, "boundary_class": m.boundary_class,
+                             "killed_by": m.killed_by, "first_level": self.first_level(m.name),
+                             "result": self.result(m.name).to_json()} for m in mutants],
+                "late": self.late(mutants), "matrices": [x.to_json() for x in self.matrices]}
+
+
+def kill_levels(mutants, engine: str, levels: Sequence[str],
+                cases_of: Callable[[str, tuple[str, ...]], Sequence[Case]], **kwargs) -> LevelKills:
+    """kill_matrix for each level in turn (lowest first): `cases_of(level, done)` gives the
+    level's cases less those of the levels in `done` (already run); the mutants a level
+    kills (or that are not applicable or broken) are not run again above it."""
+    alive, done, matrices = list(mutants), (), []
+    for level in levels:
+        if not alive:
+            break
+        matrix = kill_matrix(alive, engine, cases_of(level, done), level=level, **kwargs)
+        matrices.append(matrix)
+        alive = [m for m, r in zip(alive, matrix.results) if r.status == SURVIVED]
+        done = done + (level,)
+    return LevelKills(tuple(levels), tuple(matrices))

@@ -183,3 +183,70 @@ RAGGED_UNBOUNDED = Patch("kernels", (Edit(
 OFFSETS_32 = Patch("kernels", (Edit(
     "    return X + (off + b * s_b + h * s_h + row0 * s_s) * VEC\n",
     "    return X + ((off + b * s_b + h * s_h + row0 * s_s) * VEC).to(tl.int32)\n"),))
+
+# ----------------------------------------------------------------------------- boundary classes
+# Each of these is correct everywhere but on one boundary class of the plan (BND-*): a size,
+# offset or count just off a tile multiple. Block names are the kernel's own (BLOCK_M/N of
+# the kernel edited; configs.py: M1/N1 the dK/dV kernel's, M2/N2 the dQ kernel's).
+
+#: BND-SQ-TAIL: the dQ store's "is this block full" test off by one (start_m + BLOCK_M - 1
+#: <= S_q): a Q tail one row short of a full block (S_q mod BLOCK_M2 == BLOCK_M2 - 1) is
+#: stored as a full block, one row past the sequence's end (the next head's row 0, or the
+#: storage past the tensor)
+SQ_TAIL_AS_FULL = Patch("kernels", (Edit(
+    "             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)\n",
+    "             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io),\n"
+    "             mask=(offs_m < tl.where(start_m + BLOCK_M - 1 <= n_q, start_m + BLOCK_M, n_q))[:, None]\n"
+    "             & (rdq[None, :] < d_qk))\n"),))
+
+#: BND-SKV-TAIL: the dQ kernel's count of key blocks rounded up with BLOCK_N - 2 instead of
+#: BLOCK_N - 1: a last key block holding a single key (S_kv mod BLOCK_N2 == 1) is skipped
+SKV_ONE_KEY_TAIL = Patch("kernels", (Edit(
+    "    for start_n in range(lo, hi, BLOCK_N):\n",
+    "    for start_n in range(lo, lo + ((hi - lo + BLOCK_N - 2) // BLOCK_N) * BLOCK_N, BLOCK_N):\n"),))
+
+#: BND-BR-OFFSET: the bottom-right shift S_kv - S_q rounded down to a multiple of the dQ
+#: kernel's key block (a causal offset kept in whole blocks): wrong when it is not one
+BR_SHIFT_BLOCKS = Patch("launch", (Edit(
+    "        shift, left, right = _bounds(g)\n",
+    "        shift, left, right = _bounds(g)\n"
+    "        shift = (shift // self.cfg.block_n2) * self.cfg.block_n2\n"),))
+
+#: BND-WINDOW-LEFT: whole-block tests written for an inclusive left bound (i - j + shift <=
+#: left, FlashAttention's window_size convention) beside the exclusive element mask: when
+#: left - shift == -1 (mod the block) an edge block keeping all but one corner key runs unmasked
+WINDOW_LEFT_INCLUSIVE = Patch("kernels", (
+    Edit("mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M + shift - left - lo, 0),",
+         "mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + shift - left - lo, 0),"),
+    Edit("mid_hi = lo + (tl.maximum(start_n - shift + left - lo, 0) // BLOCK_M) * BLOCK_M",
+         "mid_hi = lo + (tl.maximum(start_n - shift + left + 1 - lo, 0) // BLOCK_M) * BLOCK_M"),
+))
+
+#: BND-WINDOW-RIGHT: the dK/dV kernel's first query row taken with an exclusive right bound
+#: (j - i - shift < right): when right + shift == 1 (mod BLOCK_M1) the row whose band ends on
+#: the key block's first key starts the skipped query block
+WINDOW_RIGHT_EXCLUSIVE = Patch("kernels", (Edit(
+    "        lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M\n",
+    "        lo = (tl.maximum(start_n - shift - right + 1, 0) // BLOCK_M) * BLOCK_M\n"),))
+
+#: BND-HEAD-DIM: the Q/K head dim cut to a multiple of 16 (the MMA granule): tail columns
+#: neither read nor written when D_qk is not a multiple of 16
+HEAD_DIM_16 = Patch("kernels", (Edit(
+    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 2),))
+
+#: BND-GROUP: the dK/dV kernel's group size taken as the largest power of two it holds (a
+#: kernel written for power-of-two ratios, its group a shift): ratios 3, 5, 6, 7 lose heads
+GROUP_POW2 = Patch("kernels", (Edit(
+    "    group = H_q // H_grp\n",
+    "    group = H_q // H_grp\n"
+    "    pow2 = group | (group >> 1)\n"
+    "    pow2 = pow2 | (pow2 >> 2)\n"
+    "    pow2 = pow2 | (pow2 >> 4)\n"
+    "    pow2 = pow2 | (pow2 >> 8)\n"
+    "    pow2 = pow2 | (pow2 >> 16)\n"
+    "    group = pow2 - (pow2 >> 1)\n"),))
+
+#: BND-GRID: the dQ launch capped at 1024 programs (the per-block thread limit taken for a
+#: grid limit): programs past it never run, their dQ rows never written
+GRID_CAP_1024 = Patch("launch", (Edit(
+    "    L.kernels.bwd_dq[(grid,)](\n", "    L.kernels.bwd_dq[(min(grid, 1024),)](\n"),))

@@ -133,12 +133,19 @@ RAGGED_PATCHES = {"ragged-token-base-unbounded": "test_the_unbounded_token_base_
 GPU_PATCHES = {"offsets-32-bit": "test_the_32_bit_offsets_patch_fits_and_is_invisible_below_2_31"}
 
 
+#: boundary-class mutants (issue 17), shown differing inside their class and not outside
+#: it: tests/test_mutants_boundary.py (BOUNDARY there, and the grid's own test)
+GRID_PATCHES = {"dq-grid-capped-1024": "test_the_grid_cap_drops_programs_past_1024_only"}
+
+
 def test_every_source_patch_mutant_has_a_graph():
-    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) == {
+    from tests import test_mutants_boundary, test_mutants_triton_source, test_triton_ragged
+    boundary = set(test_mutants_boundary.BOUNDARY)
+    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) | boundary | set(GRID_PATCHES) == {
         m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
     assert {m.name for m in C.CATALOG if m.needs_gpu} == set(GPU_PATCHES)
-    from tests import test_mutants_triton_source, test_triton_ragged
-    for module, tests in ((test_triton_ragged, RAGGED_PATCHES), (test_mutants_triton_source, GPU_PATCHES)):
+    for module, tests in ((test_triton_ragged, RAGGED_PATCHES), (test_mutants_triton_source, GPU_PATCHES),
+                          (test_mutants_boundary, GRID_PATCHES)):
         for name, test in tests.items():
             assert name in inspect.getsource(getattr(module, test))
 

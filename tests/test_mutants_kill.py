@@ -158,3 +158,58 @@ def test_every_failing_verdict_but_a_bad_bundle_kills():
     from bundlegen.harness import verdicts as V
     from bundlegen.mutants.kill import CHECK_OF_VERDICT
     assert set(CHECK_OF_VERDICT) == set(V.FAILING) - {V.ERROR_BUNDLE}
+
+
+# ----------------------------------------------------------------------------- level by level
+@pytest.fixture
+def two_levels(tmp_path):
+    """quick: the plain case and the zero-stride probe; pr: the dO-BSHD case (what kills
+    do-strides-as-o), so that mutant is first killed at pr."""
+    import dataclasses
+    root = tmp_path / "bundles"
+    S.write_bundle(root, "quick", "a", [plain_case()])
+    S.write_bundle(root, "quick", "probes", [zero_stride_probe()])
+    S.write_bundle(root, "pr", "a", [dataclasses.replace(do_bshd_case(), level="pr")])
+    return root
+
+
+def _levels_mutate(root, *extra):
+    return main(["mutate", "--engine", "torch-math", "--levels", "quick,pr", "--device", "cpu",
+                 "--bundles", str(root), "--quiet", "--mutant", "do-strides-as-o",
+                 "--mutant", "accepts-zero-stride-outputs", *extra])
+
+
+def test_levels_report_the_first_killing_level(two_levels, tmp_path, capsys):
+    path = tmp_path / "levels.json"
+    # both mutants must die at quick: do-strides-as-o dies only at pr, so it is late (exit 1)
+    assert _levels_mutate(two_levels, "--json", str(path)) == 1
+    out = capsys.readouterr().out
+    assert "kill matrix by level: quick, pr" in out
+    assert "first killed at quick 1, pr 1 of 2 mutants" in out
+    assert "LATE (not killed by their killed_by level): do-strides-as-o" in out
+    record = json.loads(path.read_text())
+    first = {m["name"]: m["first_level"] for m in record["mutants"]}
+    assert first == {"do-strides-as-o": "pr", "accepts-zero-stride-outputs": "quick"}
+    assert record["late"] == ["do-strides-as-o"]
+    # pr ran over its own case only, and only for the mutant quick left alive
+    pr = record["matrices"][1]
+    assert pr["level"] == "pr" and pr["cases"] == 1 and [m["name"] for m in pr["mutants"]] == ["do-strides-as-o"]
+
+
+def test_levels_exit_0_when_each_dies_by_its_level(two_levels, capsys):
+    import dataclasses
+    pr_only = C.by_name("do-strides-as-o")
+    from unittest import mock
+    with mock.patch.object(C, "CATALOG", tuple(dataclasses.replace(m, killed_by="pr") if m is pr_only else m
+                                                for m in C.CATALOG)):
+        assert _levels_mutate(two_levels) == 0
+    assert "LATE" not in capsys.readouterr().out
+
+
+def test_levels_usage_errors(two_levels, capsys):
+    assert main(["mutate", "--engine", "torch-math", "--levels", "pr,quick", "--device", "cpu",
+                 "--bundles", str(two_levels), "--quiet"]) == 2
+    assert "lowest first" in capsys.readouterr().err
+    assert main(["mutate", "--engine", "torch-math", "--levels", "quick", "--level", "quick",
+                 "--device", "cpu", "--bundles", str(two_levels), "--quiet"]) == 2
+    assert "not both" in capsys.readouterr().err
