@@ -113,6 +113,8 @@ def _mask(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
 def _scale(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
     a = graph.attributes
     fixes = [] if a.dropout_probability is None else [attr("dropout_probability", a.dropout_probability)]
+    if a.deterministic_algorithm:
+        fixes.append(attr("deterministic_algorithm", True))
     for name, value in plan.scales.items():
         if (default_scale(graph.D_qk) if value is None else float(value)) == a.attn_scale:
             return name, fixes
