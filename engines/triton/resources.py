@@ -1,0 +1,474 @@
+"""Every kernel variant the launcher can choose, compiled for every target arch without a GPU,
+with its resources (registers / VGPRs, spills, shared memory / LDS, occupancy, binary size)
+checked against each arch's limits. The report is engines/triton/resources.json, written by
+
+    python bench/triton_resources.py [--arch ARCH ...]      # the whole sweep (minutes)
+
+and tests/test_triton_resources.py compiles a few variants per arch in CI and compares them
+with it (so a config that spills fails CI), and checks the report covers every variant.
+
+Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
+`run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
+H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not) and the graphs of
+the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
+records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
+as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
+choice to the variant the sweep compiles for it: a constexpr is either SWEPT (kept as chosen)
+or REPRESENTED by a value with at least its code (the band with both sides for every mask
+kind, the tier's widest head-dim tile); a constexpr in neither raises, so a new one cannot be
+forgotten.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from bundlegen.engines.triton import configs
+
+REPORT = Path(__file__).with_name("resources.json")
+ARCHS = ("sm90", "sm120", "gfx942")
+IO = "bf16"   # fp16 compiles the same code with the other 16-bit MMA type (see REPRESENTED)
+
+
+# ----------------------------------------------------------------------------- arch limits
+
+@dataclass(frozen=True)
+class NvidiaLimits:
+    """Per-SM limits of a CUDA compute capability. Source: CUDA C++ Programming Guide,
+    "Technical Specifications per Compute Capability" (table 23 in 12.8: 9.0 and 12.0
+    columns) and the CUDA occupancy calculator's allocation rules (registers are allocated
+    per warp in units of 256; the driver reserves 1 KiB of shared memory per block)."""
+    registers_per_sm: int = 65_536
+    register_unit: int = 256           # per-warp allocation granularity
+    max_registers_per_thread: int = 255
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    smem_per_sm: int = 233_472         # bytes the SM can give all its resident blocks
+    smem_per_block: int = 232_448      # the most one block may have (configs.ARCHS smem_bytes)
+    smem_reserved_per_block: int = 1_024
+    #: floor on resident warps per SM (every tier); below it the check fails
+    min_warps_per_sm: int = 4
+    kind: str = "nvidia"
+
+
+@dataclass(frozen=True)
+class AmdLimits:
+    """Per-CU / per-SIMD limits of a CDNA arch. Source for gfx942 (MI300): LLVM AMDGPUUsage
+    ("gfx90a, gfx942: 512 VGPRs per SIMD lane, shared between ArchVGPRs and AccVGPRs,
+    allocated in granules of 8"; GCNSubtarget: 8 waves per EU on gfx90a+, 800 SGPRs per
+    SIMD, SGPR granule 16) and the CDNA3 ISA guide (64 KiB LDS per CU, 4 SIMDs per CU)."""
+    vgprs_per_simd_lane: int = 512
+    vgpr_granule: int = 8
+    sgprs_per_simd: int = 800
+    sgpr_granule: int = 16
+    max_waves_per_simd: int = 8
+    simds_per_cu: int = 4
+    lds_per_cu: int = 65_536
+    lds_per_workgroup: int = 65_536
+    #: floor on waves per SIMD, per tier (largest BLOCK_D served -> floor)
+    min_waves_per_simd: tuple[tuple[int, int], ...] = ()
+    kind: str = "amd"
+
+
+LIMITS: dict[str, NvidiaLimits | AmdLimits] = {
+    # H100/H200: 228 KiB shared memory per SM, at most 227 KiB per block. Floor: one block
+    # of 4 warps per SM; the sm90 rows are tuned on the H200 for time, not occupancy (the
+    # D 128 dQ kernel runs one 8-warp block per SM, its fastest measured choice).
+    "sm90": NvidiaLimits(min_warps_per_sm=4),
+    # RTX 50 / RTX PRO 6000 Blackwell (CC 12.0): 48 warps and 100 KiB shared memory per SM,
+    # at most 99 KiB per block. Floor: 4 warps per SM, as sm90.
+    "sm120": NvidiaLimits(max_warps_per_sm=48, smem_per_sm=102_400, smem_per_block=101_376,
+                          min_warps_per_sm=4),
+    # MI300X: floor 2 waves per SIMD at D <= 128 (issue 18); at D 256 one wave (see the
+    # gfx942 row of configs.py for why two do not fit there).
+    "gfx942": AmdLimits(min_waves_per_simd=((128, 2), (256, 1))),
+}
+
+#: spills accepted on an arch whose configs are tuned on hardware: (arch, label glob) ->
+#: (most spill bytes accepted, reason). Only sm90 has entries: its rows are the H200's
+#: measured fastest (bench/tune_triton.py) and are not changed for the other variants' sake;
+#: and sm120's two 8-byte spills no row tried removes (configs.py, next to the sm120 row).
+KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
+    ("sm90", "*/vec1/*"): (3_584, "unaligned (VEC=1) layouts address every element with its own "
+                                  "strides; the H200-tuned tiles (e.g. D<=256 dK/dV 32x32, 4 "
+                                  "warps, 3 stages) spill up to 3.5 KB there (dV D256); the "
+                                  "aligned layouts, which the timed shapes use, spill far less"),
+    ("sm90", "*/vec8/*"): (544, "the H200's fastest tiles (bench/tune_triton.py) at 255 "
+                                "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
+                                "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
+                                "measured speed"),
+    ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
+                                                   "pass; every D<=128 row tried spills "
+                                                   "somewhere (configs.py, sm120 row)"),
+}
+
+
+def known_spill(arch: str, name: str, spill_bytes: int) -> str | None:
+    """The reason a variant's spill is accepted, or None."""
+    for (a, pattern), (most, reason) in KNOWN_SPILLS.items():
+        if a == arch and fnmatch.fnmatchcase(name, pattern) and spill_bytes <= most:
+            return reason
+    return None
+
+
+def _floor(limits, tier: int) -> int:
+    if limits.kind == "nvidia":
+        return limits.min_warps_per_sm
+    return next(f for t, f in limits.min_waves_per_simd if tier <= t)
+
+
+def _round_up(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+def nvidia_occupancy(limits: NvidiaLimits, registers: int, shared: int, warps: int) -> dict:
+    """Resident blocks and warps per SM, and which resource bounds them."""
+    per_warp = _round_up(max(registers, 1) * 32, limits.register_unit)
+    by = {"registers": (limits.registers_per_sm // per_warp) // warps,
+          "shared": limits.smem_per_sm // (shared + limits.smem_reserved_per_block),
+          "warps": limits.max_warps_per_sm // warps,
+          "blocks": limits.max_blocks_per_sm}
+    blocks = min(by.values())
+    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
+            "limited_by": sorted(k for k, v in by.items() if v == blocks)}
+
+
+def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: int) -> dict:
+    """Waves per SIMD (EU) and which resource bounds them; a workgroup's waves spread over
+    the CU's SIMDs."""
+    per_simd = -(-waves // limits.simds_per_cu)
+    groups = limits.lds_per_cu // lds if lds else 10 ** 9
+    by = {"vgprs": limits.vgprs_per_simd_lane // _round_up(max(vgprs, 1), limits.vgpr_granule),
+          "sgprs": limits.sgprs_per_simd // _round_up(max(sgprs, 1), limits.sgpr_granule),
+          "lds": (groups * waves) // limits.simds_per_cu if groups * per_simd else 0,
+          "waves": limits.max_waves_per_simd}
+    w = min(by.values())
+    return {"waves_per_simd": w, "limited_by": sorted(k for k, v in by.items() if v == w)}
+
+
+# ----------------------------------------------------------------------------- variants
+
+#: constexprs compiled as the launcher chooses them (every value it can choose is swept)
+SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC",
+                   "BLOCK_M", "BLOCK_N", "RAGGED",
+                   # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
+                   "CU_Q", "CU_KV", "T_q", "T_kv"})
+#: constexprs (and the io dtype) a variant with at least their code stands for: name ->
+#: (value compiled, given the choice's constexprs; why it has at least the chosen one's code)
+REPRESENTED: dict[str, tuple[Any, str]] = {
+    "HAS_LEFT": (lambda c: True, "a band with both sides compiles every mask branch the "
+                                 "one-sided and unbounded kernels have, and their loop bounds"),
+    "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
+    "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
+                                            "shift (only a ragged launch can choose it)"),
+    "BLOCK_DQK": (lambda c: c["_tier"], "the tier's config with its widest head-dim tile: "
+                                        "narrower tiles are the same code on smaller tensors"),
+    "BLOCK_DV": (lambda c: c["_tier"], "as BLOCK_DQK"),
+    "_io": (lambda c: IO, "fp16 is the same code with the fp16 MMA in place of the bf16 one"),
+}
+OPTIONS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim"})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One kernel launch as the launcher makes it: what Triton compiles it from."""
+    kernel: str                               # bwd_preprocess | bwd_dkdv | bwd_dq
+    constexprs: tuple[tuple[str, Any], ...]
+    options: tuple[tuple[str, Any], ...]
+    io: str
+    tier: int                                 # the config tier (largest BLOCK_D it serves)
+
+
+class _Site:
+    def __init__(self, recorder, fn):
+        self.recorder, self.fn = recorder, fn
+
+    def __getitem__(self, grid):
+        def call(*args, **kwargs):
+            self.recorder.record(self.fn, args, kwargs)
+        return call
+
+
+class _Recorder:
+    """Stands in for the kernels module: records each launch instead of running it."""
+    def __init__(self, kernels):
+        self.kernels, self.choices, self.tier = kernels, set(), None
+
+    def __getattr__(self, name):
+        return _Site(self, getattr(self.kernels, name))
+
+    def record(self, fn, args, kwargs):
+        names = fn.arg_names
+        unknown = set(kwargs) - set(names) - OPTIONS
+        if unknown:
+            raise ValueError(f"{fn.__name__}: launch passes {sorted(unknown)}, neither a "
+                             f"parameter nor a known compile option")
+        cons = {n: a for n, a in zip(names, args) if a is None}
+        cons.update({k: v for k, v in kwargs.items() if k in names})
+        declared = {p.name for p in fn.params if p.is_constexpr}
+        missing = declared - set(cons)
+        if missing:
+            raise ValueError(f"{fn.__name__}: constexprs {sorted(missing)} not passed")
+        io = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(args[0].dtype)]
+        opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
+        self.choices.add(Choice(fn.__name__, tuple(sorted(cons.items())),
+                                tuple(sorted(opts.items())), io, self.tier))
+
+
+def probe_graphs(arch: str) -> list:
+    """Graphs spanning every input launch.py decides on: ragged or not, diagonal alignment,
+    each mask kind, MHA / GQA / H_k != H_v, every head-dim tile of the arch's tiers (and
+    D_qk != D_v), both io dtypes, aligned or not (q's offset 1), and 64-bit tile offsets or
+    not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
+    from bundlegen.graph import dense_graph, ragged_graph
+    dims = [(d, d) for d in (8, 16, 32, 64, 128, 256)] + [(64, 128), (256, 32)]
+    out = []
+    for ragged in (False, True):
+        for alignment in ("TOP_LEFT", "BOTTOM_RIGHT"):
+            for left, right in ((None, None), (None, 0), (8, None), (8, 3)):
+                for heads in ((2, 2, 2), (4, 2, 2), (4, 2, 1)):
+                    for d_qk, d_v in dims:
+                        for dtype in ("bf16", "fp16"):
+                            for aligned in (True, False):
+                                for wide in (False, True):
+                                    sizes = dict(H_q=heads[0], H_k=heads[1], H_v=heads[2],
+                                                 D_qk=d_qk, D_v=d_v, dtype=dtype,
+                                                 alignment=alignment, left=left, right=right,
+                                                 offsets={} if aligned else {"q": 1})
+                                    g = (ragged_graph((0, 9, 16), (0, 12, 20), **sizes)
+                                         if ragged else dense_graph(B=2, S_q=16, S_kv=20, **sizes))
+                                    out.append((g, wide))
+    return out
+
+
+def _meta_tensors(graph, wide: bool) -> dict:
+    import torch
+
+    from bundlegen.dtypes import TORCH_DTYPES
+    from bundlegen.graph import OFFSET_PORTS
+    tensors = {}
+    for port, spec in graph.tensors.items():
+        strides = list(spec.strides)
+        if wide and port == "q":   # one tile's rows span 2^31 elements or more
+            strides[-2 if graph.ragged is None else 0] = 2 ** 31
+        storage = torch.empty(1, dtype=TORCH_DTYPES[spec.dtype], device="meta")
+        tensors[port] = storage.as_strided(spec.dims, strides, spec.offset)
+    if graph.ragged is not None:
+        for name in OFFSET_PORTS:
+            tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
+    return tensors
+
+
+def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
+    """Every launch launch.py makes for the probe graphs (and `graphs`, wide=False) with the
+    arch's table configs, recorded on meta tensors. Needs a process without TRITON_INTERPRET
+    (the kernels as compiled for a GPU)."""
+    from bundlegen.engines.triton import launch
+    from bundlegen.engines.triton.capabilities import ROWS
+    pairs = probe_graphs(arch) + [(g, False) for g in (graphs or ())]
+    recorder = None
+    for graph, wide in pairs:
+        if ROWS[arch].mismatch(graph) is not None:
+            continue
+        launched = graph.as_launched()
+        cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
+        L = launch.prepare(launched, _meta_tensors(graph, wide), cfg)
+        if recorder is None:
+            recorder = _Recorder(L.kernels)
+        recorder.tier = _tier(arch, max(L.tiles.values()))   # the tier L.cfg came from
+        assert configs.ARCHS[arch].for_block_d(recorder.tier) == L.cfg
+        L = dataclasses.replace(L, kernels=recorder)
+        launch.run_preprocess(L)
+        launch.run_dkdv(L)
+        launch.run_dq(L)
+    return recorder.choices if recorder else set()
+
+
+def bundle_graphs(root: str | Path | None = None) -> list:
+    """The executed graphs of every level's checked-in bundles."""
+    from bundlegen.engines.triton import warm
+    root = Path(root or Path(__file__).resolve().parents[2] / "bundles")
+    return warm.level_graphs(["quick", "pr", "nightly", "full"], str(root))
+
+
+def _tier(arch: str, block_d: int) -> int:
+    return next(limit for limit, _ in configs.ARCHS[arch].tiers if block_d <= limit)
+
+
+def label(kernel: str, cons: Mapping[str, Any]) -> str:
+    """The report's name of a variant: kernel/d<tier>[/order]/vec<n>/<offsets>/<dense|ragged>."""
+    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq"}.get(kernel)
+    if name is None:
+        name = {(True, True): "dkdv", (True, False): "dk", (False, True): "dv"}[
+            (cons["COMPUTE_DK"], cons["COMPUTE_DV"])]
+    parts = [name, f"d{cons['BLOCK_DV']}"]
+    if "BLOCK_MAJOR" in cons:
+        parts.append("block-major" if cons["BLOCK_MAJOR"] else "head-major")
+    parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
+              "ragged" if cons["RAGGED"] else "dense"]
+    return "/".join(parts)
+
+
+def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
+    """(label, {"kernel", "constexprs", "options", "io"}) of the variant the sweep compiles for
+    a launcher choice: SWEPT constexprs as chosen, REPRESENTED ones by their stand-in."""
+    cons = dict(choice.constexprs)
+    unknown = set(cons) - SWEPT - set(REPRESENTED)
+    if unknown:
+        raise ValueError(f"{choice.kernel}: constexpr(s) {sorted(unknown)} are neither SWEPT nor "
+                         f"REPRESENTED in engines/triton/resources.py: the sweep would miss them")
+    ctx = dict(cons, _tier=choice.tier)
+    out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
+    return label(choice.kernel, out), {"kernel": choice.kernel, "constexprs": out,
+                                       "options": dict(choice.options),
+                                       "io": REPRESENTED["_io"][0](ctx)}
+
+
+def sweep_variants(arch: str, choices: Iterable[Choice]) -> dict[str, dict]:
+    """label -> variant, for every variant the choices map to (a label with two different
+    variants raises: the label would hide one)."""
+    out: dict[str, dict] = {}
+    for choice in choices:
+        name, var = variant_of(arch, choice)
+        if out.setdefault(name, var) != var:
+            raise ValueError(f"{arch} {name}: two variants {out[name]} and {var}")
+    return dict(sorted(out.items()))
+
+
+def uncovered(variants: Mapping[str, Mapping], reported: Mapping[str, Mapping]) -> list[str]:
+    """Labels of `variants` (from sweep_variants) the report has no entry for, or an entry
+    compiled from other constexprs, options, kernel or io dtype."""
+    keys = ("kernel", "constexprs", "options", "io")
+    return sorted(n for n, v in variants.items()
+                  if n not in reported or any(reported[n].get(k) != v[k] for k in keys))
+
+
+# ----------------------------------------------------------------------------- compile, measure
+
+def compile_variant(arch: str, var: Mapping) -> Any:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from bundlegen.engines.triton import aot, kernels
+    fn = getattr(kernels, var["kernel"])
+    src = ASTSource(fn, *aot._specialise(fn, dict(var["constexprs"]), var["io"]))
+    return triton.compile(src, target=GPUTarget(*aot.TARGETS[arch]), options=dict(var["options"]))
+
+
+@functools.lru_cache(maxsize=None)
+def _tool(name: str) -> str:
+    import triton
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _cuobjdump(cubin: bytes, *args: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_tool("cuobjdump"), *args, f.name], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def _amd_notes(asm: str) -> dict:
+    """The AMDGPU metadata notes of the (one) kernel in an AMDGCN assembly."""
+    keys = {"vgpr_count": r"\.vgpr_count:\s+(\d+)", "agpr_count": r"\.agpr_count:\s+(\d+)",
+            "sgpr_count": r"\.sgpr_count:\s+(\d+)", "vgpr_spill_count": r"\.vgpr_spill_count:\s+(\d+)",
+            "sgpr_spill_count": r"\.sgpr_spill_count:\s+(\d+)", "scratch_bytes": r"; ScratchSize:\s+(\d+)",
+            "compiler_occupancy": r"; Occupancy:\s+(\d+)"}
+    out = {}
+    for key, pattern in keys.items():
+        found = re.findall(pattern, asm)
+        if len(found) != 1:
+            raise ValueError(f"AMDGCN note {key}: {len(found)} matches")
+        out[key] = int(found[0])
+    return out
+
+
+def measure(arch: str, var: Mapping, kernel=None) -> dict:
+    """The resource entry of a compiled variant on its arch."""
+    kernel = kernel or compile_variant(arch, var)
+    limits = LIMITS[arch]
+    shared = int(kernel.metadata.shared)
+    warps = int(kernel.metadata.num_warps)
+    entry = {"shared_bytes": shared, "num_warps": warps}
+    if limits.kind == "nvidia":
+        cubin = kernel.asm["cubin"]
+        fields = dict(w.split(":", 1) for line in _cuobjdump(cubin, "-res-usage").splitlines()
+                      if "REG:" in line for w in line.split() if ":" in w)
+        sass = _cuobjdump(cubin, "-sass")
+        entry.update(registers=int(fields["REG"]), stack_bytes=int(fields["STACK"]),
+                     local_bytes=int(fields["LOCAL"]),
+                     spill_stores=len(re.findall(r"\bSTL(\.\w+)*\b", sass)),
+                     spill_loads=len(re.findall(r"\bLDL(\.\w+)*\b", sass)),
+                     binary_bytes=len(cubin))
+        entry["spill_bytes"] = entry["stack_bytes"] + entry["local_bytes"]
+        entry["occupancy"] = nvidia_occupancy(limits, entry["registers"], shared, warps)
+    else:
+        notes = _amd_notes(kernel.asm["amdgcn"])
+        entry.update(notes, binary_bytes=len(kernel.asm["hsaco"]))
+        entry["spill_bytes"] = notes["scratch_bytes"]
+        entry["occupancy"] = amd_occupancy(limits, notes["vgpr_count"], notes["sgpr_count"],
+                                           shared, warps)
+    return entry
+
+
+def check(arch: str, name: str, entry: Mapping) -> list[str]:
+    """What is wrong with a variant's resources on its arch: spills (unless KNOWN_SPILLS
+    says why), shared memory / LDS past the per-block budget, occupancy under the floor."""
+    limits = LIMITS[arch]
+    tier = int(name.split("/")[1][1:])
+    problems = []
+    # AMD SGPR spills go to VGPR lanes (v_writelane / v_readlane), not to memory: reported
+    # (sgpr_spill_count), not failed; memory spills show as ScratchSize or vgpr_spill_count
+    spilled = entry["spill_bytes"] or entry.get("spill_stores") or entry.get("vgpr_spill_count")
+    if spilled and known_spill(arch, name, entry["spill_bytes"]) is None:
+        problems.append(f"spills ({entry['spill_bytes']} bytes)")
+    budget = limits.smem_per_block if limits.kind == "nvidia" else limits.lds_per_workgroup
+    if entry["shared_bytes"] > budget:
+        problems.append(f"shared memory {entry['shared_bytes']} > {budget}")
+    occ = entry["occupancy"]
+    have = occ["warps_per_sm"] if limits.kind == "nvidia" else occ["waves_per_simd"]
+    floor = _floor(limits, tier)
+    if have < floor:
+        unit = "warps per SM" if limits.kind == "nvidia" else "waves per SIMD"
+        problems.append(f"occupancy {have} {unit} < floor {floor} (limited by "
+                        f"{', '.join(occ['limited_by'])})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- the report
+
+def arch_header(arch: str) -> dict:
+    return {"limits": dataclasses.asdict(LIMITS[arch]),
+            "configs": {str(limit): dataclasses.asdict(cfg)
+                        for limit, cfg in configs.ARCHS[arch].tiers},
+            "known_spills": {n: {"most_bytes": b, "reason": r}
+                             for (a, n), (b, r) in sorted(KNOWN_SPILLS.items()) if a == arch}}
+
+
+def json_form(obj: Any) -> Any:
+    """obj as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(obj))
+
+
+def report_text(report: Mapping) -> str:
+    return json.dumps(report, sort_keys=True, indent=1) + "\n"
+
+
+def load_report(path: Path = REPORT) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def triton_version() -> str:
+    import triton
+    return triton.__version__

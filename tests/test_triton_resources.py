@@ -1,0 +1,150 @@
+"""The resource report (engines/triton/resources.json) covers every kernel variant the launcher
+can choose, on every target arch, and passes the check (no spill, shared memory / LDS within
+budget, occupancy at or above the arch's floor); a few variants per arch are recompiled here
+(no GPU: Triton targets the arch ahead of time) and must match the report, so a config that
+spills, or any config change without a re-run of `python bench/triton_resources.py`, fails."""
+import dataclasses
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton import resources as R
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT = R.load_report()
+
+#: recompiled in CI, per arch: the dK/dV kernel at the two tiers where sm120 used to spill,
+#: and the variants with the most registers (64-bit offsets, unaligned, ragged, block-major)
+CI_SUBSET = ("dkdv/d64/head-major/vec8/narrow/dense",
+             "dkdv/d128/head-major/vec8/narrow/dense",
+             "dk/d128/block-major/vec1/wide/ragged",
+             "dq/d256/block-major/vec1/wide/ragged")
+
+
+def _in_subprocess(code: str):
+    """Triton is imported in one mode per process and the engine tests import it under the
+    interpreter: enumerating and compiling for a GPU target needs a process of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silences triton 3.9's notice
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_report_is_canonical_and_made_with_the_current_configs():
+    with open(R.REPORT) as f:
+        assert f.read() == R.report_text(REPORT)
+    assert set(REPORT["archs"]) == set(R.ARCHS)
+    assert REPORT["io_dtype"] == R.IO and REPORT["triton_version"]
+    for arch in R.ARCHS:
+        header = {k: v for k, v in REPORT["archs"][arch].items() if k != "variants"}
+        assert header == R.json_form(R.arch_header(arch)), (
+            f"{arch}: configs, limits or known spills changed since the report was made: "
+            "run python bench/triton_resources.py")
+
+
+@pytest.mark.parametrize("arch", R.ARCHS)
+def test_every_reported_variant_passes_the_check(arch):
+    variants = REPORT["archs"][arch]["variants"]
+    failing = {n: R.check(arch, n, e) for n, e in variants.items() if R.check(arch, n, e)}
+    assert not failing, failing
+    assert all(e["problems"] == [] for e in variants.values())
+
+
+@pytest.mark.parametrize("arch", R.ARCHS)
+def test_report_covers_the_launcher_and_matches_a_fresh_compile(arch):
+    """Every variant launch.py chooses (probe grid and every bundle's graphs) is in the
+    report with the same constexprs and options, and nothing else is; the CI subset,
+    compiled now, has the reported resources (exactly, with the report's Triton version)
+    and passes the check."""
+    code = ("import json; from bundlegen.engines.triton import resources as R; "
+            f"v = R.sweep_variants({arch!r}, R.launcher_choices({arch!r}, R.bundle_graphs())); "
+            f"m = {{n: R.measure({arch!r}, v[n]) for n in {CI_SUBSET!r}}}; "
+            "print(json.dumps({'variants': v, 'measured': m, 'triton': R.triton_version()}))")
+    got = _in_subprocess(code)
+    reported = REPORT["archs"][arch]["variants"]
+    failing = {n: R.check(arch, n, e) for n, e in got["measured"].items() if R.check(arch, n, e)}
+    assert not failing, failing
+    assert R.uncovered(got["variants"], reported) == []
+    assert set(reported) == set(got["variants"]), "the report has variants the launcher never chooses"
+    for name, fresh in got["measured"].items():
+        if got["triton"] == REPORT["triton_version"]:
+            stored = {k: reported[name][k] for k in fresh}
+            assert fresh == stored, (name, fresh, stored)
+
+
+def _choice(**overrides) -> R.Choice:
+    cfg = configs.ARCHS["sm120"].for_block_d(128)
+    cons = dict(HAS_LEFT=False, HAS_RIGHT=True, BLOCK_MAJOR=False, COMPUTE_DK=True,
+                COMPUTE_DV=True, UPCAST=False, WIDE=False, VEC=8, BLOCK_M=cfg.block_m1,
+                BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
+                BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None)
+    cons.update(overrides)
+    return R.Choice("bwd_dkdv", tuple(sorted(cons.items())),
+                    tuple(sorted(cfg.launch_kwargs().items())), "fp16", 128)
+
+
+def test_a_choice_the_report_lacks_is_found():
+    """The coverage check fails on a launch the sweep does not compile: a constexpr value
+    it never saw (VEC=4), and a constexpr it has no rule for (refused outright)."""
+    reported = REPORT["archs"]["sm120"]["variants"]
+    name, var = R.variant_of("sm120", _choice())
+    assert name == "dkdv/d128/head-major/vec8/narrow/dense"
+    assert var["constexprs"]["HAS_LEFT"] and var["io"] == "bf16"   # represented by the band
+    fresh = {name: var}
+    if R.uncovered(fresh, reported):   # the configs may have moved on; the rule has not
+        pytest.fail(f"{R.uncovered(fresh, reported)}")
+    n4, v4 = R.variant_of("sm120", _choice(VEC=4))
+    assert R.uncovered({n4: v4}, reported) == [n4]
+    changed = dict(var, options=dict(var["options"], num_warps=2))
+    assert R.uncovered({name: changed}, reported) == [name]
+    with pytest.raises(ValueError, match="NEW_FLAG"):
+        R.variant_of("sm120", _choice(NEW_FLAG=True))
+
+
+def test_check_fails_on_a_spill_on_shared_memory_and_on_occupancy():
+    name = "dkdv/d128/head-major/vec8/narrow/dense"
+    for arch in R.ARCHS:
+        good = REPORT["archs"][arch]["variants"][name]
+        assert R.check(arch, name, good) == []
+        assert "spills" in R.check(arch, name, dict(good, spill_bytes=10 ** 6))[0]
+        lim = R.LIMITS[arch]
+        budget = lim.smem_per_block if lim.kind == "nvidia" else lim.lds_per_workgroup
+        assert "shared memory" in R.check(arch, name, dict(good, shared_bytes=budget + 1))[0]
+        key = "warps_per_sm" if lim.kind == "nvidia" else "waves_per_simd"
+        low = dict(good, occupancy=dict(good["occupancy"], **{key: 1}))
+        assert "occupancy" in R.check(arch, name, low)[0]
+    # sm90's known spills (configs tuned on the H200) are reported, not failed, up to their
+    # declared bytes; each declared pattern matches some spilling variant
+    assert {arch for arch, _ in R.KNOWN_SPILLS} <= {"sm90", "sm120"}
+    assert all(most <= 8 for (arch, _), (most, _) in R.KNOWN_SPILLS.items() if arch == "sm120")
+    for (arch, pattern), (most, _) in R.KNOWN_SPILLS.items():
+        variants = REPORT["archs"][arch]["variants"]
+        hits = {n: e for n, e in variants.items() if fnmatch.fnmatchcase(n, pattern)}
+        assert any(e["spill_bytes"] for e in hits.values()), pattern
+        name, entry = next((n, e) for n, e in hits.items() if e["spill_bytes"])
+        assert R.check(arch, name, entry) == []
+        assert "spills" in R.check(arch, name, dict(entry, spill_bytes=most + 1))[0]
+
+
+def test_occupancy_arithmetic():
+    sm90, sm120, gfx = R.LIMITS["sm90"], R.LIMITS["sm120"], R.LIMITS["gfx942"]
+    # 252 registers: 8064 per warp, 8 warps' worth of 65536; 82432 + 1024 bytes: 2 blocks
+    assert R.nvidia_occupancy(sm90, 252, 82432, 4)["warps_per_sm"] == 8
+    assert R.nvidia_occupancy(sm90, 128, 0, 4)["warps_per_sm"] == 16          # 4096 per warp
+    assert R.nvidia_occupancy(sm90, 24, 0, 4)["limited_by"] == ["warps"]      # 64 warps
+    assert R.nvidia_occupancy(sm120, 32, 0, 4)["limited_by"] == ["warps"]     # 48 warps
+    assert R.nvidia_occupancy(sm120, 255, 74240, 8)["blocks_per_sm"] == 1
+    assert R.amd_occupancy(gfx, 270, 101, 16384, 4)["waves_per_simd"] == 1   # VGPRs
+    assert R.amd_occupancy(gfx, 256, 101, 16384, 4)["waves_per_simd"] == 2
+    assert R.amd_occupancy(gfx, 128, 101, 40000, 4) == {"waves_per_simd": 1, "limited_by": ["lds"]}
+    assert R.amd_occupancy(gfx, 64, 96, 0, 4)["waves_per_simd"] == 8
+    assert dataclasses.asdict(sm90)["smem_per_block"] == configs.ARCHS["sm90"].smem_bytes
+    assert sm120.smem_per_block == configs.ARCHS["sm120"].smem_bytes
+    assert gfx.lds_per_workgroup == configs.ARCHS["gfx942"].smem_bytes
