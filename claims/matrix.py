@@ -19,9 +19,11 @@ claims came from and the results files they cite.
 """
 from __future__ import annotations
 
+import json
+
 import textwrap
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -152,9 +154,20 @@ class Matrix:
     gated: tuple[Gate, ...] = ()
     plan: str = ""
     not_run: tuple[Column, ...] = ()
+    #: configured archs never run but compiled and resource-checked: column -> variants
+    compiled: Mapping[Column, int] = field(default_factory=dict)
     notes: tuple[Note, ...] = ()
     ranges: tuple[EngineRanges, ...] = ()
     catalog: tuple[Feature, ...] = ()          # section items with their titles
+
+    @property
+    def never_run(self) -> tuple[Column, ...]:
+        """Configured archs with neither runs nor a clean compile report."""
+        return tuple(c for c in self.not_run if c not in self.compiled)
+
+    @property
+    def compiled_only(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.not_run if c in self.compiled)
 
     @property
     def single_arch(self) -> str | None:
@@ -226,8 +239,11 @@ def _note_text(cause: Cause, engine_toml: str | None) -> str:
 
 def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: Iterable[Column],
                  claim_sets: Mapping[str, ClaimSet], gated: Iterable[Gate] = (), plan: str = "",
-                 engine_tomls: Mapping[str, str] | None = None) -> Matrix:
-    """`columns`: every configured (engine, arch); those never run are listed apart.
+                 engine_tomls: Mapping[str, str] | None = None,
+                 compiled: Mapping[str, Mapping[str, int]] | None = None) -> Matrix:
+    """`columns`: every configured (engine, arch); those never run are listed apart, the ones
+    whose kernels compiled and passed their resource check (`compiled`: engine -> arch ->
+    variants, from compile_reports) apart again.
     `engine_tomls`: engine -> link to its engine.toml from the matrix (skip notes link it)."""
     groups = tuple(groups)
     sets = {c.engine: claim_sets.get(c.engine) or ClaimSet(engine=c.engine) for c in columns}
@@ -257,8 +273,11 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: It
     summaries = tuple(_summary(c, sets[c.engine]) for c in run)
     ranges = tuple(_ranges(c, sections, run) for c in run)
     catalog = tuple(f for g in groups if not g.axis for f in g.features)
+    checked = {c: (compiled or {}).get(c.engine, {})[c.arch] for c in not_run
+               if c.arch in (compiled or {}).get(c.engine, {})}
     return Matrix(columns=run, sections=tuple(sections), summaries=summaries, gated=tuple(gated), plan=plan,
-                  not_run=not_run, notes=tuple(notes.values()), ranges=ranges, catalog=catalog)
+                  not_run=not_run, compiled=checked, notes=tuple(notes.values()), ranges=ranges,
+                  catalog=catalog)
 
 
 def _summary(column: Column, claim_set: ClaimSet) -> ColumnSummary:
@@ -329,6 +348,7 @@ def render(matrix: Matrix, template_dir: Path = TEMPLATE_DIR) -> str:
     env.filters["md"] = _md
     env.filters["wrap"] = _wrap
     env.filters["range_text"] = range_text
+    env.filters["compiled_label"] = lambda column, m: f"{column.label} ({m.compiled[column]} variants)"
     return env.get_template(TEMPLATE_NAME).render(matrix=matrix, version_keys=VERSION_KEYS)
 
 
@@ -378,6 +398,30 @@ def workspace_engines(workspace: Workspace) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+#: an engine's compile report beside its claims.json: {"archs": {arch: {"variants": {name:
+#: {"problems": [...]}}}}} (the Triton engine's is written by bench/triton_resources.py)
+COMPILE_REPORT_NAME = "resources.json"
+
+
+def compile_reports(folders: Mapping[str, Path]) -> dict[str, dict[str, int]]:
+    """engine -> arch -> variants, for each arch whose compile report lists variants and
+    none with a problem (a spill, memory past its budget, occupancy under its floor)."""
+    out: dict[str, dict[str, int]] = {}
+    for engine, folder in folders.items():
+        path = Path(folder) / COMPILE_REPORT_NAME
+        if not path.is_file():
+            continue
+        try:
+            archs = json.loads(path.read_text(encoding="utf-8")).get("archs") or {}
+        except (OSError, ValueError) as exc:
+            raise ClaimsError(f"{path}: cannot read the compile report: {exc}") from exc
+        clean = {arch: len(entry.get("variants") or {}) for arch, entry in archs.items()
+                 if entry.get("variants") and not any(v.get("problems") for v in entry["variants"].values())}
+        if clean:
+            out[engine] = clean
+    return out
+
+
 def default_columns(engine_names: Iterable[str] | None = None,
                     claim_sets: Mapping[str, ClaimSet] | None = None) -> list[Column]:
     """Each engine x every arch its archs() names or its claims hold, in the order given
@@ -402,14 +446,15 @@ def load_claim_sets(engines: Iterable[str], claims_root: Path | str | None = Non
 
 def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets: Mapping[str, ClaimSet],
                         columns: Iterable[Column] | None = None, cases: BundleCases | None = None,
-                        engine_tomls: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+                        engine_tomls: Mapping[str, str] | None = None,
+                        compiled: Mapping[str, Mapping[str, int]] | None = None) -> tuple[str, list[str]]:
     """SUPPORT_MATRIX.md's text from a manifest, its bundles and the engines' claims (columns
     default: each claim set's engine, by default_columns), and the bundle errors met."""
     groups, gated = feature_groups(manifest)
     if cases is None:
         cases = bundle_cases(bundle_root, manifest.plan, manifest.level_names)
     columns = list(columns) if columns is not None else default_columns(list(claim_sets), claim_sets)
-    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan, engine_tomls)
+    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan, engine_tomls, compiled)
     return render(matrix), list(cases.errors)
 
 

@@ -14,7 +14,7 @@ from bundlegen.manifest import load_manifest
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
 from bundlegen.claims.cases import bundle_cases
 from bundlegen.claims.integrity import verify
-from bundlegen.claims.matrix import load_claim_sets, support_matrix_text, workspace_engines
+from bundlegen.claims.matrix import compile_reports, load_claim_sets, support_matrix_text, workspace_engines
 from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
 
 DIFF_LINES = 40
@@ -68,7 +68,8 @@ def main(args: argparse.Namespace) -> int:
         cases = bundle_cases(bundles, manifest.plan, manifest.level_names)
         text, errors = support_matrix_text(manifest, bundles, claim_sets, cases=cases,
                                            engine_tomls=engine_toml_links(folders, workspace.matrix,
-                                                                          workspace.root))
+                                                                          workspace.root),
+                                           compiled=compile_reports(folders))
     except (ClaimsError, BundleError, WorkspaceError) as exc:
         print(f"matrix: {exc}")
         return 2

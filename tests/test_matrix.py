@@ -149,3 +149,33 @@ def test_ranges_group_declined_values_by_reason():
 
     r = Range("mask", ("none",), ("causal",), (("mask-not-served", ("band", "window")), ("gqa-not-served", ("x",))))
     assert range_text(r) == "- mask: ✅ none; 🟡 causal; ❌ mask-not-served: band, window; ❌ gqa-not-served: x"
+
+
+def test_an_arch_compiled_and_resource_checked_is_a_state_of_its_own(tmp_path):
+    """A configured arch never run is 'compiled and resource-checked, not run' when the
+    engine's compile report lists its variants and none has a problem; one problem, or no
+    report, leaves it 'never run'."""
+    import json as _json
+
+    from bundlegen.claims.matrix import COMPILE_REPORT_NAME, compile_reports
+
+    folder = tmp_path / "triton"
+    folder.mkdir()
+    report = {"archs": {"sm120": {"variants": {"a": {"problems": []}, "b": {"problems": []}}},
+                        "gfx942": {"variants": {"a": {"problems": ["spills (16 bytes)"]}}},
+                        "sm100": {"variants": {}}}}
+    (folder / COMPILE_REPORT_NAME).write_text(_json.dumps(report), encoding="utf-8")
+    assert compile_reports({"triton": folder, "other": tmp_path / "none"}) == {"triton": {"sm120": 2}}
+
+
+def test_the_checked_in_matrix_shows_the_compiled_archs():
+    import json as _json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    variants = len(_json.loads((root / "engines" / "triton" / "resources.json").read_text())
+                   ["archs"]["sm120"]["variants"])
+    text = (root / "SUPPORT_MATRIX.md").read_text(encoding="utf-8")
+    compiled = text.split("Compiled and resource-checked, not run", 1)[1].split("\n\n", 1)[0]
+    never = text.split("Configured, never run:", 1)[1].split("\n\n", 1)[0]
+    assert f"triton sm120 ({variants}" in compiled.replace("\n", " ") and "triton sm120" not in never
