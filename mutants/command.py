@@ -109,12 +109,16 @@ def main(args: argparse.Namespace) -> int:
     out.print(matrix_table(matrix, manifest))
     out.print(summary_line(matrix), highlight=False, soft_wrap=True)
     if args.json_path:
-        from bundlegen.graph import canonical_json
-        path = Path(args.json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(canonical_json(matrix.to_json()), encoding="utf-8")
-        out.print(f"kill matrix written to {path}", highlight=False)
+        _write_json(args.json_path, matrix.to_json(), out)
     return matrix.exit_code
+
+
+def _write_json(path, obj, out) -> None:
+    from bundlegen.graph import canonical_json
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(canonical_json(obj), encoding="utf-8")
+    out.print(f"kill matrix written to {path}", highlight=False)
 
 
 def _by_levels(args, manifest, mutants, levels, device, progress) -> int:
@@ -147,11 +151,7 @@ def _by_levels(args, manifest, mutants, levels, device, progress) -> int:
     out.print(levels_table(result, mutants, manifest))
     out.print(levels_summary(result, mutants, args.engine), highlight=False, soft_wrap=True)
     if args.json_path:
-        from bundlegen.graph import canonical_json
-        path = Path(args.json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(canonical_json(result.to_json(mutants)), encoding="utf-8")
-        out.print(f"kill matrix written to {path}", highlight=False)
+        _write_json(args.json_path, result.to_json(mutants), out)
     broken = any(r.status not in ("killed", "survived", "n/a")
                  for m in result.matrices for r in m.results)
     return 1 if result.late(mutants) or broken else 0
