@@ -127,6 +127,8 @@ def check_plan(plan: Plan) -> None:
             for k, s in enumerate(c.sets):
                 check_spec(plan, s.base, f"boundary class '{c.item}'[{k}]")
     if plan.ragged is not None:
+        check_axis_list(plan.ragged.axes, ragged.KNOWN_AXES, lambda axis: ragged.axis_table(plan, axis),
+                        "ragged ")
         ragged.check_plan(plan)
         _check_rules(plan.ragged, "ragged rule")
         for e in (*plan.ragged.pair_suites, *plan.ragged.catalog, *plan.ragged.regressions, *plan.ragged.probes):
@@ -140,11 +142,17 @@ def _check_level(plan: Plan, level: str, entry: str) -> None:
 
 
 def _check_axes(plan: Plan) -> None:
+    check_axis_list(plan.axes, KNOWN_AXES, lambda axis: axis_table(plan, axis))
+
+
+def check_axis_list(axes, known, table_of, prefix: str = "") -> None:
+    """One axis space's axes: every known axis once, its values distinct and named in its
+    table (`table_of(axis)`), its default among them."""
     seen = set()
-    for a in plan.axes:
-        entry = f"axis '{a.name}'"
-        if a.name not in KNOWN_AXES:
-            raise PlanError(f"{entry}: unknown axis (known: {', '.join(KNOWN_AXES)})")
+    for a in axes:
+        entry = f"{prefix}axis '{a.name}'"
+        if a.name not in known:
+            raise PlanError(f"{entry}: unknown axis (known: {', '.join(known)})")
         if a.name in seen:
             raise PlanError(f"{entry}: declared twice")
         seen.add(a.name)
@@ -152,13 +160,13 @@ def _check_axes(plan: Plan) -> None:
             raise PlanError(f"{entry}: values must be non-empty and distinct")
         if a.default not in a.values:
             raise PlanError(f"{entry}: default {a.default!r} is not one of its values")
-        table = axis_table(plan, a.name)
+        table = table_of(a.name)
         for v in a.values:
             if v not in table:
                 raise PlanError(f"{entry}: value {v!r} has no entry in the plan's {a.name} table")
-    missing = sorted(set(KNOWN_AXES) - seen)
+    missing = sorted(set(known) - seen)
     if missing:
-        raise PlanError(f"axes: missing {', '.join(missing)}")
+        raise PlanError(f"{prefix}axes: missing {', '.join(missing)}")
 
 
 def _check_rules(plan, kind: str = "rule") -> None:

@@ -124,17 +124,21 @@ def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
     return out
 
 
-def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
-    out = []
-    for suite in plan.pair_suites:
-        for n, combo in enumerate(suite_rows(legality, suite)):
-            out.append(_combo_draft(plan, combo, f"pair suite {suite.item} row {n}", suite.group,
-                                    suite.item, suite.level))
-    return out
+def pair_drafts(plan: Plan, legality: Legality, suites=None, *, combo_draft=None,
+                label: str = "") -> list[Draft]:
+    """One draft per row of each pair suite (default: the plan's; a ragged space passes its
+    own suites, its draft builder and the label its entries start with)."""
+    draft = combo_draft or _combo_draft
+    return [draft(plan, combo, f"{label}pair suite {suite.item} row {n}", suite.group, suite.item,
+                  suite.level)
+            for suite in (plan.pair_suites if suites is None else suites)
+            for n, combo in enumerate(suite_rows(legality, suite))]
 
 
-def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
-    return [_combo_draft(plan, c, f"pair repair {suite_item} #{n}", "pairs-repair", suite_item, level)
+def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo], *,
+                  combo_draft=None, label: str = "", group: str = "pairs-repair") -> list[Draft]:
+    draft = combo_draft or _combo_draft
+    return [draft(plan, c, f"{label}pair repair {suite_item} #{n}", group, suite_item, level)
             for n, c in enumerate(combos)]
 
 

@@ -13,11 +13,10 @@ from typing import Collection
 from bundlegen import reasons as R
 from bundlegen.graph import Graph, Rejection, ragged_graph
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding
-from bundlegen.generator import layouts
+from bundlegen.generator import expand, layouts
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import PORTS, axis_item
 from bundlegen.generator.legality import Legality
-from bundlegen.generator.pairs import suite_rows
 from bundlegen.generator.records import Combo, Draft
 from bundlegen.plans.records import Lengths, Offsets, Plan, RaggedPlan, RaggedSpec
 
@@ -123,17 +122,13 @@ def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
 
 
 def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
-    out = []
-    for suite in plan.ragged.pair_suites:
-        for n, combo in enumerate(suite_rows(legality, suite)):
-            out.append(_combo_draft(plan, combo, f"ragged pair suite {suite.item} row {n}", suite.group,
-                                    suite.item, suite.level))
-    return out
+    return expand.pair_drafts(plan, legality, plan.ragged.pair_suites, combo_draft=_combo_draft,
+                              label="ragged ")
 
 
 def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
-    return [_combo_draft(plan, c, f"ragged pair repair {suite_item} #{n}", "ragged-pairs-repair", suite_item, level)
-            for n, c in enumerate(combos)]
+    return expand.repair_drafts(plan, suite_item, level, combos, combo_draft=_combo_draft,
+                                label="ragged ", group="ragged-pairs-repair")
 
 
 def declared_drafts(plan: Plan) -> list[Draft]:
@@ -168,21 +163,6 @@ def check_plan(plan: Plan) -> None:
     for name, ln in r.lengths.items():
         if not ln.q or len(ln.kv_lengths) != len(ln.q) or min(ln.q + ln.kv_lengths) < 0:
             raise PlanError(f"ragged lengths '{name}': needs B >= 1 lengths >= 0, as many on each side")
-    seen = set()
-    for a in r.axes:
-        entry = f"ragged axis '{a.name}'"
-        if a.name not in KNOWN_AXES:
-            raise PlanError(f"{entry}: unknown axis (known: {', '.join(KNOWN_AXES)})")
-        if a.name in seen:
-            raise PlanError(f"{entry}: declared twice")
-        seen.add(a.name)
-        if not a.values or len(set(a.values)) != len(a.values) or a.default not in a.values:
-            raise PlanError(f"{entry}: values must be non-empty and distinct and hold the default")
-        for v in a.values:
-            if v not in axis_table(plan, a.name):
-                raise PlanError(f"{entry}: value {v!r} has no entry in the plan's {a.name} table")
-    if sorted(seen) != sorted(KNOWN_AXES):
-        raise PlanError(f"ragged axes: missing {', '.join(sorted(set(KNOWN_AXES) - seen))}")
     for s in r.pair_suites:
         if s.scope not in ("core", "all"):
             raise PlanError(f"ragged pair suite '{s.item}': unknown scope {s.scope!r}")

@@ -291,3 +291,18 @@ def test_the_int64_offset_case_is_at_full_and_too_large_for_the_cpu(generated):
         assert run.memory_ceiling_breach(case, manifest) is None
         assert run.too_large_for_cpu(case.graph, manifest)
         assert predict(case.graph, "h200", sdpa_bwd.COST_MODEL).predicted_s < full.per_case_seconds
+
+
+@pytest.mark.parametrize("mend, message", [
+    (lambda axes: axes[:-1], "ragged axes: missing"),
+    (lambda axes: axes + (axes[0],), "declared twice"),
+    (lambda axes: (dataclasses.replace(axes[0], default="nope"),) + axes[1:], "is not one of its values"),
+    (lambda axes: (dataclasses.replace(axes[0], values=axes[0].values + ("zz",)),) + axes[1:],
+     "has no entry in the plan's"),
+])
+def test_the_ragged_axes_meet_the_same_axis_rules(mend, message):
+    from bundlegen.generator.checks import check_plan
+
+    r = sdpa_bwd.PLAN.ragged
+    with pytest.raises(PlanError, match=message):
+        check_plan(dataclasses.replace(sdpa_bwd.PLAN, ragged=dataclasses.replace(r, axes=mend(r.axes))))
