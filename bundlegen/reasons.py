@@ -51,6 +51,9 @@ DEVICE = frozenset({
     RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE, RAGGED_OFFSET_PAST_STORAGE,
     RAGGED_LENGTH_OVER_MAX,
 })
+#: frontend codes about a ragged graph's offsets (their values or their count): an engine
+#: is handed offsets only as device tensors, so these are never offered to its checks
+RAGGED_OFFSETS = DEVICE | {RAGGED_OFFSETS_COUNT}
 
 # --- engine: a valid graph the engine cannot address ----------------------------------
 ZERO_STRIDE_OUTPUT = "zero-stride-output"          # dQ/dK/dV stride 0 on an axis longer than 1

@@ -202,9 +202,8 @@ def causal_only(is_causal_alignment: str, source: str) -> Rule:
         a = graph.attributes
         if not is_masked(a):
             return None
-        if a.left_bound is not None or a.right_bound != 0:
-            return (f"{R.MASK_NOT_SERVED}: left_bound={a.left_bound}, right_bound={a.right_bound}"
-                    " (the op takes is_causal only, no window or band)")
+        if not is_causal_only(a):
+            return _not_causal(a, "the op takes is_causal only, no window or band")
         if graph.S_q != graph.S_kv and a.diagonal_alignment != is_causal_alignment:
             return (f"{R.ALIGNMENT_NOT_SERVED}: {a.diagonal_alignment} causal with S_q != S_kv "
                     f"(is_causal is {is_causal_alignment} here; {source})")
@@ -214,6 +213,15 @@ def causal_only(is_causal_alignment: str, source: str) -> Rule:
 
 def is_causal(graph: Graph) -> bool:
     return graph.attributes.right_bound == 0
+
+
+def is_causal_only(a) -> bool:
+    """The one mask an is_causal switch gives: right bound 0, no left bound."""
+    return a.left_bound is None and a.right_bound == 0
+
+
+def _not_causal(a, why: str) -> str:
+    return f"{R.MASK_NOT_SERVED}: left_bound={a.left_bound}, right_bound={a.right_bound} ({why})"
 
 
 # ----------------------------------------------------------------------------- adapter
@@ -338,9 +346,8 @@ def ragged_causal_only(alignments: tuple[str, ...], source: str) -> Rule:
         a = graph.attributes
         if not is_masked(a):
             return None
-        if a.left_bound is not None or a.right_bound != 0:
-            return (f"{R.MASK_NOT_SERVED}: left_bound={a.left_bound}, right_bound={a.right_bound}"
-                    f" (varlen: causal only; {source})")
+        if not is_causal_only(a):
+            return _not_causal(a, f"varlen: causal only; {source}")
         if a.diagonal_alignment not in alignments:
             return (f"{R.ALIGNMENT_NOT_SERVED}: {a.diagonal_alignment} causal on a ragged graph "
                     f"(served: {', '.join(alignments)}; {source})")

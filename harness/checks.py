@@ -175,7 +175,7 @@ class DifferingElements:
     storage ever differed, and in which runs (kept on the device, read back once)."""
 
     def __init__(self, first: Mapping[str, torch.Tensor]):
-        self.first = {p: _elements(t) for p, t in first.items()}
+        self.first = {p: bit_pattern(t) for p, t in first.items()}
         self.mask = {p: torch.zeros_like(b, dtype=torch.bool) for p, b in self.first.items()}
         self.runs: list[int] = []
         self._flags: list[tuple[int, torch.Tensor]] = []
@@ -184,7 +184,7 @@ class DifferingElements:
     def add(self, run: int, again: Mapping[str, torch.Tensor]) -> None:
         differs = []
         for p, base in self.first.items():
-            now = base != _elements(again[p]).to(base.device)
+            now = base != bit_pattern(again[p]).to(base.device)
             self.mask[p] |= now
             differs.append(now.any())
         self._flags.append((run, torch.stack(differs).any()))
@@ -209,9 +209,9 @@ class DifferingElements:
                 f"run 1: {'; '.join(parts)}")
 
 
-def _elements(t: torch.Tensor) -> torch.Tensor:
-    """A storage's elements as integers of its width (NaN == NaN, -0.0 != 0.0)."""
-    t = t.detach().reshape(-1)
+def bit_pattern(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's elements as integers of their width, same shape (NaN == NaN, -0.0 != 0.0)."""
+    t = t.detach()
     return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 

@@ -32,7 +32,7 @@ from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import INPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, PORTS, Case, Graph, TensorSpec
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences
 from bundlegen.harness import oracle, oracle_ragged
-from bundlegen.harness.checks import read_flags
+from bundlegen.harness.checks import bit_pattern, read_flags
 from bundlegen.harness.distributions import draw_inputs, generated_shape
 
 #: canary bit patterns: quiet NaNs with a distinctive payload, one for input storages and
@@ -86,19 +86,19 @@ def view_of(storage: torch.Tensor, spec: TensorSpec, dims: tuple[int, ...] | Non
     return storage.as_strided(dims or spec.dims, spec.strides, GUARD_ELEMS + spec.offset)
 
 
-def canary_bits(port: str, dtype: str) -> int:
-    """The canary of a port's storage: the output canary for dq, dk, dv, else the input's."""
-    return (OUTPUT_CANARY_BITS if port in OUTPUT_PORTS else CANARY_BITS)[dtype]
+def canary_bits(dtype: str, output: bool) -> int:
+    """The canary of an output storage (dq, dk, dv) or of an input's."""
+    return (OUTPUT_CANARY_BITS if output else CANARY_BITS)[dtype]
 
 
-def canary_storage(spec: TensorSpec, device: torch.device | str, port: str) -> torch.Tensor:
+def canary_storage(spec: TensorSpec, device: torch.device | str, output: bool) -> torch.Tensor:
     storage = torch.empty(storage_size(spec), dtype=TORCH_DTYPES[spec.dtype], device=device)
-    fill_canary(storage, spec.dtype, port)
+    fill_canary(storage, spec.dtype, output)
     return storage
 
 
-def fill_canary(storage: torch.Tensor, dtype: str, port: str) -> None:
-    storage.view(BITS_DTYPES[dtype]).fill_(canary_bits(port, dtype))
+def fill_canary(storage: torch.Tensor, dtype: str, output: bool) -> None:
+    storage.view(BITS_DTYPES[dtype]).fill_(canary_bits(dtype, output))
 
 
 def unaddressed_mask(spec: TensorSpec, device: torch.device | str,
@@ -162,10 +162,6 @@ class _LazyMasks(Mapping):
         return len(self._specs)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
 def write_view(storage: torch.Tensor, spec: TensorSpec, values: torch.Tensor, *,
                case_id: str, port: str) -> None:
     """Write logical `values` through the declared strides and check they read back bitwise.
@@ -174,13 +170,13 @@ def write_view(storage: torch.Tensor, spec: TensorSpec, values: torch.Tensor, *,
     for axis, (d, s) in enumerate(zip(spec.dims, spec.strides)):
         if s == 0 and d > 1:
             first = values.narrow(axis, 0, 1)
-            if not torch.equal(_bits(values), _bits(first.expand_as(values))):
+            if not torch.equal(bit_pattern(values), bit_pattern(first.expand_as(values))):
                 raise MaterializeError(
                     f"case {case_id}: port {port} has stride 0 on axis {axis} (length {d}) "
                     f"but the values derived for it differ along that axis")
             values = first
     view_of(storage, spec, tuple(values.shape)).copy_(values)
-    if not torch.equal(_bits(view_of(storage, spec)), _bits(values.expand(spec.dims))):
+    if not torch.equal(bit_pattern(view_of(storage, spec)), bit_pattern(values.expand(spec.dims))):
         raise MaterializeError(f"case {case_id}: port {port}: strides {spec.strides} make "
                                f"elements overlap, so the derived values cannot all be stored")
 
@@ -202,7 +198,7 @@ def _first_storage(spec: TensorSpec, device: torch.device, pin: bool) -> torch.T
     fill, not a host fill and copy of gigabytes."""
     size = storage_size(spec) * TORCH_DTYPES[spec.dtype].itemsize
     if device.type == "cuda" and size >= DEVICE_BUILD_MIN_BYTES:
-        return canary_storage(spec, device, "q")   # an input: the input canary
+        return canary_storage(spec, device, output=False)
     return _host_storage(spec, pin)
 
 
@@ -216,10 +212,10 @@ def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
     storage = torch.empty(size, dtype=dtype, pin_memory=pin)
     if is_dense(spec):
         start, end = addressed_span(spec)
-        fill_canary(storage[:start], spec.dtype, "q")   # inputs only: the input canary
-        fill_canary(storage[end:], spec.dtype, "q")
+        fill_canary(storage[:start], spec.dtype, output=False)
+        fill_canary(storage[end:], spec.dtype, output=False)
     else:
-        fill_canary(storage, spec.dtype, "q")
+        fill_canary(storage, spec.dtype, output=False)
     return storage
 
 
@@ -287,7 +283,7 @@ def materialize(case: Case, device: torch.device | str,
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
     for port in OUTPUT_PORTS:
-        storages[port] = canary_storage(specs[port], device, port)
+        storages[port] = canary_storage(specs[port], device, output=True)
     # what the input-modified check compares with: on the CPU the host storages themselves
     # (the device storages are copies of them), elsewhere a copy made on the device
     baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in INPUT_PORTS}
@@ -363,7 +359,8 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
     never reads. A dense view's unaddressed elements are the two ends of its storage; a
     view with gaps (padded rows, interleaving, some broadcasts) is scanned through its mask."""
     spec = m.case.graph.tensors[port]
-    bits, canary = m.storages[port].view(BITS_DTYPES[spec.dtype]), canary_bits(port, spec.dtype)
+    bits = m.storages[port].view(BITS_DTYPES[spec.dtype])
+    canary = canary_bits(spec.dtype, output=port in OUTPUT_PORTS)
     if is_dense(spec) and not any(len(r) for r in m.unaddressed.silent.get(port, ())):
         start, end = addressed_span(spec)
         return _differs_anywhere(torch.cat([bits[:start], bits[end:]]), canary)
@@ -389,8 +386,8 @@ def modified_inputs(m: Materialized) -> list[str]:
         if port in OFFSET_PORTS:
             now = m.tensors[port]
             return _differs_anywhere(now, torch.tensor(m.offsets[port], dtype=now.dtype, device=now.device))
-        now = _bits(m.storages[port])
-        return _differs_anywhere(now, _bits(m.baselines[port].to(now.device)))
+        now = bit_pattern(m.storages[port])
+        return _differs_anywhere(now, bit_pattern(m.baselines[port].to(now.device)))
     return _flagged(INPUT_PORTS + (OFFSET_PORTS if m.offsets else ()), differs)
 
 
@@ -403,7 +400,7 @@ def nonfinite_outputs(m: Materialized) -> list[str]:
 def reset_outputs(m: Materialized) -> None:
     """Refill every output storage with the canary (before a repeated run)."""
     for port in OUTPUT_PORTS:
-        fill_canary(m.storages[port], m.case.graph.tensors[port].dtype, port)
+        fill_canary(m.storages[port], m.case.graph.tensors[port].dtype, output=True)
 
 
 def logical_inputs(m: Materialized) -> dict[str, torch.Tensor]:

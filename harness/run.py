@@ -20,7 +20,7 @@ from bundlegen import validate
 from bundlegen.cost import predict, size_text, terms
 from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
 from bundlegen.manifest import Manifest, manifest_path
-from bundlegen.reasons import DETERMINISM_NOT_SERVED, DEVICE, RAGGED_NOT_SERVED, RAGGED_OFFSETS_COUNT, code_of
+from bundlegen.reasons import DETERMINISM_NOT_SERVED, RAGGED_NOT_SERVED, RAGGED_OFFSETS, code_of
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
 
@@ -205,16 +205,12 @@ def _run_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> C
     return _execute(case, engine, tol, repeat_count(engine, repeat, graph))
 
 
-#: frontend codes about a ragged graph's offsets, which an engine never sees on the host
-OFFSET_REASONS = DEVICE | {RAGGED_OFFSETS_COUNT}
-
-
 def _offer_to_engine(engine, graph: Graph, frontend: str) -> CaseOutcome:
     """A graph the frontend rejected, offered to the engine as well: an engine whose own
     checks accept an invalid graph is charged (`rejection-accepted`). Bad ragged offsets
     (their values or their count) are the exception: an engine is handed the offsets only
     as device tensors, and the device probes judge what it does with bad ones."""
-    if graph.ragged is not None and frontend in OFFSET_REASONS:
+    if graph.ragged is not None and frontend in RAGGED_OFFSETS:
         return CaseOutcome(V.REJECTED, reason=frontend)
     said = _decline_reason(engine, graph)
     if not said:

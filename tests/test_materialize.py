@@ -12,6 +12,7 @@ from bundlegen.graph import OUTPUT_PORTS, PORTS
 from bundlegen.harness import distributions as DIST
 from bundlegen.harness import materialize as M
 from bundlegen.harness import oracle
+from bundlegen.harness.checks import bit_pattern
 from tests.graph_factory import make_case, make_graph, packed_strides
 
 B, H, S_Q, S_KV, D = 2, 2, 5, 7, 8
@@ -231,7 +232,7 @@ def test_the_input_baselines_are_separate_copies_on_the_device():
     for port in M.INPUT_PORTS:
         assert m.baselines[port].device == m.storages[port].device
         assert m.baselines[port].untyped_storage().data_ptr() != m.storages[port].untyped_storage().data_ptr()
-        assert torch.equal(M._bits(m.baselines[port]), M._bits(m.storages[port]))
+        assert torch.equal(bit_pattern(m.baselines[port]), bit_pattern(m.storages[port]))
     assert m.oracle_s > 0
 
 
@@ -312,7 +313,7 @@ def test_materialized_inputs_are_the_generated_values(distribution, dtype):
     want = DIST.generate_inputs(graph, distribution, 5)
     logical = M.logical_inputs(m)
     for port in DIST.GENERATED_PORTS:
-        assert torch.equal(M._bits(logical[port]), M._bits(want[port].expand(logical[port].shape))), port
+        assert torch.equal(bit_pattern(logical[port]), bit_pattern(want[port].expand(logical[port].shape))), port
     assert M.guard_violations(m) == []
 
 

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 from bundlegen import reasons as R  # noqa: E402
 from bundlegen.graph import Graph, packed_strides, ragged_graph  # noqa: E402
 from bundlegen.mask import keep_mask  # noqa: E402
+from bundlegen.harness.checks import bit_pattern  # noqa: E402
 from bundlegen.validate import frontend_reason, good_sequences  # noqa: E402
 from bundlegen.engines.triton import configs, launch  # noqa: E402
 from bundlegen.engines.triton.capabilities import Capabilities  # noqa: E402
@@ -81,8 +82,7 @@ def reference(q, k, v, do, attrs):
 
 
 # ----------------------------------------------------------------------------- storage
-def _bits(t):
-    return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
+_bits = bit_pattern
 
 
 def _canaries(n: int, dtype: torch.dtype, output: bool) -> torch.Tensor:
