@@ -23,7 +23,20 @@ INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
 #: on the engine's device): the only place an engine may read the sequence offsets from
 OFFSET_PORTS = ("cu_seqlens_q", "cu_seqlens_kv")
 OUTPUT_PORTS = ("dq", "dk", "dv")
+#: the ports every graph has
 PORTS = INPUT_PORTS + OUTPUT_PORTS
+#: score-modifier ports (docs/CONTRACTS.md, "Score modifiers"), present only in a graph
+#: that has them: bias [B|1-by-stride-0, H_q|.., S_q, S_kv] (io dtype), sinks [H_q] (fp32);
+#: dbias (the bias's dims, 1 on its broadcast axes) and dsinks [H_q] (fp32) need their input
+MODIFIER_INPUT_PORTS = ("bias", "sinks")
+MODIFIER_OUTPUT_PORTS = ("dbias", "dsinks")
+#: every port a bundle may name
+KNOWN_PORTS = INPUT_PORTS + MODIFIER_INPUT_PORTS + OUTPUT_PORTS + MODIFIER_OUTPUT_PORTS
+#: the score modifiers an engine may serve (Engine.score_modifiers): the four ports by
+#: name, and the softcap attribute
+MODIFIERS = ("bias", "dbias", "sinks", "softcap")
+#: values a bias input is filled with (DataSpec.bias_values): normal draws, or ALiBi
+BIAS_VALUES = ("randn", "alibi")
 DTYPES = ("bf16", "fp16", "fp32")
 ALIGNMENTS = ("TOP_LEFT", "BOTTOM_RIGHT")
 PURPOSES = ("claim", "probe", "regression")
@@ -83,6 +96,8 @@ class Attributes:
     #: cuDNN's deterministic algorithm): re-runs must be bitwise equal; an engine without
     #: such a mode declines
     deterministic_algorithm: bool = False
+    #: cap * tanh(s / cap) on the scaled scores (Gemma 2's logit softcap); None: off
+    softcap: float | None = None
 
     def to_json(self) -> dict:
         out = {"attn_scale": self.attn_scale, "diagonal_alignment": self.diagonal_alignment,
@@ -90,6 +105,8 @@ class Attributes:
                "dropout_probability": self.dropout_probability}
         if self.deterministic_algorithm:   # left out when off: other graphs keep their ids
             out["deterministic_algorithm"] = True
+        if self.softcap is not None:       # likewise
+            out["softcap"] = self.softcap
         return out
 
 
@@ -176,6 +193,29 @@ class Graph:
     def T_kv(self) -> int:
         return self.tensors["k"].dims[0]
 
+    @property
+    def input_ports(self) -> tuple[str, ...]:
+        """The inputs this graph has: INPUT_PORTS, then its modifier inputs."""
+        return INPUT_PORTS + tuple(p for p in MODIFIER_INPUT_PORTS if p in self.tensors)
+
+    @property
+    def output_ports(self) -> tuple[str, ...]:
+        """The outputs this graph has: OUTPUT_PORTS, then its modifier outputs."""
+        return OUTPUT_PORTS + tuple(p for p in MODIFIER_OUTPUT_PORTS if p in self.tensors)
+
+    @property
+    def ports(self) -> tuple[str, ...]:
+        return self.input_ports + self.output_ports
+
+    @property
+    def modifiers(self) -> frozenset[str]:
+        """The score modifiers this graph uses (a subset of MODIFIERS); dsinks counts as
+        "sinks" (an engine serving sinks writes their gradient when asked)."""
+        used = {p for p in ("bias", "dbias", "sinks") if p in self.tensors}
+        if self.attributes.softcap is not None:
+            used.add("softcap")
+        return frozenset(used)
+
     def as_launched(self) -> "Graph":
         """The graph an engine is handed: a ragged graph's offsets removed (they reach the
         engine only as device tensors); a padded graph unchanged."""
@@ -196,9 +236,14 @@ class Graph:
 class DataSpec:
     seed: int
     distribution: str = "randn"
+    #: what a bias input holds (BIAS_VALUES); only read when the graph has a bias
+    bias_values: str = "randn"
 
     def to_json(self) -> dict:
-        return {"seed": self.seed, "distribution": self.distribution}
+        out = {"seed": self.seed, "distribution": self.distribution}
+        if self.bias_values != "randn":   # left out when default: other cases keep their ids
+            out["bias_values"] = self.bias_values
+        return out
 
 
 @dataclass(frozen=True)
@@ -306,8 +351,8 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
     tensors_raw = r.get(raw, "tensors", dict, where)
     tensors = {}
     for port in sorted(tensors_raw):
-        if port not in PORTS:
-            raise r.fail(f"{where}.tensors.{port}", f"unknown port (known: {', '.join(PORTS)})")
+        if port not in KNOWN_PORTS:
+            raise r.fail(f"{where}.tensors.{port}", f"unknown port (known: {', '.join(KNOWN_PORTS)})")
         tensors[port] = tensor_from_json(tensors_raw[port], r, f"{where}.tensors.{port}")
     a = r.get(raw, "attributes", dict, where)
     aw = f"{where}.attributes"
@@ -318,7 +363,8 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
         dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True),
-        deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)))
+        deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)),
+        softcap=_optional_float(r.get(a, "softcap", (int, float), aw, optional=True)))
     ragged = None
     rag = r.get(raw, "ragged", dict, where, optional=True)
     if rag is not None:
@@ -329,6 +375,10 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
                         max_seqlen_kv=r.get(rag, "max_seqlen_kv", int, rw),
                         batch=len(cq) - 1)
     return Graph(tensors=tensors, attributes=attrs, ragged=ragged)
+
+
+def _optional_float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Case:
@@ -352,6 +402,10 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     dist = r.get(d, "distribution", str, "data", optional=True) or "randn"
     if dist not in DISTRIBUTIONS:
         raise r.fail("data.distribution", f"unknown distribution {dist!r}")
+    bias_values = r.get(d, "bias_values", str, "data", optional=True) or "randn"
+    if bias_values not in BIAS_VALUES:
+        raise r.fail("data.bias_values", f"unknown bias values {bias_values!r} "
+                                         f"(known: {', '.join(BIAS_VALUES)})")
     rej_raw = r.get(raw, "expected_rejection", dict, "", optional=True)
     rejection = None
     if rej_raw is not None:
@@ -372,12 +426,12 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
                 predicted_s=float(r.get(c, "predicted_s", (int, float), "cost", optional=True) or 0.0))
     from bundlegen import ids
 
-    content_id = ids.case_id(purpose, graph, dist, rejection, seed)
+    content_id = ids.case_id(purpose, graph, dist, rejection, seed, bias_values=bias_values)
     if content_id != case_id:
         raise r.fail("id", f"does not match the case's content, whose id is {content_id} "
                            "(edited after generation? run `bundlegen generate`)")
     return Case(id=case_id, purpose=purpose, items=tuple(items), graph=graph,
-                data=DataSpec(seed=seed, distribution=dist),
+                data=DataSpec(seed=seed, distribution=dist, bias_values=bias_values),
                 tolerance_class=r.get(raw, "tolerance_class", str, "", optional=True),
                 expected_rejection=rejection, cost=cost, level=level, group=group)
 
@@ -494,6 +548,45 @@ def dense_graph(B: int = 1, H_q: int = 2, H_k: int | None = None, H_v: int | Non
                        diagonal_alignment=alignment, left_bound=left, right_bound=right,
                        dropout_probability=dropout)
     return Graph(tensors=tensors, attributes=attrs)
+
+
+#: bias broadcast kinds: which of the bias's axes 0 (batch) and 1 (heads) have stride 0
+BIAS_BROADCASTS = {"full": (), "batch": (0,), "head": (1,), "both": (0, 1)}
+
+
+def with_modifiers(graph: Graph, *, bias: str | None = None, dbias: bool = False,
+                   sinks: bool = False, dsinks: bool = False,
+                   softcap: float | None = None) -> Graph:
+    """`graph` (padded) with score-modifier ports added, each packed: a bias broadcast as
+    BIAS_BROADCASTS[bias] (zero strides on its broadcast axes), its dbias summed over them
+    (dims 1 there), sinks / dsinks [H_q] fp32; `softcap` sets the attribute."""
+    B, H_q, S_q, S_kv = graph.B, graph.H_q, graph.S_q, graph.S_kv
+    tensors = dict(graph.tensors)
+    if bias is not None:
+        axes = BIAS_BROADCASTS[bias]
+        reduced = tuple(1 if a in axes else d for a, d in enumerate((B, H_q, S_q, S_kv)))
+        strides = tuple(0 if a in axes else s for a, s in enumerate(packed_strides(reduced)))
+        tensors["bias"] = TensorSpec(dims=(B, H_q, S_q, S_kv), strides=strides, dtype=graph.dtype)
+        if dbias:
+            tensors["dbias"] = TensorSpec(dims=reduced, strides=packed_strides(reduced),
+                                          dtype=graph.dtype)
+    elif dbias:
+        raise ValueError("dbias needs a bias")
+    if sinks:
+        tensors["sinks"] = TensorSpec(dims=(H_q,), strides=(1,), dtype="fp32")
+        if dsinks:
+            tensors["dsinks"] = TensorSpec(dims=(H_q,), strides=(1,), dtype="fp32")
+    elif dsinks:
+        raise ValueError("dsinks needs sinks")
+    attrs = graph.attributes if softcap is None else dataclasses.replace(graph.attributes,
+                                                                         softcap=float(softcap))
+    return dataclasses.replace(graph, tensors=tensors, attributes=attrs)
+
+
+def dbias_dims(bias: TensorSpec) -> tuple[int, ...]:
+    """The dims a dBias for `bias` must have: 1 on every axis the bias broadcasts (stride
+    0 on an axis longer than 1), the bias's length elsewhere."""
+    return tuple(1 if s == 0 and d > 1 else d for d, s in zip(bias.dims, bias.strides))
 
 
 #: Token-major storage orders of a ragged graph's [T, H, D] ports, outermost first:

@@ -26,22 +26,30 @@ def _compact(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def content_key(graph: Graph, distribution: str, rejection: Rejection | None) -> str:
+def content_key(graph: Graph, distribution: str, rejection: Rejection | None,
+                bias_values: str = "randn") -> str:
     """What two plan entries must share to be one case (their items are merged)."""
     return _compact({"graph": graph.to_json(), "distribution": distribution,
-                     "expected_rejection": None if rejection is None else rejection.to_json()})
+                     "expected_rejection": None if rejection is None else rejection.to_json(),
+                     **_bias_values(bias_values)})
 
 
 def case_id(purpose: str, graph: Graph, distribution: str, rejection: Rejection | None,
-            seed: int | None = None) -> str:
+            seed: int | None = None, *, bias_values: str = "randn") -> str:
     """The id of this content; with a `seed` other than the id's own (seed_of), the seed is
-    part of the identity."""
+    part of the identity. Bias values other than the default are part of it too."""
     identity = {"purpose": purpose, "graph": graph.to_json(), "distribution": distribution,
-                "expected_rejection": None if rejection is None else rejection.to_json()}
+                "expected_rejection": None if rejection is None else rejection.to_json(),
+                **_bias_values(bias_values)}
     base = _digest(identity)
     if seed is None or seed == seed_of(base):
         return base
     return _digest({**identity, "seed": seed})
+
+
+def _bias_values(bias_values: str) -> dict:
+    """Left out when default: cases without a structured bias keep their ids."""
+    return {} if bias_values == "randn" else {"bias_values": bias_values}
 
 
 def _digest(identity: dict) -> str:

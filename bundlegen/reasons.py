@@ -33,6 +33,20 @@ RAGGED_NEGATIVE_OFFSET = "ragged-negative-offset"        # cu_seqlens[0] < 0
 RAGGED_OFFSETS_DECREASE = "ragged-offsets-decrease"      # cu_seqlens[b+1] < cu_seqlens[b]
 RAGGED_OFFSET_PAST_STORAGE = "ragged-offset-past-storage"  # cu_seqlens[B] > T
 RAGGED_LENGTH_OVER_MAX = "ragged-length-over-max"        # a sequence longer than max_seqlen
+# score modifiers (docs/CONTRACTS.md, "Score modifiers"); dtype rules reuse DTYPE_MISMATCH
+# (bias, dbias: io dtype) and SINKS_DTYPE (sinks, dsinks: fp32)
+BIAS_DIMS_MISMATCH = "bias-dims-mismatch"          # bias not [B, H_q, S_q, S_kv]
+BIAS_BROADCAST_AXIS = "bias-broadcast-axis"        # bias stride 0 on a long S_q or S_kv axis
+DBIAS_WITHOUT_BIAS = "dbias-without-bias"
+DBIAS_DIMS_MISMATCH = "dbias-dims-mismatch"        # dbias dims != bias dims, 1 where it broadcasts
+DBIAS_OVERLAP = "dbias-overlap"                    # a dbias whose layout cannot be written
+SINKS_DIMS_MISMATCH = "sinks-dims-mismatch"        # sinks or dsinks not [H_q]
+SINKS_DTYPE = "sinks-dtype"                        # sinks and dsinks must be fp32
+DSINKS_WITHOUT_SINKS = "dsinks-without-sinks"
+DSINKS_OVERLAP = "dsinks-overlap"                  # dsinks stride 0 with H_q > 1
+SOFTCAP_NONPOSITIVE = "softcap-nonpositive"
+SOFTCAP_NONFINITE = "softcap-nonfinite"
+RAGGED_MODIFIER = "ragged-modifier"                # bias, sinks or softcap on a ragged graph
 
 FRONTEND = frozenset({
     MISSING_TENSOR, BAD_RANK, STRIDE_COUNT, NONPOSITIVE_DIM, NEGATIVE_STRIDE,
@@ -42,6 +56,9 @@ FRONTEND = frozenset({
     SCALE_NONPOSITIVE, SCALE_NONFINITE, SPAN_OVERFLOW, RAGGED_OFFSETS_COUNT,
     RAGGED_MAX_SEQLEN_NEGATIVE, RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE,
     RAGGED_OFFSET_PAST_STORAGE, RAGGED_LENGTH_OVER_MAX,
+    BIAS_DIMS_MISMATCH, BIAS_BROADCAST_AXIS, DBIAS_WITHOUT_BIAS, DBIAS_DIMS_MISMATCH,
+    DBIAS_OVERLAP, SINKS_DIMS_MISMATCH, SINKS_DTYPE, DSINKS_WITHOUT_SINKS, DSINKS_OVERLAP,
+    SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE, RAGGED_MODIFIER,
 })
 
 # --- device: bad offset values only device code sees (the seed-001 class) -------------
@@ -72,12 +89,18 @@ SCALE_NOT_SERVED = "scale-not-served"
 SEQ_LEN_NOT_SERVED = "seq-len-not-served"
 MISALIGNED_STRIDE = "misaligned-stride"
 BROADCAST_INPUT_NOT_SERVED = "broadcast-input-not-served"
-GATED_FEATURE = "gated-feature"                    # dropout, bias: not built yet
+GATED_FEATURE = "gated-feature"                    # dropout: not built yet
 RAGGED_NOT_SERVED = "ragged-not-served"            # packed variable-length batches
 DETERMINISM_NOT_SERVED = "determinism-not-served"  # no deterministic backward to ask for
 ARCH_NOT_SERVED = "arch-not-served"
 DEVICE_NOT_SERVED = "device-not-served"
 TOO_LARGE = "too-large"
+#: the graph uses a score modifier the engine does not list in Engine.score_modifiers
+#: (the harness declines it for the engine, detail: which)
+MODIFIER_NOT_SERVED = "modifier-not-served"
+#: a listed modifier in a layout, alignment or combination the engine cannot serve
+BIAS_LAYOUT_NOT_SERVED = "bias-layout-not-served"
+MODIFIER_COMBINATION_NOT_SERVED = "modifier-combination-not-served"
 
 ENGINE = frozenset({
     ZERO_STRIDE_OUTPUT, OVERLAPPING_OUTPUT, DTYPE_NOT_SERVED, HEAD_DIM_TOO_LARGE,
@@ -85,6 +108,7 @@ ENGINE = frozenset({
     HV_NOT_HK, GQA_NOT_SERVED, MASK_NOT_SERVED, ALIGNMENT_NOT_SERVED, SCALE_NOT_SERVED,
     SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
     ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED, DETERMINISM_NOT_SERVED,
+    MODIFIER_NOT_SERVED, BIAS_LAYOUT_NOT_SERVED, MODIFIER_COMBINATION_NOT_SERVED,
 })
 
 ALL = FRONTEND | ENGINE | DEVICE

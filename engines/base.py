@@ -40,6 +40,14 @@ class Engine(abc.ABC):
     #: (graph.attributes.deterministic_algorithm); an engine that is always deterministic
     #: needs none. The harness declines such graphs for the others.
     deterministic_mode: bool = False
+    #: the score modifiers it serves, a subset of bundlegen.graph.MODIFIERS ("bias",
+    #: "dbias", "sinks", "softcap"; docs/CONTRACTS.md, "Score modifiers"). The harness
+    #: declines a graph using any other with `modifier-not-served` before is_applicable,
+    #: so an engine written before them never meets a bias port. run() then also finds
+    #: tensors['bias'|'sinks'] (inputs; bias may have zero strides) and
+    #: tensors['dbias'|'dsinks'] (outputs, to be written whole) when the graph has them,
+    #: and the cap in graph.attributes.softcap.
+    score_modifiers: frozenset[str] = frozenset()
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
