@@ -62,8 +62,9 @@ class TorchMathEngine(Engine):
         grads = attention_backward_heads(graph.attributes, tensors["q"], tensors["k"], tensors["v"],
                                          tensors["do"], bias=tensors.get("bias"),
                                          sinks=tensors.get("sinks"))
-        for port, grad in zip(("dq", "dk", "dv", "dbias", "dsinks"), grads):
-            if port in tensors:
+        names = ["dq", "dk", "dv"] + ["dbias"] * ("bias" in tensors) + ["dsinks"] * ("sinks" in tensors)
+        for port, grad in zip(names, grads):
+            if port in tensors:   # a bias or sinks input without its gradient port: not asked for
                 tensors[port].copy_(grad.reshape(tensors[port].shape))
 
 
