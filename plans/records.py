@@ -13,12 +13,16 @@ LEVEL_NAMES = ("quick", "pr", "nightly", "full")
 # ----------------------------------------------------------------------------- axes
 @dataclass(frozen=True)
 class Axis:
-    """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly."""
+    """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly.
+    An `extension` axis was added after the pair suites' rows were fixed: the suites first
+    propose their rows with it at its default (the rows, and the cases' ids, they gave
+    before), then add rows for the pairs it takes part in."""
     name: str
     title: str
     values: tuple[str, ...]
     default: str
     core: bool = False
+    extension: bool = False
 
 
 @dataclass(frozen=True)

@@ -174,11 +174,12 @@ AXES = (
     Axis("scale", "attention scale", tuple(SCALES), "default"),
     Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
     Axis("batch", "batch size", tuple(BATCHES), "b1"),
-    # core: paired at pr with every head configuration, sequence pair, head dim and mask
-    Axis("bias", "additive bias (broadcast kinds, ALiBi)", tuple(BIASES), "none", core=True),
-    Axis("dbias", "dBias output (summed over the bias's broadcast axes)", tuple(SWITCHES), "off", core=True),
-    Axis("sinks", "attention sinks: a per-head sink logit and its dSinks", tuple(SWITCHES), "off", core=True),
-    Axis("softcap", "softcap cap * tanh(s / cap) on the scaled scores", tuple(SOFTCAPS), "off", core=True),
+    # core: paired at pr with every head configuration, sequence pair, head dim and mask;
+    # extension: the pair suites' earlier rows (and case ids) stay, rows are added for these
+    Axis("bias", "additive bias (broadcast kinds, ALiBi)", tuple(BIASES), "none", core=True, extension=True),
+    Axis("dbias", "dBias output (summed over the bias's broadcast axes)", tuple(SWITCHES), "off", core=True, extension=True),
+    Axis("sinks", "attention sinks: a per-head sink logit and its dSinks", tuple(SWITCHES), "off", core=True, extension=True),
+    Axis("softcap", "softcap cap * tanh(s / cap) on the scaled scores", tuple(SOFTCAPS), "off", core=True, extension=True),
 )
 
 # ============================================================================ legality
