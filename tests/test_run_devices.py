@@ -217,3 +217,21 @@ def test_workers_side_by_side_share_the_cores(tmp_path):
     details = {r["detail"].split(" raised RuntimeError: ")[1].split(" at ")[0]
                for r in read_results(summary.results_path)}
     assert details == {f"threads={share} omp={share}"}
+
+
+def test_the_parent_of_an_isolated_run_never_imports_torch(tmp_path):
+    """The worker's answers unpickle in the parent without torch (a TorchVersion in the
+    software versions made the parent import torch, seconds on a GPU host, after the
+    workers were ready)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 3)])
+    code = ("import sys; from bundlegen.harness.run import run_level; "
+            f"s = run_level('quick', 'torch-math', device='cpu', bundles={str(tmp_path / 'bundles')!r}, "
+            f"out={str(tmp_path / 'out')!r}, repeat=1); "
+            "print(s.exit_code, 'torch' in sys.modules)")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == [str(V.EXIT_OK), "False"], out.stderr[-2000:]
