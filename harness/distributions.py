@@ -5,7 +5,7 @@ q, k, v, do are each drawn in their generated shape (a broadcast axis, stride 0,
 with size 1) and rounded to the io dtype. A tensor is drawn in chunks of CHUNK_ELEMS
 elements (flat, row-major); chunk c of port p (index in GENERATED_PORTS) has its own
 torch.Generator seeded from (case seed, p, c) by `chunk_seed`, so the values depend on the
-seed and the shape only, never on whether one thread or a pool of min(cpu count,
+seed and the shape only, never on whether one thread or a pool of min(torch's threads,
 MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
 - `randn`: standard normal.
 - `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype
@@ -54,7 +54,9 @@ def chunk_seed(seed: int, port_index: int, chunk_index: int) -> int:
 
 
 def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    """torch's intra-op threads (a worker sharing the host gets its share of the cores),
+    at most MAX_THREADS."""
+    return max(1, min(torch.get_num_threads(), os.cpu_count() or 1, MAX_THREADS))
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -83,7 +85,7 @@ def _run(tasks: list[Callable[[], None]], threads: int) -> None:
 def generate_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | None = None,
                     chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """port -> CPU tensor in the io dtype with the port's generated shape (expand it to the
-    logical dims). `threads` (default min(cpu count, MAX_THREADS); 1 draws on this thread)
+    logical dims). `threads` (default min(torch's threads, MAX_THREADS); 1 draws on this thread)
     changes the speed only."""
     drawn = draw_inputs(graph, distribution, seed, threads=threads, chunk_elems=chunk_elems)
     return {port: values.to(TORCH_DTYPES[graph.tensors[port].dtype], copy=True)
