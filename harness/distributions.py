@@ -96,7 +96,7 @@ def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | No
                 chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """generate_inputs before the rounding to the io dtype: float32 values (copying them
     into an io-dtype tensor rounds them exactly as generate_inputs does). They live in
-    buffers the next call reuses: copy them before drawing again."""
+    buffers this thread's next call reuses: copy them before drawing again."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r} (known: {', '.join(DISTRIBUTIONS)})")
     threads = default_threads() if threads is None else max(1, threads)
@@ -119,19 +119,20 @@ def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | No
     return {port: draw.values() for port, draw in draws.items()}
 
 
-#: draw buffers kept from one call to the next (per port and kind): a run then does not
-#: page in fresh memory for every case (slow in a VM); a larger one is allocated per call
+#: draw buffers kept from one call to the next (per thread, port and kind): a run then does
+#: not page in fresh memory for every case (slow in a VM); a larger one is allocated per call
 SCRATCH_MAX_BYTES = 1 << 30
-_scratch: dict[tuple, torch.Tensor] = {}
+_scratch = threading.local()
 
 
 def _buffer(slot: tuple, numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """A 1-D tensor of numel elements, reused by the next call with the same slot."""
+    """A 1-D tensor of numel elements, reused by this thread's next call with the same slot."""
     if numel * dtype.itemsize > SCRATCH_MAX_BYTES:
         return torch.empty(numel, dtype=dtype)
-    buf = _scratch.get((slot, dtype))
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    buf = buffers.get((slot, dtype))
     if buf is None or buf.numel() < numel:
-        buf = _scratch[(slot, dtype)] = torch.empty(numel, dtype=dtype)
+        buf = buffers[(slot, dtype)] = torch.empty(numel, dtype=dtype)
     return buf[:numel]
 
 

@@ -26,6 +26,7 @@ each input storage made on the device itself.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -208,19 +209,21 @@ def writes_overlap(spec: TensorSpec) -> bool:
     return overlaps_itself(dataclasses.replace(spec, dims=generated_shape(spec.dims, spec.strides)))
 
 
-#: staging buffers for the copies to a GPU kept from one case to the next (per port): pinned
-#: once, so no case pays for pinning (or paging in) fresh host memory; a larger one is
-#: allocated for its case alone
+#: staging buffers for the copies to a GPU kept from one case to the next (per thread and
+#: port): pinned once, so no case pays for pinning (or paging in) fresh host memory; a
+#: larger one is allocated for its case alone
 STAGING_MAX_BYTES = 1 << 28
-_staging: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+_staging = threading.local()
 
 
-def _staging_buffer(port: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+def _staging_buffer(port: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    pin = device.type == "cuda"
     if numel * dtype.itemsize > STAGING_MAX_BYTES:
-        return torch.empty(numel, dtype=dtype, pin_memory=True)
-    buf = _staging.get((port, dtype))
+        return torch.empty(numel, dtype=dtype, pin_memory=pin)
+    buffers = _staging.__dict__.setdefault("buffers", {})
+    buf = buffers.get((port, dtype, pin))
     if buf is None or buf.numel() < numel:
-        buf = _staging[(port, dtype)] = torch.empty(numel, dtype=dtype, pin_memory=True)
+        buf = buffers[(port, dtype, pin)] = torch.empty(numel, dtype=dtype, pin_memory=pin)
     return buf[:numel]
 
 
@@ -235,7 +238,7 @@ def _write_input(storage: torch.Tensor, spec: TensorSpec, values: torch.Tensor, 
     if storage.device.type == "cpu":
         view_of(storage, spec, shape).copy_(values)
         return
-    staged = _staging_buffer(port, values.numel(), storage.dtype).view(shape)
+    staged = _staging_buffer(port, values.numel(), storage.dtype, storage.device).view(shape)
     staged.copy_(values)
     view_of(storage, spec, shape).copy_(staged.to(storage.device, non_blocking=True))
 
