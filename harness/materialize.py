@@ -212,7 +212,7 @@ def writes_overlap(spec: TensorSpec) -> bool:
 #: staging buffers for the copies to a GPU kept from one case to the next (per thread and
 #: port): pinned once, so no case pays for pinning (or paging in) fresh host memory; a
 #: larger one is allocated for its case alone
-STAGING_MAX_BYTES = 1 << 28
+STAGING_MAX_BYTES = 1 << 26
 _staging = threading.local()
 
 
