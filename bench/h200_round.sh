@@ -39,6 +39,10 @@ gpu1() {
   full torch-flash 1; full torch-flash 2; full torch-efficient 1; full torch-efficient 2
 }
 
+# the two halves share the host's cores: each gets half of them (unset, each worker's
+# OpenMP and draw threads took every core; round 4's case phases, run so, were about ten
+# times slower than the same cases in a process of their own)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
 CUDA_VISIBLE_DEVICES=0 gpu0 > "$OUT/gpu0.log" 2>&1 &
 CUDA_VISIBLE_DEVICES=1 gpu1 > "$OUT/gpu1.log" 2>&1 &
 wait

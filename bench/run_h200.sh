@@ -12,8 +12,8 @@ mkdir -p "$OUT"
 RUNS=out/harness_throughput
 step() { echo "== $1"; shift; ( "$@" ) > "$OUT/$LOG" 2>&1; echo "   exit $? (log $OUT/$LOG)"; tail -n "${TAIL:-12}" "$OUT/$LOG"; }
 
-LOG=harness.log TAIL=40 step "harness throughput (cold, then warm)" timeout 360 python3 bench/harness_throughput.py --out "$OUT/harness_throughput_h200.json"
-LOG=calibrate.log TAIL=30 step "cost model fit" python3 -m bundlegen calibrate $RUNS/warm-quick $RUNS/warm-pr $RUNS/warm-nightly $RUNS/warm-full --device-class h200
+LOG=harness.log TAIL=40 step "harness throughput (cold, then warm)" timeout 1800 python3 bench/harness_throughput.py --levels quick pr nightly full --workers 4 --out "$OUT/harness_throughput_h200.json"
+LOG=calibrate.log TAIL=30 step "cost model fit" python3 -m bundlegen calibrate $RUNS/warm-quick-cuda-x1 $RUNS/warm-pr-cuda-x1 $RUNS/warm-nightly-cuda-x1 $RUNS/warm-full-cuda-x1 --device-class h200
 tar czf "$OUT/harness_runs.tar.gz" $RUNS/*/results.jsonl $RUNS/*/run.json $RUNS/*/log.txt 2>/dev/null
 LOG=torch_sdpa_selfcheck.log TAIL=40 step "torch SDPA engines self-check" timeout 120 python3 bench/torch_sdpa_selfcheck.py
 # the grid writes its JSON after every shape, so whatever the time left allows is kept

@@ -61,10 +61,12 @@ class RunTimes:
     bundles_digest: str = ""        # sha256 over the bundle files the run loaded
     complete: bool = True           # False while the run is going on, or when it was cut short
     versions: Mapping[str, str] = field(default_factory=dict)   # torch, triton, cudnn, cuda, driver
-    # one entry per worker, in --devices order: {"device", "cases", "seconds"} (cases run and
-    # their summed wall seconds); one entry for a single-device run
+    # one entry per worker process, in the order they were started: {"device", "worker",
+    # "cases", "seconds"} (the worker's index on its device, cases run and their summed
+    # wall seconds); one entry for a single-worker run
     per_device: tuple[Mapping[str, Any], ...] = ()
     lane: str = ""                  # --lane, when the run came from lanes.yaml
+    workers_per_device: int = 1     # worker processes sharing each device (--workers-per-device)
 
     def __post_init__(self) -> None:   # read back from JSON, per_device is a list
         object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))

@@ -5,7 +5,7 @@ q, k, v, do are each drawn in their generated shape (a broadcast axis, stride 0,
 with size 1) and rounded to the io dtype. A tensor is drawn in chunks of CHUNK_ELEMS
 elements (flat, row-major); chunk c of port p (index in GENERATED_PORTS) has its own
 torch.Generator seeded from (case seed, p, c) by `chunk_seed`, so the values depend on the
-seed and the shape only, never on whether one thread or a pool of min(cpu count,
+seed and the shape only, never on whether one thread or a pool of min(torch's threads,
 MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
 - `randn`: standard normal.
 - `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype
@@ -62,7 +62,9 @@ def chunk_seed(seed: int, port_index: int, chunk_index: int) -> int:
 
 
 def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    """torch's intra-op threads (a worker sharing the host gets its share of the cores),
+    at most MAX_THREADS."""
+    return max(1, min(torch.get_num_threads(), os.cpu_count() or 1, MAX_THREADS))
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -91,7 +93,7 @@ def _run(tasks: list[Callable[[], None]], threads: int) -> None:
 def generate_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | None = None,
                     chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """port -> CPU tensor in the io dtype with the port's generated shape (expand it to the
-    logical dims). `threads` (default min(cpu count, MAX_THREADS); 1 draws on this thread)
+    logical dims). `threads` (default min(torch's threads, MAX_THREADS); 1 draws on this thread)
     changes the speed only."""
     drawn = draw_inputs(graph, distribution, seed, threads=threads, chunk_elems=chunk_elems)
     return {port: values.to(TORCH_DTYPES[graph.tensors[port].dtype], copy=True)
@@ -102,7 +104,7 @@ def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | No
                 chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """generate_inputs before the rounding to the io dtype: float32 values (copying them
     into an io-dtype tensor rounds them exactly as generate_inputs does). They live in
-    buffers the next call reuses: copy them before drawing again."""
+    buffers this thread's next call reuses: copy them before drawing again."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r} (known: {', '.join(DISTRIBUTIONS)})")
     threads = default_threads() if threads is None else max(1, threads)
@@ -125,19 +127,20 @@ def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | No
     return {port: draw.values() for port, draw in draws.items()}
 
 
-#: draw buffers kept from one call to the next (per port and kind): a run then does not
-#: page in fresh memory for every case (slow in a VM); a larger one is allocated per call
+#: draw buffers kept from one call to the next (per thread, port and kind): a run then does
+#: not page in fresh memory for every case (slow in a VM); a larger one is allocated per call
 SCRATCH_MAX_BYTES = 1 << 30
-_scratch: dict[tuple, torch.Tensor] = {}
+_scratch = threading.local()
 
 
 def _buffer(slot: tuple, numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """A 1-D tensor of numel elements, reused by the next call with the same slot."""
+    """A 1-D tensor of numel elements, reused by this thread's next call with the same slot."""
     if numel * dtype.itemsize > SCRATCH_MAX_BYTES:
         return torch.empty(numel, dtype=dtype)
-    buf = _scratch.get((slot, dtype))
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    buf = buffers.get((slot, dtype))
     if buf is None or buf.numel() < numel:
-        buf = _scratch[(slot, dtype)] = torch.empty(numel, dtype=dtype)
+        buf = buffers[(slot, dtype)] = torch.empty(numel, dtype=dtype)
     return buf[:numel]
 
 

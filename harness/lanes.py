@@ -13,6 +13,7 @@ skips that each name a ticket.
         runner: ubuntu-latest            # optional: GitHub Actions runs-on (a label or a list)
         arch: sm90           # optional: the arch the lane is meant for (documentation)
         devices: all         # optional: several devices of one host (bundlegen run --devices)
+        workers_per_device: 4   # optional, default 1: worker processes sharing each device
         skips:               # optional: rows shaped like engine.toml [[test_skips]]
           - filters: {item: "AX-FOO*"}
             reason: "PROJ-12: flaky on the interpreter"
@@ -35,8 +36,8 @@ KEEP = {"results": "results.jsonl", "junit": "junit.xml", "report": "report"}
 ALWAYS_KEPT = "run.json"
 DEFAULT_KEEP = ("results", "junit")
 DEFAULT_RUNNER = "ubuntu-latest"
-LANE_KEYS = ("engine", "device", "devices", "arch", "level", "shards", "timeout", "keep", "runner",
-             "skips", "description")
+LANE_KEYS = ("engine", "device", "devices", "workers_per_device", "arch", "level", "shards", "timeout",
+             "keep", "runner", "skips", "description")
 REQUIRED = ("engine", "device", "level")
 
 
@@ -60,6 +61,7 @@ class Lane:
     runner: str | tuple[str, ...] = DEFAULT_RUNNER   # runs-on: a label, or labels all required
     arch: str | None = None
     devices: str | None = None          # as --devices takes it: "all" or "cuda:0,cuda:1"
+    workers_per_device: int = 1         # as --workers-per-device takes it
     skips: tuple[SkipRow, ...] = ()
     description: str = ""
 
@@ -140,6 +142,9 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     shards = body.get("shards", 1)
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LanesError(f"{where}.shards: expected a whole number >= 1, got {shards!r}")
+    per_device = body.get("workers_per_device", 1)
+    if isinstance(per_device, bool) or not isinstance(per_device, int) or per_device < 1:
+        raise LanesError(f"{where}.workers_per_device: expected a whole number >= 1, got {per_device!r}")
     timeout = body.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout > 0):
@@ -165,7 +170,7 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     return Lane(name=name, engine=text("engine"), device=text("device"), level=text("level"),
                 shards=shards, timeout_s=None if timeout is None else float(timeout),
                 keep=tuple(dict.fromkeys(keep)), runner=runner,
-                arch=text("arch"), devices=devices, skips=_skips(path, name, body.get("skips", [])),
+                arch=text("arch"), devices=devices, workers_per_device=per_device, skips=_skips(path, name, body.get("skips", [])),
                 description=text("description") or "")
 
 

@@ -13,10 +13,13 @@ ones, so a NaN read from an input's guard and written into an output's guard is 
 Score-modifier ports (bias, sinks in; dbias, dsinks out) get storages, canaries and scans
 like the others; bias and sinks values come from distributions.draw_modifiers.
 
-Inputs q, k, v, do are filled on the CPU (bundlegen.harness.distributions), O and Stats come from the
-float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE in fp32), all
-written with their declared strides, then copied to the device (from pinned memory when
-large, on a GPU). The oracle backward of the same inputs is the reference; it stays on the oracle's
+Inputs q, k, v, do are drawn on the CPU (bundlegen.harness.distributions) and rounded to the io
+dtype there, so every device holds the same bits; on a GPU only those values travel (through
+reused pinned buffers) and the strided write into the canary-filled storage happens on the
+device (a layout whose writes overlap is written on the CPU and copied whole). O and Stats
+come from the float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE
+in fp32), written with their declared strides on the case's device, where the oracle left
+them. The oracle backward of the same inputs is the reference; it stays on the oracle's
 device (the GPU when the case runs on one), where the checks compare against it.
 
 The checks read back as little as they can: each scan builds its per-port flags on the
@@ -25,6 +28,8 @@ each input storage made on the device itself.
 """
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -34,7 +39,7 @@ import torch
 from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, Case, Graph,
                              TensorSpec)
-from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences
+from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import bit_pattern, read_flags
 from bundlegen.harness.distributions import draw_inputs, draw_modifiers, generated_shape
@@ -51,12 +56,6 @@ OUTPUT_CANARY_BITS = {"bf16": 0x7FE5, "fp16": 0x7EA5, "fp32": 0x7FE5A5A5}
 BITS_DTYPES = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
 #: elements compared at once when scanning storages (bounds the temporaries)
 SCAN_CHUNK = 1 << 26
-#: host storages of at least this many bytes are pinned when the case runs on a GPU, so
-#: their copies to the device are fast and asynchronous (smaller ones gain nothing)
-PIN_MIN_BYTES = 1 << 20
-#: input storages of at least this many bytes are built on the GPU they run on (see
-#: _first_storage)
-DEVICE_BUILD_MIN_BYTES = 1 << 30
 
 
 class MaterializeError(ValueError):
@@ -71,7 +70,7 @@ class Materialized:
     storages: Mapping[str, torch.Tensor]     # port -> 1-D storage including guards
     origins: Mapping[str, int]               # port -> storage index of declared element 0
     unaddressed: Mapping[str, torch.Tensor]  # port -> bool 1-D, True where the view never reads (lazy)
-    snapshots: Mapping[str, torch.Tensor]    # input port -> CPU copy of its whole storage
+    snapshots: Mapping[str, torch.Tensor]    # input port -> CPU copy of its whole storage (lazy)
     baselines: Mapping[str, torch.Tensor]    # input port -> copy of its whole storage on `device`
     reference: oracle.Backward               # float64, on the oracle device
     forward: oracle.Forward                  # float64, on the oracle device (exact O and LSE)
@@ -198,40 +197,77 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _first_storage(spec: TensorSpec, device: torch.device, pin: bool) -> torch.Tensor:
-    """Where an input's values are first written: a host storage (_host_storage), or for a
-    storage of at least DEVICE_BUILD_MIN_BYTES on a GPU, one built on the device itself, so
-    a sparse view over a span past 2^31 elements (the 64-bit-offset case) costs a device
-    fill, not a host fill and copy of gigabytes."""
-    size = storage_size(spec) * TORCH_DTYPES[spec.dtype].itemsize
-    if device.type == "cuda" and size >= DEVICE_BUILD_MIN_BYTES:
+def _input_storage(spec: TensorSpec, device: torch.device) -> torch.Tensor:
+    """A storage on `device` whose unaddressed elements hold the input canary. On the CPU a
+    dense view's span is left unfilled (every element of it is written next); a device fill
+    costs next to nothing, so there the whole storage is filled."""
+    if device.type != "cpu" or not is_dense(spec):
         return canary_storage(spec, device, output=False)
-    return _host_storage(spec, pin)
-
-
-def _host_storage(spec: TensorSpec, pin: bool) -> torch.Tensor:
-    """A CPU storage whose unaddressed elements hold the canary, pinned when `pin` and large
-    enough to gain from it. A dense view's span is left unfilled: the caller writes every
-    element of it (all of a port's values go through the view)."""
-    dtype = TORCH_DTYPES[spec.dtype]
-    size = storage_size(spec)
-    pin = pin and size * dtype.itemsize >= PIN_MIN_BYTES
-    storage = torch.empty(size, dtype=dtype, pin_memory=pin)
-    if is_dense(spec):
-        start, end = addressed_span(spec)
-        fill_canary(storage[:start], spec.dtype, output=False)
-        fill_canary(storage[end:], spec.dtype, output=False)
-    else:
-        fill_canary(storage, spec.dtype, output=False)
+    storage = torch.empty(storage_size(spec), dtype=TORCH_DTYPES[spec.dtype])
+    start, end = addressed_span(spec)
+    fill_canary(storage[:start], spec.dtype, output=False)
+    fill_canary(storage[end:], spec.dtype, output=False)
     return storage
 
 
-def _copy_to(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy of a host storage on `device` (asynchronous from pinned memory: the host
-    storage is never written again)."""
-    if host.device == device or device.type == "cpu":
-        return host.clone()
-    return host.to(device, non_blocking=host.is_pinned())
+def writes_overlap(spec: TensorSpec) -> bool:
+    """Two of the drawn values (broadcast axes narrowed to one) land on one storage element:
+    then which one stays depends on the order of the writes, which only the CPU keeps."""
+    return overlaps_itself(dataclasses.replace(spec, dims=generated_shape(spec.dims, spec.strides)))
+
+
+#: staging buffers for the copies to a GPU kept from one case to the next (per thread and
+#: port): pinned once, so no case pays for pinning (or paging in) fresh host memory; a
+#: larger one is allocated for its case alone
+STAGING_MAX_BYTES = 1 << 26
+_staging = threading.local()
+
+
+def _staging_buffer(port: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    pin = device.type == "cuda"
+    if numel * dtype.itemsize > STAGING_MAX_BYTES:
+        return torch.empty(numel, dtype=dtype, pin_memory=pin)
+    buffers = _staging.__dict__.setdefault("buffers", {})
+    buf = buffers.get((port, dtype, pin))
+    if buf is None or buf.numel() < numel:
+        buf = buffers[(port, dtype, pin)] = torch.empty(numel, dtype=dtype, pin_memory=pin)
+    return buf[:numel]
+
+
+def _write_input(storage: torch.Tensor, spec: TensorSpec, values: torch.Tensor, port: str) -> None:
+    """Write drawn float32 `values` (the generated shape) through the declared strides,
+    rounded to the io dtype on the CPU. To a GPU only the rounded values travel (through a
+    reused pinned buffer, asynchronously: the caller synchronises before the buffers are
+    written again), and the strided write happens there; each element is written once
+    (the caller keeps overlapping layouts on the CPU), so the bits do not depend on where
+    the write happens."""
+    shape = tuple(values.shape)
+    if storage.device.type == "cpu":
+        view_of(storage, spec, shape).copy_(values)
+        return
+    staged = _staging_buffer(port, values.numel(), storage.dtype, storage.device).view(shape)
+    staged.copy_(values)
+    view_of(storage, spec, shape).copy_(staged.to(storage.device, non_blocking=True))
+
+
+class _Snapshots(Mapping):
+    """input port -> a CPU copy of its whole storage as materialized, made on first use
+    from the baseline (repro and the tests read them; a run never does)."""
+
+    def __init__(self, baselines: Mapping[str, torch.Tensor]):
+        self._baselines, self._copies = baselines, {}
+
+    def __getitem__(self, port: str) -> torch.Tensor:
+        if port not in self._copies:
+            base = self._baselines[port]
+            self._copies[port] = base if base.device.type == "cpu" else base.cpu()
+        return self._copies[port]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._baselines)
+
+    def __len__(self) -> int:
+        return len(self._baselines)
 
 
 def materialize(case: Case, device: torch.device | str,
@@ -244,23 +280,29 @@ def materialize(case: Case, device: torch.device | str,
     seqs = None if graph.ragged is None else oracle_ragged.sequences(graph, good_sequences(graph))
     odev = torch.device(oracle_device) if oracle_device is not None else default_oracle_device(device)
     specs = graph.tensors
-    pin = device.type == "cuda" and torch.cuda.is_available()
-    cpu = {port: _first_storage(specs[port], device, pin) for port in graph.input_ports}
 
     # q, k, v, do: drawn on the CPU, rounded to the io dtype as they are written through
     # their strides (generate_inputs' values); the logical values are read back from
-    # storage, so the oracle sees exactly what an engine reads.
+    # storage, so the oracle sees exactly what an engine reads. A layout whose writes
+    # overlap is written on the CPU and copied whole.
+    storages: dict[str, torch.Tensor] = {}
     for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
         spec = specs[port]
-        view_of(cpu[port], spec, tuple(values.shape)).copy_(values.to(cpu[port].device))
+        where = torch.device("cpu") if writes_overlap(spec) else device
+        storages[port] = _input_storage(spec, where)
+        _write_input(storages[port], spec, values, port)
+        if where != device:
+            storages[port] = storages[port].to(device)
+    # bias and sinks: small, written through their strides on the CPU (write_view checks a
+    # broadcast axis's values agree) and copied whole
     for port, values in draw_modifiers(graph, case.data.bias_values, case.data.seed).items():
-        write_view(cpu[port], specs[port], values.to(TORCH_DTYPES[specs[port].dtype]),
+        host = _input_storage(specs[port], torch.device("cpu"))
+        write_view(host, specs[port], values.to(TORCH_DTYPES[specs[port].dtype]),
                    case_id=case.id, port=port)
-    drawn = ("q", "k", "v", "do") + tuple(p for p in ("bias", "sinks") if p in specs)
-    storages = {port: _copy_to(cpu[port], device) for port in drawn}
+        storages[port] = host.to(device)
 
     def oracle_view(port: str) -> torch.Tensor:
-        source = storages[port] if odev == device else cpu[port].to(odev)
+        source = storages[port] if odev == device else storages[port].to(odev)
         return view_of(source, specs[port])
 
     q, k, v, do = (oracle_view(p) for p in ("q", "k", "v", "do"))
@@ -268,7 +310,7 @@ def materialize(case: Case, device: torch.device | str,
         bias=oracle_view("bias") if "bias" in specs else None,
         sinks=oracle_view("sinks") if "sinks" in specs else None,
         dbias_dims=specs["dbias"].dims if "dbias" in specs else None, dsinks="dsinks" in specs)
-    _sync(device)
+    _sync(device)  # the staging buffers are free again from here on
     _sync(odev)
     start = time.perf_counter()
     if seqs is None:
@@ -278,12 +320,13 @@ def materialize(case: Case, device: torch.device | str,
     _sync(odev)
     oracle_s = time.perf_counter() - start
 
-    o_values = fwd.o.to(TORCH_DTYPES[specs["o"].dtype]).cpu()
-    stats_values = fwd.lse.to(torch.float32).unsqueeze(-1).cpu()
-    write_view(cpu["o"], specs["o"], o_values, case_id=case.id, port="o")
-    write_view(cpu["stats"], specs["stats"], stats_values, case_id=case.id, port="stats")
-    for port in ("o", "stats"):
-        storages[port] = _copy_to(cpu[port], device)
+    # O and Stats written on the case's device, where the oracle left them on a GPU
+    o_values = fwd.o.to(TORCH_DTYPES[specs["o"].dtype])
+    stats_values = fwd.lse.to(torch.float32).unsqueeze(-1)
+    for port, values in (("o", o_values), ("stats", stats_values)):
+        storages[port] = canary_storage(specs[port], device, output=False)
+        write_view(storages[port], specs[port], values, case_id=case.id, port=port)
+    del o_values, stats_values
 
     _sync(device)
     start = time.perf_counter()
@@ -300,9 +343,9 @@ def materialize(case: Case, device: torch.device | str,
 
     for port in graph.output_ports:
         storages[port] = canary_storage(specs[port], device, output=True)
-    # what the input-modified check compares with: on the CPU the host storages themselves
-    # (the device storages are copies of them), elsewhere a copy made on the device
-    baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in graph.input_ports}
+    # what the input-modified check compares with: a copy of each input storage made on
+    # the device itself
+    baselines = {port: storages[port].clone() for port in graph.input_ports}
     tensors = {port: view_of(storages[port], specs[port]) for port in graph.ports}
     judged = silent = offsets = None
     if seqs is not None:
@@ -314,8 +357,8 @@ def materialize(case: Case, device: torch.device | str,
         case=case, device=device, tensors=tensors, storages=storages,
         origins={port: GUARD_ELEMS for port in graph.ports},
         unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
-        snapshots=cpu, baselines=baselines, reference=bwd, forward=fwd, oracle_s=oracle_s,
-        judged_rows=judged, offsets=offsets)
+        snapshots=_Snapshots(baselines), baselines=baselines, reference=bwd, forward=fwd,
+        oracle_s=oracle_s, judged_rows=judged, offsets=offsets)
 
 
 def is_device_probe(case: Case) -> bool:

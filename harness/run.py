@@ -456,11 +456,13 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               shard: tuple[int, int] | None = None, resume: bool = False,
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: str | bool | None = None,
-              devices: Sequence[str] | None = None, lane: str = "") -> RunSummary:
+              devices: Sequence[str] | None = None, lane: str = "",
+              workers_per_device: int = 1) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
-    per-level summary. `devices` (two or more): one worker per device, cases handed out
-    longest predicted first to whichever worker is free, into the same three files."""
+    per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
+    worker process per device and slot, cases handed out longest predicted first to
+    whichever worker is free, into the same three files."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness import results as R
     from bundlegen.harness.selection import in_shard, selection
@@ -471,23 +473,26 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         raise ValueError("give device or devices, not both")
     devices = list(devices) if devices else [device or default_device()]
     device = ",".join(devices)
+    if workers_per_device < 1:
+        raise ValueError(f"--workers-per-device {workers_per_device}: expected 1 or more")
+    workers = worker_devices(devices, workers_per_device)
     root = Path(bundles) if bundles else B.default_bundle_root()
     manifest = B.manifest_of(root, plan)
     levels = manifest.levels_upto(level)
     # the workers import torch and build the engine while this process loads the bundles
     executors: list[CaseExecutor] = []
     try:
-        for dev in devices:
+        for dev in workers:
             executors.append(CaseExecutor(
                 engine, dev, config=config, manifest=manifest, repeat=repeat, isolation=isolation,
                 timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
                 run_id=executors[0].run_id if executors else None,
-                cpu_threads=_cpu_share(len(devices))))
+                cpu_threads=_cpu_share(len(workers))))
     except BaseException:
         _close_all(executors)
         raise
     executor = executors[0]
-    per_device = [_DeviceTally(dev) for dev in devices]
+    per_device = [_DeviceTally(dev, workers[:i].count(dev)) for i, dev in enumerate(workers)]
     new_records = []
     interrupted = False
     prepare_problem, todo, ran = None, [], 0
@@ -516,7 +521,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 selection=_selection_text(pattern, shard),
                 bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
                 complete=complete, versions=executor.versions,
-                per_device=tuple(t.to_json() for t in per_device), lane=lane)
+                per_device=tuple(t.to_json() for t in per_device), lane=lane,
+                workers_per_device=workers_per_device)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
@@ -553,7 +559,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         nonlocal ran
                         record(result)
                         ran += 1
-                    _run_spread(executors, per_device, _longest_first(todo, devices[0], manifest),
+                    _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
                                 count, advance)
                 advance(None)
         except KeyboardInterrupt:
@@ -577,6 +583,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
 class _DeviceTally:
     """One worker's share of a run (run.json `per_device`)."""
     device: str
+    worker: int = 0     # which of the device's workers (0 .. workers per device - 1)
     cases: int = 0
     seconds: float = 0.0
 
@@ -585,7 +592,15 @@ class _DeviceTally:
         self.seconds += seconds
 
     def to_json(self) -> dict:
-        return {"device": self.device, "cases": self.cases, "seconds": round(self.seconds, 3)}
+        return {"device": self.device, "worker": self.worker, "cases": self.cases,
+                "seconds": round(self.seconds, 3)}
+
+
+def worker_devices(devices: Sequence[str], per_device: int) -> list[str]:
+    """One entry per worker process: each device `per_device` times, interleaved
+    (cuda:0,cuda:1 x2 -> cuda:0,cuda:1,cuda:0,cuda:1), so the longest cases, handed out
+    first, spread over the devices before they double up on one."""
+    return [dev for _ in range(per_device) for dev in devices]
 
 
 #: what --device names (and each device of --devices)
@@ -625,14 +640,17 @@ def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[C
 
 
 def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
-    """Engine.prepare in every worker at once; the first problem, or None."""
+    """Engine.prepare in the first worker, then in every other one at once (they share the
+    first one's work where the engine caches it on disk, as Triton does, instead of all
+    compiling the same variants side by side); the first problem, or None."""
+    first = executors[0].prepare(todo)
     if len(executors) == 1:
-        return executors[0].prepare(todo)
+        return first
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(len(executors)) as pool:
-        problems = list(pool.map(lambda ex: ex.prepare(todo), executors))
-    return next((p for p in problems if p), None)
+    with ThreadPoolExecutor(len(executors) - 1) as pool:
+        problems = list(pool.map(lambda ex: ex.prepare(todo), executors[1:]))
+    return next((p for p in [first, *problems] if p), None)
 
 
 def _close_all(executors: list[CaseExecutor]) -> None:

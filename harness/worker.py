@@ -72,7 +72,7 @@ def software_versions(device) -> dict[str, str]:
     keys present are the ones this machine has)."""
     import torch
 
-    versions = {"torch": torch.__version__}
+    versions = {"torch": str(torch.__version__)}   # a plain str: a TorchVersion would import torch where it is unpickled
     try:
         from importlib import metadata
         versions["triton"] = metadata.version("triton")

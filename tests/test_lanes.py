@@ -76,6 +76,8 @@ def test_a_lane_takes_defaults():
     ("lanes: {a: {engine: torch-math, device: gpu, level: quick}}", "lanes.a.device: 'gpu': expected cpu"),
     ("lanes: {a: {engine: torch-math, device: cuda, devices: 'cuda:0,gpu', level: quick}}",
      "lanes.a.devices: cuda:0,gpu: expected all"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, workers_per_device: 0}}",
+     "lanes.a.workers_per_device: expected a whole number >= 1"),
     ("lanes: {a: [", "not valid YAML"),
     ("lanes: !!python/object:os.system {}", "not valid YAML"),   # the safe loader refuses tags
 ])
@@ -203,6 +205,11 @@ def lane_bundles(tmp_path, monkeypatch):
             device: cpu
             devices: cpu,cpu
             level: quick
+          shared:
+            engine: torch-math
+            device: cpu
+            workers_per_device: 3
+            level: quick
         """)
     monkeypatch.chdir(tmp_path)
     return cases
@@ -241,6 +248,14 @@ def test_a_lane_with_devices_runs_one_worker_per_device(tmp_path, lane_bundles):
     times = read_run_times(out)
     assert times.device == "cpu,cpu" and [d["device"] for d in times.per_device] == ["cpu", "cpu"]
     assert sum(d["cases"] for d in times.per_device) == len(read_results(out)) == len(lane_bundles)
+
+
+def test_a_lane_with_workers_per_device_shares_its_device(tmp_path, lane_bundles):
+    assert main(["run", "--lane", "shared", "--lanes-file", str(tmp_path / "lanes.yaml"),
+                 "--bundles", str(tmp_path / "bundles"), "--quiet"]) == V.EXIT_OK
+    times = read_run_times(tmp_path / "out" / "lanes" / "shared")
+    assert times.device == "cpu" and times.workers_per_device == 3
+    assert [(d["device"], d["worker"]) for d in times.per_device] == [("cpu", 0), ("cpu", 1), ("cpu", 2)]
 
 
 def test_run_lane_errors_are_usage_errors(tmp_path, lane_bundles, capsys):

@@ -414,3 +414,29 @@ def test_oracle_device_may_differ_from_the_case_device():
     a = M.materialize(make_case(graph), "cpu", oracle_device="cpu", max_block_elems=17)
     b = M.materialize(make_case(graph), "cpu")
     torch.testing.assert_close(a.reference.dq, b.reference.dq, rtol=1e-13, atol=1e-15)
+
+
+def test_materialize_in_several_threads_gives_each_case_its_own_bits():
+    """The reused draw (and staging) buffers are per thread: in-process runs on several
+    devices (--no-isolation --devices) materialize from several threads at once."""
+    import threading
+
+    cases = [make_case(make_graph(B=1, H_q=2, H_k=2, H_v=2, S_q=64 + 8 * i, S_kv=64, D_qk=32, D_v=32),
+                       seed=100 + i) for i in range(4)]
+    want = {c.data.seed: {p: bit_pattern(M.materialize(c, "cpu").storages[p]).clone() for p in ("q", "k")}
+            for c in cases}
+    got, barrier = {}, threading.Barrier(len(cases))
+
+    def one(case):
+        barrier.wait()
+        for _ in range(5):
+            m = M.materialize(case, "cpu")
+            got.setdefault(case.data.seed, []).append({p: bit_pattern(m.storages[p]) for p in ("q", "k")})
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for seed, runs in got.items():
+        assert all(torch.equal(r[p], want[seed][p]) for r in runs for p in ("q", "k")), seed

@@ -13,7 +13,8 @@ import torch
 from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
-from bundlegen.harness.run import _longest_first, predicted_seconds, resolve_devices, run_level
+from bundlegen.harness.command import device_split
+from bundlegen.harness.run import _longest_first, predicted_seconds, resolve_devices, run_level, worker_devices
 from tests import harness_support as S
 
 
@@ -92,6 +93,48 @@ def test_cases_are_handed_out_longest_predicted_first():
     assert order == [big, mid, small]
     costs = [predicted_seconds(c, "cpu", S.MANIFEST) for c in order]
     assert costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
+
+
+def test_several_workers_share_one_device(tmp_path):
+    """--workers-per-device 3 on one CPU: three worker processes, every case once, the
+    split per worker in run.json, each worker with a third of the cores."""
+    cases = [S.case_of(n) for n in range(1, 10)]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    summary = run_level("quick", S.engine_ref(Paced), device="cpu", workers_per_device=3,
+                        bundles=tmp_path / "bundles", out=tmp_path / "out", config=S.LOOSE,
+                        repeat=1, timeout_s=60)
+    records = read_results(summary.results_path)
+    assert sorted(r["case_id"] for r in records) == sorted(c.id for c in cases)
+    assert all(r["verdict"] == V.PASS for r in records) and summary.exit_code == V.EXIT_OK
+    times = read_run_times(tmp_path / "out")
+    assert times.device == "cpu" and times.workers_per_device == 3
+    assert [(d["device"], d["worker"]) for d in times.per_device] == [("cpu", 0), ("cpu", 1), ("cpu", 2)]
+    assert sum(d["cases"] for d in times.per_device) == 9
+    assert all(d["cases"] >= 1 for d in times.per_device), times.per_device
+
+
+def test_workers_interleave_over_devices():
+    assert worker_devices(["cuda:0", "cuda:1"], 2) == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert worker_devices(["cpu"], 1) == ["cpu"]
+
+
+def test_the_split_is_summed_per_device():
+    rows = [{"device": "cuda:0", "worker": 0, "cases": 3, "seconds": 1.0},
+            {"device": "cuda:1", "worker": 0, "cases": 2, "seconds": 2.0},
+            {"device": "cuda:0", "worker": 1, "cases": 4, "seconds": 1.5}]
+    assert device_split(rows) == "cuda:0 (2 workers) 7 cases 2.5 s, cuda:1 2 cases 2.0 s"
+
+
+def test_the_command_takes_workers_per_device(tmp_path, capsys):
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 5)])
+    code = main(["run", "--level", "quick", "--engine", S.engine_ref(Paced), "--device", "cpu",
+                 "--workers-per-device", "2", "--bundles", str(tmp_path / "bundles"),
+                 "--out", str(tmp_path / "o"), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == V.EXIT_OK and "devices: cpu (2 workers) 4 cases" in out, out
+    assert main(["run", "--level", "quick", "--engine", "torch-math", "--device", "cpu",
+                 "--workers-per-device", "0", "--bundles", str(tmp_path / "bundles")]) == V.EXIT_USAGE
+    assert "--workers-per-device 0: expected 1 or more" in capsys.readouterr().err
 
 
 def test_resolve_devices():
@@ -174,3 +217,21 @@ def test_workers_side_by_side_share_the_cores(tmp_path):
     details = {r["detail"].split(" raised RuntimeError: ")[1].split(" at ")[0]
                for r in read_results(summary.results_path)}
     assert details == {f"threads={share} omp={share}"}
+
+
+def test_the_parent_of_an_isolated_run_never_imports_torch(tmp_path):
+    """The worker's answers unpickle in the parent without torch (a TorchVersion in the
+    software versions made the parent import torch, seconds on a GPU host, after the
+    workers were ready)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 3)])
+    code = ("import sys; from bundlegen.harness.run import run_level; "
+            f"s = run_level('quick', 'torch-math', device='cpu', bundles={str(tmp_path / 'bundles')!r}, "
+            f"out={str(tmp_path / 'out')!r}, repeat=1); "
+            "print(s.exit_code, 'torch' in sys.modules)")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == [str(V.EXIT_OK), "False"], out.stderr[-2000:]
