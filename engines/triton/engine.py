@@ -56,6 +56,9 @@ class TritonEngine(Engine):
     name = "triton"
     deterministic = True
     ragged = True          # capabilities rows say which ragged graphs each arch serves
+    #: served natively (kernels: HAS_BIAS, SOFTCAP, bwd_dbias, bwd_dsinks); the capabilities
+    #: rows say which combinations each arch serves
+    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"
     kernels_module = "bundlegen.engines.triton.kernels"
