@@ -480,12 +480,15 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
               UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr):
+              CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr):
     """One program per (dBias batch, dBias head, Q block, KV block): the dBias tile = dS =
     P (dP - Delta) (before the softcap factor), summed in a fixed order over the B_sum
     batches and H_sum query heads dBias is broadcast over (B_sum = B when dBias has one
     batch, else 1; likewise H_sum): deterministic, nothing but dBias written. A tile the band
-    misses entirely skips the work and is written as zeros (masked entries have P = 0)."""
+    misses entirely skips the work and is written as zeros (masked entries have P = 0).
+    S and dP are accumulated over head-dim chunks of CHUNK_QK / CHUNK_V columns: with Q, K,
+    dO and V reloaded for every summed head, whole-head-dim tiles would hold four tiles of
+    offsets across the loop (they spilled on sm120 at D 128 and 256)."""
     n_n = tl.cdiv(S_kv, BLOCK_N)
     n_m = tl.cdiv(S_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -499,7 +502,7 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
     d_qk = D_qk * VEC
     d_v = D_v * VEC
 
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
+    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, CHUNK_QK, CHUNK_V, WIDE)
     start_m = pid_m * BLOCK_M
     start_n = pid_n * BLOCK_N
     offs_m = start_m + rm
@@ -518,38 +521,42 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
     if HAS_LEFT:    # every (i, j) of the tile has i - j + shift >= left
         n_it = tl.where(start_m - n_last + shift >= left, 0, n_it)
 
-    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
-    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
-    qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
-    domask = m_ok[:, None] & (rdv[None, :] < d_v)
-    kmask = n_ok[:, None] & (rdq[None, :] < d_qk)
-    vmask = n_ok[:, None] & (rdv[None, :] < d_v)
     keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
                  HAS_LEFT, HAS_RIGHT)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, n_it):
         b = b0 + it // H_sum
         h = h0 + it % H_sum
-        q = tl.load(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC) + q_tile, mask=qmask,
-                    other=0.0)
-        do = tl.load(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
-                     mask=domask, other=0.0)
-        k = tl.load(_at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC) + k_tile,
-                    mask=kmask, other=0.0)
-        v = tl.load(_at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC) + v_tile,
-                    mask=vmask, other=0.0)
-        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0))
-        delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
-        s2 = _dot(q, tl.trans(k), None, UPCAST) * qk_scale
+        # S from Q and K, then dP from dO and V, chunk by chunk of the head dims
+        s2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        q_at = _at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
+        k_at = _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
+        for d0 in range(0, d_qk, CHUNK_QK):
+            cols = d0 + rdq
+            q = tl.load(q_at + _tile(rm, cols, sq_s, sq_d, VEC),
+                        mask=m_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
+            k = tl.load(k_at + _tile(rn, cols, sk_s, sk_d, VEC),
+                        mask=n_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
+            s2 = _dot(q, tl.trans(k), s2, UPCAST)
+        s2 = s2 * qk_scale
         if SOFTCAP:
             s2 = _tanh(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
         s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                      rm, rn, inside, False)
+        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+                             mask=m_ok, other=0.0))
         p = _p(keep, s2, lse2[:, None])
-        dp = _dot(do, tl.trans(v), None, UPCAST)
+        dp = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        do_at = _at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+        v_at = _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
+        for d0 in range(0, d_v, CHUNK_V):
+            cols = d0 + rdv
+            do = tl.load(do_at + _tile(rm, cols, sdo_s, sdo_d, VEC),
+                         mask=m_ok[:, None] & (cols[None, :] < d_v), other=0.0)
+            v = tl.load(v_at + _tile(rn, cols, sv_s, sv_d, VEC),
+                        mask=n_ok[:, None] & (cols[None, :] < d_v), other=0.0)
+            dp = _dot(do, tl.trans(v), dp, UPCAST)
+        delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
         acc += p * (dp - delta[:, None])
     tl.store(DBIAS + (dbias_off + b0 * sdbias_b + h0 * sdbias_h + row0 * sdbias_i
                       + col0 * sdbias_j) + rm[:, None] * sdbias_i + rn[None, :] * sdbias_j,

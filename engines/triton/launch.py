@@ -38,6 +38,8 @@ PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
 SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
+DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
+DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -306,13 +308,16 @@ def run_dq(L: Launch) -> None:
 
 def run_dbias(L: Launch) -> None:
     """dBias, summed over the batch and / or head axes it has length 1 on (where the bias
-    broadcasts): one program per dBias tile (the dQ kernel's tiles and options)."""
+    broadcasts): one program per dBias tile. Tiles: the dQ kernel's, at most DBIAS_TILE;
+    options: the dQ kernel's with one stage (the loop reloads Q, K, dO and V for every
+    summed head; pipelining them took more shared memory than sm90 has at D 128)."""
     dbias = L.mods.get("dbias")
     if dbias is None:
         return
     g, cfg, f = L.graph, L.cfg, L.flags
     B_db, H_db = g.tensors["dbias"].dims[:2]
-    grid = B_db * H_db * math.ceil(g.S_q / cfg.block_m2) * math.ceil(g.S_kv / cfg.block_n2)
+    block_m, block_n = min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE)
+    grid = B_db * H_db * math.ceil(g.S_q / block_m) * math.ceil(g.S_kv / block_n)
     shift, left, right = _bounds(g)
     L.kernels.bwd_dbias[(grid,)](
         *L.pointers, L.mods["bias"][0], dbias[0], *L.addressing, *L.mods["bias"][1:],
@@ -320,8 +325,10 @@ def run_dbias(L: Launch) -> None:
         g.D_v // L.vec, float(g.attributes.attn_scale), shift, left, right, L.score_args[-1],
         g.B if B_db == 1 else 1, g.H_q if H_db == 1 else 1, H_db,
         HAS_LEFT=f["HAS_LEFT"], HAS_RIGHT=f["HAS_RIGHT"], SOFTCAP=f["SOFTCAP"],
-        UPCAST=f["UPCAST"], WIDE=f["WIDE"], VEC=L.vec, BLOCK_M=cfg.block_m2,
-        BLOCK_N=cfg.block_n2, **L.tiles, **cfg.launch_kwargs(dq=True))
+        UPCAST=f["UPCAST"], WIDE=f["WIDE"], VEC=L.vec, BLOCK_M=block_m, BLOCK_N=block_n,
+        CHUNK_QK=min(DBIAS_CHUNK, L.tiles["BLOCK_DQK"]),
+        CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
+        **dict(cfg.launch_kwargs(dq=True), num_stages=1))
 
 
 def run_dsinks(L: Launch) -> None:
