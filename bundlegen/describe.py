@@ -3,7 +3,7 @@
 port packed token by token `thd`, head by head `htd`)."""
 from __future__ import annotations
 
-from bundlegen.graph import PORTS, RAGGED_LAYOUT_ORDERS, Graph, TensorSpec, default_scale, packed_strides
+from bundlegen.graph import RAGGED_LAYOUT_ORDERS, Graph, TensorSpec, default_scale, packed_strides
 
 
 def _layout(spec: TensorSpec) -> str:
@@ -46,8 +46,10 @@ def graph_line(graph: Graph) -> str:
     if g.ragged is not None:
         seqs = ragged_text(g)
     dims = f"D={g.D_qk}" if g.D_v == g.D_qk else f"D_qk={g.D_qk} D_v={g.D_v}"
-    layouts = " ".join(f"{p}={_layout(g.tensors[p])}" for p in PORTS if p in g.tensors)
+    layouts = " ".join(f"{p}={_layout(g.tensors[p])}" for p in g.ports if p in g.tensors)
     dropout = "" if a.dropout_probability is None else f" dropout={a.dropout_probability:g}"
+    if a.softcap is not None:
+        dropout += f" softcap={a.softcap:g}"
     if a.deterministic_algorithm:
         dropout += " deterministic"
     return (f"{g.dtype} B={g.B} {heads} {seqs} {dims} scale={scale} mask={mask_text(g)}{dropout} | "

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 
 from bundlegen import reasons as R
-from bundlegen.graph import ALIGNMENTS, DTYPES, OUTPUT_PORTS, PORTS, Graph, TensorSpec
+from bundlegen.graph import (ALIGNMENTS, DTYPES, MODIFIER_INPUT_PORTS, MODIFIER_OUTPUT_PORTS,
+                             OUTPUT_PORTS, PORTS, Graph, TensorSpec, dbias_dims)
 
 
 #: the largest element index a tensor may address (offset + span): 64-bit offset arithmetic
@@ -77,7 +78,7 @@ def frontend_finding(graph: Graph, *, offsets_on_device: bool = False) -> Findin
     for port, heads in (("k", H_k), ("v", H_v)):
         if H_q % heads:
             return Finding(R.GQA_NOT_DIVISIBLE, at(port, "dims"))
-    return _attributes_finding(graph)
+    return _modifier_finding(graph) or _attributes_finding(graph)
 
 
 def _tensor_finding(graph: Graph, rank: int) -> Finding | None:
@@ -87,27 +88,76 @@ def _tensor_finding(graph: Graph, rank: int) -> Finding | None:
         if port not in t:
             return Finding(R.MISSING_TENSOR, _at(port))
     for port in PORTS:
-        spec = t[port]
-        if len(spec.dims) != rank:
-            return Finding(R.BAD_RANK, _at(port, "dims"))
-        if len(spec.strides) != len(spec.dims):
-            return Finding(R.STRIDE_COUNT, _at(port, "strides"))
-        if any(d <= 0 for d in spec.dims):
-            return Finding(R.NONPOSITIVE_DIM, _at(port, "dims"))
-        if any(s < 0 for s in spec.strides):
-            return Finding(R.NEGATIVE_STRIDE, _at(port, "strides"))
-        if spec.offset < 0:
-            return Finding(R.NEGATIVE_OFFSET, _at(port, "offset"))
-        if spec.dtype not in DTYPES:
-            return Finding(R.UNKNOWN_DTYPE, _at(port, "dtype"))
-        if max(*spec.dims, *spec.strides, spec.offset) >= MAX_SPAN or span(spec) > MAX_SPAN:
-            return Finding(R.SPAN_OVERFLOW, _at(port))
+        finding = _spec_finding(port, t[port], rank)
+        if finding is not None:
+            return finding
     io = t["q"].dtype
     for port in PORTS:
         if port != "stats" and t[port].dtype != io:
             return Finding(R.DTYPE_MISMATCH, _at(port, "dtype"))
     if t["stats"].dtype != "fp32":
         return Finding(R.STATS_DTYPE, _at("stats", "dtype"))
+    return None
+
+
+def _spec_finding(port: str, spec: TensorSpec, rank: int) -> Finding | None:
+    """The rules one port obeys on its own."""
+    if len(spec.dims) != rank:
+        return Finding(R.BAD_RANK, _at(port, "dims"))
+    if len(spec.strides) != len(spec.dims):
+        return Finding(R.STRIDE_COUNT, _at(port, "strides"))
+    if any(d <= 0 for d in spec.dims):
+        return Finding(R.NONPOSITIVE_DIM, _at(port, "dims"))
+    if any(s < 0 for s in spec.strides):
+        return Finding(R.NEGATIVE_STRIDE, _at(port, "strides"))
+    if spec.offset < 0:
+        return Finding(R.NEGATIVE_OFFSET, _at(port, "offset"))
+    if spec.dtype not in DTYPES:
+        return Finding(R.UNKNOWN_DTYPE, _at(port, "dtype"))
+    if max(*spec.dims, *spec.strides, spec.offset) >= MAX_SPAN or span(spec) > MAX_SPAN:
+        return Finding(R.SPAN_OVERFLOW, _at(port))
+    return None
+
+
+#: each modifier port's rank and the input an output needs
+_MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1}
+_NEEDS = {"dbias": ("bias", R.DBIAS_WITHOUT_BIAS), "dsinks": ("sinks", R.DSINKS_WITHOUT_SINKS)}
+
+
+def _modifier_finding(graph: Graph) -> Finding | None:
+    """The score-modifier ports' rules (docs/CONTRACTS.md, "Score modifiers") on a padded
+    graph whose core ports are valid: an output needs its input; each port on its own;
+    bias and dbias in the io dtype, sinks and dsinks fp32; then their dims and layouts."""
+    t = graph.tensors
+    for port, (needed, code) in _NEEDS.items():
+        if port in t and needed not in t:
+            return Finding(code, _at(port))
+    present = [p for p in MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS if p in t]
+    for port in present:
+        finding = _spec_finding(port, t[port], _MODIFIER_RANKS[port])
+        if finding is not None:
+            return finding
+    for port in present:
+        if port in ("bias", "dbias") and t[port].dtype != graph.dtype:
+            return Finding(R.DTYPE_MISMATCH, _at(port, "dtype"))
+        if port in ("sinks", "dsinks") and t[port].dtype != "fp32":
+            return Finding(R.SINKS_DTYPE, _at(port, "dtype"))
+    if "bias" in t:
+        bias = t["bias"]
+        if bias.dims != (graph.B, graph.H_q, graph.S_q, graph.S_kv):
+            return Finding(R.BIAS_DIMS_MISMATCH, _at("bias", "dims"))
+        if any(s == 0 and d > 1 for d, s in zip(bias.dims[2:], bias.strides[2:])):
+            return Finding(R.BIAS_BROADCAST_AXIS, _at("bias", "strides"))
+        if "dbias" in t:
+            if t["dbias"].dims != dbias_dims(bias):
+                return Finding(R.DBIAS_DIMS_MISMATCH, _at("dbias", "dims"))
+            if overlaps_itself(t["dbias"]):
+                return Finding(R.DBIAS_OVERLAP, _at("dbias", "strides"))
+    for port in ("sinks", "dsinks"):
+        if port in t and t[port].dims != (graph.H_q,):
+            return Finding(R.SINKS_DIMS_MISMATCH, _at(port, "dims"))
+    if "dsinks" in t and overlaps_itself(t["dsinks"]):
+        return Finding(R.DSINKS_OVERLAP, _at("dsinks", "strides"))
     return None
 
 
@@ -122,6 +172,11 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
     if finding is not None:
         return finding
     t = graph.tensors
+    for port in MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS:
+        if port in t:   # padded graphs only this round
+            return Finding(R.RAGGED_MODIFIER, _at(port))
+    if graph.attributes.softcap is not None:
+        return Finding(R.RAGGED_MODIFIER, "graph.attributes.softcap")
     T_q, H_q, D_qk = t["q"].dims
     T_kv, H_k, _ = t["k"].dims
     H_v, D_v = t["v"].dims[1], t["v"].dims[2]
@@ -210,6 +265,10 @@ def _attributes_finding(graph: Graph) -> Finding | None:
         return Finding(R.SCALE_NONFINITE, "graph.attributes.attn_scale")
     if a.attn_scale <= 0:
         return Finding(R.SCALE_NONPOSITIVE, "graph.attributes.attn_scale")
+    if a.softcap is not None and not math.isfinite(a.softcap):
+        return Finding(R.SOFTCAP_NONFINITE, "graph.attributes.softcap")
+    if a.softcap is not None and a.softcap <= 0:
+        return Finding(R.SOFTCAP_NONPOSITIVE, "graph.attributes.softcap")
     return None
 
 

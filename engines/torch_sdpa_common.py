@@ -10,6 +10,11 @@ What the adapter passes as declared and what it presents in the op's own form:
   the backward op what the backend's own forward produced. The adapter copies them into
   that form (O: the forward's layout; Stats: the backend's LSE shape, see lse_*).
 - dQ, dK, dV: the op returns fresh tensors; they are copied into the declared outputs.
+- Score modifiers (torch-efficient: bias and dBias; torch-cudnn: bias): the bias is the
+  harness's view, its broadcast axes (stride 0) narrowed to length 1 where the op takes
+  broadcast by dims (cudnn) or passed with its zero strides (efficient); a dBias the op
+  returns per batch and head is summed over the declared dbias's size-1 axes (what
+  autograd's expand backward does for a broadcast attn_mask) and copied in.
 
 Ragged graphs (DESIGN section 10) go to each engine's RAGGED_RULES and `ragged_backward`
 (the varlen op); see "ragged graphs" below for the offsets made safe on the device, the
@@ -164,6 +169,45 @@ def aligned_strides(elements: Callable[[Graph], int], source: str,
                             f"{names[axis]} not a multiple of {n} ({source})")
         return None
     return rule
+
+
+def with_bias(rule: Rule) -> Rule:
+    """`rule` for a graph with a bias input; nothing to say about one without."""
+    def checked(graph: Graph, facts: DeviceFacts) -> str | None:
+        return rule(graph, facts) if "bias" in graph.tensors else None
+    return checked
+
+
+def bias_last_dim_contiguous(source: str) -> Rule:
+    """The op reads the bias's key axis with stride 1 (a zero stride there is a frontend
+    rejection already)."""
+    def rule(graph: Graph, facts: DeviceFacts) -> str | None:
+        spec = graph.tensors.get("bias")
+        if spec is not None and spec.dims[3] > 1 and spec.strides[3] != 1:
+            return f"{R.BIAS_LAYOUT_NOT_SERVED}: bias stride {spec.strides[3]} on S_kv, not 1 ({source})"
+        return None
+    return rule
+
+
+def bias_broadcast_as_dims(bias: torch.Tensor) -> torch.Tensor:
+    """The bias view with every broadcast axis (stride 0, longer than 1) narrowed to length
+    1: the same memory, read as a [1|B, 1|H, S_q, S_kv] broadcast by dims."""
+    for axis in (0, 1):
+        if bias.stride(axis) == 0 and bias.shape[axis] > 1:
+            bias = bias.narrow(axis, 0, 1)
+    return bias
+
+
+def write_dbias(out: torch.Tensor, grad: torch.Tensor) -> None:
+    """Copy the op's [B, H, S_q, S_kv] bias gradient into the declared dbias, summed (in
+    fp32) over the axes where dbias has length 1 and the gradient does not."""
+    axes = [a for a in range(4) if out.shape[a] == 1 and grad.shape[a] > 1]
+    if axes:
+        grad = grad.sum(dim=axes, keepdim=True, dtype=torch.float32)
+    if tuple(grad.shape) != tuple(out.shape):
+        raise RuntimeError(f"dbias: the op returned shape {tuple(grad.shape)}, "
+                           f"the graph declares {tuple(out.shape)}")
+    out.copy_(grad)
 
 
 def elements_per_16_bytes(graph: Graph) -> int:
@@ -499,11 +543,14 @@ class TorchSdpaEngine(Engine):
                 dq, dk, dv = self.ragged_backward(graph, tensors, q_rows, kv_rows)
                 write_ragged_gradients(tensors, dq, dk, dv, q_rows, kv_rows)
                 return
-            dq, dk, dv = self.backward(graph, tensors)
-        write_gradients(tensors, dq, dk, dv)
+            grads = self.backward(graph, tensors)
+        write_gradients(tensors, *grads[:3])
+        if "dbias" in tensors:
+            write_dbias(tensors["dbias"], grads[3])
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
-        """(dq, dk, dv) from the aten op, shaped like the declared outputs."""
+        """(dq, dk, dv) from the aten op, shaped like the declared outputs, and the bias
+        gradient [B, H, S_q, S_kv] fourth when the graph has a dbias."""
         raise NotImplementedError
 
     def ragged_backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor],

@@ -10,15 +10,16 @@ from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES, Attributes
 from bundlegen.validate import frontend_reason, output_layout_reason
 from bundlegen.generator import boundaries, layouts, ragged
 from bundlegen.generator.errors import PlanError
-from bundlegen.generator.expand import KNOWN_AXES, PORTS, SPEC_AXES, axis_item, axis_table
+from bundlegen.generator.expand import KNOWN_AXES, MODIFIER_PORTS, PORTS, SPEC_AXES, axis_item, axis_table
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Draft
 from bundlegen.plans.records import LEVEL_NAMES, Plan, Spec
 
 ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
-               "scale": "scales", "distribution": "distributions"}
-MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape")
+               "scale": "scales", "distribution": "distributions", "bias": "biases", "dbias": "switches",
+               "sinks": "switches", "softcap": "softcaps"}
+MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape", "drop")
 ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
 
@@ -206,8 +207,10 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
             raise PlanError(f"{entry}: reshape needs as many strides as dims")
         if m.kind == "attr" and m.target not in ATTRIBUTES:
             raise PlanError(f"{entry}: unknown attribute {m.target!r}")
-        if m.kind != "attr" and m.target not in PORTS:
+        if m.kind != "attr" and m.target not in PORTS + MODIFIER_PORTS:
             raise PlanError(f"{entry}: mutation names unknown port {m.target!r}")
+        if m.kind == "drop" and m.target not in MODIFIER_PORTS:
+            raise PlanError(f"{entry}: only a modifier port may be dropped, not {m.target!r}")
         if m.kind in ("dims", "stride") and m.axis not in (0, 1, 2, 3):
             raise PlanError(f"{entry}: mutation axis {m.axis!r} out of range")
 

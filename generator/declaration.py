@@ -10,7 +10,8 @@ from types import ModuleType
 from bundlegen.plans.records import Mutation, Regression, Shape, Spec
 
 SPEC_DEFAULTS = {f: getattr(Spec(Shape(1, 1, 1, 1, 1, 1, 1, 1)), f)
-                 for f in ("dtype", "layout", "stats_layout", "mask", "scale", "distribution")}
+                 for f in ("dtype", "layout", "stats_layout", "mask", "scale", "distribution",
+                           "bias", "dbias", "sinks", "softcap")}
 
 
 def shape_text(shape: Shape, helper: bool = True) -> str:
@@ -35,6 +36,8 @@ def _q(value) -> str:
 def mutation_text(m: Mutation) -> str:
     if m.kind == "reshape":
         return f"reshape({_q(m.target)}, {tuple(m.value[0])!r}, {tuple(m.value[1])!r})"
+    if m.kind == "drop":
+        return f"drop({_q(m.target)})"
     if m.kind in ("dims", "stride"):
         return f"{m.kind}({_q(m.target)}, {m.axis}, {_q(m.value)})"
     return f"{m.kind}({_q(m.target)}, {_q(m.value)})"

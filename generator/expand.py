@@ -1,8 +1,8 @@
 """Plan entries -> drafts: axis combinations and declared specs become graphs.
 
 Axis names the generator understands: the four that build the shape (batch, heads, seq,
-head_dims) and the six that name a Spec field (dtype, layout, stats_layout, mask, scale,
-distribution)."""
+head_dims) and the ten that name a Spec field (dtype, layout, stats_layout, mask, scale,
+distribution, and the score modifiers bias, dbias, sinks, softcap)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +10,9 @@ import itertools
 import re
 from typing import Collection
 
-from bundlegen.graph import (INPUT_PORTS, OUTPUT_PORTS, Attributes, Graph, Rejection, TensorSpec,
-                             default_scale)
+from bundlegen.graph import (INPUT_PORTS, MODIFIER_INPUT_PORTS, MODIFIER_OUTPUT_PORTS, OUTPUT_PORTS,
+                             Attributes, Graph, Rejection, TensorSpec, default_scale, packed_strides,
+                             with_modifiers)
 from bundlegen.generator import layouts
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.legality import Legality
@@ -20,16 +21,20 @@ from bundlegen.generator.records import Combo, Draft
 from bundlegen.plans.records import Plan, Shape, Spec
 
 SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
-SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution")
+MODIFIER_AXES = ("bias", "dbias", "sinks", "softcap")
+SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution") + MODIFIER_AXES
 KNOWN_AXES = SHAPE_AXES + SPEC_AXES
 PORTS = INPUT_PORTS + OUTPUT_PORTS
+MODIFIER_PORTS = MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS
 
 
 def axis_table(plan: Plan, axis: str) -> Collection[str]:
     """The names an axis may take: the keys of its value table."""
     return {"batch": plan.batches, "heads": plan.heads, "seq": plan.seqs, "head_dims": plan.head_dims,
             "dtype": plan.dtypes, "layout": plan.layouts, "stats_layout": plan.stats_layouts,
-            "mask": plan.masks, "scale": plan.scales, "distribution": plan.distributions}[axis]
+            "mask": plan.masks, "scale": plan.scales, "distribution": plan.distributions,
+            "bias": plan.biases, "dbias": plan.switches, "sinks": plan.switches,
+            "softcap": plan.softcaps}[axis]
 
 
 def axis_item(axis: str, value: str) -> str:
@@ -52,7 +57,8 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
             "do": (*q, s.D_v), "dq": (*q, s.D_qk), "dk": (*kv_k, s.D_qk), "dv": (*kv_v, s.D_v),
             "stats": (*q, 1)}
     dtypes = {p: ("fp32" if p == "stats" else spec.dtype) for p in PORTS}
-    for m in spec.mutations:
+    core = [m for m in spec.mutations if m.target not in MODIFIER_PORTS]
+    for m in core:
         if m.kind == "dims":
             dims[m.target] = tuple(m.value if i == m.axis else d for i, d in enumerate(dims[m.target]))
         elif m.kind == "dtype":
@@ -63,7 +69,7 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
     strides = {p: list(placed[p][0]) for p in PORTS}
     if layout.stats_batch_broadcast:
         strides["stats"][0] = 0
-    for m in spec.mutations:
+    for m in core:
         if m.kind == "stride":
             strides[m.target][m.axis] = m.value
         elif m.kind == "reshape":
@@ -74,17 +80,61 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
     attrs = Attributes(attn_scale=default_scale(s.D_qk) if scale is None else float(scale),
                        diagonal_alignment=mask.alignment, left_bound=mask.left_bound,
                        right_bound=mask.right_bound)
+    graph = _with_modifiers(plan, spec, Graph(tensors=tensors, attributes=attrs))
     for m in spec.mutations:
         if m.kind == "attr":
-            attrs = dataclasses.replace(attrs, **{m.target: m.value})
-    return Graph(tensors=tensors, attributes=attrs)
+            graph = dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes,
+                                                                              **{m.target: m.value}))
+    return graph
+
+
+def bias_values(plan: Plan, spec: Spec) -> str:
+    """What the spec's bias holds (randn when it has none)."""
+    kind = plan.biases[spec.bias]
+    return "randn" if kind is None else kind.values
+
+
+def _with_modifiers(plan: Plan, spec: Spec, graph: Graph) -> Graph:
+    """The spec's score-modifier ports (packed; bundlegen.graph.with_modifiers), then the
+    mutations that target them: dims (strides repacked, zero strides kept), stride, dtype,
+    reshape, drop."""
+    kind = plan.biases[spec.bias]
+    graph = with_modifiers(graph, bias=None if kind is None else kind.broadcast,
+                           dbias=plan.switches[spec.dbias] and kind is not None,
+                           sinks=plan.switches[spec.sinks], dsinks=plan.switches[spec.sinks],
+                           softcap=plan.softcaps[spec.softcap])
+    if plan.switches[spec.dbias] and kind is None:   # a probe's dbias without a bias
+        full = (graph.B, graph.H_q, graph.S_q, graph.S_kv)
+        graph = dataclasses.replace(graph, tensors={**graph.tensors, "dbias": TensorSpec(
+            dims=full, strides=packed_strides(full), dtype=graph.dtype)})
+    tensors = dict(graph.tensors)
+    for m in spec.mutations:
+        if m.target not in MODIFIER_PORTS:
+            continue
+        if m.kind == "drop":
+            tensors.pop(m.target)
+            continue
+        t = tensors[m.target]
+        if m.kind == "dims":
+            d = tuple(m.value if i == m.axis else x for i, x in enumerate(t.dims))
+            packed = packed_strides(d)
+            t = dataclasses.replace(t, dims=d, strides=tuple(0 if s == 0 else p for s, p in zip(t.strides, packed)))
+        elif m.kind == "stride":
+            t = dataclasses.replace(t, strides=tuple(m.value if i == m.axis else x for i, x in enumerate(t.strides)))
+        elif m.kind == "dtype":
+            t = dataclasses.replace(t, dtype=m.value)
+        elif m.kind == "reshape":
+            t = dataclasses.replace(t, dims=tuple(m.value[0]), strides=tuple(m.value[1]))
+        tensors[m.target] = t
+    return dataclasses.replace(graph, tensors=tensors)
 
 
 def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     """The axis items a declared spec realises: each axis whose value it matches exactly."""
     s = spec.shape
     found = {"dtype": spec.dtype, "layout": spec.layout, "stats_layout": spec.stats_layout,
-             "mask": spec.mask, "scale": spec.scale, "distribution": spec.distribution}
+             "mask": spec.mask, "scale": spec.scale, "distribution": spec.distribution,
+             "bias": spec.bias, "dbias": spec.dbias, "sinks": spec.sinks, "softcap": spec.softcap}
     found["heads"] = next((n for n, h in plan.heads.items() if (h.H_q, h.H_k, h.H_v) == (s.H_q, s.H_k, s.H_v)), None)
     found["seq"] = next((n for n, q in plan.seqs.items() if (q.S_q, q.S_kv) == (s.S_q, s.S_kv)), None)
     found["head_dims"] = next((n for n, d in plan.head_dims.items() if (d.D_qk, d.D_v) == (s.D_qk, s.D_v)), None)
@@ -96,6 +146,11 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
         found["mask"] = None        # a mask with a bound set by hand is not the named mask
     if "attn_scale" in changed:
         found["scale"] = None
+    if "softcap" in changed:
+        found["softcap"] = None
+    if any(m.target in MODIFIER_PORTS for m in spec.mutations):
+        for axis in ("bias", "dbias", "sinks"):
+            found[axis] = None      # modifier ports changed by hand are not the named ones
     return tuple(axis_item(a.name, found[a.name]) for a in plan.axes if found.get(a.name) in a.values)
 
 
@@ -108,7 +163,7 @@ def _combo_draft(plan: Plan, combo: Combo, entry: str, group: str, item: str, le
     spec = spec_of(plan, combo)
     return Draft(entry=entry, group=group, purpose="claim", items=(item,) + combo_items(plan, combo),
                  graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None,
-                 min_level=level, combo=combo)
+                 min_level=level, combo=combo, bias_values=bias_values(plan, spec))
 
 
 def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
@@ -144,7 +199,8 @@ def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo], 
 
 def _spec_draft(plan: Plan, spec: Spec, entry: str, group: str, purpose: str, item: str, level: str) -> Draft:
     return Draft(entry=entry, group=group, purpose=purpose, items=(item,) + spec_items(plan, spec),
-                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None, min_level=level)
+                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None, min_level=level,
+                 bias_values=bias_values(plan, spec))
 
 
 def declared_drafts(plan: Plan) -> list[Draft]:
@@ -164,5 +220,6 @@ def declared_drafts(plan: Plan) -> list[Draft]:
     for p in plan.probes:
         out.append(Draft(entry=f"probe {p.item}", group=p.group, purpose="probe", items=(p.item,),
                          graph=graph_of(plan, p.spec), distribution=p.spec.distribution,
-                         rejection=Rejection(by=p.by, reason=p.reason), min_level=p.level))
+                         rejection=Rejection(by=p.by, reason=p.reason), min_level=p.level,
+                         bias_values=bias_values(plan, p.spec)))
     return out

@@ -162,7 +162,7 @@ def _coverage_item(plan: Plan, scope: str, space: str = "padded") -> str:
 def _merge(drafts: list[Draft]) -> list[_Merged]:
     groups: dict[str, list[Draft]] = {}
     for d in drafts:
-        groups.setdefault(ids.content_key(d.graph, d.distribution, d.rejection), []).append(d)
+        groups.setdefault(ids.content_key(d.graph, d.distribution, d.rejection, d.bias_values), []).append(d)
     return [_Merged.of(g) for g in groups.values()]
 
 
@@ -173,7 +173,8 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
     combos: dict[str, dict[str, tuple]] = {space: {} for space in spaces}
     for m in merged:
         lead = m.lead
-        case_id = ids.case_id(m.purpose, lead.graph, lead.distribution, lead.rejection)
+        case_id = ids.case_id(m.purpose, lead.graph, lead.distribution, lead.rejection,
+                              bias_values=lead.bias_values)
         if case_id in built:
             raise PlanError(f"{lead.entry}: case id {case_id} collides with {built[case_id][0].entry}")
         # a probe is validated and offered to engines, never run; a device probe runs once
@@ -216,7 +217,8 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
         cases.append(Case(
             id=case_id, purpose=m.purpose,
             items=tuple(sorted({i for d in m.drafts for i in d.items})),
-            graph=lead.graph, data=DataSpec(seed=ids.seed_of(case_id), distribution=lead.distribution),
+            graph=lead.graph, data=DataSpec(seed=ids.seed_of(case_id), distribution=lead.distribution,
+                          bias_values=lead.bias_values),
             tolerance_class=plan.tolerance_rule(lead.graph),
             expected_rejection=lead.rejection, cost=h200, level=assigned[case_id], group=lead.group))
     cases.sort(key=lambda c: (level_names.index(c.level), c.group, c.id))

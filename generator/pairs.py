@@ -32,10 +32,23 @@ def scope_positions(legality: Legality, scope: str) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- proposal
 def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
     """allpairspy over the suite's axes (value indices, so the output does not depend on
-    string hashing), axes outside the scope held at their defaults."""
+    string hashing), axes outside the scope held at their defaults. Extension axes
+    (Axis.extension) are held at their defaults for a first pass, whose rows are the ones
+    the suite gave before they were added; a second pass, told those rows are tested, adds
+    the rows for the pairs the extension axes take part in."""
+    scope = scope_positions(legality, suite.scope)
+    extension = [p for p in scope if legality.plan.axes[p].extension]
+    first = _proposed(legality, suite, [p for p in scope if p not in extension])
+    if not extension:
+        return first
+    return first + _proposed(legality, suite, list(scope), tested=first)
+
+
+def _proposed(legality: Legality, suite: PairSuite, positions: list[int],
+              tested: list[Combo] = ()) -> list[Combo]:
     # largest axes first: allpairspy re-weighs every value of an axis against the values
     # already chosen in the row, so this order does the least work (and gives fewer rows)
-    scope = tuple(sorted(scope_positions(legality, suite.scope), key=lambda p: (-len(legality.values[p]), p)))
+    scope = tuple(sorted(positions, key=lambda p: (-len(legality.values[p]), p)))
     base: list[int | None] = [None] * len(legality.axes)
     for p, axis in enumerate(legality.plan.axes):
         if p not in scope:
@@ -63,8 +76,10 @@ def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
         return not any(c.violated(row) for c in checks)
 
     params = [list(range(len(legality.values[p]))) for p in scope]
+    index = [{v: i for i, v in enumerate(legality.values[p])} for p in range(len(legality.axes))]
+    prior = [[index[p][combo[p]] for p in scope] for combo in tested]
     combos = []
-    for proposed in AllPairs(params, filter_func=legal_prefix):
+    for proposed in AllPairs(params, filter_func=legal_prefix, previously_tested=prior or None):
         row = list(base)
         for i, v in enumerate(proposed):
             row[scope[i]] = v

@@ -25,6 +25,7 @@ class Draft:
     min_level: str
     combo: Combo | None = None
     space: str = "padded"      # the axis space `combo` belongs to: padded | ragged
+    bias_values: str = "randn" # what a bias input holds (bundlegen.graph.BIAS_VALUES)
 
 
 @dataclass(frozen=True)

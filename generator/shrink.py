@@ -20,7 +20,7 @@ from bundlegen.graph import Case, DataSpec, Graph
 from bundlegen.validate import frontend_reason, output_layout_reason
 from bundlegen.generator.checks import check_spec
 from bundlegen.generator.errors import PlanError
-from bundlegen.generator.expand import axis_table, graph_of
+from bundlegen.generator.expand import axis_table, bias_values, graph_of
 from bundlegen.plans.records import Plan, Shape, Spec
 
 Judge = Callable[[Case], str]
@@ -224,9 +224,11 @@ MOVES = (("batch", _batch), ("heads", _heads), ("seq", _seqs), ("head dims", _he
 def regression_case(plan: Plan, spec: Spec, item: str, level: str = "") -> Case:
     """The case the generator writes for `spec` declared as a regression."""
     graph = graph_of(plan, spec)
-    case_id = ids.case_id("regression", graph, spec.distribution, None)
+    values = bias_values(plan, spec)
+    case_id = ids.case_id("regression", graph, spec.distribution, None, bias_values=values)
     return Case(id=case_id, purpose="regression", items=(item,), graph=graph,
-                data=DataSpec(seed=ids.seed_of(case_id), distribution=spec.distribution),
+                data=DataSpec(seed=ids.seed_of(case_id), distribution=spec.distribution,
+                              bias_values=values),
                 tolerance_class=plan.tolerance_rule(graph), level=level, group="regressions")
 
 

@@ -47,7 +47,8 @@ def main(args: argparse.Namespace) -> int:
         case = find_case(args.case_id, args.bundles, plan.name)
         if case.expected_rejection is not None:
             return usage(f"case {case.id}: a probe is never run, so there is nothing to shrink")
-        start = spec_of_graph(plan, case.graph, case.data.distribution, case.id)
+        start = spec_of_graph(plan, case.graph, case.data.distribution, case.id,
+                              bias_values=case.data.bias_values)
         runner = open_runner(args.engine, args.device, engine_config=args.engine_config,
                              bundles=args.bundles, plan=plan.name, claims=False)
     except (CaseNotFound, BundleError, PlanError, SpecNotFound, RunnerError) as exc:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bundlegen.graph import Graph, default_scale
+from bundlegen.graph import BIAS_BROADCASTS, Graph, default_scale
 from bundlegen.generator import layouts
 from bundlegen.generator.expand import PORTS, graph_of
 from bundlegen.plans.records import Mutation, Plan, Shape, Spec, attr, stride
@@ -44,7 +44,8 @@ def _stride_fixes(graph: Graph, port: str, kind: str, case_id: str) -> list[Muta
     return [stride(port, axis, v) for axis, (v, w) in enumerate(zip(have, strides)) if v != w]
 
 
-def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?") -> Spec:
+def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?", *,
+                  bias_values: str = "randn") -> Spec:
     if graph.ragged is not None:
         raise SpecNotFound(f"case {case_id}: a ragged graph; shrink moves only padded graphs so far")
     if graph.dtype not in plan.dtypes:
@@ -87,15 +88,39 @@ def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?
                       in enumerate(zip(graph.tensors["stats"].strides, placed.strides)) if v != w]
     mask_name, attr_fixes = _mask(plan, graph)
     scale_name, scale_fixes = _scale(plan, graph)
+    modifiers, cap_fixes = _modifiers(plan, graph, bias_values, case_id)
     spec = Spec(shape_of(graph), dtype=graph.dtype, layout=layout_name, stats_layout=stats_name,
                 mask=mask_name, scale=scale_name, distribution=distribution, port_kinds=port_kinds,
-                mutations=tuple(mutations + attr_fixes + scale_fixes))
+                mutations=tuple(mutations + attr_fixes + scale_fixes + cap_fixes), **modifiers)
     rebuilt = graph_of(plan, spec)
     if rebuilt != graph:
         differ = [p for p in graph.tensors if rebuilt.tensors.get(p) != graph.tensors[p]]
         what = f"ports {', '.join(differ)}" if differ else "attributes"
         raise SpecNotFound(f"case {case_id}: no Spec of plan {plan.name} builds this graph ({what} differ)")
     return spec
+
+
+def _modifiers(plan: Plan, graph: Graph, bias_values: str, case_id: str) -> tuple[dict, list[Mutation]]:
+    """The Spec's bias, dbias, sinks and softcap names for the graph's modifiers (a softcap
+    no table value has: the "off" name and an attr mutation)."""
+    t = graph.tensors
+    switch = {v: k for k, v in plan.switches.items()}
+    out = {"dbias": switch["dbias" in t], "sinks": switch["sinks" in t]}
+    out["bias"] = next(n for n, b in plan.biases.items() if b is None)
+    if "bias" in t:
+        zero = tuple(a for a in (0, 1) if t["bias"].strides[a] == 0 and t["bias"].dims[a] > 1)
+        broadcast = next(k for k, axes in BIAS_BROADCASTS.items() if axes == zero)
+        found = [n for n, b in plan.biases.items()
+                 if b is not None and (b.broadcast, b.values) == (broadcast, bias_values)]
+        if not found:
+            raise SpecNotFound(f"case {case_id}: no bias kind of the plan is a {broadcast} {bias_values} bias")
+        out["bias"] = found[0]
+    cap = graph.attributes.softcap
+    names = [n for n, v in plan.softcaps.items() if v == cap]
+    if names:
+        return {**out, "softcap": names[0]}, []
+    off = next(n for n, v in plan.softcaps.items() if v is None)
+    return {**out, "softcap": off}, [attr("softcap", cap)]
 
 
 def _mask(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:

@@ -10,6 +10,9 @@ MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
 - `randn`: standard normal.
 - `small-int`: integers in {-2, -1, 1, 2}, half of them zeroed: exact in every io dtype
   (three random bits per element: magnitude, sign, kept).
+- score-modifier inputs (`draw_modifiers`, whatever the distribution): a bias is standard
+  normal (port index 4) or ALiBi (`alibi_bias`); sinks are SINK_SCALE * standard normal
+  (port index 5), fp32.
 - `shifted-logits`: Q and K share an offset along the all-ones direction, opposite in
   sign, with their own parts made orthogonal to it, so every scaled score is about
   -SHIFTED_LOGIT: LSE is below -88.7 for every row (an fp32 exp(s) alone underflows).
@@ -28,9 +31,14 @@ from typing import Callable
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import DISTRIBUTIONS, Graph
+from bundlegen.graph import BIAS_VALUES, DISTRIBUTIONS, Graph
+from bundlegen.mask import diagonal_shift
 
 GENERATED_PORTS = ("q", "k", "v", "do")
+#: the chunk-seed port index of each modifier input (after GENERATED_PORTS')
+MODIFIER_PORT_INDEX = {"bias": 4, "sinks": 5}
+#: sink logits are drawn N(0, SINK_SCALE^2): comparable to the scores they compete with
+SINK_SCALE = 2.0
 #: about where every scaled score of a shifted-logits case sits; LSE adds at most
 #: log(S_kv) + ~1 to it, so LSE stays below -88.7 up to S_kv ~ 2^25
 SHIFTED_LOGIT = 110.0
@@ -208,3 +216,41 @@ def _shifted(x: torch.Tensor, graph: Graph, sign: float) -> torch.Tensor:
     alpha = math.sqrt(SHIFTED_LOGIT / (scale * d))
     c = 1.0 / math.sqrt(scale * math.sqrt(d))
     return x.sub_(x.mean(dim=-1, keepdim=True)).mul_(c).add_(sign * alpha)  # in place: x is a scratch
+
+
+def alibi_bias(H_q: int, S_q: int, S_kv: int, alignment: str) -> torch.Tensor:
+    """float32 [1, H_q, S_q, S_kv]: -slope_h * |i + shift - j| with slope_h = 2^(-8 (h+1) / H_q)
+    and shift the diagonal's (S_kv - S_q bottom-right, 0 top-left)."""
+    slopes = torch.pow(2.0, -8.0 * torch.arange(1, H_q + 1, dtype=torch.float64) / H_q)
+    i = torch.arange(S_q, dtype=torch.float64).view(-1, 1) + diagonal_shift(S_q, S_kv, alignment)
+    j = torch.arange(S_kv, dtype=torch.float64).view(1, -1)
+    return (-slopes.view(-1, 1, 1) * (i - j).abs()).to(torch.float32).unsqueeze(0)
+
+
+def draw_modifiers(graph: Graph, bias_values: str, seed: int) -> dict[str, torch.Tensor]:
+    """The modifier inputs the graph has, float32 in their logical dims (a broadcast axis
+    expanded, not copied): 'bias' (randn or ALiBi) and 'sinks'. Rounded to a port's dtype
+    as they are written."""
+    if bias_values not in BIAS_VALUES:
+        raise ValueError(f"unknown bias values {bias_values!r} (known: {', '.join(BIAS_VALUES)})")
+    out = {}
+    if "bias" in graph.tensors:
+        spec = graph.tensors["bias"]
+        if bias_values == "alibi":
+            values = alibi_bias(graph.H_q, graph.S_q, graph.S_kv, graph.attributes.diagonal_alignment)
+        else:
+            values = _standard_normal(generated_shape(spec.dims, spec.strides), seed,
+                                      MODIFIER_PORT_INDEX["bias"])
+        out["bias"] = values.expand(spec.dims)
+    if "sinks" in graph.tensors:
+        out["sinks"] = _standard_normal((graph.H_q,), seed, MODIFIER_PORT_INDEX["sinks"]) * SINK_SCALE
+    return out
+
+
+def _standard_normal(shape: tuple[int, ...], seed: int, port_index: int,
+                     chunk_elems: int = CHUNK_ELEMS) -> torch.Tensor:
+    """A fresh float32 tensor, chunk c drawn from chunk_seed(seed, port_index, c)."""
+    x = torch.empty(math.prod(shape), dtype=torch.float32)
+    for c, a in enumerate(range(0, x.numel(), chunk_elems)):
+        x[a:a + chunk_elems].normal_(generator=torch.Generator().manual_seed(chunk_seed(seed, port_index, c)))
+    return x.view(shape)

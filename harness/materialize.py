@@ -10,6 +10,9 @@ The canary is a quiet NaN with a payload no arithmetic produces, compared bitwis
 write of any value into a guard is caught, NaN included; inputs and outputs have different
 ones, so a NaN read from an input's guard and written into an output's guard is caught too.
 
+Score-modifier ports (bias, sinks in; dbias, dsinks out) get storages, canaries and scans
+like the others; bias and sinks values come from distributions.draw_modifiers.
+
 Inputs q, k, v, do are filled on the CPU (bundlegen.harness.distributions), O and Stats come from the
 float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE in fp32), all
 written with their declared strides, then copied to the device (from pinned memory when
@@ -29,11 +32,15 @@ from typing import Iterator, Mapping
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import INPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, PORTS, Case, Graph, TensorSpec
+from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, Case, Graph,
+                             TensorSpec)
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences
 from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import bit_pattern, read_flags
-from bundlegen.harness.distributions import draw_inputs, generated_shape
+from bundlegen.harness.distributions import draw_inputs, draw_modifiers, generated_shape
+
+#: every port that takes the output canary
+_OUTPUTS = frozenset(OUTPUT_PORTS + MODIFIER_OUTPUT_PORTS)
 
 #: canary bit patterns: quiet NaNs with a distinctive payload, one for input storages and
 #: another for output storages. They differ because a NaN keeps its payload through
@@ -87,7 +94,7 @@ def view_of(storage: torch.Tensor, spec: TensorSpec, dims: tuple[int, ...] | Non
 
 
 def canary_bits(dtype: str, output: bool) -> int:
-    """The canary of an output storage (dq, dk, dv) or of an input's."""
+    """The canary of an output storage (dq, dk, dv, dbias, dsinks) or of an input's."""
     return (OUTPUT_CANARY_BITS if output else CANARY_BITS)[dtype]
 
 
@@ -238,7 +245,7 @@ def materialize(case: Case, device: torch.device | str,
     odev = torch.device(oracle_device) if oracle_device is not None else default_oracle_device(device)
     specs = graph.tensors
     pin = device.type == "cuda" and torch.cuda.is_available()
-    cpu = {port: _first_storage(specs[port], device, pin) for port in INPUT_PORTS}
+    cpu = {port: _first_storage(specs[port], device, pin) for port in graph.input_ports}
 
     # q, k, v, do: drawn on the CPU, rounded to the io dtype as they are written through
     # their strides (generate_inputs' values); the logical values are read back from
@@ -246,18 +253,26 @@ def materialize(case: Case, device: torch.device | str,
     for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
         spec = specs[port]
         view_of(cpu[port], spec, tuple(values.shape)).copy_(values.to(cpu[port].device))
-    storages = {port: _copy_to(cpu[port], device) for port in ("q", "k", "v", "do")}
+    for port, values in draw_modifiers(graph, case.data.bias_values, case.data.seed).items():
+        write_view(cpu[port], specs[port], values.to(TORCH_DTYPES[specs[port].dtype]),
+                   case_id=case.id, port=port)
+    drawn = ("q", "k", "v", "do") + tuple(p for p in ("bias", "sinks") if p in specs)
+    storages = {port: _copy_to(cpu[port], device) for port in drawn}
 
     def oracle_view(port: str) -> torch.Tensor:
         source = storages[port] if odev == device else cpu[port].to(odev)
         return view_of(source, specs[port])
 
     q, k, v, do = (oracle_view(p) for p in ("q", "k", "v", "do"))
+    mods = oracle.Modifiers(
+        bias=oracle_view("bias") if "bias" in specs else None,
+        sinks=oracle_view("sinks") if "sinks" in specs else None,
+        dbias_dims=specs["dbias"].dims if "dbias" in specs else None, dsinks="dsinks" in specs)
     _sync(device)
     _sync(odev)
     start = time.perf_counter()
     if seqs is None:
-        fwd = oracle.forward(q, k, v, graph.attributes, max_block_elems=max_block_elems)
+        fwd = oracle.forward(q, k, v, graph.attributes, modifiers=mods, max_block_elems=max_block_elems)
     else:
         fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs, max_block_elems=max_block_elems)
     _sync(odev)
@@ -273,21 +288,22 @@ def materialize(case: Case, device: torch.device | str,
     _sync(device)
     start = time.perf_counter()
     if seqs is None:
-        bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, max_block_elems=max_block_elems)
+        bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, modifiers=mods,
+                              max_block_elems=max_block_elems)
     else:
         bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs,
                                      max_block_elems=max_block_elems)
     _sync(odev)
     oracle_s += time.perf_counter() - start
-    del q, k, v, do
+    del q, k, v, do, mods
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
-    for port in OUTPUT_PORTS:
+    for port in graph.output_ports:
         storages[port] = canary_storage(specs[port], device, output=True)
     # what the input-modified check compares with: on the CPU the host storages themselves
     # (the device storages are copies of them), elsewhere a copy made on the device
-    baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in INPUT_PORTS}
-    tensors = {port: view_of(storages[port], specs[port]) for port in PORTS}
+    baselines = cpu if device.type == "cpu" else {port: storages[port].clone() for port in graph.input_ports}
+    tensors = {port: view_of(storages[port], specs[port]) for port in graph.ports}
     judged = silent = offsets = None
     if seqs is not None:
         judged, silent = _ragged_rows(graph, seqs, is_device_probe(case), odev)
@@ -296,8 +312,8 @@ def materialize(case: Case, device: torch.device | str,
             tensors[port] = torch.tensor(values, dtype=torch.int32, device=device)
     return Materialized(
         case=case, device=device, tensors=tensors, storages=storages,
-        origins={port: GUARD_ELEMS for port in PORTS},
-        unaddressed=_LazyMasks({port: specs[port] for port in PORTS}, device, silent),
+        origins={port: GUARD_ELEMS for port in graph.ports},
+        unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
         snapshots=cpu, baselines=baselines, reference=bwd, forward=fwd, oracle_s=oracle_s,
         judged_rows=judged, offsets=offsets)
 
@@ -330,7 +346,7 @@ def _ragged_rows(graph: Graph, seqs, device_probe: bool, odev: torch.device):
 def judged_outputs(m: Materialized) -> tuple[dict[str, torch.Tensor], oracle.Backward]:
     """The engine's outputs and the oracle's reference, over the rows that are judged (all
     of them, for a padded graph)."""
-    outputs = {port: m.tensors[port] for port in OUTPUT_PORTS}
+    outputs = {port: m.tensors[port] for port in m.case.graph.output_ports}
     if m.judged_rows is None:
         return outputs, m.reference
     ref = {}
@@ -360,7 +376,7 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
     view with gaps (padded rows, interleaving, some broadcasts) is scanned through its mask."""
     spec = m.case.graph.tensors[port]
     bits = m.storages[port].view(BITS_DTYPES[spec.dtype])
-    canary = canary_bits(spec.dtype, output=port in OUTPUT_PORTS)
+    canary = canary_bits(spec.dtype, output=port in _OUTPUTS)
     if is_dense(spec) and not any(len(r) for r in m.unaddressed.silent.get(port, ())):
         start, end = addressed_span(spec)
         return _differs_anywhere(torch.cat([bits[:start], bits[end:]]), canary)
@@ -377,7 +393,7 @@ def _flagged(ports, flag) -> list[str]:
 
 def guard_violations(m: Materialized) -> list[str]:
     """Ports (inputs and outputs) with a non-canary bit pattern in an unaddressed element."""
-    return _flagged(PORTS, lambda port: _guard_flag(m, port))
+    return _flagged(m.case.graph.ports, lambda port: _guard_flag(m, port))
 
 
 def modified_inputs(m: Materialized) -> list[str]:
@@ -388,23 +404,24 @@ def modified_inputs(m: Materialized) -> list[str]:
             return _differs_anywhere(now, torch.tensor(m.offsets[port], dtype=now.dtype, device=now.device))
         now = bit_pattern(m.storages[port])
         return _differs_anywhere(now, bit_pattern(m.baselines[port].to(now.device)))
-    return _flagged(INPUT_PORTS + (OFFSET_PORTS if m.offsets else ()), differs)
+    return _flagged(m.case.graph.input_ports + (OFFSET_PORTS if m.offsets else ()), differs)
 
 
 def nonfinite_outputs(m: Materialized) -> list[str]:
     """Output ports whose view holds a NaN or Inf (the oracle's gradients are always
     finite; an element the engine never wrote still holds the NaN canary)."""
-    return [port for port in OUTPUT_PORTS if not bool(torch.isfinite(m.tensors[port]).all())]
+    return [port for port in m.case.graph.output_ports
+            if not bool(torch.isfinite(m.tensors[port]).all())]
 
 
 def reset_outputs(m: Materialized) -> None:
     """Refill every output storage with the canary (before a repeated run)."""
-    for port in OUTPUT_PORTS:
+    for port in m.case.graph.output_ports:
         fill_canary(m.storages[port], m.case.graph.tensors[port].dtype, output=True)
 
 
 def logical_inputs(m: Materialized) -> dict[str, torch.Tensor]:
-    """port -> the logical q, k, v, o, do, stats an engine reads: CPU copies in the declared
-    dims (contiguous; broadcast axes materialised), safe to modify."""
+    """port -> the logical q, k, v, o, do, stats (and bias, sinks) an engine reads: CPU
+    copies in the declared dims (contiguous; broadcast axes materialised), safe to modify."""
     return {port: view_of(m.snapshots[port], m.case.graph.tensors[port]).to("cpu", copy=True)
-            for port in INPUT_PORTS}
+            for port in m.case.graph.input_ports}

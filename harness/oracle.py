@@ -16,6 +16,12 @@ GQA/MQA: q head h reads k head h // (H_q // H_k) and v head h // (H_q // H_v); d
 are summed over the q heads of their group, in head order, by one reduction over the
 group axis per block (deterministic for a given shape on every device). Rows with no
 kept key: O = 0, LSE = -inf, P = 0, so every gradient there is 0 and nothing is NaN.
+
+Score modifiers (docs/CONTRACTS.md, "Score modifiers"; `Modifiers`): the softcap (from the
+attributes) and an additive bias act on each block's scores before the mask; a sink logit
+per head joins each row's softmax denominator only (the forward folds it into LSE and O
+after the blocks; the backward reads that LSE). dBias is dS before the softcap's factor,
+summed over dbias's size-1 axes; dSinks = -sum_{b,i} exp(sink_h - LSE_i) D_i.
 """
 from __future__ import annotations
 
@@ -50,6 +56,20 @@ class Forward:
 
 
 @dataclass(frozen=True, eq=False)
+class Modifiers:
+    """The score modifiers' tensors (the softcap is an attribute). `bias`: logical
+    [B, H_q, S_q, S_kv] (zero strides allowed); `sinks`: [H_q]; `dbias_dims`: the dbias's
+    dims (1 on the axes it sums over), None for no dBias; `dsinks`: compute dSinks."""
+    bias: torch.Tensor | None = None
+    sinks: torch.Tensor | None = None
+    dbias_dims: tuple[int, ...] | None = None
+    dsinks: bool = False
+
+
+NO_MODIFIERS = Modifiers()
+
+
+@dataclass(frozen=True, eq=False)
 class Backward:
     dq: torch.Tensor      # [B, H_q, S_q, D_qk]
     dk: torch.Tensor      # [B, H_k, S_kv, D_qk]
@@ -57,9 +77,15 @@ class Backward:
     mag_dq: torch.Tensor  # same shapes: the sums on absolute values of their terms
     mag_dk: torch.Tensor
     mag_dv: torch.Tensor
+    dbias: torch.Tensor | None = None       # dbias dims, when asked for
+    mag_dbias: torch.Tensor | None = None
+    dsinks: torch.Tensor | None = None      # [H_q], when asked for
+    mag_dsinks: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Backward":
-        return Backward(**{name: getattr(self, name).to(device) for name in GRADIENT_FIELDS})
+        return Backward(**{name: getattr(self, name).to(device) for name in GRADIENT_FIELDS},
+                        **{name: getattr(self, name).to(device) for name in MODIFIER_FIELDS
+                           if getattr(self, name) is not None})
 
     def gradient(self, port: str) -> torch.Tensor:
         return getattr(self, port)
@@ -69,6 +95,7 @@ class Backward:
 
 
 GRADIENT_FIELDS = ("dq", "dk", "dv", "mag_dq", "mag_dk", "mag_dv")
+MODIFIER_FIELDS = ("dbias", "mag_dbias", "dsinks", "mag_dsinks")
 
 
 @dataclass(frozen=True)
@@ -231,12 +258,41 @@ class _DroppedMask:
 
 
 def _scores(qb: torch.Tensor, kb: torch.Tensor, scale: float,
-            dropped: torch.Tensor | None) -> torch.Tensor:
-    """scale * Q K^T with masked positions at -inf: [nb, nh, R, W]."""
+            dropped: torch.Tensor | None, cap: float | None = None,
+            bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(scores, t): scale * Q K^T, capped (cap * t, t = tanh(s / cap)) when `cap`, plus
+    `bias`, with masked positions at -inf: [nb, nh, R, W]; t is None without a cap."""
     s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scale)
+    t = None
+    if cap is not None:
+        t = s.div_(cap).tanh_()
+        s = t * cap
+    if bias is not None:
+        s.add_(bias)
     if dropped is not None:
         s.masked_fill_(dropped, float("-inf"))
-    return s
+    return s, t
+
+
+def _broadcast_f64(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """t (broadcastable to `shape`, zero strides allowed) as a float64 view of `shape`:
+    converted at its stored size, then expanded (a broadcast axis is never copied)."""
+    for axis, (d, st) in enumerate(zip(t.shape, t.stride())):
+        if st == 0 and d > 1:
+            t = t.narrow(axis, 0, 1)
+    return _f64(t).expand(shape)
+
+
+def _add_reduced(dst: torch.Tensor, part: torch.Tensor, blk: Block) -> None:
+    """dst[b, h, rows, cols] += part ([nb, nh, R, W] for the block), summed over the
+    batches and heads where dst has size 1 (a dBias of a broadcast bias)."""
+    if dst.shape[0] == 1 and part.shape[0] > 1:
+        part = part.sum(0, keepdim=True)
+    if dst.shape[1] == 1 and part.shape[1] > 1:
+        part = part.sum(1, keepdim=True)
+    b = slice(0, 1) if dst.shape[0] == 1 else slice(blk.b0, blk.b1)
+    h = slice(0, 1) if dst.shape[1] == 1 else slice(blk.h0, blk.h1)
+    dst[b, h, blk.r0:blk.r1, blk.c0:blk.c1].add_(part)
 
 
 def _add_group_sums(dst: torch.Tensor, part: torch.Tensor, blk: Block, group: int,
@@ -265,8 +321,9 @@ def _add_group_sums(dst: torch.Tensor, part: torch.Tensor, blk: Block, group: in
 
 # ----------------------------------------------------------------------------- public API
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes, *,
-            max_block_elems: int | None = None) -> Forward:
-    """O = softmax(scale Q K^T, masked) V and LSE = logsumexp of the masked scaled scores."""
+            modifiers: Modifiers = NO_MODIFIERS, max_block_elems: int | None = None) -> Forward:
+    """O = softmax(scale Q K^T, masked) V and LSE = logsumexp of the masked scaled scores
+    (with the score modifiers: capped, biased, a sink in the denominator)."""
     B, H_q, S_q, _ = q.shape
     H_k, S_kv = k.shape[1], k.shape[2]
     H_v, D_v = v.shape[1], v.shape[3]
@@ -274,6 +331,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     budget = max_block_elems or default_block_elems(device)
     q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
     dropped = _DroppedMask(S_q, S_kv, attrs, device)
+    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
     todo = [blk for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v))
             if not blk.empty]
     whole = len(todo) == 1 and (todo[0].b0, todo[0].b1, todo[0].h0, todo[0].h1,
@@ -284,7 +342,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     for blk in todo:
         rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
         kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
-        s = _scores(q64[rows], k64[kv], attrs.attn_scale, dropped(blk))
+        s, _ = _scores(q64[rows], k64[kv], attrs.attn_scale, dropped(blk), attrs.softcap,
+                       None if bias is None else bias[(*rows, slice(blk.c0, blk.c1))])
         row_lse = torch.logsumexp(s, dim=-1)  # -inf for a row with no kept key
         p = s.sub_(_finite_lse(row_lse).unsqueeze(-1)).exp_()
         if whole:  # one block holds everything: its results are O and LSE
@@ -292,19 +351,28 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
         else:
             o[rows] = torch.matmul(p, v64[kv])
             lse[rows] = row_lse
+    if modifiers.sinks is not None:   # the sink joins every row's denominator, keys or none
+        sink = _f64(modifiers.sinks.to(device)).view(1, H_q, 1)
+        with_sink = torch.logaddexp(lse, sink)
+        o = o * torch.exp(lse - with_sink).unsqueeze(-1)   # 0 for a row with no kept key
+        lse = with_sink
     return Forward(o=o, lse=lse, operands=(q, k, v, q64, k64, v64, dropped))
 
 
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-             attrs: Attributes, fwd: Forward, *, max_block_elems: int | None = None) -> Backward:
+             attrs: Attributes, fwd: Forward, *, modifiers: Modifiers = NO_MODIFIERS,
+             max_block_elems: int | None = None) -> Backward:
     """The true gradient (from the exact float64 O and LSE of `fwd`) and its magnitudes.
 
     Per block, with P = exp(S - LSE):
       dV  += P^T dO                     mag_dV  += P^T |dO|
       dS   = P * (dO V^T - rowsum(dO*O)) |dS|mag = P * (|dO| |V|^T + rowsum(|dO|*|O|))
+      dBias = dS                        mag_dBias = |dS|mag   (summed over its size-1 axes)
+      softcap: dS *= 1 - t^2            |dS|mag *= 1 - t^2
       dQ   = scale * dS K               mag_dQ   = scale * |dS|mag |K|
       dK  += scale * dS^T Q             mag_dK  += scale * |dS|mag^T |Q|
-    with dK, dV summed over the q heads of each kv group.
+    with dK, dV summed over the q heads of each kv group; then
+      dSinks_h = -sum_{b,i} exp(sink_h - LSE) rowsum(dO*O), mag with rowsum(|dO|*|O|).
     """
     B, H_q, S_q, D_qk = q.shape
     H_k, S_kv = k.shape[1], k.shape[2]
@@ -333,6 +401,11 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     del o64
     lse = _finite_lse(fwd.lse.to(device)).unsqueeze(-1)
     group_k, group_v = H_q // H_k, H_q // H_v
+    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    dbias = mag_dbias = None
+    if modifiers.dbias_dims is not None:
+        dbias = torch.zeros(modifiers.dbias_dims, dtype=F64, device=device)
+        mag_dbias = torch.zeros_like(dbias)
 
     for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v)):
         if blk.empty:
@@ -341,18 +414,38 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
         kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
         qb, dob, adob = q64[rows], do64[rows], abs_do[rows]
         kb, vb = k64[kv], v64[kv]
-        p = _scores(qb, kb, scale, dropped(blk)).sub_(lse[rows]).exp_()
+        s, t = _scores(qb, kb, scale, dropped(blk), attrs.softcap,
+                       None if bias is None else bias[(*rows, slice(blk.c0, blk.c1))])
+        p = s.sub_(lse[rows]).exp_()
+        del s
+        # d(cap * tanh(s / cap)) / ds
+        slope = None if t is None else t.square_().neg_().add_(1.0)
         pt = p.transpose(-1, -2)
         _add_group_sums(dv, torch.matmul(pt, dob), blk, group_v)
         _add_group_sums(mag_dv, torch.matmul(pt, adob), blk, group_v)
 
         ds = torch.matmul(dob, vb.transpose(-1, -2)).sub_(delta[rows]).mul_(p)
+        if dbias is not None:
+            _add_reduced(dbias, ds, blk)
+        if slope is not None:
+            ds.mul_(slope)
         torch.mul(torch.matmul(ds, kb), scale, out=dq[rows])
         _add_group_sums(dk, torch.matmul(ds.transpose(-1, -2), qb), blk, group_k, scale)
         del ds
         ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2)).add_(abs_delta[rows]).mul_(p)
         del p, pt
+        if mag_dbias is not None:
+            _add_reduced(mag_dbias, ds_mag, blk)
+        if slope is not None:
+            ds_mag.mul_(slope)
+        del slope
         torch.mul(torch.matmul(ds_mag, abs_k[kv]), scale, out=mag_dq[rows])
         _add_group_sums(mag_dk, torch.matmul(ds_mag.transpose(-1, -2), abs_q[rows]), blk, group_k, scale)
         del ds_mag
-    return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=mag_dv)
+    dsinks = mag_dsinks = None
+    if modifiers.dsinks:
+        p_sink = torch.exp(_f64(modifiers.sinks.to(device)).view(1, H_q, 1, 1) - lse)
+        dsinks = -(p_sink * delta).sum(dim=(0, 2, 3))
+        mag_dsinks = (p_sink * abs_delta).sum(dim=(0, 2, 3))
+    return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=mag_dv,
+                    dbias=dbias, mag_dbias=mag_dbias, dsinks=dsinks, mag_dsinks=mag_dsinks)

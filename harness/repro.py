@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from bundlegen.graph import OUTPUT_PORTS, Case
+from bundlegen.graph import Case
 from bundlegen.harness.config import EngineConfig, Tolerance, load_engine_config
 from bundlegen.harness.run import CaseOutcome, run_case
 
@@ -111,7 +111,7 @@ class CaseRunner:
 
         m = M.materialize(case, self.engine.device)
         _run_engine("engine.run", self.engine, case.graph, m.tensors)
-        outputs = {p: m.tensors[p].detach().to("cpu", copy=True) for p in OUTPUT_PORTS}
+        outputs = {p: m.tensors[p].detach().to("cpu", copy=True) for p in case.graph.output_ports}
         return Captured(m, outputs, self.config.tolerance_for(case))
 
 

@@ -32,7 +32,9 @@ def report_lines(repro) -> list[str]:
     case, o = repro.case, repro.outcome
     lines = [f"case {case.id}  {case.level}/{case.group}  {case.purpose}  {' '.join(case.items)}",
              f"graph: {graph_line(case.graph)}",
-             f"data: seed {case.data.seed}, {case.data.distribution}; tolerance class {case.tolerance_class}",
+             f"data: seed {case.data.seed}, {case.data.distribution}"
+             + (f", bias {case.data.bias_values}" if "bias" in case.graph.tensors else "")
+             + f"; tolerance class {case.tolerance_class}",
              f"engine: {repro.engine} ({repro.engine_name}, {repro.arch}) on {repro.device}",
              f"verdict: {o.verdict}" + (f" ({o.reason})" if o.reason else "")]
     if o.detail:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, canonical_json
+from bundlegen.graph import canonical_json
 from bundlegen.harness.materialize import logical_inputs
 from bundlegen.harness.repro import Repro
 
@@ -25,11 +25,12 @@ def dump(repro: Repro, folder: Path | str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     m, tol = repro.captured.materialized, repro.captured.tolerance
     inputs = logical_inputs(m)
-    torch.save({p: inputs[p] for p in INPUT_PORTS}, folder / "inputs.pt")
-    torch.save({p: repro.captured.outputs[p].contiguous() for p in OUTPUT_PORTS}, folder / "outputs.pt")
+    graph = repro.case.graph
+    torch.save({p: inputs[p] for p in graph.input_ports}, folder / "inputs.pt")
+    torch.save({p: repro.captured.outputs[p].contiguous() for p in graph.output_ports}, folder / "outputs.pt")
     ref = m.reference
-    torch.save({**{p: getattr(ref, p).cpu() for p in OUTPUT_PORTS},
-                **{f"mag_{p}": getattr(ref, f"mag_{p}").cpu() for p in OUTPUT_PORTS}}, folder / "reference.pt")
+    torch.save({**{p: ref.gradient(p).cpu() for p in graph.output_ports},
+                **{f"mag_{p}": ref.magnitude(p).cpu() for p in graph.output_ports}}, folder / "reference.pt")
     a = repro.case.graph.attributes
     meta = {"case": repro.case.to_json(), "engine": repro.engine, "device": repro.device,
             "verdict": repro.outcome.verdict, "detail": repro.outcome.detail,
@@ -76,25 +77,46 @@ def keep_mask(s_q, s_kv):
     return keep
 
 
-def sdpa_backward(q, k, v, do):
-    """dQ, dK, dV of sum(O * dO) in float64; a row with no kept key has O = 0."""
+def sdpa_backward(q, k, v, do, bias=None, sinks=None):
+    """dQ, dK, dV (and dBias over the bias's full dims, dSinks) of sum(O * dO) in float64,
+    with the softcap, bias and sinks of docs/CONTRACTS.md; a row with no kept key (and no
+    sink) has O = 0."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    extra = {n: t.detach().double().requires_grad_() for n, t in (("bias", bias), ("sinks", sinks))
+             if t is not None}
     h_q = q.shape[1]
     k_all = k.repeat_interleave(h_q // k.shape[1], dim=1)
     v_all = v.repeat_interleave(h_q // v.shape[1], dim=1)
     scores = (q @ k_all.transpose(-1, -2)) * attrs["attn_scale"]
+    if attrs.get("softcap") is not None:
+        scores = attrs["softcap"] * torch.tanh(scores / attrs["softcap"])
+    if "bias" in extra:
+        scores = scores + extra["bias"]
     keep = keep_mask(q.shape[2], k.shape[2])
     scores = scores.masked_fill(~keep, -math.inf)
     top = scores.amax(-1, keepdim=True)
+    sink = extra["sinks"].view(1, -1, 1, 1) if "sinks" in extra else None
+    if sink is not None:
+        top = torch.maximum(top, sink.expand_as(top))
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
     p = torch.exp(scores - top)
     total = p.sum(-1, keepdim=True)
+    if sink is not None:
+        total = total + torch.exp(sink - top)
     p = p / torch.where(total > 0, total, torch.ones_like(total))
     (p @ v_all * do.double()).sum().backward()
-    return {"dq": q.grad, "dk": k.grad, "dv": v.grad}
+    grads = {"dq": q.grad, "dk": k.grad, "dv": v.grad}
+    if "bias" in extra and "dbias" in reference:
+        want = reference["dbias"].shape
+        axes = [a for a in range(4) if want[a] == 1 and extra["bias"].shape[a] > 1]
+        grads["dbias"] = extra["bias"].grad.sum(axes, keepdim=True) if axes else extra["bias"].grad
+    if "sinks" in extra and "dsinks" in reference:
+        grads["dsinks"] = extra["sinks"].grad
+    return grads
 
 
-mine = sdpa_backward(inputs["q"], inputs["k"], inputs["v"], inputs["do"])
+mine = sdpa_backward(inputs["q"], inputs["k"], inputs["v"], inputs["do"], inputs.get("bias"),
+                     inputs.get("sinks"))
 for port, grad in mine.items():
     scale = reference["mag_" + port].max().item() or 1.0
     gap = (grad - reference[port]).abs().max().item() if grad.numel() else 0.0
@@ -107,7 +129,7 @@ print(f"case {meta['case']['id']} on {meta['engine']} ({meta['device']}): harnes
 print("  q " + str(g["q"]["dims"]) + ", k " + str(g["k"]["dims"]) + ", v " + str(g["v"]["dims"])
       + f", {g['q']['dtype']}, attributes {attrs}")
 worst, wrong = [], 0
-for port in ("dq", "dk", "dv"):
+for port in outputs:
     got, ref = outputs[port].double(), reference[port]
     bound = reference["mag_" + port] * tol["rtol"] + tol["atol"]
     err = (got - ref).abs()

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
 from bundlegen.cost import predict, size_text, terms
-from bundlegen.graph import BundleError, Case, Graph, OUTPUT_PORTS
+from bundlegen.graph import BundleError, Case, Graph
 from bundlegen.manifest import Manifest, manifest_path
-from bundlegen.reasons import DETERMINISM_NOT_SERVED, RAGGED_NOT_SERVED, RAGGED_OFFSETS, code_of
+from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED,
+                               RAGGED_OFFSETS, code_of)
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
 
@@ -223,9 +224,14 @@ def _offer_to_engine(engine, graph: Graph, frontend: str) -> CaseOutcome:
 def _decline_reason(engine, graph: Graph) -> str | None:
     """engine.is_applicable's answer for the graph as launched, held to its contract: None
     or a reason string. A ragged graph is declined for an engine that does not say it
-    serves them (Engine.ragged)."""
+    serves them (Engine.ragged), a score modifier for one that does not list it
+    (Engine.score_modifiers)."""
     if graph.ragged is not None and not getattr(engine, "ragged", False):
         return f"{RAGGED_NOT_SERVED}: the engine does not set ragged = True"
+    unlisted = graph.modifiers - frozenset(getattr(engine, "score_modifiers", ()))
+    if unlisted:
+        return (f"{MODIFIER_NOT_SERVED}: {', '.join(sorted(unlisted))} "
+                "(not in the engine's score_modifiers)")
     if graph.attributes.deterministic_algorithm and not (
             getattr(engine, "deterministic", False) or getattr(engine, "deterministic_mode", False)):
         return f"{DETERMINISM_NOT_SERVED}: the engine has no deterministic mode (deterministic_mode)"
@@ -286,7 +292,7 @@ def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> 
         return outcome(judgement.verdict, detail=judgement.detail, **result)
 
     if runs > 1:
-        first = {p: m.storages[p].clone() for p in OUTPUT_PORTS}
+        first = {p: m.storages[p].clone() for p in case.graph.output_ports}
         differ = checks.DifferingElements(first)
     for again in range(2, runs + 1):
         M.reset_outputs(m)

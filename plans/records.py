@@ -13,12 +13,16 @@ LEVEL_NAMES = ("quick", "pr", "nightly", "full")
 # ----------------------------------------------------------------------------- axes
 @dataclass(frozen=True)
 class Axis:
-    """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly."""
+    """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly.
+    An `extension` axis was added after the pair suites' rows were fixed: the suites first
+    propose their rows with it at its default (the rows, and the cases' ids, they gave
+    before), then add rows for the pairs it takes part in."""
     name: str
     title: str
     values: tuple[str, ...]
     default: str
     core: bool = False
+    extension: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,15 @@ class Layout:
     stats_batch_broadcast: bool = False
 
 
+@dataclass(frozen=True)
+class BiasKind:
+    """An additive bias (docs/CONTRACTS.md, "Score modifiers"): which axes it broadcasts
+    over (bundlegen.graph.BIAS_BROADCASTS: full | batch | head | both) and what it holds
+    (bundlegen.graph.BIAS_VALUES: randn | alibi)."""
+    broadcast: str
+    values: str = "randn"
+
+
 # ----------------------------------------------------------------------------- concrete cases
 @dataclass(frozen=True)
 class Shape:
@@ -110,6 +123,11 @@ def attr(name: str, value: Any) -> Mutation:
     return Mutation("attr", name, None, value)
 
 
+def drop(port: str) -> Mutation:
+    """Remove a port (a modifier output without its input: a frontend probe)."""
+    return Mutation("drop", port, None, None)
+
+
 def reshape(port: str, dims: tuple[int, ...], strides: tuple[int, ...]) -> Mutation:
     """A port's whole dims and strides, after its storage kind placed it (its rank may change)."""
     return Mutation("reshape", port, None, (tuple(dims), tuple(strides)))
@@ -128,6 +146,11 @@ class Spec:
     distribution: str = "randn"
     port_kinds: Mapping[str, str] = field(default_factory=dict)
     mutations: tuple[Mutation, ...] = ()
+    # score modifiers, by names from the plan's tables (Plan.biases, .switches, .softcaps)
+    bias: str = "none"
+    dbias: str = "off"
+    sinks: str = "off"       # "on": the sinks input and its dsinks output
+    softcap: str = "off"
 
 
 # ----------------------------------------------------------------------------- plan entries
@@ -398,6 +421,11 @@ class Plan:
     ragged: RaggedPlan | None = None       # ragged (THD / varlen) graphs: their own axis space
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
     boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
+    #: score modifiers: bias kinds (None: no bias), on/off switches (dbias, sinks) and
+    #: softcap values (None: off)
+    biases: Mapping[str, BiasKind | None] = field(default_factory=lambda: {"none": None})
+    switches: Mapping[str, bool] = field(default_factory=lambda: {"off": False, "on": True})
+    softcaps: Mapping[str, float | None] = field(default_factory=lambda: {"off": None})
 
 
 # ----------------------------------------------------------------------------- peer grids (reference data)

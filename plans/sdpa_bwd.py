@@ -9,10 +9,10 @@ Item IDs are stable handles: renaming one renames a support-matrix row.
 from __future__ import annotations
 
 from bundlegen.plans.records import (
-    Axis, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedCatalogEntry, RaggedPlan, RaggedProbe,
     RaggedRegression, RaggedSpec, Regression, Rule, SeqPair, Shape, Spec, Sweep, TokenStorage,
-    ToleranceClass, attr, dims, dtype, reshape, stride,
+    ToleranceClass, attr, dims, drop, dtype, reshape, stride,
 )
 
 from bundlegen.plans.peers import PEERS
@@ -150,6 +150,18 @@ AXIS_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-tl", "strict-caus
 SCALES = {"default": None, "custom": 0.3, "large": 1.0}   # None: 1/sqrt(D_qk)
 DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
 
+# score modifiers (docs/CONTRACTS.md, "Score modifiers")
+BIASES = {                            # [B, H_q, S_q, S_kv], broadcast by zero strides
+    "none": None,
+    "full": BiasKind("full"),
+    "batch": BiasKind("batch"),       # one [H_q, S_q, S_kv] for every batch
+    "head": BiasKind("head"),         # one [B, S_q, S_kv] for every head
+    "both": BiasKind("both"),         # one [S_q, S_kv]
+    "alibi": BiasKind("batch", "alibi"),   # per-head slopes, the diagonal's alignment
+}
+SWITCHES = {"off": False, "on": True}
+SOFTCAPS = {"off": None, "cap30": 30.0, "cap5": 5.0}   # 30: Gemma-like, rarely bends; 5 bends most scores
+
 # ============================================================================ axes
 AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
@@ -162,6 +174,12 @@ AXES = (
     Axis("scale", "attention scale", tuple(SCALES), "default"),
     Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
     Axis("batch", "batch size", tuple(BATCHES), "b1"),
+    # core: paired at pr with every head configuration, sequence pair, head dim and mask;
+    # extension: the pair suites' earlier rows (and case ids) stay, rows are added for these
+    Axis("bias", "additive bias (broadcast kinds, ALiBi)", tuple(BIASES), "none", core=True, extension=True),
+    Axis("dbias", "dBias output (summed over the bias's broadcast axes)", tuple(SWITCHES), "off", core=True, extension=True),
+    Axis("sinks", "attention sinks: a per-head sink logit and its dSinks", tuple(SWITCHES), "off", core=True, extension=True),
+    Axis("softcap", "softcap cap * tanh(s / cap) on the scaled scores", tuple(SOFTCAPS), "off", core=True, extension=True),
 )
 
 # ============================================================================ legality
@@ -193,6 +211,15 @@ RULES = (
     Rule("head-broadcast-needs-kv-heads",
          "a zero head stride on K/V with H_k = 1 or H_v = 1 broadcasts nothing",
          when={"layout": ("bcast-kv-head",)}, require={"heads": _MULTI_KV_HEADS}),
+    Rule("dbias-needs-bias", "a dBias output is the gradient of a bias input",
+         when={"dbias": ("on",)}, require={"bias": tuple(n for n in BIASES if n != "none")}),
+    Rule("bias-batch-broadcast-needs-batch",
+         "a zero batch stride on the bias at B = 1 broadcasts nothing",
+         when={"bias": ("batch", "both", "alibi")}, require={"batch": ("b2", "b3")}),
+    Rule("batch-broadcast-stats-needs-batch-broadcast-bias",
+         "stats broadcast over the batch hold one LSE for every batch: a bias that differs "
+         "per batch would give each batch its own",
+         when={"layout": ("bcast-all-batch",)}, require={"bias": ("none", "batch", "both", "alibi")}),
 )
 
 # ============================================================================ suites
@@ -532,6 +559,36 @@ GAP_CATALOG = (
                   Spec(_shape(H=2, S=48, D=32), mask="causal-br", mutations=(stride("do", 2, 8),)))),
 )
 
+#: a probe of the score modifiers' rules: a full bias with its dbias, sinks with dsinks
+_MOD = dict(bias="full", dbias="on", sinks="on")
+MODIFIER_PROBES = (
+    _probe("PRB-BIAS-DIMS", "bias S_kv != S_kv", "frontend", "bias-dims-mismatch", dims("bias", 3, 63), **_MOD),
+    _probe("PRB-BIAS-HEADS-NOT-BROADCAST", "bias [B, 1, S_q, S_kv] with a head stride: dims, not a broadcast",
+           "frontend", "bias-dims-mismatch", dims("bias", 1, 1), bias="full"),
+    _probe("PRB-BIAS-DTYPE", "bias dtype != io dtype", "frontend", "dtype-mismatch", dtype("bias", "fp16"), **_MOD),
+    _probe("PRB-BIAS-ROW-BROADCAST", "bias stride 0 on S_q (only batch and heads may broadcast)", "frontend",
+           "bias-broadcast-axis", stride("bias", 2, 0), bias="full"),
+    _probe("PRB-DBIAS-WITHOUT-BIAS", "dbias output without a bias input", "frontend", "dbias-without-bias",
+           drop("bias"), **_MOD),
+    _probe("PRB-DBIAS-NOT-REDUCED", "dbias keeps the batch axis a batch-broadcast bias sums over", "frontend",
+           "dbias-dims-mismatch", dims("dbias", 0, 2), bias="batch", dbias="on"),
+    _probe("PRB-DBIAS-DTYPE", "dbias dtype != io dtype", "frontend", "dtype-mismatch", dtype("dbias", "fp16"),
+           **_MOD),
+    _probe("PRB-DBIAS-OVERLAP", "dbias rows overlap: a layout that cannot be written", "frontend",
+           "dbias-overlap", stride("dbias", 2, 32), **_MOD),
+    _probe("PRB-DBIAS-ZERO-STRIDE", "dbias head stride 0 with H_q = 2", "frontend", "dbias-overlap",
+           stride("dbias", 1, 0), **_MOD),
+    _probe("PRB-SINKS-DTYPE", "sinks not fp32", "frontend", "sinks-dtype", dtype("sinks", "bf16"), sinks="on"),
+    _probe("PRB-SINKS-DIMS", "sinks [1] for H_q = 2", "frontend", "sinks-dims-mismatch", dims("sinks", 0, 1),
+           sinks="on"),
+    _probe("PRB-DSINKS-WITHOUT-SINKS", "dsinks output without a sinks input", "frontend", "dsinks-without-sinks",
+           drop("sinks"), sinks="on"),
+    _probe("PRB-DSINKS-OVERLAP", "dsinks stride 0 with H_q = 2", "frontend", "dsinks-overlap",
+           stride("dsinks", 0, 0), sinks="on"),
+    _probe("PRB-SOFTCAP-ZERO", "softcap = 0", "frontend", "softcap-nonpositive", attr("softcap", 0.0)),
+    _probe("PRB-SOFTCAP-NEGATIVE", "softcap < 0", "frontend", "softcap-nonpositive", attr("softcap", -30.0)),
+)
+
 PROBE_ARMS = (
     _probe("PRB-ZERO-STRIDE-DQ-HEAD", "dQ head stride 0 with H_q = 2 (batch stride kept)", "engine",
            "zero-stride-output", stride("dq", 1, 0)),
@@ -539,6 +596,40 @@ PROBE_ARMS = (
            "zero-stride-output", stride("dk", 0, 0)),
     _probe("PRB-STATS-RANK-3", "stats of rank 3 [B, H_q, S_q]", "frontend", "bad-rank",
            reshape("stats", (2, 2, 64), (128, 64, 1))),
+)
+
+# score-modifier shapes: the combinations the axis values alone do not reach
+MODIFIER_CATALOG = (
+    CatalogEntry("SHP-ALIBI-CAUSAL", "ALiBi with GQA and bottom-right causal, S_q != S_kv (FlashAttention's alibi test)",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=48, S_kv=80, D=64), mask="causal-br", bias="alibi", dbias="on"),
+                  Spec(_shape(B=2, H=4, S=80, S_kv=48, D=64), mask="causal-tl", bias="alibi"))),
+    CatalogEntry("SHP-SINKS-EMPTY-ROWS", "sinks where rows keep no key (their LSE is the sink, dQ 0)",
+                 (Spec(_shape(H=2, S=96, S_kv=32, D=32), mask="causal-br", sinks="on"),
+                  Spec(_shape(H=4, H_k=1, S=64, D=32), mask="strict-causal-tl", sinks="on", softcap="cap5"))),
+    CatalogEntry("SHP-SINKS-FROZEN", "sinks without their gradient (no dsinks output)",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=64, D=64), sinks="on", mutations=(drop("dsinks"),)),),
+                 level="pr"),
+    CatalogEntry("SHP-MODIFIERS-ALL", "bias + dBias + sinks + softcap at once, GQA, causal",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=64, D=64), mask="causal-br", bias="head", dbias="on",
+                       sinks="on", softcap="cap5"),
+                  Spec(_shape(B=2, H=8, H_k=2, S=256, S_kv=384, D=128), mask="window-br", bias="both",
+                       dbias="on", sinks="on", softcap="cap30"),
+                  Spec(_shape(B=2, H=8, H_k=2, S=1024, D=128), mask="causal-tl", bias="batch",
+                       dbias="on", sinks="on", softcap="cap5")), level="pr"),
+    CatalogEntry("SHP-BIAS-STRIDED", "bias and dBias in padded and transposed layouts (any strides)",
+                 (Spec(_shape(B=2, H=2, S=64, S_kv=72, D=64), bias="full", dbias="on",
+                       mutations=(reshape("bias", (2, 2, 64, 72), (2 * 64 * 80, 64 * 80, 80, 1)),
+                                  reshape("dbias", (2, 2, 64, 72), (1, 2, 4 * 72, 4)))),
+                  Spec(_shape(B=2, H=2, S=64, S_kv=72, D=64), bias="head", dbias="on",
+                       mutations=(reshape("bias", (2, 2, 64, 72), (64 * 72, 0, 1, 64)),))), level="pr"),
+    CatalogEntry("SHP-SOFTCAP-GEMMA", "softcap 30 with a sliding window at S = 1k (Gemma 2's attention)",
+                 (Spec(_shape(B=1, H=8, H_k=4, S=1024, D=128), mask="window-256-br", softcap="cap30"),
+                  Spec(_shape(B=2, H=8, H_k=4, S=1024, D=128), mask="window-256-br", softcap="cap5",
+                       bias="alibi")),
+                 level="nightly"),
+    CatalogEntry("SHP-MODIFIERS-LONG", "bias + dBias + sinks at S = 2k (dBias summed over 16 heads)",
+                 (Spec(_shape(B=1, H=16, H_k=4, S=2048, D=64), mask="causal-br", bias="both", dbias="on",
+                       sinks="on"),), level="nightly"),
 )
 
 # ============================================================================ ragged (THD / varlen)
@@ -693,10 +784,6 @@ GATED = (
           "(the oracle needs the mask the engine drew)", 6),
     Gated("GATE-DROPOUT-ZERO", "dropout_probability = 0 set explicitly", "waiting on a decision whether "
           "p = 0 is a plain graph or a dropout graph (engines differ)", 1),
-    Gated("GATE-BIAS", "additive attention bias (incl. broadcast bias)", "waiting on a bias port in "
-          "bundlegen.graph, materialize and the oracle", 4),
-    Gated("GATE-DBIAS", "dBias output and its probes", "waiting on a dbias output port and the oracle's dBias", 5),
-    Gated("GATE-SINKS", "attention sinks (learned per-head logit)", "waiting on a sink port and its oracle gradient", 4),
     Gated("GATE-PAGED-KV", "paged K/V with a block table (incl. bad block-table probes)",
           "waiting on paged K/V storage in materialize", 6),
     Gated("GATE-FP32", "fp32 io dtype", "waiting on engines serving fp32 without TF32 and fp32 tolerance "
@@ -762,9 +849,17 @@ TOLERANCE_CLASSES = {
 
 def longest_reduction(graph) -> int:
     """The longest sum any gradient element takes: over keys (dQ), over query rows of a
-    whole GQA group (dK, dV), and over the head dims (dP, Delta)."""
+    whole GQA group (dK, dV), over the head dims (dP, Delta), over the batches and heads a
+    dBias sums (its broadcast axes) and over every query row of a head (dSinks)."""
     group = max(graph.H_q // graph.H_k, graph.H_q // graph.H_v)
-    return max(graph.S_q * group, graph.S_kv, graph.D_qk, graph.D_v)
+    longest = max(graph.S_q * group, graph.S_kv, graph.D_qk, graph.D_v)
+    t = graph.tensors
+    if "dbias" in t and len(t["dbias"].dims) == 4:
+        summed = [n for n, kept in zip((graph.B, graph.H_q), t["dbias"].dims[:2]) if kept == 1]
+        longest = max(longest, 1 if not summed else summed[0] * (summed[1] if len(summed) > 1 else 1))
+    if "dsinks" in t:
+        longest = max(longest, graph.B * graph.S_q)
+    return longest
 
 
 def tolerance_class_for(graph) -> str:
@@ -782,10 +877,12 @@ PLAN = Plan(
     name=PLAN_NAME, axes=AXES, rules=RULES, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
     distributions=DISTRIBUTIONS, dtypes=DTYPES, pair_suites=PAIR_SUITES,
-    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG + GAP_CATALOG, sweeps=SWEEPS,
-    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS, gated=GATED, levels=LEVELS, cost_model=COST_MODEL,
+    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG, sweeps=SWEEPS,
+    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS + MODIFIER_PROBES, gated=GATED,
+    levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
     peers=PEERS,
     boundaries=BOUNDARIES,
+    biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS,
 )

@@ -5,6 +5,10 @@ The op builds a cuDNN-frontend SDPA backward graph from the tensors' own dims an
 [B, H, S_q, 1] fp32 (older torch: [B, H, S_q]; see cudnn_lse_has_unit_dim). O is presented
 in the layout the cudnn forward allocates (alloc_with_matching_layout). Sources:
 sdp_utils.cpp can_use_cudnn_attention and check_cudnn_tensor_shapes.
+
+Score modifiers: an additive bias goes in as attn_bias, its broadcast axes narrowed to
+length 1 (cuDNN's bias broadcasts by dims, [1|B, 1|H, S_q, S_kv]); the op returns no bias
+gradient (no dbias), and cuDNN's sinks and softcap are not reachable through it.
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
 from bundlegen.engines.torch_sdpa_common import (DeviceFacts, TorchSdpaEngine, aligned_offsets,
-                                       aligned_strides, call_by_schema, capability_between,
+                                       aligned_strides, bias_broadcast_as_dims,
+                                       bias_last_dim_contiguous, call_by_schema, capability_between,
+                                       with_bias,
                                        causal_only, cudnn_lse_has_unit_dim, dtype_in,
                                        elements_per_16_bytes, head_dim_stride_one, is_causal,
                                        kv_heads_equal, lse_rows, lse_unit_last,
@@ -74,8 +80,25 @@ def cudnn_ragged(graph: Graph, facts: DeviceFacts) -> str | None:
             "form differs between torch releases")
 
 
+def cudnn_values(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict:
+    """The arguments of aten::_scaled_dot_product_cudnn_attention_backward, by schema name:
+    the declared q, k, v, dO views; O in the forward's layout; LSE in this torch's form; the
+    bias (when the graph has one) with its broadcast axes as length-1 dims."""
+    rng = no_rng(tensors["q"].device)
+    stats, bias = tensors["stats"], tensors.get("bias")
+    return {
+        "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
+        "value": tensors["v"], "out": matching_layout_copy(tensors["q"], tensors["o"]),
+        "logsumexp": lse_unit_last(stats) if cudnn_lse_has_unit_dim() else lse_rows(stats),
+        "philox_seed": rng, "philox_offset": rng,
+        "attn_bias": None if bias is None else bias_broadcast_as_dims(bias),
+        "cum_seq_q": None, "cum_seq_k": None, "max_q": graph.S_q, "max_k": graph.S_kv,
+        "dropout_p": 0.0, "is_causal": is_causal(graph), "scale": graph.attributes.attn_scale}
+
+
 class TorchCudnnEngine(TorchSdpaEngine):
     name = "torch-cudnn"
+    score_modifiers = frozenset({"bias"})
     RULES = (
         needs_nvidia_gpu,
         cudnn_runtime,
@@ -90,20 +113,13 @@ class TorchCudnnEngine(TorchSdpaEngine):
         head_dim_stride_one,
         aligned_offsets(elements_per_16_bytes, TMA_SOURCE),
         aligned_strides(elements_per_16_bytes, TMA_SOURCE),
+        bias_last_dim_contiguous("cuDNN reads the bias's S_kv axis packed"),
+        with_bias(aligned_offsets(elements_per_16_bytes, f"bias: {TMA_SOURCE}", ports=("bias",))),
+        with_bias(aligned_strides(elements_per_16_bytes, f"bias: {TMA_SOURCE}", ports=("bias",))),
     )
 
     RAGGED_RULES = (cudnn_ragged,)
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
-        rng = no_rng(tensors["q"].device)
-        stats = tensors["stats"]
-        lse = lse_unit_last(stats) if cudnn_lse_has_unit_dim() else lse_rows(stats)
-        dq, dk, dv = call_by_schema(op, {
-            "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
-            "value": tensors["v"], "out": matching_layout_copy(tensors["q"], tensors["o"]),
-            "logsumexp": lse, "philox_seed": rng, "philox_offset": rng, "attn_bias": None,
-            "cum_seq_q": None, "cum_seq_k": None, "max_q": graph.S_q, "max_k": graph.S_kv,
-            "dropout_p": 0.0, "is_causal": is_causal(graph),
-            "scale": graph.attributes.attn_scale})
-        return dq, dk, dv
+        return tuple(call_by_schema(op, cudnn_values(graph, tensors)))

@@ -5,6 +5,13 @@ kernels from xformers (attention_backward.cu, mem_eff_attention/kernel_backward.
 [B, H, ceil(S_q / 32) * 32] fp32. The kernel derives O's sequence stride as H * D_v (the
 layout its forward writes), which is why O is presented packed [B, S, H, D_v]. Sources:
 sdp_utils.cpp (dispatcher) and kernel_backward.h check_supported (kernel).
+
+Score modifiers: an additive bias goes in as attn_bias (its zero strides kept: the kernel
+takes per-axis strides, checked only for alignment) and grad_input_mask[3] asks for its
+gradient, which the op allocates [B, H, S_q, S_kv] and the adapter sums over the
+broadcast axes. _efficient_attention_backward checks bias.stride(3) == 1; check_supported
+checks strideB (B > 1), strideH (H > 1) and strideM multiples of kMinimumAlignment. No
+sinks, no softcap (the kernel has neither).
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.graph import Graph
 from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchSdpaEngine,
-                                       aligned_offsets, aligned_strides, bshd_packed_copy,
+                                       aligned_offsets, aligned_strides, bias_last_dim_contiguous,
+                                       bshd_packed_copy, with_bias,
                                        call_by_schema, capability_between, causal_only,
                                        head_dim_stride_one, is_causal, lse_padded,
                                        lse_per_sequence, needs_nvidia_gpu, no_dropout, no_gqa,
@@ -101,10 +109,35 @@ _OWN_RULES = (
 )
 
 
+#: the bias rules (a graph without a bias passes them)
+BIAS_RULES = (
+    bias_last_dim_contiguous("_efficient_attention_backward: bias->stride(3) == 1"),
+    with_bias(aligned_offsets(gemm_alignment, "the bias pointer, aligned as q's (check_data_ptr_alignment)",
+                              ports=("bias",))),
+    with_bias(aligned_strides(lambda graph: KERNEL_ALIGNMENT, "cutlassB check_supported: attn_bias strides",
+                              ports=("bias",), axes_always=(2,))),
+)
+
+
+def efficient_values(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict:
+    """The arguments of aten::_scaled_dot_product_efficient_attention_backward, by schema
+    name: the declared q, k, v, dO, bias views; O packed [B, S, H, D_v]; LSE padded to a
+    multiple of 32 rows; the bias gradient asked for when the graph has a dbias."""
+    rng = no_rng(tensors["q"].device)
+    return {
+        "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
+        "value": tensors["v"], "attn_bias": tensors.get("bias"), "out": bshd_packed_copy(tensors["o"]),
+        "logsumexp": lse_padded(tensors["stats"], LSE_ROW_MULTIPLE),
+        "philox_seed": rng, "philox_offset": rng, "dropout_p": 0.0,
+        "grad_input_mask": [True, True, True, "dbias" in tensors], "is_causal": is_causal(graph),
+        "scale": graph.attributes.attn_scale}
+
+
 class TorchEfficientEngine(TorchSdpaEngine):
     name = "torch-efficient"
     #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
     deterministic_mode = True
+    score_modifiers = frozenset({"bias", "dbias"})
     RULES = (
         *_OWN_RULES,
         no_gqa("_efficient_attention_backward needs equal head counts; SDPA repeats K/V "
@@ -115,6 +148,7 @@ class TorchEfficientEngine(TorchSdpaEngine):
         # dO's strides are free: the op copies it to packed [B, S, H, D] unless it is already.
         aligned_strides(lambda graph: KERNEL_ALIGNMENT, "cutlassB check_supported",
                         ports=("q", "k", "v"), axes_always=(1, 2)),
+        *BIAS_RULES,
     )
 
     # Ragged: _efficient_attention_backward with cu_seqlens_q / cu_seqlens_k (batch 1,
@@ -140,12 +174,4 @@ class TorchEfficientEngine(TorchSdpaEngine):
 
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
-        rng = no_rng(tensors["q"].device)
-        dq, dk, dv, _dbias = call_by_schema(op, {
-            "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
-            "value": tensors["v"], "attn_bias": None, "out": bshd_packed_copy(tensors["o"]),
-            "logsumexp": lse_padded(tensors["stats"], LSE_ROW_MULTIPLE),
-            "philox_seed": rng, "philox_offset": rng, "dropout_p": 0.0,
-            "grad_input_mask": [True, True, True, False], "is_causal": is_causal(graph),
-            "scale": graph.attributes.attn_scale})
-        return dq, dk, dv
+        return tuple(call_by_schema(op, efficient_values(graph, tensors)))

@@ -1,7 +1,9 @@
 """torch-math: autograd through the math SDPA (scores, mask, softmax, weighted sum),
 recomputed from Q, K, V and dO. Runs on every device torch runs on; declines only what it
 cannot do: fp32 (gated by the plan), output layouts no engine may write (zero-stride or
-overlapping outputs), dropout.
+overlapping outputs), dropout. Every score modifier (bias, dbias, sinks, softcap; padded
+graphs) by autograd too: the bias is a leaf of its stored size (1 on a broadcast axis), so
+autograd's sum over the broadcast is dBias; the sink is one more logit column.
 
 Ragged graphs (DESIGN section 10) are computed sequence by sequence: the engine reads the
 offsets back to the host (a reference may), keeps the sequences validate.good_sequences
@@ -35,6 +37,7 @@ class TorchMathEngine(Engine):
     name = "torch-math"
     deterministic = True
     ragged = True
+    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
 
     def archs(self) -> tuple[str, ...]:
         return ("cpu", "sm90", "sm120", "gfx942")
@@ -56,10 +59,13 @@ class TorchMathEngine(Engine):
         if graph.ragged is not None:
             ragged_backward(graph, tensors)
             return
-        dq, dk, dv = attention_backward(graph, tensors["q"], tensors["k"], tensors["v"], tensors["do"])
-        tensors["dq"].copy_(dq)
-        tensors["dk"].copy_(dk)
-        tensors["dv"].copy_(dv)
+        grads = attention_backward_heads(graph.attributes, tensors["q"], tensors["k"], tensors["v"],
+                                         tensors["do"], bias=tensors.get("bias"),
+                                         sinks=tensors.get("sinks"))
+        names = ["dq", "dk", "dv"] + ["dbias"] * ("bias" in tensors) + ["dsinks"] * ("sinks" in tensors)
+        for port, grad in zip(names, grads):
+            if port in tensors:   # a bias or sinks input without its gradient port: not asked for
+                tensors[port].copy_(grad.reshape(tensors[port].shape))
 
 
 def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tuple[int, range, range]]:
@@ -104,21 +110,43 @@ def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.
 
 
 def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                             do: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """attention_backward on [B, H, S, D] tensors, sizes read from them."""
+                             do: torch.Tensor, bias: torch.Tensor | None = None,
+                             sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """attention_backward on [B, H, S, D] tensors, sizes read from them: dQ, dK, dV, then
+    dBias (the bias's stored size: 1 on its broadcast axes) when `bias` is given, then
+    dSinks (fp32) when `sinks` is."""
     H_q, H_k, H_v = q.shape[1], k.shape[1], v.shape[1]
-    S_q, S_kv = q.shape[2], k.shape[2]
+    B, S_q, S_kv = q.shape[0], q.shape[2], k.shape[2]
     io_dtype = q.dtype
     compute = torch.promote_types(io_dtype, COMPUTE_DTYPE)
     # Leaves own their memory: the harness's views may be strided or broadcast.
-    q, k, v = (t.detach().to(compute, memory_format=torch.contiguous_format, copy=True)
-               .requires_grad_() for t in (q, k, v))
+    leaf = lambda t: (t.detach().to(compute, memory_format=torch.contiguous_format, copy=True)
+                      .requires_grad_())
+    q, k, v = (leaf(t) for t in (q, k, v))
+    leaves = [q, k, v]
+    if bias is not None:
+        bias = leaf(_stored(bias))
+        leaves.append(bias)
+    if sinks is not None:
+        sinks = leaf(sinks)
+        leaves.append(sinks)
     with torch.enable_grad():
         kk = k.repeat_interleave(H_q // H_k, dim=1)
         vv = v.repeat_interleave(H_q // H_v, dim=1)
         scores = torch.matmul(q, kk.transpose(-2, -1)) * attrs.attn_scale
+        if attrs.softcap is not None:
+            scores = torch.tanh(scores / attrs.softcap) * attrs.softcap
+        if bias is not None:
+            scores = scores + bias
         keep = keep_mask(S_q, S_kv, attrs, device=q.device)
-        if keep is None:
+        if sinks is not None:
+            # the sink: one more logit per row, in the denominator only; a row with no kept
+            # key then has a finite softmax (all of it on the sink), so mask it as is
+            if keep is not None:
+                scores = scores.masked_fill(~keep, float("-inf"))
+            column = sinks.view(1, H_q, 1, 1).expand(B, H_q, S_q, 1)
+            probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :S_kv]
+        elif keep is None:
             probs = torch.softmax(scores, dim=-1)
         else:
             # A row with no kept key has O = 0 and zero gradients: mask it nowhere (so the
@@ -128,5 +156,14 @@ def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor
             probs = torch.softmax(scores.masked_fill(drop, float("-inf")), dim=-1)
             probs = probs * row_has_key.to(probs.dtype)
         out = torch.matmul(probs, vv)
-        grads = torch.autograd.grad(out, (q, k, v), grad_outputs=do.detach().to(compute))
-    return tuple(g.to(io_dtype) for g in grads)
+        grads = torch.autograd.grad(out, leaves, grad_outputs=do.detach().to(compute))
+    dtypes = [io_dtype] * (3 + (bias is not None)) + [torch.float32] * (sinks is not None)
+    return tuple(g.to(dt) for g, dt in zip(grads, dtypes))
+
+
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """t with every broadcast axis (stride 0, longer than 1) narrowed to size 1."""
+    for axis, (d, st) in enumerate(zip(t.shape, t.stride())):
+        if st == 0 and d > 1:
+            t = t.narrow(axis, 0, 1)
+    return t
