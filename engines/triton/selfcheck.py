@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import Attributes, Graph, TensorSpec, dense_graph
+from bundlegen.graph import Attributes, Graph, TensorSpec, dense_graph, with_modifiers
 from bundlegen.mask import keep_mask
 
 GUARD = 16  # canary elements before and after every storage (whole 16-byte groups)
@@ -200,9 +200,23 @@ SMOKE = {
     # K rows 2^26 + 64 elements apart: offsets past 2^31 (K's storage is 5.4 GB)
     "wide-k-rows-past-2^31": dict(B=1, H_q=2, H_k=1, S_q=40, S_kv=40, D_qk=64, dtype="bf16",
                                   right=0),
+    # score modifiers (graph.with_modifiers arguments under "mods")
+    "mods-all-causal-br-gqa-d128": dict(B=2, H_q=8, H_k=2, S_q=1000, S_kv=1024, D_qk=128,
+                                        dtype="bf16", right=0, alignment="BOTTOM_RIGHT",
+                                        mods=dict(bias="batch", dbias=True, sinks=True,
+                                                  dsinks=True, softcap=30.0)),
+    "mods-bias-both-window-d64": dict(B=3, H_q=4, S_q=513, S_kv=300, D_qk=64, dtype="fp16",
+                                      left=100, right=0, mods=dict(bias="both", dbias=True)),
+    "mods-softcap-d256": dict(B=1, H_q=4, H_k=1, S_q=333, S_kv=257, D_qk=256, dtype="bf16",
+                              mods=dict(softcap=5.0, sinks=True, dsinks=True)),
 }
 WIDE_ROW = 2 ** 26 + 64
 BENCH = dict(B=4, H_q=16, S_q=4096, D_qk=128, dtype="bf16")   # shared/notes: flash 275 TFLOP/s
+#: the same shape with score modifiers (graph.with_modifiers), timed beside it
+BENCH_MODS = {"softcap": dict(softcap=30.0), "bias": dict(bias="full"),
+              "bias+dbias": dict(bias="full", dbias=True),
+              "bias-both+dbias": dict(bias="both", dbias=True),
+              "sinks+dsinks": dict(sinks=True, dsinks=True)}
 
 
 def _bshd(graph_args) -> dict:
@@ -231,10 +245,12 @@ def main(argv=None) -> int:
     import triton
 
     from bundlegen.engines.triton.engine import TritonEngine
-    from bundlegen.engines.triton.launch import needs_wide, vec_for
+    from bundlegen.engines.triton.launch import kernel_views, needs_wide, vec_for
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument("--only", default="", metavar="PREFIX",
+                        help="only the smoke shapes whose name starts with PREFIX")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     engine = TritonEngine(device)
@@ -242,10 +258,16 @@ def main(argv=None) -> int:
           f"arch {engine.arch}", flush=True)
     bad = 0
     for name, g in SMOKE.items():
+        if not name.startswith(args.only):
+            continue
+        g = dict(g)
+        mods = g.pop("mods", None)
         layout = _bshd(g) if name.startswith("bshd") else {}
         if name.startswith("wide"):
             layout = dict(strides={"k": (0, 0, WIDE_ROW, 1)})
         graph = dense_graph(**layout, **g)
+        if mods:
+            graph = with_modifiers(graph, **mods)
         reason = engine.is_applicable(graph)
         if reason is not None:
             print(f"{name:28s} declined: {reason}")
@@ -254,9 +276,9 @@ def main(argv=None) -> int:
         prep = prepare(graph, seed=1, device=device)
         try:
             errors = check(prep, engine)
-            first = {p: _bits(prep.views[p]).clone() for p in OUTPUTS}
+            first = {p: _bits(prep.views[p]).clone() for p in prep.ref}
             seconds = _timed(lambda: engine.run(graph, prep.views), device)
-            same = all(torch.equal(first[p], _bits(prep.views[p])) for p in OUTPUTS)
+            same = all(torch.equal(first[p], _bits(prep.views[p])) for p in prep.ref)
             status = "ok" if same else "NONDETERMINISTIC"
             bad += not same
         except AssertionError as exc:
@@ -265,17 +287,20 @@ def main(argv=None) -> int:
         errs = " ".join(f"{p}={e:.2e}" for p, e in errors.items())
         cfg = engine.config(graph)
         print(f"{name:28s} {status:5s} err/max|ref| {errs} {seconds * 1e3:8.2f} ms  "
-              f"VEC={vec_for(prep.views)} WIDE={needs_wide(prep.views, cfg)} {cfg}", flush=True)
+              f"VEC={vec_for(prep.views)} WIDE={needs_wide(kernel_views(graph, prep.views), cfg)} {cfg}", flush=True)
     if not args.no_bench and device.type == "cuda":
-        graph = dense_graph(**BENCH)
-        views = {p: torch.randn(t.dims, device=device).to(torch.float32 if p == "stats"
-                                                            else TORCH_DTYPES[t.dtype])
-                 for p, t in graph.tensors.items()}
-        views["stats"] += 10.0   # keep exp2(s - lse) finite; speed does not depend on values
-        seconds = _timed(lambda: engine.run(graph, views), device)
-        flops = 2.5 * 4 * graph.B * graph.H_q * graph.S_q * graph.S_kv * graph.D_qk
-        print(f"bench {BENCH}: {seconds * 1e3:.2f} ms, {flops / seconds / 1e12:.1f} TFLOP/s",
-              flush=True)
+        plain = None
+        for label, mods in {"plain": {}, **BENCH_MODS}.items():
+            graph = with_modifiers(dense_graph(**BENCH), **mods)
+            views = {p: torch.randn(t.dims, device=device).to(TORCH_DTYPES[t.dtype])
+                     .as_strided(t.dims, t.strides) for p, t in graph.tensors.items()}
+            views["stats"] += 10.0   # keep exp2(s - lse) finite; speed does not depend on values
+            seconds = _timed(lambda: engine.run(graph, views), device)
+            plain = plain or seconds
+            flops = 2.5 * 4 * graph.B * graph.H_q * graph.S_q * graph.S_kv * graph.D_qk
+            print(f"bench {BENCH} {label:16s}: {seconds * 1e3:8.2f} ms, "
+                  f"{flops / seconds / 1e12:6.1f} TFLOP/s, x{seconds / plain:.2f} of plain",
+                  flush=True)
     print("selfcheck:", "FAIL" if bad else "ok")
     return int(bad > 0)
 
