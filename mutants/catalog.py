@@ -176,7 +176,7 @@ CATALOG: tuple[Mutant, ...] = (
            "query block of the row whose band ends on a key block's first key is skipped",
            SOURCE_PATCH, T.WINDOW_RIGHT_EXCLUSIVE, ("BND-WINDOW-RIGHT*",), killed_by="pr"),
     Mutant("head-dim-cut-to-16", "head-dim tail dropped",
-           "BND-HEAD-DIM: D_qk cut to a multiple of 16 (the MMA granule) in both kernels: "
+           "BND-HEAD-DIM: D_qk cut to a multiple of 16 (the MMA granule) in every kernel: "
            "when D_qk mod 16 != 0 the tail columns of Q and K are never read and those of "
            "dQ and dK never written (cf. tiny-flash-attention#12, FasterTransformer#89)",
            SOURCE_PATCH, T.HEAD_DIM_16, ("BND-HEAD-DIM*",), killed_by="pr"),

@@ -230,9 +230,9 @@ WINDOW_RIGHT_EXCLUSIVE = Patch("kernels", (Edit(
     "        lo = (tl.maximum(start_n - shift - right + 1, 0) // BLOCK_M) * BLOCK_M\n"),))
 
 #: BND-HEAD-DIM: the Q/K head dim cut to a multiple of 16 (the MMA granule): tail columns
-#: neither read nor written when D_qk is not a multiple of 16
+#: neither read nor written when D_qk is not a multiple of 16 (dK/dV, dQ and dBias kernels)
 HEAD_DIM_16 = Patch("kernels", (Edit(
-    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 2),))
+    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 3),))
 
 #: BND-GROUP: the dK/dV kernel's group size taken as the largest power of two it holds (a
 #: kernel written for power-of-two ratios, its group a shift): ratios 3, 5, 6, 7 lose heads

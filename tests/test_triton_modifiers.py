@@ -171,3 +171,27 @@ def test_engine_lists_every_modifier():
     from bundlegen.graph import MODIFIERS
     assert TritonEngine.score_modifiers == frozenset(MODIFIERS)
     assert all(row.score_modifiers == frozenset(MODIFIERS) for row in ROWS.values())
+
+
+#: each score-modifier mutant of the catalog (mutants/catalog.py), the graph it shows on
+MUTANT_GRAPHS = {
+    "softcap-grad-dropped": (dict(H_q=2, S_q=24, S_kv=40, D_qk=16, scale=2.0),
+                             dict(softcap=2.0)),
+    "dbias-masked-tiles-unwritten": (dict(H_q=2, S_q=64, S_kv=70, D_qk=16, right=0),
+                                     dict(bias="full", dbias=True)),
+    "dsinks-sign-flipped": (dict(H_q=2, S_q=24, D_qk=16), dict(sinks=True, dsinks=True)),
+    "bias-indexed-by-kv-head": (dict(H_q=4, H_k=2, S_q=24, D_qk=16), dict(bias="full")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANT_GRAPHS))
+def test_modifier_mutants_fail_the_checks(name):
+    """The modifier mutants fail selfcheck.check (the same graph passes with the correct
+    engine in test_gradients-style runs above)."""
+    from bundlegen.mutants import catalog
+    sizes, mods = MUTANT_GRAPHS[name]
+    graph = with_modifiers(dense_graph(**sizes), **mods)
+    check(prepare(graph, seed=3), SmallTileEngine("cpu"))
+    mutant = catalog.by_name(name).build(SmallTileEngine, "cpu")
+    with pytest.raises(AssertionError):
+        check(prepare(graph, seed=3), mutant)

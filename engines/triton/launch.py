@@ -40,6 +40,9 @@ SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
 DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
 DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
+#: the dQ kernel's stages with a bias, at most: its pipelined bias tiles took sm90's D 256 tier
+#: (3 stages) past the shared memory an H200 block may have (237568 > 232448 bytes)
+DQ_BIAS_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -303,7 +306,15 @@ def run_dq(L: Launch) -> None:
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
         *L.sizes, *L.score_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags,
-        **L.tiles, **cfg.launch_kwargs(dq=True))
+        **L.tiles, **dq_options(L))
+
+
+def dq_options(L: Launch) -> dict:
+    """The dQ kernel's compile options: the config's, at most DQ_BIAS_STAGES with a bias."""
+    kw = L.cfg.launch_kwargs(dq=True)
+    if L.flags["HAS_BIAS"]:
+        kw["num_stages"] = min(kw["num_stages"], DQ_BIAS_STAGES)
+    return kw
 
 
 def run_dbias(L: Launch) -> None:
