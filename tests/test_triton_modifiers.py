@@ -195,3 +195,18 @@ def test_modifier_mutants_fail_the_checks(name):
     mutant = catalog.by_name(name).build(SmallTileEngine, "cpu")
     with pytest.raises(AssertionError):
         check(prepare(graph, seed=3), mutant)
+
+
+def test_sm120_declines_the_split_pass_with_modifiers_past_d64():
+    """sm120's row: H_k != H_v (a separate dK pass) with modifiers only up to D 64."""
+    row = ROWS["sm120"]
+    for d, served in ((64, True), (128, False)):
+        split = with_modifiers(dense_graph(H_q=4, H_k=2, H_v=1, D_qk=d), softcap=5.0)
+        grouped = with_modifiers(dense_graph(H_q=4, H_k=2, D_qk=d), softcap=5.0)
+        assert row.mismatch(grouped) is None
+        reason = row.mismatch(split)
+        assert (reason is None) == served, reason
+        if not served:
+            assert reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
+        assert row.mismatch(dense_graph(H_q=4, H_k=2, H_v=1, D_qk=d)) is None
+        assert ROWS["sm90"].mismatch(split) is None

@@ -40,9 +40,11 @@ SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
 DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
 DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
-#: the dQ kernel's stages with a bias, at most: its pipelined bias tiles took sm90's D 256 tier
-#: (3 stages) past the shared memory an H200 block may have (237568 > 232448 bytes)
-DQ_BIAS_STAGES = 2
+#: the dQ kernel's stages with score modifiers, at most: its pipelined bias tiles took sm90's
+#: D 256 tier (3 stages) past the shared memory an H200 block may have (237568 > 232448
+#: bytes). Any modifier, not the bias alone: a softcap-only launch compiles as the same
+#: variant as one with a bias (resources.REPRESENTED), so it must have the same options.
+DQ_MODIFIER_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -310,10 +312,11 @@ def run_dq(L: Launch) -> None:
 
 
 def dq_options(L: Launch) -> dict:
-    """The dQ kernel's compile options: the config's, at most DQ_BIAS_STAGES with a bias."""
+    """The dQ kernel's compile options: the config's, at most DQ_MODIFIER_STAGES with score
+    modifiers."""
     kw = L.cfg.launch_kwargs(dq=True)
-    if L.flags["HAS_BIAS"]:
-        kw["num_stages"] = min(kw["num_stages"], DQ_BIAS_STAGES)
+    if L.flags["HAS_BIAS"] or L.flags["SOFTCAP"]:
+        kw["num_stages"] = min(kw["num_stages"], DQ_MODIFIER_STAGES)
     return kw
 
 

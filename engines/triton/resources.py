@@ -110,6 +110,10 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
     ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
                                                    "pass; every D<=128 row tried spills "
                                                    "somewhere (configs.py, sm120 row)"),
+    ("sm120", "dq/d64/*/vec1/wide/dense/mods"): (8, "one 64-bit value in the unaligned dQ kernel "
+                                                    "with score modifiers and 64-bit tile "
+                                                    "offsets at 4 warps (1 or 2 stages alike; 8 "
+                                                    "warps do not spill, untimed: no sm120 here)"),
 }
 
 
