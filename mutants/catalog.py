@@ -176,7 +176,7 @@ CATALOG: tuple[Mutant, ...] = (
            "query block of the row whose band ends on a key block's first key is skipped",
            SOURCE_PATCH, T.WINDOW_RIGHT_EXCLUSIVE, ("BND-WINDOW-RIGHT*",), killed_by="pr"),
     Mutant("head-dim-cut-to-16", "head-dim tail dropped",
-           "BND-HEAD-DIM: D_qk cut to a multiple of 16 (the MMA granule) in both kernels: "
+           "BND-HEAD-DIM: D_qk cut to a multiple of 16 (the MMA granule) in every kernel: "
            "when D_qk mod 16 != 0 the tail columns of Q and K are never read and those of "
            "dQ and dK never written (cf. tiny-flash-attention#12, FasterTransformer#89)",
            SOURCE_PATCH, T.HEAD_DIM_16, ("BND-HEAD-DIM*",), killed_by="pr"),
@@ -191,6 +191,22 @@ CATALOG: tuple[Mutant, ...] = (
            "written (a grid limit silently skipping work, cf. pytorch#142228, "
            "flashinfer#3125, MagiAttention#40)",
            SOURCE_PATCH, T.GRID_CAP_1024, ("BND-GRID*",), killed_by="pr"),
+    # --- score modifiers (issue 19): the kernels' softcap, dBias and dSinks
+    Mutant("softcap-grad-dropped", "softcap gradient missing",
+           "the softcap's factor (1 - tanh^2) left out of dS in both kernels: dQ and dK as if "
+           "the cap were the identity on the backward (a forward-only softcap)",
+           SOURCE_PATCH, T.SOFTCAP_GRAD_DROPPED, ("AX-SOFTCAP-CAP5", "AX-SOFTCAP-*")),
+    Mutant("dbias-masked-tiles-unwritten", "output left unwritten",
+           "dBias written only by the tiles the mask's band reaches: tiles it drops whole "
+           "(skipped by the loops) keep what the output held instead of zeros",
+           SOURCE_PATCH, T.DBIAS_SKIPPED_TILES_UNWRITTEN, ("AX-DBIAS-ON",)),
+    Mutant("dsinks-sign-flipped", "wrong sign",
+           "dSinks = +sum exp(sink - LSE) Delta (the sign of d LSE / d sink lost)",
+           SOURCE_PATCH, T.DSINKS_SIGN, ("AX-SINKS-ON", "SHP-SINKS-*")),
+    Mutant("bias-indexed-by-kv-head", "GQA head index confused",
+           "the dK/dV kernel reads the bias of the K head of its group instead of each query "
+           "head's: right for MHA or a head-broadcast bias, wrong under GQA / MQA",
+           SOURCE_PATCH, T.BIAS_KV_HEAD, ("AX-BIAS-FULL", "AX-BIAS-BATCH", "AX-BIAS-ALIBI")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

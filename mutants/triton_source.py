@@ -230,9 +230,9 @@ WINDOW_RIGHT_EXCLUSIVE = Patch("kernels", (Edit(
     "        lo = (tl.maximum(start_n - shift - right + 1, 0) // BLOCK_M) * BLOCK_M\n"),))
 
 #: BND-HEAD-DIM: the Q/K head dim cut to a multiple of 16 (the MMA granule): tail columns
-#: neither read nor written when D_qk is not a multiple of 16
+#: neither read nor written when D_qk is not a multiple of 16 (dK/dV, dQ and dBias kernels)
 HEAD_DIM_16 = Patch("kernels", (Edit(
-    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 2),))
+    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 3),))
 
 #: BND-GROUP: the dK/dV kernel's group size taken as the largest power of two it holds (a
 #: kernel written for power-of-two ratios, its group a shift): ratios 3, 5, 6, 7 lose heads
@@ -250,3 +250,28 @@ GROUP_POW2 = Patch("kernels", (Edit(
 #: grid limit): programs past it never run, their dQ rows never written
 GRID_CAP_1024 = Patch("launch", (Edit(
     "    L.kernels.bwd_dq[(grid,)](\n", "    L.kernels.bwd_dq[(min(grid, 1024),)](\n"),))
+
+# ----------------------------------------------------------------------------- score modifiers
+#: the softcap's gradient factor (1 - t^2) left out of dS in both kernels: dQ and dK taken as
+#: if the cap were the identity on the backward (a forward-only softcap)
+SOFTCAP_GRAD_DROPPED = Patch("kernels", (
+    Edit("            ds = ds * (1.0 - t * t)\n", "            ds = ds\n"),
+    Edit("                dsT = dsT * (1.0 - tT * tT)\n", "                dsT = dsT\n"),
+))
+
+#: dBias written only by the tiles the band reaches: tiles the mask drops entirely (which
+#: the loops skip) keep whatever the output held instead of zeros
+DBIAS_SKIPPED_TILES_UNWRITTEN = Patch("kernels", (Edit(
+    "             acc.to(io), mask=inside)\n",
+    "             acc.to(io), mask=inside & (offs_m[:, None] * 0 + n_it > 0))\n"),))
+
+#: dSinks with its sign flipped (d LSE / d sink taken as +exp(sink - LSE) times +Delta)
+DSINKS_SIGN = Patch("kernels", (Edit(
+    "    tl.store(DSINKS + dsink_off + h * s_dsink, -tl.sum(acc, axis=0))\n",
+    "    tl.store(DSINKS + dsink_off + h * s_dsink, tl.sum(acc, axis=0))\n"),))
+
+#: the bias of the dK/dV kernel indexed by the group's K head instead of the query head:
+#: right for MHA and for a head-broadcast bias, wrong under GQA / MQA with a per-head bias
+BIAS_KV_HEAD = Patch("kernels", (Edit(
+    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h,",
+    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))

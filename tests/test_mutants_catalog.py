@@ -138,12 +138,20 @@ GPU_PATCHES = {"offsets-32-bit": "test_the_32_bit_offsets_patch_fits_and_is_invi
 GRID_PATCHES = {"dq-grid-capped-1024": "test_the_grid_cap_drops_programs_past_1024_only"}
 
 
+#: score-modifier mutants (issue 19), shown failing the modifier checks on graphs with
+#: a bias, sinks or softcap: tests/test_triton_modifiers.py (its MUTANT_GRAPHS)
+MODIFIER_PATCHES = ("softcap-grad-dropped", "dbias-masked-tiles-unwritten", "dsinks-sign-flipped",
+                    "bias-indexed-by-kv-head")
+
+
 def test_every_source_patch_mutant_has_a_graph():
-    from tests import test_mutants_boundary, test_mutants_triton_source, test_triton_ragged
+    from tests import (test_mutants_boundary, test_mutants_triton_source, test_triton_modifiers,
+                       test_triton_ragged)
     boundary = set(test_mutants_boundary.BOUNDARY)
-    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) | boundary | set(GRID_PATCHES) == {
-        m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
+    assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) | boundary | set(GRID_PATCHES) \
+        | set(MODIFIER_PATCHES) == {m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
     assert {m.name for m in C.CATALOG if m.needs_gpu} == set(GPU_PATCHES)
+    assert set(test_triton_modifiers.MUTANT_GRAPHS) == set(MODIFIER_PATCHES)
     for module, tests in ((test_triton_ragged, RAGGED_PATCHES), (test_mutants_triton_source, GPU_PATCHES),
                           (test_mutants_boundary, GRID_PATCHES)):
         for name, test in tests.items():

@@ -19,11 +19,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = R.load_report()
 
 #: recompiled in CI, per arch: the dK/dV kernel at the two tiers where sm120 used to spill,
-#: and the variants with the most registers (64-bit offsets, unaligned, ragged, block-major)
+#: the variants with the most registers (64-bit offsets, unaligned, ragged, block-major),
+#: and with the score modifiers: the dK/dV and dBias kernels at their heaviest
 CI_SUBSET = ("dkdv/d64/head-major/vec8/narrow/dense",
              "dkdv/d128/head-major/vec8/narrow/dense",
              "dk/d128/block-major/vec1/wide/ragged",
-             "dq/d256/block-major/vec1/wide/ragged")
+             "dq/d256/block-major/vec1/wide/ragged",
+             "dkdv/d128/head-major/vec1/wide/dense/mods",
+             "dbias/d64/vec1/wide/dense")
 
 
 def _in_subprocess(code: str):
@@ -84,7 +87,8 @@ def _choice(**overrides) -> R.Choice:
     cons = dict(HAS_LEFT=False, HAS_RIGHT=True, BLOCK_MAJOR=False, COMPUTE_DK=True,
                 COMPUTE_DV=True, UPCAST=False, WIDE=False, VEC=8, BLOCK_M=cfg.block_m1,
                 BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
-                BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None)
+                BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None,
+                HAS_BIAS=False, SOFTCAP=False, **{a: None for a in R.MODIFIER_ARGS})
     cons.update(overrides)
     return R.Choice("bwd_dkdv", tuple(sorted(cons.items())),
                     tuple(sorted(cfg.launch_kwargs().items())), "fp16", 128)
@@ -106,6 +110,27 @@ def test_a_choice_the_report_lacks_is_found():
     assert R.uncovered({name: changed}, reported) == [name]
     with pytest.raises(ValueError, match="NEW_FLAG"):
         R.variant_of("sm120", _choice(NEW_FLAG=True))
+
+
+def _runtime(choice: R.Choice, names) -> R.Choice:
+    """`choice` with the arguments `names` passed at run time (not constexprs)."""
+    return dataclasses.replace(choice, constexprs=tuple(
+        (k, v) for k, v in choice.constexprs if k not in names))
+
+
+def test_any_modifier_maps_to_the_variant_with_all_of_them():
+    """A softcap alone or a bias alone compiles as the bias-and-softcap variant (the stand-in
+    with the code of each): the arguments of the one it lacks taken at run time there."""
+    softcap_only = _runtime(_choice(SOFTCAP=True), ("softcap",))
+    bias_only = _runtime(_choice(HAS_BIAS=True), R.MODIFIER_ARGS[:-1])
+    names = {R.variant_of("sm120", c)[0] for c in (softcap_only, bias_only)}
+    assert names == {"dkdv/d128/head-major/vec8/narrow/dense/mods"}
+    for choice in (softcap_only, bias_only):
+        cons = R.variant_of("sm120", choice)[1]["constexprs"]
+        assert cons["HAS_BIAS"] and cons["SOFTCAP"]
+        assert not set(R.MODIFIER_ARGS) & set(cons)
+    plain, var = R.variant_of("sm120", _choice())
+    assert not plain.endswith("/mods") and not var["constexprs"]["HAS_BIAS"]
 
 
 def test_check_fails_on_a_spill_on_shared_memory_and_on_occupancy():

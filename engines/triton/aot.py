@@ -19,10 +19,13 @@ from bundlegen.engines.triton import configs
 
 TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip", "gfx942", 64)}
 _INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right",
-         "T_q", "T_kv"}
-_FP32_PTRS = {"LSE", "Delta"}
+         "T_q", "T_kv", "B", "B_sum", "H_sum", "H_db"}
+_FLOATS = {"scale", "softcap"}
+_FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS"}
 _I32_PTRS = {"CU_Q", "CU_KV"}
 _RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
+#: None (constexpr) in a variant without score modifiers (HAS_BIAS and SOFTCAP off)
+MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
 
 
 def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
@@ -32,7 +35,7 @@ def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name == "scale":
+        elif name in _FLOATS:
             sig[name] = "fp32"
         elif name[0].isupper() and name not in _INTS:
             sig[name] = ("*fp32" if name in _FP32_PTRS else "*i32" if name in _I32_PTRS
@@ -67,7 +70,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     target = GPUTarget(*TARGETS[arch])
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v))
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False,
-                 VEC=vec)
+                 VEC=vec, HAS_BIAS=False, SOFTCAP=False, **{a: None for a in MODIFIER_ARGS})
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     BLOCK_DV=tiles["BLOCK_DV"])),

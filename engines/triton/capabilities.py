@@ -5,14 +5,21 @@ a fixed order: dtype, head dim, output layout (zero stride, then overlap), gated
 Everything else a valid graph can declare is served natively: any strides on inputs
 (including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
 D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale, and ragged
-(THD / varlen) batches in any token-major layout (offsets read and bounded on the device).
+(THD / varlen) batches in any token-major layout (offsets read and bounded on the device),
+and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
+strides; dBias in any layout that addresses each element once, summed over the bias's
+broadcast axes; sinks and dSinks; softcap) alone or combined, on padded graphs with every
+mask, GQA / MQA, layout and head dim. Declined: a modifier on a ragged graph (the frontend
+rejects it this round; the kernels have no modifier variants with RAGGED), and on sm120 a
+modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from bundlegen import reasons as R
-from bundlegen.graph import Graph
+from bundlegen.graph import MODIFIERS, Graph
+from bundlegen.engines.triton.configs import block_d
 from bundlegen.validate import output_layout_reason
 
 SERVED_DTYPES = frozenset({"fp16", "bf16"})   # fp32 is gated (tl.dot would need ieee precision)
@@ -27,6 +34,13 @@ class Capabilities:
     dropout: bool = False          # gated: waiting on a dropout-mask input
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
+    #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
+    #: any combination of them, on padded graphs
+    score_modifiers: frozenset[str] = frozenset(MODIFIERS)
+    ragged_modifiers: bool = False   # no RAGGED variant has them (compiled, resource-checked)
+    #: the largest padded head dim (BLOCK_D) at which graphs with H_k != H_v, whose separate
+    #: dK pass is the heaviest kernel, are served with modifiers; None: every head dim
+    split_pass_modifiers_max_d: int | None = None
 
     def mismatch(self, graph: Graph) -> str | None:
         if graph.dtype not in self.dtypes:
@@ -41,12 +55,27 @@ class Capabilities:
             return f"{R.GATED_FEATURE}: dropout"
         if graph.ragged is not None and not self.ragged:
             return f"{R.RAGGED_NOT_SERVED}: no ragged kernels for {self.arch}"
+        used = graph.modifiers
+        missing = used - self.score_modifiers
+        if missing:
+            return f"{R.MODIFIER_NOT_SERVED}: {', '.join(sorted(missing))} on {self.arch}"
+        if used and graph.ragged is not None and not self.ragged_modifiers:
+            return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with a ragged "
+                    "batch (no ragged kernel variant has score modifiers)")
+        limit = self.split_pass_modifiers_max_d
+        if (used and limit is not None and graph.H_k != graph.H_v
+                and block_d(max(graph.D_qk, graph.D_v)) > limit):
+            return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with "
+                    f"H_k != H_v at D > {limit} on {self.arch} (its separate dK pass with "
+                    "modifiers spills registers there: engines/triton/resources.json)")
         return None
 
 
 ROWS: dict[str, Capabilities] = {
     "sm90": Capabilities("sm90"),
-    "sm120": Capabilities("sm120", run_here=False),
+    # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
+    # with the sm120 rows of configs.py (`python bench/triton_resources.py`, issue 19)
+    "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64),
     "gfx942": Capabilities("gfx942", run_here=False),
     "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
 }

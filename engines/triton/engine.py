@@ -6,6 +6,8 @@ accumulate in registers over the GQA group, dQ has its own kernel (no atomics an
 Ragged (THD / varlen) graphs run natively too: `run` hands the launcher the
 `cu_seqlens_q` / `cu_seqlens_kv` device tensors from `tensors`, which only the kernels read
 (and bound: a sequence whose offsets leave the storage is skipped); nothing here reads them.
+Score modifiers (bias / dBias, sinks / dSinks, softcap) are served natively on padded graphs
+(launch.py, kernels.py); the arch's Capabilities row declines what it cannot serve.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ class TritonEngine(Engine):
     name = "triton"
     deterministic = True
     ragged = True          # capabilities rows say which ragged graphs each arch serves
+    #: served natively (kernels: HAS_BIAS, SOFTCAP, bwd_dbias, bwd_dsinks); the capabilities
+    #: rows say which combinations each arch serves
+    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"
     kernels_module = "bundlegen.engines.triton.kernels"

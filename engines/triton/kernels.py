@@ -33,11 +33,23 @@ Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left)
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
 and blocks the band keeps whole skip the mask.
 
+Score modifiers (docs/CONTRACTS.md, "Score modifiers"), each behind a constexpr so that a
+launch without them compiles the code it had before (the launcher then passes None for their
+arguments, which Triton makes constexprs):
+    SOFTCAP   S <- cap * tanh(S / cap) (cap: the runtime `softcap`); dS <- dS * (1 - t^2)
+    HAS_BIAS  S <- S + bias[b, h, i, j] (h the query head), read through its 4 strides
+              (0 on a broadcast axis), its tile base 64-bit like every other
+    dBias     bwd_dbias: one program per dBias tile recomputes dS = P (dP - Delta) and sums
+              it over the batches and heads dBias is broadcast over, in a fixed order (no
+              atomics, no scratch); tiles outside the band are written as zeros
+    sinks     only in the LSE the stats hold, so P, dQ, dK, dV are unchanged; bwd_dsinks:
+              dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi, one program per head
 """
 import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+TWO_LOG2E = tl.constexpr(2.8853900817779268)
 
 # No integer argument is specialised by value: sizes, strides and offsets change from case
 # to case, and one compile per combination would dominate a test run. What vectorisation
@@ -49,6 +61,8 @@ _SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left"
 # Ragged launches only; a dense launch passes None for CU_Q, CU_KV, T_q and T_kv, which Triton
 # makes constexprs, so the dense variants compile to the code they had before RAGGED.
 _RAGGED_INTS = ["T_q", "T_kv"]
+# HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
+_BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
 
 
 @triton.jit
@@ -109,6 +123,28 @@ def _lse2(lse):
 def _p(keep, s2, lse2):
     """P = exp2(s2 - lse2) where kept, else 0 (s2, lse2 in log2 units, broadcast)."""
     return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))
+
+
+@triton.jit
+def _tanh(x):
+    """tanh(x) from exp2 (every backend and the interpreter have it; no libdevice):
+    sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, so nothing overflows."""
+    e = tl.exp2(tl.abs(x) * -TWO_LOG2E)
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _bias2(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.constexpr):
+    """bias[b, h, i0 + ri, j0 + rj] in log2 units, fp32, 0 where not ok; a [len(ri), len(rj)]
+    tile, or its transpose [len(rj), len(ri)] when TRANS (the dK/dV kernel's S^T). The tile
+    base is 64-bit (b, h, i0, j0 are int64)."""
+    base = BIAS + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
+    if TRANS:
+        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
+    else:
+        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
+    return x.to(tl.float32) * LOG2E
 
 
 @triton.jit
@@ -185,7 +221,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q,
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
 def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
@@ -198,12 +234,14 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
              scale, shift, left, right, T_q, T_kv,
+             BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-             RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr):
+             RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -289,6 +327,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
                              mask=m_ok, other=0.0))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
         s2T = _dot(k, tl.trans(q), None, UPCAST) * qk_scale
+        if SOFTCAP:    # cap * tanh(S / cap), in log2 units
+            tT = _tanh(s2T / (softcap * LOG2E))
+            s2T = tT * (softcap * LOG2E)
+        if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
+            s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                          rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
         if HAS_LEFT or HAS_RIGHT:
             if (start_m < mid_lo) | (start_m >= mid_hi):
                 keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left, right,
@@ -304,6 +348,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
             dpT = _dot(v, tl.trans(do), None, UPCAST)       # dP^T = V dO^T
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
+            if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
+                dsT = dsT * (1.0 - tT * tT)
             dk = _dot(dsT.to(io), q, dk, UPCAST)            # dK += dS^T Q
 
     if COMPUTE_DK:
@@ -315,7 +361,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
                  + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + [
     "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
 def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            q_off, sq_b, sq_h, sq_s, sq_d,
@@ -326,11 +372,13 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
            scale, shift, left, right, T_q, T_kv,
+           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-           RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr):
+           RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
@@ -395,6 +443,12 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         v = tl.load(_at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
                     mask=n_ok & (rdv[None, :] < d_v), other=0.0)
         s2 = _dot(q, tl.trans(k), None, UPCAST) * qk_scale    # S [M, N], log2 units
+        if SOFTCAP:    # cap * tanh(S / cap), in log2 units
+            t = _tanh(s2 / (softcap * LOG2E))
+            s2 = t * (softcap * LOG2E)
+        if HAS_BIAS:   # bias[b, h, i, j]
+            s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                         rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
         if (start_n < mid_lo) | (start_n >= mid_hi):
             keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
                          HAS_LEFT, HAS_RIGHT)
@@ -403,7 +457,130 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
             p = tl.exp2(s2 - lse2[:, None])
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
+        if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
+            ds = ds * (1.0 - t * t)
         dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
     dq = dq * scale
     tl.store(_at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
              + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)
+
+
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _BIAS_INTS + [
+    "dbias_off", "sdbias_b", "sdbias_h", "sdbias_i", "sdbias_j", "B_sum", "H_sum", "H_db"])
+def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
+              q_off, sq_b, sq_h, sq_s, sq_d,
+              k_off, sk_b, sk_h, sk_s, sk_d,
+              v_off, sv_b, sv_h, sv_s, sv_d,
+              do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+              l_off, sl_b, sl_h, sl_s,
+              bias_off, sbias_b, sbias_h, sbias_i, sbias_j,
+              dbias_off, sdbias_b, sdbias_h, sdbias_i, sdbias_j,
+              H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
+              scale, shift, left, right, softcap, B_sum, H_sum, H_db,
+              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr):
+    """One program per (dBias batch, dBias head, Q block, KV block): the dBias tile = dS =
+    P (dP - Delta) (before the softcap factor), summed in a fixed order over the B_sum
+    batches and H_sum query heads dBias is broadcast over (B_sum = B when dBias has one
+    batch, else 1; likewise H_sum): deterministic, nothing but dBias written. A tile the band
+    misses entirely skips the work and is written as zeros (masked entries have P = 0).
+    S and dP are accumulated over head-dim chunks of CHUNK_QK / CHUNK_V columns: with Q, K,
+    dO and V reloaded for every summed head, whole-head-dim tiles would hold four tiles of
+    offsets across the loop (they spilled on sm120 at D 128 and 256)."""
+    n_n = tl.cdiv(S_kv, BLOCK_N)
+    n_m = tl.cdiv(S_q, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_n = pid % n_n
+    pid_m = (pid // n_n) % n_m
+    bh = pid // (n_n * n_m)
+    b0 = (bh // H_db).to(tl.int64)   # dBias's batch and head; b, h below the summed ones
+    h0 = (bh % H_db).to(tl.int64)
+    io = Q.dtype.element_ty
+    qk_scale = scale * LOG2E
+    d_qk = D_qk * VEC
+    d_v = D_v * VEC
+
+    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, CHUNK_QK, CHUNK_V, WIDE)
+    start_m = pid_m * BLOCK_M
+    start_n = pid_n * BLOCK_N
+    offs_m = start_m + rm
+    offs_n = start_n + rn
+    row0 = tl.cast(start_m, tl.int64)
+    col0 = tl.cast(start_n, tl.int64)
+    m_ok = offs_m < S_q
+    n_ok = offs_n < S_kv
+    inside = m_ok[:, None] & n_ok[None, :]
+
+    n_it = B_sum * H_sum
+    m_last = tl.minimum(start_m + BLOCK_M, S_q) - 1
+    n_last = tl.minimum(start_n + BLOCK_N, S_kv) - 1
+    if HAS_RIGHT:   # every (i, j) of the tile has j - i - shift > right
+        n_it = tl.where(start_n - m_last - shift > right, 0, n_it)
+    if HAS_LEFT:    # every (i, j) of the tile has i - j + shift >= left
+        n_it = tl.where(start_m - n_last + shift >= left, 0, n_it)
+
+    keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
+                 HAS_LEFT, HAS_RIGHT)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for it in range(0, n_it):
+        b = b0 + it // H_sum
+        h = h0 + it % H_sum
+        # S from Q and K, then dP from dO and V, chunk by chunk of the head dims
+        s2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        q_at = _at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
+        k_at = _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
+        for d0 in range(0, d_qk, CHUNK_QK):
+            cols = d0 + rdq
+            q = tl.load(q_at + _tile(rm, cols, sq_s, sq_d, VEC),
+                        mask=m_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
+            k = tl.load(k_at + _tile(rn, cols, sk_s, sk_d, VEC),
+                        mask=n_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
+            s2 = _dot(q, tl.trans(k), s2, UPCAST)
+        s2 = s2 * qk_scale
+        if SOFTCAP:
+            s2 = _tanh(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
+        s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                     rm, rn, inside, False)
+        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+                             mask=m_ok, other=0.0))
+        p = _p(keep, s2, lse2[:, None])
+        dp = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        do_at = _at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+        v_at = _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
+        for d0 in range(0, d_v, CHUNK_V):
+            cols = d0 + rdv
+            do = tl.load(do_at + _tile(rm, cols, sdo_s, sdo_d, VEC),
+                         mask=m_ok[:, None] & (cols[None, :] < d_v), other=0.0)
+            v = tl.load(v_at + _tile(rn, cols, sv_s, sv_d, VEC),
+                        mask=n_ok[:, None] & (cols[None, :] < d_v), other=0.0)
+            dp = _dot(do, tl.trans(v), dp, UPCAST)
+        delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
+        acc += p * (dp - delta[:, None])
+    tl.store(DBIAS + (dbias_off + b0 * sdbias_b + h0 * sdbias_h + row0 * sdbias_i
+                      + col0 * sdbias_j) + rm[:, None] * sdbias_i + rn[None, :] * sdbias_j,
+             acc.to(io), mask=inside)
+
+
+@triton.jit(do_not_specialize=["l_off", "sl_b", "sl_h", "sl_s", "sink_off", "s_sink",
+                               "dsink_off", "s_dsink", "B", "H_q", "S_q"])
+def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_sink,
+               dsink_off, s_dsink, B, H_q, S_q, BLOCK: tl.constexpr):
+    """One program per query head h: dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi,
+    each lane summing its rows in order, then one tree sum: deterministic. A row whose LSE
+    is -inf (no kept key, no sink in it) adds 0."""
+    h = tl.program_id(0).to(tl.int64)
+    sink2 = tl.load(SINKS + sink_off + h * s_sink) * LOG2E
+    r = tl.arange(0, BLOCK).to(tl.int64)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    n_blk = tl.cdiv(S_q, BLOCK)
+    for it in range(0, B * n_blk):
+        b = (it // n_blk).to(tl.int64)
+        rows = (it % n_blk) * BLOCK + r
+        ok = rows < S_q
+        lse2 = _lse2(tl.load(LSE + (l_off + b * sl_b + h * sl_h) + rows * sl_s, mask=ok,
+                             other=float("-inf")))
+        delta = tl.load(Delta + (b * H_q + h) * S_q + rows, mask=ok, other=0.0)
+        acc += tl.exp2(sink2 - lse2) * delta
+    tl.store(DSINKS + dsink_off + h * s_dsink, -tl.sum(acc, axis=0))

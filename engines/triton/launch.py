@@ -8,11 +8,18 @@ A ragged graph's [T, H, D] ports are handed as [1, H, T, D] views whose batch st
 token stride (kernels: a program indexes the batch axis by its sequence's first token), and
 its offsets as the int32 device tensors `cu_seqlens_q` / `cu_seqlens_kv`, never read here:
 the kernels read and bound them. S_q / S_kv are then the max_seqlen bounds (grids, Delta).
+
+Score modifiers (padded graphs only): the bias, dbias, sinks and dsinks ports are addressed
+the same way (base, offset, strides; never scaled by VEC, bias strides 0 where it
+broadcasts); a launch without one passes None for its arguments (Triton makes them
+constexprs, so the kernels compile as they did without modifiers). dBias and dSinks have
+kernels of their own, run after dQ (kernels.bwd_dbias, bwd_dsinks).
 """
 from __future__ import annotations
 
 import importlib
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -28,6 +35,16 @@ ALIGN_BYTES = 16
 TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit offsets (WIDE)
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 PORTS = IO_PORTS + ("stats",)
+SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
+SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
+DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
+DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
+DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
+#: the dQ kernel's stages with score modifiers, at most: its pipelined bias tiles took sm90's
+#: D 256 tier (3 stages) past the shared memory an H200 block may have (237568 > 232448
+#: bytes). Any modifier, not the bias alone: a softcap-only launch compiles as the same
+#: variant as one with a bias (resources.REPRESENTED), so it must have the same options.
+DQ_MODIFIER_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -140,16 +157,32 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     return shift, left, right
 
 
-def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig) -> bool:
+def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
+               scores: Mapping[str, torch.Tensor] | None = None) -> bool:
     """True when some tile spans TILE_OFFSET_LIMIT elements or more: the offsets inside a
-    tile are then computed in 64 bits (the offset of a tile's start always is)."""
+    tile are then computed in 64 bits (the offset of a tile's start always is). `scores`:
+    the bias / dbias, whose tiles are [rows, rows] blocks of their last two axes."""
     rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     for t in tensors.values():
         _, _, s_row, s_col = t.stride()
         span = (rows - 1) * s_row + (t.shape[3] - 1) * s_col   # masked lanes never load
         if span >= TILE_OFFSET_LIMIT:
             return True
+    for t in (scores or {}).values():
+        _, _, s_i, s_j = t.stride()
+        if (min(rows, t.shape[2]) - 1) * s_i + (min(rows, t.shape[3]) - 1) * s_j >= TILE_OFFSET_LIMIT:
+            return True
     return False
+
+
+def _plain_addr(t: torch.Tensor | None) -> tuple | None:
+    """(base, offset, strides...) unscaled (the modifier ports), or None without the port."""
+    return None if t is None else (_base(t), t.storage_offset(), *t.stride())
+
+
+def modifier_flags(graph: Graph) -> dict:
+    """HAS_BIAS and SOFTCAP, the score-modifier constexprs of the dK/dV and dQ kernels."""
+    return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None)
 
 
 @dataclass(frozen=True)
@@ -165,6 +198,8 @@ class Launch:
     ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
+    #: modifier port -> _plain_addr (None where the graph has no such port)
+    mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
 
     @property
     def pointers(self) -> tuple:
@@ -175,6 +210,14 @@ class Launch:
     def addressing(self) -> tuple:
         p = self.ports
         return (*p["q"][1:], *p["k"][1:], *p["v"][1:], *p["do"][1:], *p["stats"][1:])
+
+    @property
+    def score_args(self) -> tuple:
+        """(BIAS, bias_off, 4 bias strides, softcap) of the dK/dV and dQ kernels; None for a
+        modifier the graph does not have."""
+        bias = self.mods.get("bias") or (None,) * 6
+        cap = self.graph.attributes.softcap
+        return (*bias, None if cap is None else float(cap))
 
     @property
     def sizes(self) -> tuple:
@@ -203,20 +246,23 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     `kernels` names the kernels module (the engine's)."""
     a = graph.attributes
     ragged = offsets(graph, tensors)
+    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS}
+    scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  BLOCK_MAJOR=block_major(graph) if order is None else order,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
-                 WIDE=needs_wide(tensors, cfg), VEC=vec, **ragged_flags(graph))
+                 WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
+                 **modifier_flags(graph))
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
     return Launch(kernels_module(kernels), graph, cfg, vec, flags,
                   dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta,
-                  ragged)
+                  ragged, mods)
 
 
 def ragged_flags(graph: Graph) -> dict:
@@ -248,7 +294,7 @@ def run_dkdv(L: Launch) -> None:
             return
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
-            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes,
+            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             **L.flags, **L.tiles, **cfg.launch_kwargs())
 
@@ -261,15 +307,62 @@ def run_dq(L: Launch) -> None:
     L.kernels.bwd_dq[(grid,)](
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
-        *L.sizes, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles,
-        **cfg.launch_kwargs(dq=True))
+        *L.sizes, *L.score_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags,
+        **L.tiles, **dq_options(L))
+
+
+def dq_options(L: Launch) -> dict:
+    """The dQ kernel's compile options: the config's, at most DQ_MODIFIER_STAGES with score
+    modifiers."""
+    kw = L.cfg.launch_kwargs(dq=True)
+    if L.flags["HAS_BIAS"] or L.flags["SOFTCAP"]:
+        kw["num_stages"] = min(kw["num_stages"], DQ_MODIFIER_STAGES)
+    return kw
+
+
+def run_dbias(L: Launch) -> None:
+    """dBias, summed over the batch and / or head axes it has length 1 on (where the bias
+    broadcasts): one program per dBias tile. Tiles: the dQ kernel's, at most DBIAS_TILE;
+    options: the dQ kernel's with one stage (the loop reloads Q, K, dO and V for every
+    summed head; pipelining them took more shared memory than sm90 has at D 128)."""
+    dbias = L.mods.get("dbias")
+    if dbias is None:
+        return
+    g, cfg, f = L.graph, L.cfg, L.flags
+    B_db, H_db = g.tensors["dbias"].dims[:2]
+    block_m, block_n = min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE)
+    grid = B_db * H_db * math.ceil(g.S_q / block_m) * math.ceil(g.S_kv / block_n)
+    shift, left, right = _bounds(g)
+    L.kernels.bwd_dbias[(grid,)](
+        *L.pointers, L.mods["bias"][0], dbias[0], *L.addressing, *L.mods["bias"][1:],
+        *dbias[1:], g.H_q, g.H_q // g.H_k, g.H_q // g.H_v, g.S_q, g.S_kv, g.D_qk // L.vec,
+        g.D_v // L.vec, float(g.attributes.attn_scale), shift, left, right, L.score_args[-1],
+        g.B if B_db == 1 else 1, g.H_q if H_db == 1 else 1, H_db,
+        HAS_LEFT=f["HAS_LEFT"], HAS_RIGHT=f["HAS_RIGHT"], SOFTCAP=f["SOFTCAP"],
+        UPCAST=f["UPCAST"], WIDE=f["WIDE"], VEC=L.vec, BLOCK_M=block_m, BLOCK_N=block_n,
+        CHUNK_QK=min(DBIAS_CHUNK, L.tiles["BLOCK_DQK"]),
+        CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
+        **dict(cfg.launch_kwargs(dq=True), num_stages=1))
+
+
+def run_dsinks(L: Launch) -> None:
+    """dSinks from the stats and Delta: one program per query head."""
+    dsinks = L.mods.get("dsinks")
+    if dsinks is None:
+        return
+    g, stats = L.graph, L.ports["stats"]
+    L.kernels.bwd_dsinks[(g.H_q,)](
+        stats[0], L.delta, L.mods["sinks"][0], dsinks[0], *stats[1:], *L.mods["sinks"][1:],
+        *dsinks[1:], g.B, g.H_q, g.S_q, BLOCK=DSINKS_BLOCK, num_warps=4)
 
 
 def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
            kernels: str = KERNELS) -> None:
-    """Run preprocess, dK/dV (one or two passes) and dQ of the kernels module `kernels` into
-    tensors['dq'|'dk'|'dv']."""
+    """Run preprocess, dK/dV (one or two passes), dQ, then dBias and dSinks where the graph
+    has them, of the kernels module `kernels` into tensors['dq'|'dk'|'dv'|'dbias'|'dsinks']."""
     L = prepare(graph, tensors, cfg, kernels=kernels)
     run_preprocess(L)
     run_dkdv(L)
     run_dq(L)
+    run_dbias(L)
+    run_dsinks(L)

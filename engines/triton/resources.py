@@ -9,7 +9,8 @@ with it (so a config that spills fails CI), and checks the report covers every v
 
 Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
 `run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
-H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not) and the graphs of
+H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, padded ones
+without and with every score modifier) and the graphs of
 the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
 records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
 as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
@@ -109,6 +110,10 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
     ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
                                                    "pass; every D<=128 row tried spills "
                                                    "somewhere (configs.py, sm120 row)"),
+    ("sm120", "dq/d64/*/vec1/wide/dense/mods"): (8, "one 64-bit value in the unaligned dQ kernel "
+                                                    "with score modifiers and 64-bit tile "
+                                                    "offsets at 4 warps (1 or 2 stages alike; 8 "
+                                                    "warps do not spill, untimed: no sm120 here)"),
 }
 
 
@@ -159,9 +164,23 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC",
-                   "BLOCK_M", "BLOCK_N", "RAGGED",
+                   "BLOCK_M", "BLOCK_N", "RAGGED", "BLOCK",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv"})
+#: a REPRESENTED value meaning "not a constexpr": the stand-in takes the argument at run time
+RUNTIME = "<runtime>"
+MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
+
+
+def _dbias_chunk() -> int:
+    from bundlegen.engines.triton.launch import DBIAS_CHUNK
+    return DBIAS_CHUNK
+
+
+def _modified(c) -> bool:
+    """A launch with some score modifier (the dBias kernel always has the bias)."""
+    return bool(c.get("HAS_BIAS", True) or c.get("SOFTCAP"))
+
 #: constexprs (and the io dtype) a variant with at least their code stands for: name ->
 #: (value compiled, given the choice's constexprs; why it has at least the chosen one's code)
 REPRESENTED: dict[str, tuple[Any, str]] = {
@@ -173,7 +192,17 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "BLOCK_DQK": (lambda c: c["_tier"], "the tier's config with its widest head-dim tile: "
                                         "narrower tiles are the same code on smaller tensors"),
     "BLOCK_DV": (lambda c: c["_tier"], "as BLOCK_DQK"),
+    # the dBias kernel's head-dim chunks (launch.DBIAS_CHUNK, at most the tile): the tier's
+    "CHUNK_QK": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
+    "CHUNK_V": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
     "_io": (lambda c: IO, "fp16 is the same code with the fp16 MMA in place of the bf16 one"),
+    # score modifiers: off, or all of them (the bias with the softcap has the code of each)
+    "HAS_BIAS": (_modified, "bias and softcap together compile every modifier branch that "
+                            "either alone has"),
+    "SOFTCAP": (_modified, "as HAS_BIAS"),
+    **{a: (lambda c: RUNTIME if _modified(c) else None,
+           "None (a constexpr) without modifiers; the modified stand-in takes it at run time")
+       for a in MODIFIER_ARGS},
 }
 OPTIONS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim"})
 
@@ -218,7 +247,8 @@ class _Recorder:
         missing = declared - set(cons)
         if missing:
             raise ValueError(f"{fn.__name__}: constexprs {sorted(missing)} not passed")
-        io = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(args[0].dtype)]
+        # the io dtype (the dSinks kernel has none: its stand-in compiles with IO anyway)
+        io = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(args[0].dtype), "fp32")
         opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
         self.choices.add(Choice(fn.__name__, tuple(sorted(cons.items())),
                                 tuple(sorted(opts.items())), io, self.tier))
@@ -229,8 +259,9 @@ def probe_graphs(arch: str) -> list:
     each mask kind, MHA / GQA / H_k != H_v, every head-dim tile of the arch's tiers (and
     D_qk != D_v), both io dtypes, aligned or not (q's offset 1), and 64-bit tile offsets or
     not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
-    from bundlegen.graph import dense_graph, ragged_graph
+    from bundlegen.graph import dense_graph, ragged_graph, with_modifiers
     dims = [(d, d) for d in (8, 16, 32, 64, 128, 256)] + [(64, 128), (256, 32)]
+    every = dict(bias="full", dbias=True, sinks=True, dsinks=True, softcap=5.0)
     out = []
     for ragged in (False, True):
         for alignment in ("TOP_LEFT", "BOTTOM_RIGHT"):
@@ -244,9 +275,12 @@ def probe_graphs(arch: str) -> list:
                                                  D_qk=d_qk, D_v=d_v, dtype=dtype,
                                                  alignment=alignment, left=left, right=right,
                                                  offsets={} if aligned else {"q": 1})
-                                    g = (ragged_graph((0, 9, 16), (0, 12, 20), **sizes)
-                                         if ragged else dense_graph(B=2, S_q=16, S_kv=20, **sizes))
-                                    out.append((g, wide))
+                                    if ragged:
+                                        out.append((ragged_graph((0, 9, 16), (0, 12, 20),
+                                                                 **sizes), wide))
+                                        continue
+                                    g = dense_graph(B=2, S_q=16, S_kv=20, **sizes)
+                                    out += [(g, wide), (with_modifiers(g, **every), wide)]
     return out
 
 
@@ -290,6 +324,8 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
         launch.run_preprocess(L)
         launch.run_dkdv(L)
         launch.run_dq(L)
+        launch.run_dbias(L)
+        launch.run_dsinks(L)
     return recorder.choices if recorder else set()
 
 
@@ -304,17 +340,23 @@ def _tier(arch: str, block_d: int) -> int:
     return next(limit for limit, _ in configs.ARCHS[arch].tiers if block_d <= limit)
 
 
-def label(kernel: str, cons: Mapping[str, Any]) -> str:
-    """The report's name of a variant: kernel/d<tier>[/order]/vec<n>/<offsets>/<dense|ragged>."""
-    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq"}.get(kernel)
+def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None) -> str:
+    """The report's name of a variant:
+    kernel/d<tier>[/order]/vec<n>/<offsets>/<dense|ragged>[/mods] (mods: with the score
+    modifiers); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
+    if kernel == "bwd_dsinks":
+        return f"dsinks/d{tier}"
+    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
     if name is None:
         name = {(True, True): "dkdv", (True, False): "dk", (False, True): "dv"}[
             (cons["COMPUTE_DK"], cons["COMPUTE_DV"])]
-    parts = [name, f"d{cons['BLOCK_DV']}"]
+    parts = [name, f"d{cons.get('BLOCK_DV', tier)}"]
     if "BLOCK_MAJOR" in cons:
         parts.append("block-major" if cons["BLOCK_MAJOR"] else "head-major")
     parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
-              "ragged" if cons["RAGGED"] else "dense"]
+              "ragged" if cons.get("RAGGED") else "dense"]
+    if cons.get("HAS_BIAS"):
+        parts.append("mods")
     return "/".join(parts)
 
 
@@ -328,7 +370,8 @@ def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
                          f"REPRESENTED in engines/triton/resources.py: the sweep would miss them")
     ctx = dict(cons, _tier=choice.tier)
     out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
-    return label(choice.kernel, out), {"kernel": choice.kernel, "constexprs": out,
+    out = {k: v for k, v in out.items() if v != RUNTIME}
+    return label(choice.kernel, out, choice.tier), {"kernel": choice.kernel, "constexprs": out,
                                        "options": dict(choice.options),
                                        "io": REPRESENTED["_io"][0](ctx)}
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import Attributes, Graph, TensorSpec, dense_graph
+from bundlegen.graph import Attributes, Graph, TensorSpec, dense_graph, with_modifiers
 from bundlegen.mask import keep_mask
 
 GUARD = 16  # canary elements before and after every storage (whole 16-byte groups)
 OUTPUTS = ("dq", "dk", "dv")
+MODIFIER_OUTPUTS = ("dbias", "dsinks")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -35,26 +36,59 @@ def permuted(dims, order, pad=0) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def reference(q, k, v, do, attrs: Attributes):
-    """float64 forward (O, LSE) and autograd backward (dQ, dK, dV) of masked GQA attention."""
+def reference(q, k, v, do, attrs: Attributes, bias=None, sinks=None):
+    """float64 forward (O, LSE) and autograd backward (dQ, dK, dV) of masked GQA attention,
+    with the score modifiers of docs/CONTRACTS.md: softcap (attrs.softcap), an additive
+    `bias` [B|1, H_q|1, S_q, S_kv] (broadcast by its size-1 axes) and per-head `sinks` [H_q]
+    in the denominator. Returns (O, LSE, grads) with grads dq, dk, dv, and dbias (bias's
+    dims: summed over its broadcast axes) and dsinks when given."""
     q, k, v, do = (t.detach().double() for t in (q, k, v, do))
-    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    leaves = {"q": q, "k": k, "v": v}
+    if bias is not None:
+        leaves["bias"] = bias = bias.detach().double()
+    if sinks is not None:
+        leaves["sinks"] = sinks = sinks.detach().double()
+    for t in leaves.values():
+        t.requires_grad_()
     H_q, S_q, S_kv = q.shape[1], q.shape[2], k.shape[2]
     kk = k.repeat_interleave(H_q // k.shape[1], 1)
     vv = v.repeat_interleave(H_q // v.shape[1], 1)
     s = attrs.attn_scale * q @ kk.transpose(-1, -2)
+    if attrs.softcap is not None:
+        s = attrs.softcap * torch.tanh(s / attrs.softcap)
+    if bias is not None:
+        s = s + bias
     keep = keep_mask(S_q, S_kv, attrs, device=q.device)
     if keep is not None:
         s = s.masked_fill(~keep, -math.inf)
+    if sinks is not None:   # one more logit per row; it adds no value row
+        sink_col = sinks.view(1, H_q, 1, 1).expand(*s.shape[:3], 1)
+        s = torch.cat([s, sink_col], dim=-1)
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m)
     den = e.sum(-1, keepdim=True)
     p = e / torch.where(den == 0, torch.ones_like(den), den)
+    if sinks is not None:
+        p = p[..., :S_kv]
     o = p @ vv
     (o * do).sum().backward()
     lse = (torch.log(den) + m).squeeze(-1).detach()
-    return o.detach(), lse, q.grad, k.grad, v.grad
+    grads = {name: t.grad for name, t in leaves.items()}
+    out = {"dq": grads["q"], "dk": grads["k"], "dv": grads["v"]}
+    if bias is not None:
+        out["dbias"] = grads["bias"]
+    if sinks is not None:
+        out["dsinks"] = grads["sinks"]
+    return o.detach(), lse, out
+
+
+def alibi(H_q: int, S_q: int, S_kv: int, shift: int = 0) -> torch.Tensor:
+    """An ALiBi bias [1, H_q, S_q, S_kv]: -slope_h |i + shift - j|, slope_h = 2^(-8(h+1)/H_q)."""
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H_q) for h in range(H_q)], dtype=torch.float64)
+    i = torch.arange(S_q, dtype=torch.float64).view(-1, 1)
+    j = torch.arange(S_kv, dtype=torch.float64).view(1, -1)
+    return (-slopes.view(-1, 1, 1) * (i + shift - j).abs()).unsqueeze(0)
 
 
 @dataclass
@@ -83,9 +117,15 @@ def _write(view: torch.Tensor, value: torch.Tensor) -> None:
     view.copy_(value)
 
 
+def _reduced(spec: TensorSpec) -> tuple[int, ...]:
+    """dims with 1 on every broadcast (zero-stride) axis."""
+    return tuple(1 if st == 0 else d for d, st in zip(spec.dims, spec.strides))
+
+
 def prepare(graph: Graph, seed: int = 0, inputs=None, device="cpu") -> Prepared:
-    """Inputs from `seed` (constant along zero-stride axes), O and Stats from the float64
-    forward, outputs filled with NaN canaries."""
+    """Inputs from `seed` (constant along zero-stride axes; a bias drawn N(0, 1), sinks
+    N(0, 1) * 2, unless `inputs` has them), O and Stats from the float64 forward, outputs
+    filled with NaN canaries."""
     gen = torch.Generator().manual_seed(seed)
     io = TORCH_DTYPES[graph.dtype]
     t = graph.tensors
@@ -97,29 +137,43 @@ def prepare(graph: Graph, seed: int = 0, inputs=None, device="cpu") -> Prepared:
                 if st == 0 and d > 1:   # a broadcast input holds one value along that axis
                     x = x.narrow(axis, 0, 1).expand_as(x).contiguous()
             inputs[p] = x
-    inputs = {p: x.to(device=device, dtype=io) for p, x in inputs.items()}
-    o, lse, dq, dk, dv = reference(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
-                                   graph.attributes)
+    inputs = dict(inputs)
+    if "bias" in t and "bias" not in inputs:
+        inputs["bias"] = torch.randn(_reduced(t["bias"]), generator=gen, dtype=torch.float64)
+    if "sinks" in t and "sinks" not in inputs:
+        inputs["sinks"] = torch.randn(t["sinks"].dims, generator=gen, dtype=torch.float64) * 2
+    inputs = {p: x.to(device=device, dtype=torch.float32 if p == "sinks" else io)
+              for p, x in inputs.items()}
+    o, lse, ref = reference(inputs["q"], inputs["k"], inputs["v"], inputs["do"],
+                            graph.attributes, inputs.get("bias"), inputs.get("sinks"))
+    if "bias" in inputs:   # the logical [B, H_q, S_q, S_kv] bias the ports address
+        inputs["bias"] = inputs["bias"].expand(t["bias"].dims)
     logical = dict(inputs, o=o.to(io), stats=lse.float().unsqueeze(-1))
     views, storages, addressed = {}, {}, {}
     for port, spec in t.items():
-        dtype = torch.float32 if port == "stats" else io
+        dtype = torch.float32 if spec.dtype == "fp32" else io
         storage, view, marks = _storage_for(spec, math.nan, dtype, device)
         if port in logical:
             _write(view, logical[port])
         views[port], storages[port], addressed[port] = view, storage, marks
-    return Prepared(graph, views, storages, addressed, {"dq": dq, "dk": dk, "dv": dv})
+    ref = {p: g for p, g in ref.items() if p in t}   # dbias / dsinks only where asked
+    if "dbias" in ref:   # a given bias longer than dbias on an axis: summed there
+        axes = [a for a, d in enumerate(t["dbias"].dims) if d == 1 and ref["dbias"].shape[a] > 1]
+        if axes:         # (sum over an empty list would sum everything)
+            ref["dbias"] = ref["dbias"].sum(dim=axes, keepdim=True)
+    return Prepared(graph, views, storages, addressed, ref)
 
 
 def check(prep: Prepared, engine, rel: float = 0.02) -> dict:
     """Run the engine; assert canaries, untouched inputs, no NaN and |err| <= rel * max|ref|.
     Returns the relative max errors."""
-    before = {p: _bits(s).clone() for p, s in prep.storages.items() if p not in OUTPUTS}
+    outputs = tuple(prep.ref)
+    before = {p: _bits(s).clone() for p, s in prep.storages.items() if p not in outputs}
     engine.run(prep.graph, prep.views)
     for p, bits in before.items():
         assert torch.equal(bits, _bits(prep.storages[p])), f"input {p} modified"
     errors = {}
-    for p in OUTPUTS:
+    for p in outputs:
         storage, marks = prep.storages[p], prep.addressed[p]
         assert torch.isnan(storage[~marks]).all(), f"{p}: guard or gap written"
         out = prep.views[p].double()
@@ -146,9 +200,23 @@ SMOKE = {
     # K rows 2^26 + 64 elements apart: offsets past 2^31 (K's storage is 5.4 GB)
     "wide-k-rows-past-2^31": dict(B=1, H_q=2, H_k=1, S_q=40, S_kv=40, D_qk=64, dtype="bf16",
                                   right=0),
+    # score modifiers (graph.with_modifiers arguments under "mods")
+    "mods-all-causal-br-gqa-d128": dict(B=2, H_q=8, H_k=2, S_q=1000, S_kv=1024, D_qk=128,
+                                        dtype="bf16", right=0, alignment="BOTTOM_RIGHT",
+                                        mods=dict(bias="batch", dbias=True, sinks=True,
+                                                  dsinks=True, softcap=30.0)),
+    "mods-bias-both-window-d64": dict(B=3, H_q=4, S_q=513, S_kv=300, D_qk=64, dtype="fp16",
+                                      left=100, right=0, mods=dict(bias="both", dbias=True)),
+    "mods-softcap-d256": dict(B=1, H_q=4, H_k=1, S_q=333, S_kv=257, D_qk=256, dtype="bf16",
+                              mods=dict(softcap=5.0, sinks=True, dsinks=True)),
 }
 WIDE_ROW = 2 ** 26 + 64
 BENCH = dict(B=4, H_q=16, S_q=4096, D_qk=128, dtype="bf16")   # shared/notes: flash 275 TFLOP/s
+#: the same shape with score modifiers (graph.with_modifiers), timed beside it
+BENCH_MODS = {"softcap": dict(softcap=30.0), "bias": dict(bias="full"),
+              "bias+dbias": dict(bias="full", dbias=True),
+              "bias-both+dbias": dict(bias="both", dbias=True),
+              "sinks+dsinks": dict(sinks=True, dsinks=True)}
 
 
 def _bshd(graph_args) -> dict:
@@ -177,10 +245,12 @@ def main(argv=None) -> int:
     import triton
 
     from bundlegen.engines.triton.engine import TritonEngine
-    from bundlegen.engines.triton.launch import needs_wide, vec_for
+    from bundlegen.engines.triton.launch import kernel_views, needs_wide, vec_for
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument("--only", default="", metavar="PREFIX",
+                        help="only the smoke shapes whose name starts with PREFIX")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     engine = TritonEngine(device)
@@ -188,10 +258,16 @@ def main(argv=None) -> int:
           f"arch {engine.arch}", flush=True)
     bad = 0
     for name, g in SMOKE.items():
+        if not name.startswith(args.only):
+            continue
+        g = dict(g)
+        mods = g.pop("mods", None)
         layout = _bshd(g) if name.startswith("bshd") else {}
         if name.startswith("wide"):
             layout = dict(strides={"k": (0, 0, WIDE_ROW, 1)})
         graph = dense_graph(**layout, **g)
+        if mods:
+            graph = with_modifiers(graph, **mods)
         reason = engine.is_applicable(graph)
         if reason is not None:
             print(f"{name:28s} declined: {reason}")
@@ -200,9 +276,9 @@ def main(argv=None) -> int:
         prep = prepare(graph, seed=1, device=device)
         try:
             errors = check(prep, engine)
-            first = {p: _bits(prep.views[p]).clone() for p in OUTPUTS}
+            first = {p: _bits(prep.views[p]).clone() for p in prep.ref}
             seconds = _timed(lambda: engine.run(graph, prep.views), device)
-            same = all(torch.equal(first[p], _bits(prep.views[p])) for p in OUTPUTS)
+            same = all(torch.equal(first[p], _bits(prep.views[p])) for p in prep.ref)
             status = "ok" if same else "NONDETERMINISTIC"
             bad += not same
         except AssertionError as exc:
@@ -211,17 +287,20 @@ def main(argv=None) -> int:
         errs = " ".join(f"{p}={e:.2e}" for p, e in errors.items())
         cfg = engine.config(graph)
         print(f"{name:28s} {status:5s} err/max|ref| {errs} {seconds * 1e3:8.2f} ms  "
-              f"VEC={vec_for(prep.views)} WIDE={needs_wide(prep.views, cfg)} {cfg}", flush=True)
+              f"VEC={vec_for(prep.views)} WIDE={needs_wide(kernel_views(graph, prep.views), cfg)} {cfg}", flush=True)
     if not args.no_bench and device.type == "cuda":
-        graph = dense_graph(**BENCH)
-        views = {p: torch.randn(t.dims, device=device).to(torch.float32 if p == "stats"
-                                                            else TORCH_DTYPES[t.dtype])
-                 for p, t in graph.tensors.items()}
-        views["stats"] += 10.0   # keep exp2(s - lse) finite; speed does not depend on values
-        seconds = _timed(lambda: engine.run(graph, views), device)
-        flops = 2.5 * 4 * graph.B * graph.H_q * graph.S_q * graph.S_kv * graph.D_qk
-        print(f"bench {BENCH}: {seconds * 1e3:.2f} ms, {flops / seconds / 1e12:.1f} TFLOP/s",
-              flush=True)
+        plain = None
+        for label, mods in {"plain": {}, **BENCH_MODS}.items():
+            graph = with_modifiers(dense_graph(**BENCH), **mods)
+            views = {p: torch.randn(t.dims, device=device).to(TORCH_DTYPES[t.dtype])
+                     .as_strided(t.dims, t.strides) for p, t in graph.tensors.items()}
+            views["stats"] += 10.0   # keep exp2(s - lse) finite; speed does not depend on values
+            seconds = _timed(lambda: engine.run(graph, views), device)
+            plain = plain or seconds
+            flops = 2.5 * 4 * graph.B * graph.H_q * graph.S_q * graph.S_kv * graph.D_qk
+            print(f"bench {BENCH} {label:16s}: {seconds * 1e3:8.2f} ms, "
+                  f"{flops / seconds / 1e12:6.1f} TFLOP/s, x{seconds / plain:.2f} of plain",
+                  flush=True)
     print("selfcheck:", "FAIL" if bad else "ok")
     return int(bad > 0)
 

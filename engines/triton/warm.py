@@ -2,7 +2,8 @@
 them in Triton's cache instead of compiling them one after the other on first use.
 
 A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
-dK/dV passes, RAGGED and its BOTTOM_RIGHT): no integer argument is specialised. So each case has a tiny twin with the
+dK/dV passes, RAGGED and its BOTTOM_RIGHT, the score modifiers and the dBias / dSinks
+kernels): no integer argument is specialised. So each case has a tiny twin with the
 same variant; the twins are deduplicated and run on the device by --jobs processes.
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
@@ -25,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from bundlegen.graph import OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_bundle, ragged_graph
+from bundlegen.graph import (OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_bundle, ragged_graph,
+                             with_modifiers)
 from bundlegen.validate import frontend_reason
 from bundlegen.engines.triton import configs
 
@@ -57,27 +59,32 @@ def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
     rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     ragged = graph.ragged is not None
-    for t in graph.tensors.values():
+    for port, t in graph.tensors.items():
+        if len(t.dims) == 1:   # sinks, dsinks: no tiles
+            continue
         dims, strides = _as_launched(t, ragged)
         if (rows - 1) * strides[2] + (dims[3] - 1) * strides[3] >= 2 ** 31:
             return None
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
+    mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
-            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right)
+            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br = key
+    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
     if ragged:
         return ragged_graph((0, 9, 16), (0, 12, 16), alignment="BOTTOM_RIGHT" if br else "TOP_LEFT",
                             **sizes)
-    return dense_graph(B=1, S_q=16, **sizes)
+    bias, dbias, dsinks, softcap = mods
+    return with_modifiers(dense_graph(B=1, S_q=16, **sizes), bias="full" if bias else None,
+                          dbias=dbias, sinks=dsinks, dsinks=dsinks, softcap=1.0 if softcap else None)
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
@@ -141,7 +148,7 @@ def _run_twins(device: str, keys: list[tuple]) -> int:
         tensors = {}
         for port, spec in graph.tensors.items():
             storage = torch.zeros(spec.storage_elements, device=device,
-                                  dtype=torch.float32 if port == "stats" else TORCH_DTYPES[graph.dtype])
+                                  dtype=TORCH_DTYPES[spec.dtype])
             tensors[port] = storage.as_strided(spec.dims, spec.strides, spec.offset)
         if graph.ragged is not None:   # the offsets reach the engine as device tensors only
             for name in OFFSET_PORTS:
