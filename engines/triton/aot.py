@@ -75,6 +75,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     }
     for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
         variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
+                                                  KV_SHARED=dk and dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
     for label, (fn, cons) in list(variants.items()):
