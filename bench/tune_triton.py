@@ -8,8 +8,8 @@ shared memory or registers is dropped), then timed in this process with
 triton.testing.do_bench. Each candidate's gradients are compared with the table config's,
 so a tile choice that breaks the kernel shows up here before the harness runs it.
 
-    python bench/tune_triton.py                          # D 64 128 256, causal and not
-    python bench/tune_triton.py --d 128 --out tune.json
+    python bench/tune_triton.py                          # D 64 128 192 256, causal and not
+    python bench/tune_triton.py --d 192 256 --passes --rep 10 40 --out tune.json
     python bench/tune_triton.py --orders                 # program order: head- vs block-major
 
 The winners go into engines/triton/configs.py by hand; the harness then proves them.
@@ -17,7 +17,6 @@ The winners go into engines/triton/configs.py by hand; the harness then proves t
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import multiprocessing as mp
 import os
@@ -33,30 +32,73 @@ if str(REPO_ROOT) not in sys.path:
 from bundlegen.engines.triton.configs import BlockConfig, config_for  # noqa: E402
 
 ARCH = "sm90"
-TILES = {   # padded head dim -> ((M, N) of dK/dV, (M, N) of dQ) candidates
-    64: ([(32, 128), (64, 128), (64, 64), (128, 128), (32, 64)],
-         [(128, 32), (128, 64), (64, 64), (128, 128), (64, 32)]),
-    128: ([(32, 128), (64, 128), (16, 128), (64, 64), (32, 64)],
-          [(128, 32), (128, 64), (64, 64), (64, 32), (128, 16)]),
-    256: ([(32, 32), (32, 64), (16, 64), (64, 64), (16, 128), (32, 128)],
-          [(64, 32), (32, 64), (64, 64), (128, 32), (64, 16), (32, 32)]),
+# Candidates per head dim: (M, N, warps, stages[, flags]) of the dK/dV kernel and of the dQ
+# kernel; flags: "split" (dK and dV in two passes, BlockConfig.split_dkdv), "2c" (the
+# two-chunk kernels, BlockConfig.two_chunks: D 192 as 128 + 64 columns, not padded to 256).
+TILES = {
+    64: ([(32, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3)],
+         [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 8, 3)]),
+    128: ([(32, 64, 4, 3), (32, 64, 4, 2), (32, 64, 4, 4), (32, 128, 8, 3), (64, 128, 8, 2),
+           (32, 64, 4, 3, "split"), (64, 64, 4, 2, "split"), (64, 64, 4, 3, "split"),
+           (32, 128, 8, 2, "split"), (32, 128, 8, 3, "split"), (64, 128, 8, 2, "split")],
+          [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3)]),
+    192: ([(32, 32, 4, 3), (32, 32, 4, 3, "2c"), (32, 64, 4, 2, "2c"), (32, 64, 4, 3, "2c"),
+           (64, 64, 8, 2, "2c"), (32, 128, 8, 2, "2c"), (32, 64, 8, 2, "2c"),
+           (32, 64, 4, 2, "2c", "split"), (32, 64, 4, 3, "2c", "split"),
+           (64, 64, 4, 2, "2c", "split"), (64, 64, 8, 2, "2c", "split"),
+           (32, 128, 8, 2, "2c", "split"), (32, 128, 8, 3, "2c", "split"),
+           (64, 128, 8, 2, "2c", "split"), (32, 64, 4, 1, "2c", "split")],
+          [(128, 32, 8, 3), (128, 32, 8, 3, "2c"), (128, 32, 8, 2, "2c"),
+           (128, 64, 8, 2, "2c"), (128, 64, 8, 1, "2c"), (64, 64, 4, 2, "2c"),
+           (64, 64, 4, 3, "2c"), (64, 32, 4, 3, "2c")]),
+    256: ([(32, 32, 4, 3), (32, 32, 4, 2), (32, 64, 8, 1), (32, 64, 8, 2), (64, 64, 8, 2),
+           (32, 64, 4, 1, "split"), (32, 64, 4, 2, "split"), (32, 64, 4, 3, "split"),
+           (64, 64, 4, 1, "split"), (64, 64, 4, 2, "split"), (64, 64, 8, 1, "split"),
+           (64, 64, 8, 2, "split"), (32, 128, 8, 1, "split"), (32, 128, 8, 2, "split"),
+           (64, 128, 8, 1, "split"), (64, 128, 8, 2, "split"), (16, 64, 4, 2, "split")],
+          [(128, 32, 8, 3), (128, 32, 8, 2), (128, 64, 8, 1), (128, 64, 8, 2), (64, 32, 4, 3),
+           (64, 64, 4, 2)]),
 }
-WARPS = (4, 8)
-STAGES = {64: (2, 3, 4), 128: (2, 3, 4), 256: (1, 2, 3)}
+#: --passes: the dK-only and dV-only passes of split dK/dV (BlockConfig.split_dkdv; the dV
+#: pass's tiles are BlockConfig.dv_pass when they differ), timed apart: (M, N, warps, stages)
+PASS_TILES = {
+    192: [(32, 128, 8, 2), (32, 128, 8, 3), (64, 128, 8, 1), (64, 128, 8, 2), (32, 64, 4, 2),
+          (32, 64, 4, 3), (64, 64, 4, 2), (64, 64, 8, 2), (16, 128, 8, 2), (128, 128, 8, 1)],
+    256: [(32, 128, 8, 2), (32, 128, 8, 3), (64, 128, 8, 1), (64, 128, 8, 2), (32, 64, 4, 2),
+          (32, 64, 4, 3), (64, 64, 4, 2), (64, 64, 8, 2), (16, 128, 8, 2), (128, 128, 8, 1)],
+}
 KERNELS = ("dkdv", "dq")
+PASSES = ("dk", "dv")
+REP = (20, 80)   # do_bench warmup and rep (ms); --rep sets them
 
 
 def candidates(d: int, kernel: str) -> list[BlockConfig]:
     base = config_for(ARCH, d, d)
-    tiles = TILES[d][0 if kernel == "dkdv" else 1]
     out = []
-    for (m, n), warps, stages in itertools.product(tiles, WARPS, STAGES[d]):
+    if kernel in PASSES:
+        for m, n, warps, stages in PASS_TILES[d]:
+            cfg = replace(base, split_dkdv=True, two_chunks=d == 192, dv_pass=None,
+                          block_m1=m, block_n1=n, num_warps=warps, num_stages=stages)
+            out.append(replace(cfg, dv_pass=(m, n, warps, stages)) if kernel == "dv" else cfg)
+        return out
+    for m, n, warps, stages, *flags in TILES[d][0 if kernel == "dkdv" else 1]:
+        two = "2c" in flags
         if kernel == "dkdv":
-            out.append(replace(base, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages))
+            out.append(replace(base, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages,
+                               split_dkdv="split" in flags, two_chunks=two))
         else:
             out.append(replace(base, block_m2=m, block_n2=n, num_warps_dq=warps,
-                               num_stages_dq=stages))
+                               num_stages_dq=stages, two_chunks=two))
     return out
+
+
+def describe(cfg: BlockConfig, kernel: str) -> str:
+    c = asdict(cfg)
+    tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk")
+             else tuple(c["dv_pass"]) if kernel == "dv"
+             else (c["block_m2"], c["block_n2"], c["num_warps_dq"], c["num_stages_dq"]))
+    flags = (["split"] if cfg.split_dkdv and kernel == "dkdv" else []) + (["2c"] if cfg.two_chunks else [])
+    return f"(M, N, warps, stages) = {tiles} {' '.join(flags)}".rstrip()
 
 
 def shape(d: int, causal: bool, S: int = 4096, B: int = 4):
@@ -91,7 +133,10 @@ def _compile(jobs: list[tuple]) -> list[bool]:
         try:
             prepared = L.prepare(graph, t, cfg)
             L.run_preprocess(prepared)
-            (L.run_dkdv if kernel == "dkdv" else L.run_dq)(prepared)
+            if kernel == "dq":
+                L.run_dq(prepared)
+            else:
+                L.run_dkdv(prepared, only=None if kernel == "dkdv" else kernel)
             torch.cuda.synchronize()
             ok.append(True)
         except Exception as exc:  # noqa: BLE001 - resource exhaustion or a compile error
@@ -108,13 +153,19 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
     from bundlegen.engines.triton import launch as L
     prepared = L.prepare(graph, t, cfg)
     L.run_preprocess(prepared)
-    fn = (lambda: L.run_dkdv(prepared)) if kernel == "dkdv" else (lambda: L.run_dq(prepared))
+    if kernel == "dq":
+        def fn():
+            L.run_dq(prepared)
+    else:
+        def fn():
+            L.run_dkdv(prepared, only=None if kernel == "dkdv" else kernel)
     for p in ("dq", "dk", "dv"):
         t[p].zero_()
     fn()
     torch.cuda.synchronize()
-    outs = {p: t[p].clone() for p in (("dk", "dv") if kernel == "dkdv" else ("dq",))}
-    return triton.testing.do_bench(fn, warmup=20, rep=80), outs
+    ports = {"dkdv": ("dk", "dv"), "dq": ("dq",), "dk": ("dk",), "dv": ("dv",)}[kernel]
+    outs = {p: t[p].clone() for p in ports}
+    return triton.testing.do_bench(fn, warmup=REP[0], rep=REP[1]), outs
 
 
 ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal): MHA and GQA over the head-dim tiers and lengths
@@ -162,13 +213,19 @@ def compare_orders() -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--d", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128, 192, 256])
     parser.add_argument("--masks", nargs="+", default=["full", "causal"], choices=["full", "causal"])
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "tune_triton_h200.json"))
+    parser.add_argument("--rep", type=int, nargs=2, default=[20, 80], metavar=("WARMUP", "REP"),
+                        help="do_bench warmup and rep in ms")
+    parser.add_argument("--passes", action="store_true",
+                        help="also time the split dK-only and dV-only passes (PASS_TILES)")
     parser.add_argument("--orders", action="store_true",
                         help="only compare the program orders (head- vs block-major)")
     args = parser.parse_args(argv)
+    global REP
+    REP = tuple(args.rep)
 
     import torch
     if args.orders:
@@ -177,8 +234,11 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "orders": rows},
                                              indent=1) + "\n")
         return 0
+    def kernels(d: int) -> tuple[str, ...]:
+        return KERNELS + (PASSES if args.passes and d in PASS_TILES else ())
+
     jobs = [(d, mask == "causal", kernel, cfg) for d in args.d for mask in args.masks
-            for kernel in KERNELS for cfg in candidates(d, kernel)]
+            for kernel in kernels(d) for cfg in candidates(d, kernel)]
     start = time.perf_counter()
     shards = [jobs[i::args.jobs] for i in range(args.jobs)]
     with mp.get_context("spawn").Pool(args.jobs) as pool:
@@ -197,8 +257,9 @@ def main(argv=None) -> int:
             graph = shape(d, causal)
             t = tensors_for(graph, "cuda")
             table = config_for(ARCH, d, d)
-            for kernel in KERNELS:
-                ref_ms, ref_out = _time(graph, t, table, kernel)
+            best = {}
+            for kernel in kernels(d):   # a pass is compared with the table's whole dK/dV
+                ref_ms, ref_out = _time(graph, t, table, "dkdv" if kernel in PASSES else kernel)
                 timed = []
                 for cfg in candidates(d, kernel):
                     if not ok.get((d, causal, kernel, cfg)):
@@ -206,21 +267,23 @@ def main(argv=None) -> int:
                     ms, out = _time(graph, t, cfg, kernel)
                     diff = max(float((out[p].float() - ref_out[p].float()).abs().max()
                                      / ref_out[p].float().abs().max().clamp_min(1e-30))
-                               for p in out)
+                               for p in out if kernel not in PASSES or p == kernel)
                     timed.append((ms, cfg, diff))
                 timed.sort(key=lambda r: r[0])
                 print(f"\nD{d} {mask} {kernel}: table config {ref_ms:.3f} ms", flush=True)
-                for ms, cfg, diff in timed[:6]:
-                    c = asdict(cfg)
-                    tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"])
-                             if kernel == "dkdv" else
-                             (c["block_m2"], c["block_n2"], c["num_warps_dq"], c["num_stages_dq"]))
-                    print(f"  {ms:7.3f} ms  {ref_ms / ms:5.2f}x  (M, N, warps, stages) = {tiles}"
+                for ms, cfg, diff in timed[:8]:
+                    print(f"  {ms:7.3f} ms  {ref_ms / ms:5.2f}x  {describe(cfg, kernel)}"
                           f"  max rel diff {diff:.1e}", flush=True)
+                best[kernel] = timed[0][0] if timed else ref_ms
                 rows.append({"d": d, "mask": mask, "kernel": kernel, "table_ms": ref_ms,
                              "table": asdict(table),
                              "timed": [{"ms": ms, "cfg": asdict(cfg), "max_rel_diff": diff}
                                        for ms, cfg, diff in timed]})
+            flops = 2.5 * 4 * 4 * 16 * 4096 * 4096 * d / (2 if causal else 1)
+            dkdv = min(best["dkdv"], best.get("dk", 1e9) + best.get("dv", 1e9))
+            total = dkdv + best["dq"]
+            print(f"D{d} {mask}: best dK/dV (one pass or dK + dV passes) + best dQ {total:.3f} ms = "
+                  f"{flops / total / 1e9:.0f} TFLOP/s (no preprocess)", flush=True)
             del t
             torch.cuda.empty_cache()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

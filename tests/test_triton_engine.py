@@ -2,6 +2,7 @@
 interpreter on the CPU: head configs, head dims, sequence tails, every mask kind and
 alignment, fully masked rows, strided/broadcast/padded layouts, scale, fp16 and bf16.
 Each case also checks output canaries, untouched inputs and no NaN (selfcheck.check)."""
+import dataclasses
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
@@ -181,6 +182,60 @@ def test_default_cpu_tiles():
     graph = dense_graph(H_q=4, H_k=2, H_v=1, S_q=97, S_kv=150, D_qk=40, D_v=24, right=0,
                        alignment="BOTTOM_RIGHT", dtype="bf16")
     check(prepare(graph, seed=2), engine)
+
+
+class ConfigEngine(TritonEngine):
+    """The engine with a given config in place of its table's."""
+    def __init__(self, cfg):
+        super().__init__("cpu")
+        self.cfg = cfg
+
+    def config(self, graph):
+        return self.cfg
+
+
+#: head dims past one 128-column chunk (the two-chunk kernels), with heads, masks, tails,
+#: ragged-free layouts; each run with dK/dV fused and split into two passes
+TWO_CHUNK_CASES = {
+    "d192-no-mask": dict(H_q=2, S_q=64, D_qk=192, dtype="bf16"),
+    "d192-causal-br": dict(H_q=2, S_q=37, S_kv=50, D_qk=192, right=0, alignment="BOTTOM_RIGHT"),
+    "dqk-192-dv-130-gqa": dict(H_q=4, H_k=2, S_q=33, D_qk=192, D_v=130, dtype="bf16", left=9),
+    "dqk-144-dv-176-hv-lt-hk": dict(H_q=4, H_k=2, H_v=1, S_q=20, S_kv=35, D_qk=144, D_v=176,
+                                    left=6, right=3),
+}
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+@pytest.mark.parametrize("name", list(TWO_CHUNK_CASES))
+def test_two_chunks_and_split_passes(name, split):
+    """Head dims in (128, 192] as two column chunks (kernels.bwd_*_2c), and dK/dV in two
+    passes (BlockConfig.split_dkdv, K and V loaded once when H_k == H_v)."""
+    from bundlegen.engines.triton import launch
+    args = TWO_CHUNK_CASES[name]
+    graph = dense_graph(**args)
+    cfg = dataclasses.replace(TEST_TILES, two_chunks=True, split_dkdv=split)
+    tiles = launch.head_tiles(graph, cfg)
+    assert tiles["BLOCK_DQK"] == tiles["BLOCK_DV"] == configs.CHUNK and "BLOCK_DQK2" in tiles
+    check(prepare(graph, seed=len(name)), ConfigEngine(cfg))
+
+
+def test_two_chunks_in_odd_layouts():
+    """The two-chunk kernels on unaligned strided outputs (VEC 1) and on BSHD (VEC 8)."""
+    cfg = dataclasses.replace(TEST_TILES, two_chunks=True)
+    args = dict(H_q=4, H_k=2, H_v=1, S_q=18, S_kv=22, D_qk=192, D_v=136, right=0)
+    check(prepare(dense_graph(**_layout("odd-outputs", **args), **args), seed=3), ConfigEngine(cfg))
+    args = dict(B=2, H_q=2, S_q=19, S_kv=23, D_qk=160, dtype="bf16")
+    check(prepare(dense_graph(**_layout("bshd", **args), **args), seed=4), ConfigEngine(cfg))
+
+
+def test_two_chunk_tiles_only_where_narrower_than_one_padded_tile():
+    assert configs.two_chunk_tiles(192, 192) == (64, 64)
+    assert configs.two_chunk_tiles(192, 130) == (64, 16)
+    assert configs.two_chunk_tiles(256, 256) is None      # 128 + 128: no narrower
+    assert configs.two_chunk_tiles(200, 192) is None      # 128 + 128 again
+    assert configs.two_chunk_tiles(192, 64) is None       # one head dim within one chunk
+    assert configs.tier_key(192, 192) == 192 and configs.tier_key(256, 256) == 256
+    assert configs.tier_key(160, 136) == 160 and configs.tier_key(192, 64) == 256
 
 
 @pytest.mark.parametrize("order", [False, True], ids=["head-major", "block-major"])

@@ -304,3 +304,16 @@ def test_the_top_left_mutant_fails_a_ragged_bottom_right_batch():
     mutant = C.by_name("top-left-for-bottom-right").build(small_tile(TritonEngine), "cpu")
     with pytest.raises(AssertionError, match="max err"):
         check(prepare(_graph(**CASES["causal-br-sq-ne-skv"]), seed=5), mutant)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+def test_two_chunk_kernels_ragged(split):
+    """The two-chunk kernels (head dims in (128, 192], kernels.bwd_*_2c) on a ragged
+    bottom-right causal GQA batch with a zero-length sequence, dK/dV fused or split."""
+    import dataclasses
+    cfg = dataclasses.replace(TILES, two_chunks=True, split_dkdv=split)
+    engine = type("TwoChunkSmallTiles", (TritonEngine,), {"config": lambda self, g: cfg})("cpu")
+    graph = _graph(cu_q=(0, 30, 30, 45), cu_kv=(0, 11, 30, 48), H_q=4, H_k=2, D_qk=192,
+                   D_v=144, right=0, alignment="BOTTOM_RIGHT", dtype="bf16")
+    assert launch.head_tiles(graph, cfg).get("BLOCK_DQK2") == 64
+    check(prepare(graph, seed=7), engine)

@@ -77,7 +77,10 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
         "dq": (kernels.bwd_dq, dict(masks, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **tiles)),
     }
     for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
+        if label == "dkdv" and cfg.split_dkdv:   # never launched: the dK and dV passes are
+            continue                             # (resources.py compiles exactly what is)
         variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
+                                                  KV_SHARED=dk and dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
     for label, (fn, cons) in list(variants.items()):

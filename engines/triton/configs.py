@@ -27,6 +27,28 @@ class BlockConfig:
     matrix_instr_nonkdim: int | None = None   # gfx942 only
     num_warps_dq: int | None = None           # the dQ kernel's, when they differ
     num_stages_dq: int | None = None
+    #: dK and dV in two passes (a dK-only and a dV-only program) even when H_k == H_v: each
+    #: holds one [N, D] accumulator, so wide head dims fit 64-row tiles (wgmma needs 64 rows
+    #: per warpgroup) for the cost of recomputing P in both passes
+    split_dkdv: bool = False
+    #: head dims in (CHUNK, 192] as a 128-column chunk plus a narrower one (kernels' *_2c),
+    #: not padded to 256 (two_chunk_tiles)
+    two_chunks: bool = False
+    #: (M1, N1, warps, stages) of a dV-only pass (split_dkdv, or H_k != H_v), when they differ
+    #: from the dK/dV ones: it holds neither V nor dP, so it fits other tiles
+    dv_pass: tuple[int, int, int, int] | None = None
+    #: stages of a dK-only or dV-only pass that reloads K or V per query head (H_k != H_v):
+    #: each stage holds one more [N, D] tile, past the shared memory of wide tiles
+    unshared_stages: int | None = None
+    #: the config of graphs with a band (a left or right bound: causal, windows), when it
+    #: differs (config_for(..., banded=True))
+    banded: "BlockConfig | None" = None
+
+    @property
+    def most_rows(self) -> int:
+        """The most rows of any tile of any kernel (64-bit tile offsets are needed from it)."""
+        return max(self.block_m1, self.block_n1, self.block_m2, self.block_n2,
+                   *(self.dv_pass[:2] if self.dv_pass else ()))
 
     def launch_kwargs(self, dq: bool = False) -> dict:
         warps = self.num_warps_dq if dq and self.num_warps_dq is not None else self.num_warps
@@ -62,11 +84,28 @@ ARCHS: dict[str, ArchConfigs] = {
     # engines/triton/resources.json has every variant's (sm90 spills in its unaligned and
     # some aligned variants: resources.KNOWN_SPILLS).
     # sm90: the fastest of `python bench/tune_triton.py` on an H200 (bf16, B4 H16 S4096, the
-    # dK/dV and dQ kernels timed apart, causal and not: one config wins or ties for both).
+    # dK/dV and dQ kernels timed apart, causal and not: one config wins or ties for both at
+    # D <= 128). D 192 and 256 (issue 18 item 3, bench/results/h200/round5/tune*.log): the
+    # one-pass dK/dV kernel needs 32-row KV tiles there (two [N, D] fp32 accumulators), which
+    # Triton runs on mma.sync, not wgmma (64 rows per warpgroup); split into a dK pass and a
+    # dV pass, 128-row tiles on 8 warps run wgmma: D256 dK/dV 10.4 -> 6.5 ms non-causal and
+    # 5.9 -> 3.9 ms causal. D 129..192 runs the two-chunk kernels (128 + 64 columns, not 256):
+    # split 10.4 -> 5.4 ms non-causal; under a band the one-pass kernel with 32 x 128 tiles
+    # is faster there (2.75 ms against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
+    # with 64 (3.0 against 3.2 ms at D 192) Triton 3.9 needs more shared memory than an SM
+    # has when V is reloaded per query head (H_k != H_v); such passes run 1 stage.
     "sm90": ArchConfigs("sm90", 232_448, (
         (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3)),
         (128, BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3, num_warps_dq=8)),
-        (256, BlockConfig(32, 32, 128, 32, num_warps=4, num_stages=3, num_warps_dq=8)),
+        (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
+                          num_stages_dq=3, split_dkdv=True, two_chunks=True,
+                          dv_pass=(64, 128, 8, 2), unshared_stages=1,
+                          banded=BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2,
+                                             num_warps_dq=8, num_stages_dq=3, two_chunks=True,
+                                             unshared_stages=1))),
+        (256, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
+                          num_stages_dq=3, split_dkdv=True, dv_pass=(64, 128, 8, 2),
+                          unshared_stages=1)),
     )),
     # sm120 and gfx942 are not run here: their rows are chosen from the compiled kernels'
     # resources (engines/triton/resources.json, `python bench/triton_resources.py`) over every
@@ -102,7 +141,10 @@ ARCHS: dict[str, ArchConfigs] = {
     )),
     # The interpreter runs every program in Python over numpy tiles: its cost is the number
     # of programs and loop trips, so 64-wide tiles are about 3x faster than 32-wide ones.
+    # Its 192 row runs the two-chunk kernels (D in (128, 192]), so that the CPU tests run them.
     "cpu": ArchConfigs("cpu", 1 << 40, (
+        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
+        (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True)),
         (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
     )),
 }
@@ -116,14 +158,38 @@ def block_d(d: int) -> int:
     return p
 
 
-def config_for(arch: str, d_qk: int, d_v: int) -> BlockConfig:
-    return ARCHS[arch].for_block_d(block_d(max(d_qk, d_v)))
+CHUNK = 128   # the first column chunk of the two-chunk kernels (kernels.bwd_*_2c)
+
+
+def two_chunk_tiles(d_qk: int, d_v: int) -> tuple[int, int] | None:
+    """(BLOCK_DQK2, BLOCK_DV2): the second chunks' tiles where both head dims pass one
+    CHUNK and CHUNK plus the wider second chunk is narrower than one padded tile (e.g. 64
+    for D 192: 128 + 64 columns, not 256); None otherwise."""
+    if min(d_qk, d_v) <= CHUNK:
+        return None
+    tiles = (block_d(d_qk - CHUNK), block_d(d_v - CHUNK))
+    return tiles if CHUNK + max(tiles) < block_d(max(d_qk, d_v)) else None
+
+
+def tier_key(d_qk: int, d_v: int) -> int:
+    """The width a tier is chosen by: CHUNK plus the wider second chunk where
+    two_chunk_tiles applies (an arch with no tier for it gets its next, padded one), else the
+    padded head-dim tile."""
+    tiles = two_chunk_tiles(d_qk, d_v)
+    return CHUNK + max(tiles) if tiles else block_d(max(d_qk, d_v))
+
+
+def config_for(arch: str, d_qk: int, d_v: int, banded: bool = False) -> BlockConfig:
+    """The tier's config for these head dims; its `banded` one for a graph with a band."""
+    cfg = ARCHS[arch].for_block_d(tier_key(d_qk, d_v))
+    return cfg.banded if banded and cfg.banded is not None else cfg
 
 
 def shrink(cfg: BlockConfig) -> BlockConfig | None:
     """The next smaller config to try when a launch runs out of resources, or None."""
-    if cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1:
-        return replace(cfg, num_stages=1, num_stages_dq=None)
+    if (cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1 or cfg.dv_pass is not None
+            or cfg.banded is not None):
+        return replace(cfg, num_stages=1, num_stages_dq=None, dv_pass=None, banded=None)
     blocks = (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if max(blocks) <= MIN_BLOCK:
         return None

@@ -54,6 +54,12 @@ def use_interpreter_unless_told_otherwise() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def banded(graph: Graph) -> bool:
+    """A left or right bound (causal, windows): configs.config_for's `banded`."""
+    a = graph.attributes
+    return a.left_bound is not None or a.right_bound is not None
+
+
 class TritonEngine(Engine):
     name = "triton"
     deterministic = True
@@ -107,8 +113,9 @@ class TritonEngine(Engine):
     def config(self, graph: Graph) -> configs.BlockConfig:
         """The block config for this device and head dim (a smaller one once a launch has
         run out of resources with the table's)."""
-        key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
-        return self._working.get(key) or configs.config_for(self.arch, graph.D_qk, graph.D_v)
+        key = (self.arch, configs.tier_key(graph.D_qk, graph.D_v), banded(graph))
+        return self._working.get(key) or configs.config_for(self.arch, graph.D_qk, graph.D_v,
+                                                            banded(graph))
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         reason = self.is_applicable(graph)
@@ -116,7 +123,7 @@ class TritonEngine(Engine):
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
         launcher = importlib.import_module(self.launch_module)
         cfg = self.config(graph)
-        key = (self.arch, configs.block_d(max(graph.D_qk, graph.D_v)))
+        key = (self.arch, configs.tier_key(graph.D_qk, graph.D_v), banded(graph))
         while True:
             try:
                 launcher.launch(graph, tensors, cfg, self.kernels_module)

@@ -20,14 +20,14 @@ from __future__ import annotations
 import importlib
 import math
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
 
 from bundlegen.graph import OFFSET_PORTS, Graph
 from bundlegen.mask import diagonal_shift
-from bundlegen.engines.triton.configs import BlockConfig, block_d
+from bundlegen.engines.triton.configs import CHUNK, BlockConfig, block_d, two_chunk_tiles
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 
 VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
@@ -162,7 +162,7 @@ def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     """True when some tile spans TILE_OFFSET_LIMIT elements or more: the offsets inside a
     tile are then computed in 64 bits (the offset of a tile's start always is). `scores`:
     the bias / dbias, whose tiles are [rows, rows] blocks of their last two axes."""
-    rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
+    rows = cfg.most_rows
     for t in tensors.values():
         _, _, s_row, s_col = t.stride()
         span = (rows - 1) * s_row + (t.shape[3] - 1) * s_col   # masked lanes never load
@@ -194,12 +194,29 @@ class Launch:
     cfg: BlockConfig
     vec: int
     flags: Mapping[str, Any]
-    tiles: Mapping[str, int]
+    tiles: Mapping[str, int]     # head-dim tiles: BLOCK_DQK, BLOCK_DV (+ BLOCK_*2 if chunked)
     ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
     #: modifier port -> _plain_addr (None where the graph has no such port)
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def chunked(self) -> bool:
+        """The two-chunk kernels (kernels.bwd_*_2c) serve this launch."""
+        return "BLOCK_DQK2" in self.tiles
+
+    @property
+    def modifier_args(self) -> tuple:
+        """score_args for the dK/dV and dQ kernels; the two-chunk ones take none."""
+        return () if self.chunked else self.score_args
+
+    @property
+    def kernel_flags(self) -> dict:
+        """flags for the dK/dV and dQ kernels, less the modifier ones for the two-chunk kernels."""
+        if not self.chunked:
+            return self.flags
+        return {k: v for k, v in self.flags.items() if k not in ("HAS_BIAS", "SOFTCAP")}
 
     @property
     def pointers(self) -> tuple:
@@ -260,9 +277,20 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
-    return Launch(kernels_module(kernels), graph, cfg, vec, flags,
-                  dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v)), ports, delta,
-                  ragged, mods)
+    return Launch(kernels_module(kernels), graph, cfg, vec, flags, head_tiles(graph, cfg),
+                  ports, delta, ragged, mods)
+
+
+def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
+    """The head-dim tiles: one padded tile per head dim, or, where the config asks for two
+    chunks and configs.two_chunk_tiles applies, CHUNK columns plus a second chunk's tile. The
+    two-chunk kernels have no score modifiers: a graph with a bias or a softcap runs the
+    padded tiles."""
+    plain = not any(modifier_flags(graph).values())
+    chunks = two_chunk_tiles(graph.D_qk, graph.D_v) if cfg.two_chunks and plain else None
+    if chunks is None:
+        return dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v))
+    return dict(BLOCK_DQK=CHUNK, BLOCK_DV=CHUNK, BLOCK_DQK2=chunks[0], BLOCK_DV2=chunks[1])
 
 
 def ragged_flags(graph: Graph) -> dict:
@@ -280,23 +308,39 @@ def run_preprocess(L: Launch) -> None:
         return
     L.kernels.bwd_preprocess[(grid,)](
         o[0], do[0], L.delta, L.ragged[0], *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
-        L.ragged[2], BLOCK_M=cfg.block_m2, BLOCK_DV=L.tiles["BLOCK_DV"], VEC=L.vec,
+        L.ragged[2], BLOCK_M=cfg.block_m2, BLOCK_DV=block_d(g.D_v), VEC=L.vec,
         WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], **cfg.launch_kwargs())
 
 
-def run_dkdv(L: Launch) -> None:
-    """One pass grouped by K heads when H_k == H_v, else a dK pass and a dV pass."""
-    g, cfg, dk, dv = L.graph, L.cfg, L.ports["dk"], L.ports["dv"]
-    passes = [(g.H_k, True, True)] if g.H_k == g.H_v else [(g.H_k, True, False), (g.H_v, False, True)]
-    for H_grp, do_dk, do_dv in passes:
+def dkdv_passes(graph: Graph, cfg: BlockConfig) -> list[tuple[int, bool, bool]]:
+    """(H_grp, COMPUTE_DK, COMPUTE_DV) of each dK/dV pass: one pass grouped by K heads when
+    H_k == H_v (unless the config splits it), else a dK pass and a dV pass."""
+    if graph.H_k == graph.H_v and not cfg.split_dkdv:
+        return [(graph.H_k, True, True)]
+    return [(graph.H_k, True, False), (graph.H_v, False, True)]
+
+
+def run_dkdv(L: Launch, only: str | None = None) -> None:
+    """The dK/dV passes (dkdv_passes); `only` "dk" or "dv" runs that pass alone (timing)."""
+    g, dk, dv = L.graph, L.ports["dk"], L.ports["dv"]
+    for H_grp, do_dk, do_dv in dkdv_passes(g, L.cfg):
+        if only is not None and only != ("dk" if do_dk else "dv"):
+            continue
+        cfg = L.cfg
+        if not do_dk and cfg.dv_pass is not None:
+            m, n, warps, stages = cfg.dv_pass
+            cfg = replace(cfg, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages)
+        if g.H_k != g.H_v and cfg.unshared_stages is not None:
+            cfg = replace(cfg, num_stages=cfg.unshared_stages)
         grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return
-        L.kernels.bwd_dkdv[(grid,)](
+        kernel = L.kernels.bwd_dkdv_2c if L.chunked else L.kernels.bwd_dkdv
+        kernel[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
-            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
+            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.modifier_args,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            **L.flags, **L.tiles, **cfg.launch_kwargs())
+            KV_SHARED=g.H_k == g.H_v, **L.kernel_flags, **L.tiles, **cfg.launch_kwargs())
 
 
 def run_dq(L: Launch) -> None:
@@ -304,11 +348,12 @@ def run_dq(L: Launch) -> None:
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
     if grid == 0:
         return
-    L.kernels.bwd_dq[(grid,)](
+    kernel = L.kernels.bwd_dq_2c if L.chunked else L.kernels.bwd_dq
+    kernel[(grid,)](
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
-        *L.sizes, *L.score_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags,
-        **L.tiles, **dq_options(L))
+        *L.sizes, *L.modifier_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+        **L.kernel_flags, **L.tiles, **dq_options(L))
 
 
 def dq_options(L: Launch) -> dict:

@@ -164,7 +164,7 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC",
-                   "BLOCK_M", "BLOCK_N", "RAGGED", "BLOCK",
+                   "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv"})
 #: a REPRESENTED value meaning "not a constexpr": the stand-in takes the argument at run time
@@ -189,9 +189,14 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
     "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
                                             "shift (only a ragged launch can choose it)"),
-    "BLOCK_DQK": (lambda c: c["_tier"], "the tier's config with its widest head-dim tile: "
-                                        "narrower tiles are the same code on smaller tensors"),
-    "BLOCK_DV": (lambda c: c["_tier"], "as BLOCK_DQK"),
+    "BLOCK_DQK": (lambda c: configs.CHUNK if "BLOCK_DQK2" in c else c["_tier"],
+                  "the tier's config with its widest head-dim tile: narrower tiles are the "
+                  "same code on smaller tensors (the two-chunk kernels: their first chunk, "
+                  "always CHUNK wide)"),
+    "BLOCK_DV": (lambda c: configs.CHUNK if "BLOCK_DV2" in c else c["_tier"], "as BLOCK_DQK"),
+    "BLOCK_DQK2": (lambda c: c["_tier"] - configs.CHUNK, "the two-chunk kernels' widest second "
+                                                         "chunk in the tier"),
+    "BLOCK_DV2": (lambda c: c["_tier"] - configs.CHUNK, "as BLOCK_DQK2"),
     # the dBias kernel's head-dim chunks (launch.DBIAS_CHUNK, at most the tile): the tier's
     "CHUNK_QK": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
     "CHUNK_V": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
@@ -215,6 +220,7 @@ class Choice:
     options: tuple[tuple[str, Any], ...]
     io: str
     tier: int                                 # the config tier (largest BLOCK_D it serves)
+    banded: bool = False                      # made with the tier's `banded` config
 
 
 class _Site:
@@ -230,7 +236,7 @@ class _Site:
 class _Recorder:
     """Stands in for the kernels module: records each launch instead of running it."""
     def __init__(self, kernels):
-        self.kernels, self.choices, self.tier = kernels, set(), None
+        self.kernels, self.choices, self.tier, self.banded = kernels, set(), None, False
 
     def __getattr__(self, name):
         return _Site(self, getattr(self.kernels, name))
@@ -251,7 +257,7 @@ class _Recorder:
         io = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(args[0].dtype), "fp32")
         opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
         self.choices.add(Choice(fn.__name__, tuple(sorted(cons.items())),
-                                tuple(sorted(opts.items())), io, self.tier))
+                                tuple(sorted(opts.items())), io, self.tier, self.banded))
 
 
 def probe_graphs(arch: str) -> list:
@@ -308,18 +314,21 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
     (the kernels as compiled for a GPU)."""
     from bundlegen.engines.triton import launch
     from bundlegen.engines.triton.capabilities import ROWS
+    from bundlegen.engines.triton.engine import banded
     pairs = probe_graphs(arch) + [(g, False) for g in (graphs or ())]
     recorder = None
     for graph, wide in pairs:
         if ROWS[arch].mismatch(graph) is not None:
             continue
         launched = graph.as_launched()
-        cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
+        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
         L = launch.prepare(launched, _meta_tensors(graph, wide), cfg)
         if recorder is None:
             recorder = _Recorder(L.kernels)
-        recorder.tier = _tier(arch, max(L.tiles.values()))   # the tier L.cfg came from
-        assert configs.ARCHS[arch].for_block_d(recorder.tier) == L.cfg
+        recorder.tier = _tier(arch, configs.tier_key(graph.D_qk, graph.D_v))   # L.cfg's tier
+        tier_cfg = configs.ARCHS[arch].for_block_d(recorder.tier)
+        assert L.cfg in (tier_cfg, tier_cfg.banded)
+        recorder.banded = L.cfg != tier_cfg
         L = dataclasses.replace(L, kernels=recorder)
         launch.run_preprocess(L)
         launch.run_dkdv(L)
@@ -340,17 +349,25 @@ def _tier(arch: str, block_d: int) -> int:
     return next(limit for limit, _ in configs.ARCHS[arch].tiers if block_d <= limit)
 
 
-def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None) -> str:
+def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
+          banded: bool = False) -> str:
     """The report's name of a variant:
-    kernel/d<tier>[/order]/vec<n>/<offsets>/<dense|ragged>[/mods] (mods: with the score
+    kernel/d<tier>[/banded][/order]/vec<n>/<offsets>/<dense|ragged>[/mods] (banded: from the
+    tier's config for graphs with a band, configs.config_for; mods: with the score
     modifiers); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
     if kernel == "bwd_dsinks":
         return f"dsinks/d{tier}"
-    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
+    base = kernel.removesuffix("_2c")
+    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(base)
     if name is None:
         name = {(True, True): "dkdv", (True, False): "dk", (False, True): "dv"}[
             (cons["COMPUTE_DK"], cons["COMPUTE_DV"])]
-    parts = [name, f"d{cons.get('BLOCK_DV', tier)}"]
+        if name != "dkdv" and cons["KV_SHARED"]:   # split passes over H_k == H_v
+            name += "-shared-kv"
+    if kernel != base:                               # two-chunk kernels: d<first + second>
+        name += "-2c"
+    width = cons["BLOCK_DV"] + cons.get("BLOCK_DV2", 0) if "BLOCK_DV" in cons else tier
+    parts = [name, f"d{width}"] + (["banded"] if banded else [])
     if "BLOCK_MAJOR" in cons:
         parts.append("block-major" if cons["BLOCK_MAJOR"] else "head-major")
     parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
@@ -371,7 +388,7 @@ def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
     ctx = dict(cons, _tier=choice.tier)
     out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
     out = {k: v for k, v in out.items() if v != RUNTIME}
-    return label(choice.kernel, out, choice.tier), {"kernel": choice.kernel, "constexprs": out,
+    return label(choice.kernel, out, choice.tier, choice.banded), {"kernel": choice.kernel, "constexprs": out,
                                        "options": dict(choice.options),
                                        "io": REPRESENTED["_io"][0](ctx)}
 

@@ -56,8 +56,9 @@ def _vec(graph: Graph) -> int:
 
 def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
     """Arguments of a tiny graph compiling the same kernels, or None for a WIDE case."""
-    cfg = configs.config_for(arch, graph.D_qk, graph.D_v)
-    rows = max(cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
+    from bundlegen.engines.triton.engine import banded
+    cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+    rows = cfg.most_rows
     ragged = graph.ragged is not None
     for port, t in graph.tensors.items():
         if len(t.dims) == 1:   # sinks, dsinks: no tiles
@@ -95,7 +96,8 @@ def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple],
         if key is None:
             wide += 1
             continue
-        tiles = (key[0], configs.block_d(key[1]), configs.block_d(key[2]), *key[3:])
+        tiles = (key[0], configs.block_d(key[1]), configs.block_d(key[2]),
+                 configs.two_chunk_tiles(key[1], key[2]), *key[3:])
         found.setdefault(tiles, key)
     return list(found.values()), wide
 
