@@ -6,7 +6,8 @@ ragged batches, which of their cases each engine passed, declined (and why), con
     python bench/feature_counts.py --feature RAGGED --feature INT64 out/*/results.jsonl
 
 A case belongs to a feature when one of its plan items names it (`AX-RAGGED-...`,
-`SHP-RAGGED-...`, `PRB-RAGGED-...`). Decline reasons are counted by code.
+`SHP-RAGGED-...`, `PRB-RAGGED-...`), unless that item is the feature's absence (`AX-BIAS-NONE`,
+`AX-SINKS-OFF`). Decline reasons are counted by code.
 """
 from __future__ import annotations
 
@@ -18,8 +19,13 @@ from bundlegen.reasons import code_of
 from bundlegen.results_file import read_results
 
 
+#: the axis values that mean a feature is absent (AX-BIAS-NONE, AX-SINKS-OFF)
+ABSENT = ("NONE", "OFF")
+
+
 def belongs(items, feature: str) -> bool:
-    return any(feature in item.split("-") for item in items)
+    return any(feature in parts and parts[-1] not in ABSENT
+               for parts in (item.split("-") for item in items))
 
 
 def counts(paths, feature: str):
