@@ -9,8 +9,8 @@ import dataclasses
 
 from bundlegen.graph import BIAS_BROADCASTS, Graph, default_scale
 from bundlegen.generator import layouts
-from bundlegen.generator.expand import PORTS, graph_of
-from bundlegen.plans.records import Mutation, Plan, Shape, Spec, attr, stride
+from bundlegen.generator.expand import MODIFIER_PORTS, PORTS, graph_of
+from bundlegen.plans.records import Mutation, Plan, Shape, Spec, attr, drop, reshape, stride
 
 DATA_PORTS = tuple(p for p in PORTS if p != "stats")
 
@@ -93,8 +93,14 @@ def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?
                 mask=mask_name, scale=scale_name, distribution=distribution, port_kinds=port_kinds,
                 mutations=tuple(mutations + attr_fixes + scale_fixes + cap_fixes), **modifiers)
     rebuilt = graph_of(plan, spec)
+    relaid = [reshape(p, graph.tensors[p].dims, graph.tensors[p].strides) for p in MODIFIER_PORTS
+              if p in graph.tensors and p in rebuilt.tensors and rebuilt.tensors[p] != graph.tensors[p]]
+    if relaid:   # a modifier port laid out by hand
+        spec = dataclasses.replace(spec, mutations=spec.mutations + tuple(relaid))
+        rebuilt = graph_of(plan, spec)
     if rebuilt != graph:
-        differ = [p for p in graph.tensors if rebuilt.tensors.get(p) != graph.tensors[p]]
+        differ = sorted(p for p in set(graph.tensors) | set(rebuilt.tensors)
+                        if rebuilt.tensors.get(p) != graph.tensors.get(p))
         what = f"ports {', '.join(differ)}" if differ else "attributes"
         raise SpecNotFound(f"case {case_id}: no Spec of plan {plan.name} builds this graph ({what} differ)")
     return spec
@@ -106,6 +112,7 @@ def _modifiers(plan: Plan, graph: Graph, bias_values: str, case_id: str) -> tupl
     t = graph.tensors
     switch = {v: k for k, v in plan.switches.items()}
     out = {"dbias": switch["dbias" in t], "sinks": switch["sinks" in t]}
+    frozen = [drop("dsinks")] if "sinks" in t and "dsinks" not in t else []   # sinks without dSinks
     out["bias"] = next(n for n, b in plan.biases.items() if b is None)
     if "bias" in t:
         zero = tuple(a for a in (0, 1) if t["bias"].strides[a] == 0 and t["bias"].dims[a] > 1)
@@ -118,9 +125,9 @@ def _modifiers(plan: Plan, graph: Graph, bias_values: str, case_id: str) -> tupl
     cap = graph.attributes.softcap
     names = [n for n, v in plan.softcaps.items() if v == cap]
     if names:
-        return {**out, "softcap": names[0]}, []
+        return {**out, "softcap": names[0]}, frozen
     off = next(n for n, v in plan.softcaps.items() if v is None)
-    return {**out, "softcap": off}, [attr("softcap", cap)]
+    return {**out, "softcap": off}, frozen + [attr("softcap", cap)]
 
 
 def _mask(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:

@@ -143,7 +143,11 @@ def restart_after_crash(outcome, device: str) -> bool:
 
 def prepare_engine(engine, graphs) -> str | None:
     """Engine.prepare; None, or what went wrong (a run goes on without it: the cases then
-    build on use what prepare would have built ahead)."""
+    build on use what prepare would have built ahead). Graphs with a score modifier the
+    engine does not list are left out: the harness declines them, and an engine written
+    before them never meets a modifier port."""
+    served = frozenset(getattr(engine, "score_modifiers", ()))
+    graphs = [g for g in graphs if g.modifiers <= served]
     try:
         engine.prepare(graphs)
     except Exception:  # noqa: BLE001 - engine code; reported, never fatal

@@ -614,7 +614,7 @@ MODIFIER_CATALOG = (
                        sinks="on", softcap="cap5"),
                   Spec(_shape(B=2, H=8, H_k=2, S=256, S_kv=384, D=128), mask="window-br", bias="both",
                        dbias="on", sinks="on", softcap="cap30"),
-                  Spec(_shape(B=2, H=8, H_k=2, S=1024, D=128), mask="causal-tl", bias="batch",
+                  Spec(_shape(B=2, H=8, H_k=2, S=512, D=64), mask="causal-tl", bias="batch",
                        dbias="on", sinks="on", softcap="cap5")), level="pr"),
     CatalogEntry("SHP-BIAS-STRIDED", "bias and dBias in padded and transposed layouts (any strides)",
                  (Spec(_shape(B=2, H=2, S=64, S_kv=72, D=64), bias="full", dbias="on",

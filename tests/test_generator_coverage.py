@@ -173,7 +173,8 @@ def test_checked_in_bundles_trace_both_ways(generated):
 def test_ids_are_stable_handles_of_the_case_content(generated):
     seen = set()
     for case in generated.cases:
-        assert case.id == ids.case_id(case.purpose, case.graph, case.data.distribution, case.expected_rejection)
+        assert case.id == ids.case_id(case.purpose, case.graph, case.data.distribution, case.expected_rejection,
+                                      bias_values=case.data.bias_values)
         assert case.data.seed == ids.seed_of(case.id)
         assert case.id not in seen
         seen.add(case.id)

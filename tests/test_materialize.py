@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bundlegen.graph import OUTPUT_PORTS, PORTS
+from bundlegen.graph import INPUT_PORTS, OUTPUT_PORTS, PORTS
 from bundlegen.harness import distributions as DIST
 from bundlegen.harness import materialize as M
 from bundlegen.harness import oracle
@@ -229,7 +229,7 @@ def test_several_bad_ports_are_each_named():
 
 def test_the_input_baselines_are_separate_copies_on_the_device():
     m = fresh()
-    for port in M.INPUT_PORTS:
+    for port in INPUT_PORTS:
         assert m.baselines[port].device == m.storages[port].device
         assert m.baselines[port].untyped_storage().data_ptr() != m.storages[port].untyped_storage().data_ptr()
         assert torch.equal(bit_pattern(m.baselines[port]), bit_pattern(m.storages[port]))
@@ -265,14 +265,14 @@ def test_inputs_are_reproducible_and_layout_independent(distribution):
     graph = make_graph(B=B, H_q=4, H_k=2, H_v=1, S_q=S_Q, S_kv=S_KV, D_qk=D, D_v=12)
     a = M.materialize(make_case(graph, seed=7, distribution=distribution), "cpu")
     b = M.materialize(make_case(graph, seed=7, distribution=distribution), "cpu")
-    for port in M.INPUT_PORTS:
+    for port in INPUT_PORTS:
         assert torch.equal(a.snapshots[port].view(torch.int16 if port != "stats" else torch.int32),
                            b.snapshots[port].view(torch.int16 if port != "stats" else torch.int32))
     bshd = M.materialize(make_case(make_graph(B=B, H_q=4, H_k=2, H_v=1, S_q=S_Q, S_kv=S_KV, D_qk=D,
                                               D_v=12, layout="bshd"), seed=7,
                                    distribution=distribution), "cpu")
     la, lb = M.logical_inputs(a), M.logical_inputs(bshd)
-    for port in M.INPUT_PORTS:
+    for port in INPUT_PORTS:
         assert torch.equal(la[port], lb[port]), port
     other = M.materialize(make_case(graph, seed=8, distribution=distribution), "cpu")
     assert not torch.equal(M.logical_inputs(other)["q"], la["q"])

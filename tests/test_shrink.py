@@ -37,7 +37,7 @@ def test_every_built_in_case_that_runs_has_a_spec_that_builds_its_graph():
     with pytest.raises(SpecNotFound, match=f"case {ragged[0].id}: a ragged graph"):   # not shrunk yet
         spec_of_graph(PLAN, ragged[0].graph, ragged[0].data.distribution, ragged[0].id)
     for c in cases:
-        spec = spec_of_graph(PLAN, c.graph, c.data.distribution, c.id)
+        spec = spec_of_graph(PLAN, c.graph, c.data.distribution, c.id, bias_values=c.data.bias_values)
         assert graph_of(PLAN, spec) == c.graph, c.id
 
 

@@ -126,7 +126,8 @@ def test_on_the_cpu_the_engine_selects_the_interpreter_itself(tmp_path):
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-m", "bundlegen", "run", "--level", "quick", "--engine", "triton",
-                          "--device", "cpu", "-k", "AX-HEAD-DIMS-D64 and AX-MASK-CAUSAL-TL", "--quiet",
+                          "--device", "cpu", "-k", "AX-HEAD-DIMS-D64 and AX-MASK-CAUSAL-TL and AX-BIAS-NONE and AX-SINKS-OFF "
+                          "and AX-SOFTCAP-OFF", "--quiet",
                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -1,0 +1,92 @@
+"""The plan's score modifiers (issue 19): gates lifted, softcap declared, modifier cases at
+quick, pr and nightly (quick's small), the extension axes leave every earlier case's id as
+it was, ALiBi data in the case, the tolerance class counts dBias and dSinks sums, and a
+modifier case's Spec is recovered from its graph (shrink)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from bundlegen.generator import build, build_default
+from bundlegen.generator.expand import graph_of
+from bundlegen.generator.report import render as render_report
+from bundlegen.generator.spec_recover import spec_of_graph
+from bundlegen.graph import dense_graph, with_modifiers
+from bundlegen.plans import sdpa_bwd
+from bundlegen.plans.records import Spec
+
+MODIFIER_AXES = ("bias", "dbias", "sinks", "softcap")
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return build_default()
+
+
+def test_gates_are_lifted_and_softcap_items_declared(generated):
+    gated = {g.item for g in sdpa_bwd.GATED}
+    assert not {"GATE-BIAS", "GATE-DBIAS", "GATE-SINKS"} & gated
+    for item in ("AX-SOFTCAP-CAP30", "AX-SOFTCAP-CAP5", "AX-BIAS-ALIBI", "AX-DBIAS-ON", "AX-SINKS-ON",
+                 "SHP-SOFTCAP-GEMMA", "PRB-SOFTCAP-ZERO", "PRB-DBIAS-OVERLAP"):
+        assert item in generated.items, item
+    report = render_report(generated)
+    assert "GATE-BIAS" not in report and "GATE-SINKS" not in report and "GATE-DBIAS" not in report
+
+
+def _uses(case, modifier):
+    return modifier in case.graph.modifiers
+
+
+@pytest.mark.parametrize("level", ["quick", "pr", "nightly"])
+@pytest.mark.parametrize("modifier", ["bias", "dbias", "sinks", "softcap"])
+def test_each_modifier_has_claim_cases_at_each_level(generated, level, modifier):
+    cases = [c for c in generated.cases if c.level == level and c.purpose == "claim" and _uses(c, modifier)]
+    assert cases, (level, modifier)
+
+
+def test_quick_modifier_cases_are_small(generated):
+    quick = [c for c in generated.cases if c.level == "quick" and c.purpose != "probe" and c.graph.modifiers]
+    assert 5 <= len(quick) <= 20
+    for c in quick:
+        assert c.graph.S_q <= 128 and c.graph.S_kv <= 128 and c.graph.D_qk <= 64, c.id
+
+
+def test_alibi_cases_carry_their_bias_values(generated):
+    alibi = [c for c in generated.cases if "AX-BIAS-ALIBI" in c.items]
+    assert alibi and all(c.data.bias_values == "alibi" for c in alibi)
+    assert all(c.graph.tensors["bias"].strides[0] == 0 for c in alibi)
+    assert all(c.data.bias_values == "randn" for c in generated.cases if "bias" not in c.graph.tensors)
+
+
+def test_the_extension_axes_leave_earlier_cases_as_they_were(generated):
+    """The plan without the modifier axes builds a subset of today's cases: every earlier
+    case (pair rows included) keeps its id, so claims stay attached to them."""
+    axes = tuple(a for a in sdpa_bwd.AXES if a.name not in MODIFIER_AXES)
+    axes += tuple(dataclasses.replace(a, values=(a.default,)) for a in sdpa_bwd.AXES if a.name in MODIFIER_AXES)
+    rules = tuple(r for r in sdpa_bwd.RULES if not set(r.axes) & set(MODIFIER_AXES))
+    catalog = tuple(c for c in sdpa_bwd.PLAN.catalog if c not in sdpa_bwd.MODIFIER_CATALOG)
+    probes = tuple(p for p in sdpa_bwd.PLAN.probes if p not in sdpa_bwd.MODIFIER_PROBES)
+    before = build(dataclasses.replace(sdpa_bwd.PLAN, axes=axes, rules=rules, catalog=catalog, probes=probes))
+    now = {c.id for c in generated.cases}
+    missing = [c.id for c in before.cases if c.id not in now]
+    assert not missing, f"{len(missing)} earlier cases changed id, e.g. {missing[:3]}"
+    assert len(now) > len(before.cases)
+
+
+def test_tolerance_class_counts_the_dbias_and_dsinks_sums():
+    base = dense_graph(B=3, H_q=32, S_q=60, D_qk=16, dtype="bf16")
+    assert sdpa_bwd.longest_reduction(base) == 60
+    assert sdpa_bwd.longest_reduction(with_modifiers(base, bias="both", dbias=True)) == 96
+    assert sdpa_bwd.longest_reduction(with_modifiers(base, bias="head", dbias=True)) == 60
+    assert sdpa_bwd.longest_reduction(with_modifiers(base, bias="full", dbias=True)) == 60
+    assert sdpa_bwd.longest_reduction(with_modifiers(base, sinks=True, dsinks=True)) == 180
+    assert sdpa_bwd.longest_reduction(with_modifiers(base, sinks=True)) == 60
+
+
+def test_a_modifier_case_spec_is_recovered_from_its_graph(generated):
+    cases = [c for c in generated.cases if c.graph.modifiers and c.purpose == "claim"][:40]
+    assert any(c.data.bias_values == "alibi" for c in generated.cases if c.graph.modifiers)
+    for c in cases + [c for c in generated.cases if c.data.bias_values == "alibi"][:3]:
+        spec = spec_of_graph(sdpa_bwd.PLAN, c.graph, c.data.distribution, c.id, bias_values=c.data.bias_values)
+        assert graph_of(sdpa_bwd.PLAN, spec) == c.graph
