@@ -210,3 +210,12 @@ def test_sm120_declines_the_split_pass_with_modifiers_past_d64():
             assert reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
         assert row.mismatch(dense_graph(H_q=4, H_k=2, H_v=1, D_qk=d)) is None
         assert ROWS["sm90"].mismatch(split) is None
+
+
+def test_gfx942_declines_modifiers_on_unaligned_rows():
+    aligned = with_modifiers(dense_graph(H_q=2, D_qk=64), bias="full")
+    unaligned = with_modifiers(dense_graph(H_q=2, D_qk=64, offsets={"q": 1}), bias="full")
+    assert ROWS["gfx942"].mismatch(aligned) is None
+    assert ROWS["gfx942"].mismatch(unaligned).startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
+    assert ROWS["gfx942"].mismatch(dense_graph(H_q=2, D_qk=64, offsets={"q": 1})) is None
+    assert ROWS["sm90"].mismatch(unaligned) is None

@@ -11,7 +11,8 @@ strides; dBias in any layout that addresses each element once, summed over the b
 broadcast axes; sinks and dSinks; softcap) alone or combined, on padded graphs with every
 mask, GQA / MQA, layout and head dim. Declined: a modifier on a ragged graph (the frontend
 rejects it this round; the kernels have no modifier variants with RAGGED), and on sm120 a
-modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there).
+modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there),
+on gfx942 a modifier with unaligned io rows (unaligned_modifiers: those variants spill).
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class Capabilities:
     #: the largest padded head dim (BLOCK_D) at which graphs with H_k != H_v, whose separate
     #: dK pass is the heaviest kernel, are served with modifiers; None: every head dim
     split_pass_modifiers_max_d: int | None = None
+    #: False: modifiers only where every io port's rows are 16-byte aligned (the VEC 8
+    #: variants); the unaligned (VEC 1) modifier variants spill on that arch
+    unaligned_modifiers: bool = True
 
     def mismatch(self, graph: Graph) -> str | None:
         if graph.dtype not in self.dtypes:
@@ -62,6 +66,10 @@ class Capabilities:
         if used and graph.ragged is not None and not self.ragged_modifiers:
             return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with a ragged "
                     "batch (no ragged kernel variant has score modifiers)")
+        if used and not self.unaligned_modifiers and not _io_rows_aligned(graph):
+            return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with io rows "
+                    f"not 16-byte aligned on {self.arch} (its unaligned modifier variants spill "
+                    "registers: engines/triton/resources.json)")
         limit = self.split_pass_modifiers_max_d
         if (used and limit is not None and graph.H_k != graph.H_v
                 and block_d(max(graph.D_qk, graph.D_v)) > limit):
@@ -71,12 +79,22 @@ class Capabilities:
         return None
 
 
+def _io_rows_aligned(graph: Graph) -> bool:
+    """Every io port's rows 16-byte aligned by its strides and offset: the launcher's VEC 8
+    (launch.vec_for; storages are allocation-aligned)."""
+    from bundlegen.engines.triton.launch import IO_PORTS, rows_aligned
+    return all(rows_aligned(graph.tensors[p].dims, graph.tensors[p].strides,
+                            graph.tensors[p].offset) for p in IO_PORTS)
+
+
 ROWS: dict[str, Capabilities] = {
     "sm90": Capabilities("sm90"),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`, issue 19)
     "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64),
-    "gfx942": Capabilities("gfx942", run_here=False),
+    # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
+    # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs), issue 19
+    "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False),
     "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 

@@ -42,9 +42,10 @@ DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias ker
 DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
 #: the dQ kernel's stages with score modifiers, at most: its pipelined bias tiles took sm90's
 #: D 256 tier (3 stages) past the shared memory an H200 block may have (237568 > 232448
-#: bytes). Any modifier, not the bias alone: a softcap-only launch compiles as the same
-#: variant as one with a bias (resources.REPRESENTED), so it must have the same options.
-DQ_MODIFIER_STAGES = 2
+#: bytes), and sm120's D 64 tier spilled 16 bytes at 2 stages (none at 1). Any modifier, not
+#: the bias alone: a softcap-only launch compiles as the same variant as one with a bias
+#: (resources.REPRESENTED), so it must have the same options.
+DQ_MODIFIER_STAGES = 1
 KERNELS = "bundlegen.engines.triton.kernels"
 
 

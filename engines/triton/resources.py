@@ -107,6 +107,11 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                 "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
                                 "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
                                 "measured speed"),
+    ("sm90", "*/vec8/*/mods"): (872, "the H200-tuned tiles with the score modifiers (bias and "
+                                      "softcap tiles on top of the plain kernels' 255 "
+                                      "registers): dK/dV up to 872 bytes at D<=64; untimed"),
+    ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
+                                      "softcap tiles on top: dV up to 3.6 KB at D<=256"),
     ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
                                                    "pass; every D<=128 row tried spills "
                                                    "somewhere (configs.py, sm120 row)"),
