@@ -112,6 +112,10 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                       "registers): dK/dV up to 872 bytes at D<=64; untimed"),
     ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
                                       "softcap tiles on top: dV up to 3.6 KB at D<=256"),
+    ("sm90", "dv/d256/*/vec8/wide/*"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
+                                             "tiles 64 x 128, 8 warps, 1 stage: the fastest "
+                                             "measured dV pass) with 64-bit tile offsets, only "
+                                             "for tiles spanning 2^31 elements or more"),
     ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
                                                    "pass; every D<=128 row tried spills "
                                                    "somewhere (configs.py, sm120 row)"),
@@ -194,11 +198,12 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
     "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
                                             "shift (only a ragged launch can choose it)"),
-    "BLOCK_DQK": (lambda c: configs.CHUNK if "BLOCK_DQK2" in c else c["_tier"],
+    "BLOCK_DQK": (lambda c: configs.CHUNK if "BLOCK_DQK2" in c else configs.block_d(c["_tier"]),
                   "the tier's config with its widest head-dim tile: narrower tiles are the "
                   "same code on smaller tensors (the two-chunk kernels: their first chunk, "
                   "always CHUNK wide)"),
-    "BLOCK_DV": (lambda c: configs.CHUNK if "BLOCK_DV2" in c else c["_tier"], "as BLOCK_DQK"),
+    "BLOCK_DV": (lambda c: configs.CHUNK if "BLOCK_DV2" in c else configs.block_d(c["_tier"]),
+                 "as BLOCK_DQK (a padded kernel in the two-chunk tier: the padded tile)"),
     "BLOCK_DQK2": (lambda c: c["_tier"] - configs.CHUNK, "the two-chunk kernels' widest second "
                                                          "chunk in the tier"),
     "BLOCK_DV2": (lambda c: c["_tier"] - configs.CHUNK, "as BLOCK_DQK2"),
@@ -268,10 +273,10 @@ class _Recorder:
 def probe_graphs(arch: str) -> list:
     """Graphs spanning every input launch.py decides on: ragged or not, diagonal alignment,
     each mask kind, MHA / GQA / H_k != H_v, every head-dim tile of the arch's tiers (and
-    D_qk != D_v), both io dtypes, aligned or not (q's offset 1), and 64-bit tile offsets or
+    D_qk != D_v; 192 for the two-chunk kernels), both io dtypes, aligned or not (q's offset 1), and 64-bit tile offsets or
     not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
     from bundlegen.graph import dense_graph, ragged_graph, with_modifiers
-    dims = [(d, d) for d in (8, 16, 32, 64, 128, 256)] + [(64, 128), (256, 32)]
+    dims = [(d, d) for d in (8, 16, 32, 64, 128, 192, 256)] + [(64, 128), (256, 32)]
     every = dict(bias="full", dbias=True, sinks=True, dsinks=True, softcap=5.0)
     out = []
     for ragged in (False, True):
