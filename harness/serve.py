@@ -43,6 +43,7 @@ class Server:
         self.last_active = time.monotonic()
         self.started_unix = time.time()
         self.runs = 0
+        self._listener: socket.socket | None = None
 
     # -- start and stop
     def start_workers(self) -> None:
@@ -69,9 +70,14 @@ class Server:
 
         _close_all(self.executors)
 
+    def listen(self) -> None:
+        """Bind the socket (after the workers are ready: a run that finds it is served at once)."""
+        self._listener = self._bind()
+        self.last_active = time.monotonic()   # the idle clock starts now, not at the workers' start
+
     def serve_forever(self) -> None:
-        """Listen until stopped or idle; the socket file is removed on the way out."""
-        listener = self._bind()
+        """Answer runs until stopped or idle; the socket file is removed on the way out."""
+        listener = self._listener
         try:
             while True:
                 ready, _, _ = select.select([listener], [], [], TICK_S)
@@ -143,7 +149,7 @@ class Server:
                 conn.send(("refused", "the server is stopping"))
                 return
             if self.session is not None:
-                conn.send(("busy", "it is serving another run"))
+                conn.send(("busy", "it is busy serving another run (one run at a time)"))
                 return
             token = self.session = uuid.uuid4().hex
             info = self.info()

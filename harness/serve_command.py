@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
         return V.EXIT_USAGE
     try:
         try:
+            server.listen()
             print(f"bundlegen serve: {len(server.executors)} worker(s) of {args.engine} on "
                   f"{','.join(devices)} ready; listening on {server.path} (pid {server.info()['pid']}, "
                   f"exits after {idle:g} s idle or on bundlegen serve --stop)", flush=True)
