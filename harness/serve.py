@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 from bundlegen.harness.serve_key import ServeKey, socket_path
 

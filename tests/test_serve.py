@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,10 +45,14 @@ def ws(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(root)]))
     servers: list[subprocess.Popen] = []
     yield root, servers
-    for proc in servers:
+    for proc in servers:   # Ctrl-C first: the server then removes its socket file
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def start_server(ws, engine: str, *extra: str) -> tuple[subprocess.Popen, Path]:
