@@ -21,6 +21,12 @@ four levels under 8 s; cold cache on one GPU under 45 s.
     python bench/harness_throughput.py --device cpu --engine torch-math --levels quick -k shapes \
         --workers 2 --devices cpu,cpu --no-cold        # smoke test of the code path
 The warm one-worker top-level run's directory is what `bundlegen calibrate` takes.
+
+--server: after the fresh-worker runs, start `bundlegen serve` once per device list and
+worker count and time the same warm runs through it ("served": the workers were started
+before the timed process, so their start is not in its elapsed time; each served run's
+run.json must say it was served, else it is flagged). The fresh-worker runs pass
+--no-server, so a server left running never serves them.
 """
 from __future__ import annotations
 
@@ -80,6 +86,7 @@ class RunStats:
     cases_s: float | None = None      # run.json: the case loop
     run_start_s: float = 0.0          # the cost model's per-run start for this device class
     split: dict = field(default_factory=dict)   # device -> {"workers", "cases", "seconds"}
+    served_by: dict | None = None     # run.json: the `bundlegen serve` whose pre-started workers ran it
 
     @property
     def name(self) -> str:
@@ -146,6 +153,17 @@ def split_of(per_device) -> dict:
     return out
 
 
+def run_env(cache: Path) -> dict:
+    """The environment of every timed process (a server's too: its key must match the runs')."""
+    return {**os.environ, "TRITON_CACHE_DIR": str(cache),
+            "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def device_args(devices: list[str]) -> list[str]:
+    where = ",".join(devices)
+    return ["--device", where] if len(devices) == 1 else ["--devices", where]
+
+
 def run_level(label: str, level: str, devices: list[str], workers: int, args, cache: Path) -> RunStats:
     from bundlegen.harness.results import read_results, read_run_times
     from bundlegen.plans.sdpa_bwd import COST_MODEL
@@ -156,12 +174,12 @@ def run_level(label: str, level: str, devices: list[str], workers: int, args, ca
         shutil.rmtree(out)
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "bundlegen", "run", "--level", level, "--engine", args.engine,
-           *(["--device", where] if len(devices) == 1 else ["--devices", where]),
-           "--workers-per-device", str(workers), "--out", str(out), "--quiet"]
+           *device_args(devices), "--workers-per-device", str(workers), "--out", str(out), "--quiet"]
+    if label != "served":
+        cmd.append("--no-server")
     if args.pattern:
         cmd += ["-k", args.pattern]
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache),
-           "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = run_env(cache)
     print(f"running {label} --level {level} on {where}, {workers} worker(s) each ...", flush=True)
     start = time.perf_counter()
     with open(out / "log.txt", "w") as log:
@@ -180,9 +198,74 @@ def run_level(label: str, level: str, devices: list[str], workers: int, args, ca
                    start_s=times.start_s if times else None, prepare_s=times.prepare_s if times else None,
                    cases_s=times.cases_s if times else None,
                    run_start_s=COST_MODEL[device_class].run_start_s,
-                   split=split_of(times.per_device if times else ()))
+                   split=split_of(times.per_device if times else ()),
+                   served_by=dict(times.served_by) if times and times.served_by else None)
     print(f"  {run.elapsed_s:.1f} s, exit {run.exit_code}, {run.total('executed')} executed", flush=True)
     return run
+
+
+def start_server(devices: list[str], workers: int, args, cache: Path) -> subprocess.Popen:
+    """`bundlegen serve` for these devices and workers, once its workers are ready."""
+    cmd = [sys.executable, "-m", "bundlegen", "serve", "--engine", args.engine, *device_args(devices),
+           "--workers-per-device", str(workers), "--idle-timeout", str(args.timeout_s)]
+    print(f"starting bundlegen serve on {','.join(devices)}, {workers} worker(s) each ...", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=run_env(cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise RuntimeError(f"bundlegen serve did not start: {line}{proc.stdout.read()}")
+    print(f"  workers ready after {time.perf_counter() - start:.1f} s (not part of the served runs' times)",
+          flush=True)
+    return proc
+
+
+def stop_server(proc: subprocess.Popen, cache: Path) -> None:
+    subprocess.run([sys.executable, "-m", "bundlegen", "serve", "--stop"], cwd=REPO_ROOT, env=run_env(cache),
+                   capture_output=True, timeout=60)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def served_runs(runs: list[RunStats], args, cache: Path) -> list[RunStats]:
+    """The warm runs again, through one `bundlegen serve` per device list and worker count."""
+    out = []
+    warm = [r for r in runs if r.label == "warm"]
+    for devices, workers in dict.fromkeys((r.devices, r.workers) for r in warm):
+        device_list = devices.split(",")
+        proc = start_server(device_list, workers, args, cache)
+        try:
+            for r in warm:
+                if (r.devices, r.workers) == (devices, workers):
+                    out.append(run_level("served", r.level, device_list, workers, args, cache))
+        finally:
+            stop_server(proc, cache)
+    return out
+
+
+def print_served(runs: list[RunStats]) -> None:
+    """Each warm run with fresh workers beside the same run through `bundlegen serve`."""
+    served = {(r.level, r.devices, r.workers): r for r in runs if r.label == "served"}
+    if not served:
+        return
+    print("\nfresh workers vs workers pre-started by `bundlegen serve` (served: the workers' start "
+          "is NOT in its elapsed time):")
+    print(f"  {'level':8s} {'devices':16s} {'workers':>8s} {'fresh s':>8s} {'served s':>9s} {'speed-up':>9s}"
+          f"  served run.json")
+    for r in runs:
+        s = served.get((r.level, r.devices, r.workers)) if r.label == "warm" else None
+        if s is None:
+            continue
+        ratio = f"{r.elapsed_s / s.elapsed_s:.2f}x" if s.elapsed_s > 0 else "-"
+        said = (f"served by pid {s.served_by['pid']}, workers started "
+                f"{s.served_by['workers_started_s_ago']:.0f} s before" if s.served_by
+                else "NOT SERVED (fresh workers started: no matching server)")
+        print(f"  {r.level:8s} {r.devices:16s} {r.workers:8d} {r.elapsed_s:8.1f} {s.elapsed_s:9.1f} "
+              f"{ratio:>9s}  {said}")
 
 
 def _opt(x: float | None) -> str:
@@ -253,6 +336,13 @@ def target_lines(runs: list[RunStats], judged: bool = True) -> list[str]:
         if r is not None:
             lines.append(f"{what}: {r.elapsed_s:.1f} s ({r.devices}, {r.workers} worker(s) each) "
                          f"-- target < {target:.0f} s: {verdict(r.elapsed_s < target)}")
+    served = best("served", "quick", False)
+    if served is not None:
+        note = "" if served.served_by else " (run.json says NOT served)"
+        lines.append(f"one GPU, warm, quick alone, workers pre-started by bundlegen serve: "
+                     f"{served.elapsed_s:.1f} s ({served.devices}, {served.workers} worker(s) each){note} "
+                     f"-- target < {TARGET_WARM_QUICK_S:.0f} s: "
+                     f"{verdict(served.elapsed_s < TARGET_WARM_QUICK_S and bool(served.served_by))}")
     single = [r for r in runs if r.label == "warm" and r.level == top and r.total_workers == 1 and r.ok]
     if single:
         r = single[0]
@@ -297,6 +387,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default bench/results/harness_throughput_h200.json on an H200)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per bundlegen run process")
+    parser.add_argument("--server", action="store_true",
+                        help="also time the warm runs through `bundlegen serve` (workers pre-started)")
     return parser.parse_args(argv)
 
 
@@ -332,10 +424,13 @@ def main(argv=None) -> int:
 
     runs = [run_level(label, level, devices, workers, args, cache)
             for label, level, devices, workers in plan_runs(args)]
+    if args.server:
+        runs += served_runs(runs, args, cache)
     print()
     print_runs(runs)
     print_phases(runs)
     print_side_by_side(runs)
+    print_served(runs)
     print()
     lines = target_lines(runs, judged=args.engine == "triton" and not args.pattern
                          and args.device.startswith("cuda"))

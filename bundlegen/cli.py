@@ -12,6 +12,7 @@ import sys
 SUBCOMMANDS = {
     "generate": ("bundlegen.generator.command", "expand the plan into bundles and tolerance blocks"),
     "run": ("bundlegen.harness.command", "run a level's cases against an engine"),
+    "serve": ("bundlegen.harness.serve_command", "keep warm workers for later runs of the same engine and devices"),
     "lanes": ("bundlegen.harness.lanes_command", "check, list or emit the CI lanes of lanes.yaml"),
     "harvest": ("bundlegen.claims.harvest_command", "turn passing results into support claims"),
     "matrix": ("bundlegen.claims.matrix_command", "render SUPPORT_MATRIX.md from the claims"),

@@ -67,6 +67,9 @@ class RunTimes:
     per_device: tuple[Mapping[str, Any], ...] = ()
     lane: str = ""                  # --lane, when the run came from lanes.yaml
     workers_per_device: int = 1     # worker processes sharing each device (--workers-per-device)
+    # the workers came from `bundlegen serve`: its pid and socket, how long before this run
+    # its workers started, the runs it served before and its workers' restarts until then
+    served_by: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:   # read back from JSON, per_device is a list
         object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))

@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--no-server", action="store_true",
+                        help="start fresh workers even when a matching `bundlegen serve` is running")
 
 
 def resume_command(argv: list[str] | None = None) -> str:
@@ -195,10 +197,17 @@ def main(args: argparse.Namespace) -> int:
             pattern=args.pattern, shard=shard, resume=args.resume, timeout_s=args.timeout,
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
-            devices=devices, lane=args.lane or "", workers_per_device=workers_per_device)
+            devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
+            server=not args.no_server)
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
+    if summary.server_note:
+        err.print(summary.server_note, highlight=False)
+    served = summary.times.served_by if summary.times is not None else None
+    if served:
+        err.print(f"workers: pre-started by bundlegen serve (pid {served['pid']}, "
+                  f"{served['workers_started_s_ago']:.0f} s ago)", highlight=False)
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
     if summary.times is not None and summary.times.prepare_problem:

@@ -314,9 +314,11 @@ class CaseExecutor:
     def __init__(self, engine: str, device: "str | torch.device", *, config: EngineConfig | None = None,
                  manifest: Manifest | None = None, repeat: int | None = None,
                  timeout_s: float | None = None, isolation: bool = True, run_id: str | None = None,
-                 wait: bool = True, cpu_threads: int | None = None):
+                 wait: bool = True, cpu_threads: int | None = None,
+                 runner_factory: "Callable[[worker.WorkerSpec], Any] | None" = None):
         """`manifest`: the bundle manifest of the cases to run (default: the config's, else
-        the default bundle root's). `cpu_threads`: the worker's CPU threads (default: torch's)."""
+        the default bundle root's). `cpu_threads`: the worker's CPU threads (default: torch's).
+        `runner_factory`: makes the runner from the worker spec instead (a served worker)."""
         from bundlegen.engines.registry import registered_name
         from bundlegen.harness import worker
         from bundlegen.workspace import engine_config_dir
@@ -334,7 +336,10 @@ class CaseExecutor:
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
                                  repeat=repeat, timeout_s=timeout_s, cpu_threads=cpu_threads)
         # wait=False: the worker starts in the background (see wait_ready)
-        self.runner = worker.IsolatedRunner(spec, wait=wait) if isolation else worker.InProcessRunner(spec)
+        if runner_factory is not None:
+            self.runner = runner_factory(spec)
+        else:
+            self.runner = worker.IsolatedRunner(spec, wait=wait) if isolation else worker.InProcessRunner(spec)
 
     @property
     def engine_name(self) -> str:
@@ -423,6 +428,7 @@ class RunSummary:
     times: "RunTimes | None" = None
     interrupted: bool = False   # Ctrl-C: the cases finished until then are recorded
     planned: int = 0            # cases this invocation set out to run
+    server_note: str = ""       # why a matching `bundlegen serve` was not used, when one answered
 
 
     @property
@@ -457,12 +463,14 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: str | bool | None = None,
               devices: Sequence[str] | None = None, lane: str = "",
-              workers_per_device: int = 1) -> RunSummary:
+              workers_per_device: int = 1, server: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
     worker process per device and slot, cases handed out longest predicted first to
-    whichever worker is free, into the same three files."""
+    whichever worker is free, into the same three files. `server`: use the workers of a
+    running `bundlegen serve` whose key matches this run's (harness.serve), when there is
+    one and it is free; the results are the same."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness import results as R
     from bundlegen.harness.selection import in_shard, selection
@@ -479,17 +487,26 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     root = Path(bundles) if bundles else B.default_bundle_root()
     manifest = B.manifest_of(root, plan)
     levels = manifest.levels_upto(level)
+    session, server_note = None, ""
+    if server and isolation:
+        from bundlegen.harness.serve_client import open_session
+        from bundlegen.harness.serve_key import serve_key
+
+        session, server_note = open_session(serve_key(engine, devices, workers_per_device))
     # the workers import torch and build the engine while this process loads the bundles
     executors: list[CaseExecutor] = []
     try:
-        for dev in workers:
+        for slot, dev in enumerate(workers):
             executors.append(CaseExecutor(
                 engine, dev, config=config, manifest=manifest, repeat=repeat, isolation=isolation,
                 timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
                 run_id=executors[0].run_id if executors else None,
-                cpu_threads=_cpu_share(len(workers))))
+                cpu_threads=_cpu_share(len(workers)),
+                runner_factory=session.runner_factory(slot) if session else None))
     except BaseException:
         _close_all(executors)
+        if session:
+            session.close()
         raise
     executor = executors[0]
     per_device = [_DeviceTally(dev, workers[:i].count(dev)) for i, dev in enumerate(workers)]
@@ -522,7 +539,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
                 complete=complete, versions=executor.versions,
                 per_device=tuple(t.to_json() for t in per_device), lane=lane,
-                workers_per_device=workers_per_device)
+                workers_per_device=workers_per_device,
+                served_by=session.record() if session else None)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
@@ -567,6 +585,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         cases_done = time.perf_counter()
     finally:
         _close_all(executors)
+        if session:
+            session.close()
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels, engine_spec=engine)
@@ -575,7 +595,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
                       results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
-                      times=times, interrupted=interrupted, planned=len(todo))
+                      times=times, interrupted=interrupted, planned=len(todo), server_note=server_note)
 
 
 # ----------------------------------------------------------------------------- several devices

@@ -293,6 +293,19 @@ class IsolatedRunner:
         self._kill()
 
     # -- the run's set-up
+    def reconfigure(self, config: EngineConfig, repeat: int | None, timeout_s: float | None) -> None:
+        """Take another run's configuration, repeat count and per-case timeout (a worker
+        kept warm by `bundlegen serve`); a worker that does not answer is replaced."""
+        self.spec = dataclasses.replace(self.spec, config=config, repeat=repeat, timeout_s=timeout_s)
+        self.wait_ready()
+        try:
+            self._conn.send(("configure", (config, repeat)))
+            if self._conn.poll(STARTUP_TIMEOUT_S) and self._conn.recv()[0] == "configured":
+                return
+        except (EOFError, OSError):
+            pass
+        self._restart()   # the fresh worker is spawned with the new spec
+
     def prepare(self, graphs) -> str | None:
         """Engine.prepare in the worker; None, or why it did not finish (a worker that dies
         or overruns the per-case timeout, or PREPARE_TIMEOUT_S without one, is replaced, and
@@ -380,6 +393,11 @@ def _worker_main(fd: int) -> None:
             _exit_now(conn)
         if kind == "prepare":
             conn.send(("prepared", prepare_engine(engine, payload)))
+            continue
+        if kind == "configure":   # a served worker takes each run's configuration (harness.serve)
+            config, repeat = payload
+            spec = dataclasses.replace(spec, config=config, repeat=repeat)
+            conn.send(("configured", None))
             continue
         try:
             outcome = run_case(payload, engine, spec.config, spec.repeat)

@@ -66,3 +66,18 @@ def test_the_cpu_smoke_mode_runs_its_whole_plan(tmp_path):
     assert [sum(v["cases"] for v in r["split"].values()) for r in data["runs"]] == [r["cases"] for r in data["runs"]]
     assert data["runs"][1]["split"]["cpu"]["workers"] == 2
     assert any("quick alone" in line and "not judged" in line for line in data["targets"])
+
+
+def test_the_server_mode_times_the_warm_runs_through_pre_started_workers(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    code = HT.main(["--device", "cpu", "--engine", "torch-math", "--levels", "quick", "-k", "shapes",
+                    "--workers", "1", "--no-cold", "--server", "--runs-dir", str(tmp_path / "runs"),
+                    "--out", str(out)])
+    assert code == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["label"], r["exit_code"]) for r in runs] == [("warm", 0), ("served", 0)]
+    assert runs[0]["served_by"] is None and runs[1]["served_by"]["pid"] > 0
+    assert runs[0]["executed"] == runs[1]["executed"] > 0
+    printed = capsys.readouterr().out
+    assert "workers pre-started by `bundlegen serve`" in printed and "NOT SERVED" not in printed
+    assert "quick alone, workers pre-started by bundlegen serve" in printed

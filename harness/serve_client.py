@@ -1,0 +1,157 @@
+"""The run's side of `bundlegen serve` (harness.serve): find the server of this run's
+`ServeKey`, hold its session for the run, and give each worker slot a `RemoteRunner`,
+which stands where a run's `IsolatedRunner` would. A server that goes away mid-run costs
+nothing: the slot's cases go on in a fresh local worker (the case in flight included)."""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from bundlegen.harness.serve_key import ServeKey, serve_dir, socket_path
+
+#: seconds to wait for a server's answer to hello, status or stop
+ANSWER_TIMEOUT_S = 10.0
+
+
+def _connect(path: Path) -> Connection | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    return Connection(sock.detach())
+
+
+def ask(path: Path, message) -> tuple | None:
+    """One question to the server at `path`; its answer, or None when none answers."""
+    conn = _connect(path)
+    if conn is None:
+        return None
+    try:
+        conn.send(message)
+        return conn.recv() if conn.poll(ANSWER_TIMEOUT_S) else None
+    except (EOFError, OSError):
+        return None
+    finally:
+        conn.close()
+
+
+@dataclass
+class Session:
+    """A run's hold on a server: while it is open no other run is served."""
+    path: Path
+    conn: Connection
+    info: dict
+    connected_unix: float
+
+    def runner_factory(self, slot: int):
+        return lambda spec: RemoteRunner(self, slot, spec)
+
+    def record(self) -> dict:
+        """What run.json says about the server (`served_by`)."""
+        return {"pid": self.info["pid"], "socket": str(self.path),
+                "workers_started_s_ago": round(self.connected_unix - self.info["started_unix"], 1),
+                "runs_served_before": self.info["runs"],
+                "worker_restarts_before": [s["restarts"] for s in self.info["slots"]]}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_session(key: ServeKey) -> tuple[Session | None, str]:
+    """The session of the server matching `key`, or None and a line saying why none is
+    used ('' when there is no server to speak of)."""
+    path = socket_path(key)
+    if not path.exists():
+        return None, ""
+    conn = _connect(path)
+    if conn is None:
+        return None, ""
+    try:
+        conn.send(("hello", key))
+        answer = conn.recv() if conn.poll(ANSWER_TIMEOUT_S) else ("busy", "it did not answer")
+    except (EOFError, OSError):
+        answer = ("refused", "it closed the connection")
+    kind, payload = answer
+    if kind != "granted":
+        conn.close()
+        return None, f"bundlegen serve at {path} not used: {payload}; starting fresh workers"
+    return Session(path, conn, payload, time.time()), ""
+
+
+class RemoteRunner:
+    """A served worker slot, with IsolatedRunner's interface."""
+
+    def __init__(self, session: Session, slot: int, spec):
+        self.spec = spec
+        self.restarts = 0
+        self._local = None
+        slot_info = session.info["slots"][slot]
+        self.engine_name, self.arch = slot_info["engine"], slot_info["arch"]
+        self.versions = slot_info["versions"]
+        if slot_info["device"] != spec.device:
+            raise ValueError(f"served slot {slot} is on {slot_info['device']}, not {spec.device}")
+        self._conn = _connect(session.path)
+        if self._conn is None or self._ask(("attach", (session.info["token"], slot)), "attached") is None \
+                or self._ask(("configure", (spec.config, spec.repeat, spec.timeout_s)), "configured") is None:
+            self._go_local()
+
+    def _ask(self, message, expect: str):
+        """The server's answer, or None when it is gone (this slot then runs locally)."""
+        if self._conn is None:
+            return None
+        try:
+            self._conn.send(message)
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError):
+            return None
+        return (kind, payload) if kind == expect else None
+
+    def _go_local(self) -> None:
+        from bundlegen.harness.worker import IsolatedRunner
+
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._local = IsolatedRunner(self.spec)
+
+    def wait_ready(self) -> None:
+        pass
+
+    def prepare(self, graphs) -> str | None:
+        if self._local is None:
+            answer = self._ask(("prepare", list(graphs)), "prepared")
+            if answer is not None:
+                return answer[1]
+            self._go_local()
+        return self._local.prepare(graphs)
+
+    def run(self, case):
+        if self._local is None:
+            answer = self._ask(("case", case), "outcome")
+            if answer is not None:
+                return answer[1]
+            self._go_local()   # the server went away: this case and the rest run here
+        return self._local.run(case)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._local is not None:
+            self._local.close()
+
+
+def stop_servers(folder: Path | None = None) -> list[dict]:
+    """Ask every server of this workspace to stop (each finishes the run it is serving
+    first); what each said about itself."""
+    folder = serve_dir() if folder is None else folder
+    stopped = []
+    for path in sorted(folder.glob("serve-*.sock")) if folder.is_dir() else ():
+        answer = ask(path, ("stop", None))
+        if answer is not None:
+            stopped.append(answer[1])
+    return stopped
