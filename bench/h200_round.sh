@@ -48,7 +48,7 @@ python3 bench/feature_counts.py --feature BIAS --feature DBIAS --feature ALIBI -
   --feature SOFTCAP --feature MODIFIERS "$OUT"/*-full-2.results.jsonl.gz | tee "$OUT/feature_counts.txt"
 
 if in_time "modifier mutants"; then
-  python3 -m bundlegen mutate --engine triton --level quick --device cuda \
+  timeout 120 python3 -m bundlegen mutate --engine triton --level quick --device cuda \
     --mutant softcap-grad-dropped --mutant dbias-masked-tiles-unwritten \
     --mutant dsinks-sign-flipped --mutant bias-indexed-by-kv-head \
     --json "$OUT/mutate-modifiers.json" > "$OUT/mutate-modifiers.log" 2>&1
