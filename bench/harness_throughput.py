@@ -392,18 +392,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def plan_runs(args) -> list[tuple[str, str, list[str], int]]:
+def plan_runs(args, cache_filled: bool = True) -> list[tuple[str, str, list[str], int]]:
     """(label, level, devices, workers per device), in the order they run: the cold run
-    first (it fills the cache the warm runs use), on one device with the shared workers."""
+    first (it fills the cache the warm runs use), on one device with the shared workers;
+    with --no-cold and an empty cache an untimed "fill" run takes its place (otherwise the
+    first warm run would compile). Then per level the runs the targets are judged on (N
+    workers sharing one GPU, several GPUs) before the one-worker reference, so a run cut
+    short by a time limit has measured the targets first."""
     levels = sorted(set(args.levels), key=LEVELS.index)
     shared = max(1, args.workers)
-    plan = [] if args.no_cold else [("cold", levels[-1], [args.device], shared)]
+    if not args.no_cold:
+        plan = [("cold", levels[-1], [args.device], shared)]
+    else:
+        plan = [] if cache_filled else [("fill", levels[-1], [args.device], shared)]
     for level in levels:
-        plan.append(("warm", level, [args.device], 1))
         if shared > 1:
             plan.append(("warm", level, [args.device], shared))
         if args.devices and len(args.devices.split(",")) > 1:
             plan.append(("warm", level, [d.strip() for d in args.devices.split(",")], shared))
+        plan.append(("warm", level, [args.device], 1))
     return plan
 
 
@@ -420,10 +427,13 @@ def main(argv=None) -> int:
     cache = args.runs_dir / "triton-cache"
     if cache.exists() and not args.no_cold:   # --no-cold times the cache that is there
         shutil.rmtree(cache)
+    # (only a GPU run compiles into it: off a GPU Triton interprets)
+    cache_filled = not args.device.startswith("cuda") or (cache.exists() and any(cache.iterdir()))
     cache.mkdir(parents=True, exist_ok=True)
 
     runs = [run_level(label, level, devices, workers, args, cache)
-            for label, level, devices, workers in plan_runs(args)]
+            for label, level, devices, workers in plan_runs(args, cache_filled)]
+    runs = [r for r in runs if r.label != "fill"]
     if args.server:
         runs += served_runs(runs, args, cache)
     print()

@@ -20,16 +20,19 @@ def _run(label, level, elapsed, devices="cuda:0", workers=1, oracle_s=0.0, cases
                        workers=workers, prepare_s=prepare_s)
 
 
-def test_the_plan_runs_cold_first_then_one_and_n_workers_and_several_devices():
+def test_the_plan_runs_cold_first_then_the_target_runs_then_one_worker():
     args = HT.parse_args(["--device", "cuda:0", "--devices", "cuda:0,cuda:1", "--workers", "4"])
     assert HT.plan_runs(args) == [
         ("cold", "full", ["cuda:0"], 4),
-        ("warm", "quick", ["cuda:0"], 1), ("warm", "quick", ["cuda:0"], 4),
-        ("warm", "quick", ["cuda:0", "cuda:1"], 4),
-        ("warm", "full", ["cuda:0"], 1), ("warm", "full", ["cuda:0"], 4),
-        ("warm", "full", ["cuda:0", "cuda:1"], 4)]
-    assert HT.plan_runs(HT.parse_args(["--workers", "1", "--no-cold", "--levels", "pr"])) == [
-        ("warm", "pr", ["cuda"], 1)]
+        ("warm", "quick", ["cuda:0"], 4), ("warm", "quick", ["cuda:0", "cuda:1"], 4),
+        ("warm", "quick", ["cuda:0"], 1),
+        ("warm", "full", ["cuda:0"], 4), ("warm", "full", ["cuda:0", "cuda:1"], 4),
+        ("warm", "full", ["cuda:0"], 1)]
+    no_cold = HT.parse_args(["--workers", "1", "--no-cold", "--levels", "pr"])
+    assert HT.plan_runs(no_cold) == [("warm", "pr", ["cuda"], 1)]
+    # --no-cold on an empty cache: an untimed fill run first, so the warm runs are warm
+    assert HT.plan_runs(no_cold, cache_filled=False) == [("fill", "pr", ["cuda"], 1),
+                                                          ("warm", "pr", ["cuda"], 1)]
 
 
 def test_targets_are_judged_on_the_best_run_that_answers_each():
@@ -60,11 +63,11 @@ def test_the_cpu_smoke_mode_runs_its_whole_plan(tmp_path):
     data = json.loads(out.read_text())
     assert code == 0
     got = [(r["devices"], r["workers"], r["exit_code"]) for r in data["runs"]]
-    assert got == [("cpu", 1, 0), ("cpu", 2, 0), ("cpu,cpu", 2, 0)]
+    assert got == [("cpu", 2, 0), ("cpu,cpu", 2, 0), ("cpu", 1, 0)]
     executed = {r["executed"] for r in data["runs"]}
     assert len(executed) == 1 and executed.pop() > 0
     assert [sum(v["cases"] for v in r["split"].values()) for r in data["runs"]] == [r["cases"] for r in data["runs"]]
-    assert data["runs"][1]["split"]["cpu"]["workers"] == 2
+    assert data["runs"][0]["split"]["cpu"]["workers"] == 2
     assert any("quick alone" in line and "not judged" in line for line in data["targets"])
 
 

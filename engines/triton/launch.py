@@ -46,6 +46,9 @@ DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at m
 #: the bias alone: a softcap-only launch compiles as the same variant as one with a bias
 #: (resources.REPRESENTED), so it must have the same options.
 DQ_MODIFIER_STAGES = 1
+#: stages of a split dK or dV pass (BlockConfig.split_dkdv) with score modifiers: the bias
+#: tile on top of three stages of the wide tiles is past sm90's shared memory at D 256
+SPLIT_MODIFIER_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
 
 
@@ -333,6 +336,8 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             cfg = replace(cfg, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages)
         if g.H_k != g.H_v and cfg.unshared_stages is not None:
             cfg = replace(cfg, num_stages=cfg.unshared_stages)
+        if cfg.split_dkdv and (L.flags["HAS_BIAS"] or L.flags["SOFTCAP"]):
+            cfg = replace(cfg, num_stages=min(cfg.num_stages, SPLIT_MODIFIER_STAGES))
         grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return

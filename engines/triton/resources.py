@@ -107,12 +107,18 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                 "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
                                 "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
                                 "measured speed"),
-    ("sm90", "*/vec8/*/mods"): (872, "the H200-tuned tiles with the score modifiers (bias and "
+    ("sm90", "*/d[0-9][0-9]/*/vec8/*/mods"): (872, "the H200-tuned tiles with the score modifiers (bias and "
                                       "softcap tiles on top of the plain kernels' 255 "
                                       "registers): dK/dV up to 872 bytes at D<=64; untimed"),
+    ("sm90", "*/d256/*/vec8/*/mods"): (1408, "the split dK and dV passes' wide D<=256 tiles "
+                                             "(128 rows, 8 warps; configs.py, sm90) with the "
+                                             "bias and softcap tiles on top, at 2 stages "
+                                             "(launch.SPLIT_MODIFIER_STAGES): dK/dV up to 1.4 "
+                                             "KB; ran every D256 modifier case of the H200 "
+                                             "round, untimed"),
     ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
                                       "softcap tiles on top: dV up to 3.6 KB at D<=256"),
-    ("sm90", "dv/d256/*/vec8/wide/*"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
+    ("sm90", "dv/d256/*/vec8/wide/*[ed]"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
                                              "tiles 64 x 128, 8 warps, 1 stage: the fastest "
                                              "measured dV pass) with 64-bit tile offsets, only "
                                              "for tiles spanning 2^31 elements or more"),
