@@ -14,21 +14,7 @@ from bundlegen.graph import dense_graph, packed_strides  # noqa: E402
 from bundlegen.engines.triton import configs  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.engines.triton.selfcheck import check, permuted, prepare  # noqa: E402
-
-
-# Small, unequal tiles (M != N) so that these small shapes cross several blocks in both
-# kernels: block skipping, tails and band edges on block edges all get exercised.
-TEST_TILES = configs.BlockConfig(16, 32, 32, 16)
-
-
-class SmallTileEngine(TritonEngine):
-    def config(self, graph):
-        return TEST_TILES
-
-
-@pytest.fixture(scope="module")
-def engine():
-    return SmallTileEngine("cpu")
+from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
 
 
 def _layout(kind: str, **g) -> dict:

@@ -13,25 +13,11 @@ import torch  # noqa: E402
 
 from bundlegen import reasons as R  # noqa: E402
 from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers  # noqa: E402
-from bundlegen.engines.triton import configs  # noqa: E402
 from bundlegen.engines.triton.capabilities import ROWS  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.engines.triton.launch import vec_for  # noqa: E402
 from bundlegen.engines.triton.selfcheck import alibi, check, permuted, prepare  # noqa: E402
-
-# Small, unequal tiles (as tests/test_triton_engine.py): several blocks in both kernels, so
-# that skipped (fully masked) tiles, tails and band edges occur on these small shapes.
-TEST_TILES = configs.BlockConfig(16, 32, 32, 16)
-
-
-class SmallTileEngine(TritonEngine):
-    def config(self, graph):
-        return TEST_TILES
-
-
-@pytest.fixture(scope="module")
-def engine():
-    return SmallTileEngine("cpu")
+from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
 
 
 CASES = {

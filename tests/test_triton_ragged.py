@@ -23,7 +23,7 @@ from bundlegen.graph import Graph, packed_strides, ragged_graph  # noqa: E402
 from bundlegen.mask import keep_mask  # noqa: E402
 from bundlegen.harness.checks import bit_pattern  # noqa: E402
 from bundlegen.validate import frontend_reason, good_sequences  # noqa: E402
-from bundlegen.engines.triton import configs, launch  # noqa: E402
+from bundlegen.engines.triton import launch  # noqa: E402
 from bundlegen.engines.triton.capabilities import Capabilities  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.mutants import catalog as C  # noqa: E402
@@ -32,27 +32,13 @@ from bundlegen.mutants import catalog as C  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 GUARD = 512                                   # canary elements before and after every port
-TILES = configs.BlockConfig(16, 32, 32, 16)   # small unequal tiles: tails and several blocks
 OUTPUTS = ("dq", "dk", "dv")
 IO = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: canary NaN bit patterns (output storages, input storages): distinct payloads, so an output
 #: computed from an input canary (a stray read) is still a changed output canary
 CANARY = {torch.float16: (0x7E5A, 0x7E0B), torch.bfloat16: (0x7FDA, 0x7FC5),
           torch.float32: (0x7FC0005A, 0x7FC0000B)}
-
-
-class SmallTileEngine(TritonEngine):
-    def config(self, graph):
-        return TILES
-
-
-def small_tile(engine_cls):
-    return type(f"{engine_cls.__name__}SmallTiles", (engine_cls,), {"config": lambda self, g: TILES})
-
-
-@pytest.fixture(scope="module")
-def engine():
-    return SmallTileEngine("cpu")
+from tests.triton_tiles import TEST_TILES as TILES, SmallTileEngine, engine, small_tile  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- reference
