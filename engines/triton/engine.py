@@ -73,7 +73,8 @@ class TritonEngine(Engine):
 
     def __init__(self, device: torch.device | str = "cpu"):
         super().__init__(device)
-        self._working: dict[tuple[str, int], configs.BlockConfig] = {}
+        #: Launch.variant -> the config that fits it, where the table's ran out of resources
+        self._fitted: dict[tuple, configs.BlockConfig] = {}
         if self.device.type != "cuda":
             use_interpreter_unless_told_otherwise()
 
@@ -111,27 +112,39 @@ class TritonEngine(Engine):
                                                              TritonEngine.kernels_module)
 
     def config(self, graph: Graph) -> configs.BlockConfig:
-        """The block config for this device and head dim (a smaller one once a launch has
-        run out of resources with the table's)."""
-        key = (self.arch, configs.tier_key(graph.D_qk, graph.D_v), banded(graph))
-        return self._working.get(key) or configs.config_for(self.arch, graph.D_qk, graph.D_v,
-                                                            banded(graph))
+        """The table's block config for this device, head dims and band (a launch that runs
+        out of resources with it falls back per variant: `run`)."""
+        return configs.config_for(self.arch, graph.D_qk, graph.D_v, banded(graph))
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Launch with the table's config; a variant that runs out of resources with it runs
+        the next smaller one (configs.shrink) from then on. Keyed per variant (not per head-dim
+        tier), so a case's config, and so its bits, never depend on the cases before it."""
         reason = self.is_applicable(graph)
         if reason is not None:
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
         launcher = importlib.import_module(self.launch_module)
-        cfg = self.config(graph)
-        key = (self.arch, configs.tier_key(graph.D_qk, graph.D_v), banded(graph))
+        L = launcher.prepare(graph, tensors, self.config(graph), kernels=self.kernels_module)
+        variant = L.variant
+        fitted = self._fitted.get(variant)
+        if fitted is not None:
+            L = launcher.prepare(graph, tensors, fitted, kernels=self.kernels_module)
         while True:
             try:
-                launcher.launch(graph, tensors, cfg, self.kernels_module)
+                launcher.run(L)
             except Exception as exc:  # noqa: BLE001 - only resource exhaustion is retried
-                smaller = configs.shrink(cfg) if launcher.out_of_resources(exc) else None
+                smaller = configs.shrink(L.cfg) if launcher.out_of_resources(exc) else None
                 if smaller is None:
                     raise
-                cfg = smaller
+                print(f"triton: {graph.dtype} D {graph.D_qk}/{graph.D_v} ran out of resources with "
+                      f"{_tiles(L.cfg)}; this variant runs {_tiles(smaller)}", file=sys.stderr)
+                L = launcher.prepare(graph, tensors, smaller, kernels=self.kernels_module)
                 continue
-            self._working[key] = cfg
+            if L.cfg != self.config(graph):
+                self._fitted[variant] = L.cfg
             return
+
+
+def _tiles(cfg: configs.BlockConfig) -> str:
+    return (f"tiles {cfg.block_m1}x{cfg.block_n1} / {cfg.block_m2}x{cfg.block_n2}, "
+            f"{cfg.num_stages} stage(s)")

@@ -206,6 +206,16 @@ class Launch:
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
 
     @property
+    def variant(self) -> tuple:
+        """What Triton compiles this launch's kernels from besides the config: the io dtype,
+        the head-dim tiles, the constexpr flags, the dK/dV passes' head sharing and which
+        modifier kernels run. The engine keys the config that fits a variant by it, so a
+        launch's config never depends on which launches came before it."""
+        g = self.graph
+        return (g.dtype, tuple(sorted(self.tiles.items())), tuple(sorted(self.flags.items())),
+                g.H_k == g.H_v, tuple(sorted(p for p, a in self.mods.items() if a is not None)))
+
+    @property
     def chunked(self) -> bool:
         """The two-chunk kernels (kernels.bwd_*_2c) serve this launch."""
         return "BLOCK_DQK2" in self.tiles
@@ -411,7 +421,11 @@ def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
            kernels: str = KERNELS) -> None:
     """Run preprocess, dK/dV (one or two passes), dQ, then dBias and dSinks where the graph
     has them, of the kernels module `kernels` into tensors['dq'|'dk'|'dv'|'dbias'|'dsinks']."""
-    L = prepare(graph, tensors, cfg, kernels=kernels)
+    run(prepare(graph, tensors, cfg, kernels=kernels))
+
+
+def run(L: Launch) -> None:
+    """launch() of a prepared Launch."""
     run_preprocess(L)
     run_dkdv(L)
     run_dq(L)
