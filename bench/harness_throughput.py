@@ -387,6 +387,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default bench/results/harness_throughput_h200.json on an H200)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per bundlegen run process")
+    parser.add_argument("--no-one-worker", action="store_true",
+                        help="skip the one-worker reference runs (and so the oracle-share figure)")
     parser.add_argument("--server", action="store_true",
                         help="also time the warm runs through `bundlegen serve` (workers pre-started)")
     return parser.parse_args(argv)
@@ -410,7 +412,8 @@ def plan_runs(args, cache_filled: bool = True) -> list[tuple[str, str, list[str]
             plan.append(("warm", level, [args.device], shared))
         if args.devices and len(args.devices.split(",")) > 1:
             plan.append(("warm", level, [d.strip() for d in args.devices.split(",")], shared))
-        plan.append(("warm", level, [args.device], 1))
+        if shared == 1 or not getattr(args, "no_one_worker", False):
+            plan.append(("warm", level, [args.device], 1))
     return plan
 
 

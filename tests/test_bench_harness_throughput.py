@@ -28,6 +28,8 @@ def test_the_plan_runs_cold_first_then_the_target_runs_then_one_worker():
         ("warm", "quick", ["cuda:0"], 1),
         ("warm", "full", ["cuda:0"], 4), ("warm", "full", ["cuda:0", "cuda:1"], 4),
         ("warm", "full", ["cuda:0"], 1)]
+    no_reference = HT.parse_args(["--workers", "4", "--no-cold", "--no-one-worker", "--levels", "pr"])
+    assert HT.plan_runs(no_reference) == [("warm", "pr", ["cuda"], 4)]
     no_cold = HT.parse_args(["--workers", "1", "--no-cold", "--levels", "pr"])
     assert HT.plan_runs(no_cold) == [("warm", "pr", ["cuda"], 1)]
     # --no-cold on an empty cache: an untimed fill run first, so the warm runs are warm
