@@ -1,12 +1,14 @@
-"""What a run leaves behind (CONTRACTS "Results"): results.jsonl appended, flushed and
-fsynced per case (so a killed run keeps every finished case and `--resume` can skip
-them), a JUnit XML file, and the per-level summary table."""
+"""What a run leaves behind (CONTRACTS "Results"): results.jsonl appended and flushed
+per case (so a killed run keeps every finished case and `--resume` can skip them; fsynced
+at most once a second and at the end, for a host that goes down), a JUnit XML file, and the
+per-level summary table."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import re
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -71,21 +73,34 @@ def write_run_times(path: Path | str, times: RunTimes) -> None:
 
 # ----------------------------------------------------------------------------- jsonl
 class ResultsWriter:
-    """Appends one line per case and makes it durable before the next case starts."""
+    """Appends one line per case, handed to the OS before the next case starts (a killed
+    process loses none); fsynced every SYNC_INTERVAL_S and on close (an fsync per case took
+    0.5 ms of the parent's time per case on the H200 host, under the lock its workers
+    record through)."""
+    SYNC_INTERVAL_S = 1.0
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_partial_last_line(self.path)
         self._fh = open(self.path, "a", encoding="utf-8")
+        self._synced = time.monotonic()
 
     def write(self, result: CaseResult) -> None:
         self._fh.write(json.dumps(result.to_json(), sort_keys=True, allow_nan=False) + "\n")
         self._fh.flush()
+        if time.monotonic() - self._synced >= self.SYNC_INTERVAL_S:
+            self._sync()
+
+    def _sync(self) -> None:
         os.fsync(self._fh.fileno())
+        self._synced = time.monotonic()
 
     def close(self) -> None:
-        self._fh.close()
+        if not self._fh.closed:
+            self._fh.flush()
+            self._sync()
+            self._fh.close()
 
     def __enter__(self) -> "ResultsWriter":
         return self

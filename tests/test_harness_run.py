@@ -246,3 +246,21 @@ def test_the_summary_reads_records_without_phase_fields():
     assert level.phases == {"materialize_s": 0.5, "oracle_s": 0.75, "engine_s": 0.75, "check_s": 0.5}
     assert set(level.phases) == set(PHASES)
     assert phase_line([level]) == "materialize 0.5 s, oracle 0.8 s, engine 0.8 s, check 0.5 s"
+
+
+def test_each_record_reaches_the_os_before_the_next_case_and_close_syncs(tmp_path, monkeypatch):
+    """A killed process loses no finished case: each line is flushed on write (fsync only
+    once a second); close syncs what is left."""
+    import os
+
+    from bundlegen.harness.results import CaseResult, ResultsWriter
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    path = tmp_path / "results.jsonl"
+    writer = ResultsWriter(path)
+    for n in range(3):
+        writer.write(CaseResult("r", f"c{n}", "quick", "g", "claim", (), "e", "cpu", "cpu", "pass"))
+        assert [r["case_id"] for r in read_results(path)] == [f"c{i}" for i in range(n + 1)]
+    assert synced == []          # three writes inside a second: no fsync yet
+    writer.close()
+    assert len(synced) == 1
