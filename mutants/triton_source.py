@@ -133,10 +133,10 @@ ROW_PITCH_EARLY = Patch("kernels", (
          "@triton.jit\ndef _ranges("),
     Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
     Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
-    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,", 4),
-    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,", 4),
-    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,", 4),
-    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,", 4),
+    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,", 2),
+    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,", 2),
+    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,", 2),
+    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,", 2),
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
@@ -155,20 +155,21 @@ MASKED_ROWS_NAN = Patch("kernels", (
 
 DROP_TAIL = Patch("kernels", (
     Edit("    n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)\n",
-         "    n_m = tl.maximum(hi - lo, 0) // BLOCK_M\n", 2),
+         "    n_m = tl.maximum(hi - lo, 0) // BLOCK_M\n"),
     Edit("    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)\n",
          "    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)\n"
-         "    hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N\n", 2),
+         "    hi = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N\n"),
 ))
 
-NO_SCALE_DK = Patch("kernels", (Edit("        dk = dk * scale\n", ""),))
+NO_SCALE_DK = Patch("kernels", (Edit("(dk * scale).to(io)", "dk.to(io)"),
+                                Edit("(dk2 * scale).to(io)", "dk2.to(io)")))
 
 DQ_FP16 = Patch("kernels", (Edit(
-    "        dq = _dot(ds.to(io), k, dq, UPCAST)",
-    "        dq = _dot(ds.to(io), k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
+    "        dq = _dot(ds, k, dq, UPCAST)",
+    "        dq = _dot(ds, k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
 
 NO_GROUP_REDUCE = Patch("kernels", (Edit(
-    "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n", 2),))
+    "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))
 
 # ragged batches (kernels' RAGGED variants)
 #: seed 001's defect: the first token of a sequence taken from cu_seqlens as it is, unbounded
@@ -194,8 +195,8 @@ OFFSETS_32 = Patch("kernels", (Edit(
 #: stored as a full block, one row past the sequence's end (the next head's row 0, or the
 #: storage past the tensor)
 SQ_TAIL_AS_FULL = Patch("kernels", (Edit(
-    "             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)\n",
-    "             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io),\n"
+    "    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), mask=qmask)\n",
+    "    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io),\n"
     "             mask=(offs_m < tl.where(start_m + BLOCK_M - 1 <= n_q, start_m + BLOCK_M, n_q))[:, None]\n"
     "             & (rdq[None, :] < d_qk))\n"),))
 
@@ -203,8 +204,7 @@ SQ_TAIL_AS_FULL = Patch("kernels", (Edit(
 #: BLOCK_N - 1: a last key block holding a single key (S_kv mod BLOCK_N2 == 1) is skipped
 SKV_ONE_KEY_TAIL = Patch("kernels", (Edit(
     "    for start_n in range(lo, hi, BLOCK_N):\n",
-    "    for start_n in range(lo, lo + ((hi - lo + BLOCK_N - 2) // BLOCK_N) * BLOCK_N, BLOCK_N):\n",
-    2),))
+    "    for start_n in range(lo, lo + ((hi - lo + BLOCK_N - 2) // BLOCK_N) * BLOCK_N, BLOCK_N):\n"),))
 
 #: BND-BR-OFFSET: the bottom-right shift S_kv - S_q rounded down to a multiple of the dQ
 #: kernel's key block (a causal offset kept in whole blocks): wrong when it is not one
@@ -218,9 +218,9 @@ BR_SHIFT_BLOCKS = Patch("launch", (Edit(
 #: left - shift == -1 (mod the block) an edge block keeping all but one corner key runs unmasked
 WINDOW_LEFT_INCLUSIVE = Patch("kernels", (
     Edit("mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M + shift - left - lo, 0),",
-         "mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + shift - left - lo, 0),", 2),
+         "mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + shift - left - lo, 0),"),
     Edit("mid_hi = lo + (tl.maximum(start_n - shift + left - lo, 0) // BLOCK_M) * BLOCK_M",
-         "mid_hi = lo + (tl.maximum(start_n - shift + left + 1 - lo, 0) // BLOCK_M) * BLOCK_M", 2),
+         "mid_hi = lo + (tl.maximum(start_n - shift + left + 1 - lo, 0) // BLOCK_M) * BLOCK_M"),
 ))
 
 #: BND-WINDOW-RIGHT: the dK/dV kernel's first query row taken with an exclusive right bound
@@ -228,12 +228,12 @@ WINDOW_LEFT_INCLUSIVE = Patch("kernels", (
 #: the key block's first key starts the skipped query block
 WINDOW_RIGHT_EXCLUSIVE = Patch("kernels", (Edit(
     "        lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M\n",
-    "        lo = (tl.maximum(start_n - shift - right + 1, 0) // BLOCK_M) * BLOCK_M\n", 2),))
+    "        lo = (tl.maximum(start_n - shift - right + 1, 0) // BLOCK_M) * BLOCK_M\n"),))
 
 #: BND-HEAD-DIM: the Q/K head dim cut to a multiple of 16 (the MMA granule): tail columns
 #: neither read nor written when D_qk is not a multiple of 16 (dK/dV, dQ and dBias kernels)
 HEAD_DIM_16 = Patch("kernels", (Edit(
-    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 5),))
+    "    d_qk = D_qk * VEC\n", "    d_qk = (D_qk * VEC) // 16 * 16\n", 3),))
 
 #: BND-GROUP: the dK/dV kernel's group size taken as the largest power of two it holds (a
 #: kernel written for power-of-two ratios, its group a shift): ratios 3, 5, 6, 7 lose heads
@@ -245,13 +245,13 @@ GROUP_POW2 = Patch("kernels", (Edit(
     "    pow2 = pow2 | (pow2 >> 4)\n"
     "    pow2 = pow2 | (pow2 >> 8)\n"
     "    pow2 = pow2 | (pow2 >> 16)\n"
-    "    group = pow2 - (pow2 >> 1)\n", 2),))
+    "    group = pow2 - (pow2 >> 1)\n"),))
 
 #: BND-GRID: the dQ launch capped at 1024 programs (the per-block thread limit taken for a
 #: grid limit): programs past it never run, their dQ rows never written
 GRID_CAP_1024 = Patch("launch", (Edit(
-    "    kernel[(grid,)](\n        *L.pointers, dq[0],",
-    "    kernel[(min(grid, 1024),)](\n        *L.pointers, dq[0],"),))
+    "    L.kernels.bwd_dq[(grid,)](\n        *L.pointers, dq[0],",
+    "    L.kernels.bwd_dq[(min(grid, 1024),)](\n        *L.pointers, dq[0],"),))
 
 # ----------------------------------------------------------------------------- score modifiers
 #: the softcap's gradient factor (1 - t^2) left out of dS in both kernels: dQ and dK taken as

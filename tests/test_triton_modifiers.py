@@ -205,3 +205,17 @@ def test_gfx942_declines_modifiers_on_unaligned_rows():
     assert ROWS["gfx942"].mismatch(unaligned).startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
     assert ROWS["gfx942"].mismatch(dense_graph(H_q=2, D_qk=64, offsets={"q": 1})) is None
     assert ROWS["sm90"].mismatch(unaligned) is None
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+def test_two_chunks_with_every_modifier(split):
+    """Head dims in (128, 192] held as two column chunks (kernels.py, "Two chunks") serve
+    the score modifiers too: bias, dBias, sinks, dSinks and the softcap, under a band."""
+    from bundlegen.engines.triton import launch
+    cfg = dataclasses.replace(TEST_TILES, two_chunks=True, split_dkdv=split)
+    engine = type("TwoChunks", (TritonEngine,), {"config": lambda self, g: cfg})("cpu")
+    graph = with_modifiers(dense_graph(B=2, H_q=4, H_k=2, S_q=33, S_kv=40, D_qk=192, D_v=144,
+                                       left=20, right=0, scale=1.0),
+                           bias="head", dbias=True, sinks=True, dsinks=True, softcap=4.0)
+    assert launch.head_tiles(graph, cfg)["BLOCK_DQK2"] == 64
+    check(prepare(graph, seed=11), engine)

@@ -294,7 +294,7 @@ def test_the_top_left_mutant_fails_a_ragged_bottom_right_batch():
 
 @pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
 def test_two_chunk_kernels_ragged(split):
-    """The two-chunk kernels (head dims in (128, 192], kernels.bwd_*_2c) on a ragged
+    """The two-chunk kernels (head dims in (128, 192], kernels.py, "Two chunks") on a ragged
     bottom-right causal GQA batch with a zero-length sequence, dK/dV fused or split."""
     import dataclasses
     cfg = dataclasses.replace(TILES, two_chunks=True, split_dkdv=split)

@@ -68,7 +68,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
 
     cfg = configs.config_for(arch, d_qk, d_v)
     target = GPUTarget(*TARGETS[arch])
-    tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v))
+    tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v), BLOCK_DQK2=0,
+                 BLOCK_DV2=0)
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False,
                  VEC=vec, HAS_BIAS=False, SOFTCAP=False, **{a: None for a in MODIFIER_ARGS})
     variants = {

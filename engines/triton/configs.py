@@ -31,7 +31,7 @@ class BlockConfig:
     #: holds one [N, D] accumulator, so wide head dims fit 64-row tiles (wgmma needs 64 rows
     #: per warpgroup) for the cost of recomputing P in both passes
     split_dkdv: bool = False
-    #: head dims in (CHUNK, 192] as a 128-column chunk plus a narrower one (kernels' *_2c),
+    #: head dims in (CHUNK, 192] as a 128-column chunk plus a narrower one (kernels.py, "Two chunks"),
     #: not padded to 256 (two_chunk_tiles)
     two_chunks: bool = False
     #: (M1, N1, warps, stages) of a dV-only pass (split_dkdv, or H_k != H_v), when they differ
@@ -158,7 +158,7 @@ def block_d(d: int) -> int:
     return p
 
 
-CHUNK = 128   # the first column chunk of the two-chunk kernels (kernels.bwd_*_2c)
+CHUNK = 128   # the first column chunk of the two-chunk kernels (kernels.py, "Two chunks")
 
 
 def two_chunk_tiles(d_qk: int, d_v: int) -> tuple[int, int] | None:

@@ -29,6 +29,13 @@ works on its own lengths S_q_b, S_kv_b; grids and Delta are sized by the max_seq
 (S_q, S_kv), and programs past their sequence's end do nothing. A side whose offsets would
 address rows outside the storage is taken as empty (seed 001: no host check sees them).
 
+Two chunks. Head dims past one power-of-two tile (128 < D <= 192) padded to 256 waste up to
+half the tensor-core work. With BLOCK_DQK2 / BLOCK_DV2 > 0 the dK/dV and dQ kernels hold each
+head dim in two column chunks instead, [0, BLOCK_DQK) and [BLOCK_DQK, BLOCK_DQK +
+BLOCK_DQK2) (likewise V), e.g. 128 + 64 for D 192; the launcher asks for them only where both
+head dims exceed BLOCK_DQK = BLOCK_DV = 128, so the first chunk is whole and its loads need
+no head-dim mask. With 0 (every other launch) the chunk code is not compiled.
+
 Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
 and blocks the band keeps whole skip the mask.
@@ -148,6 +155,27 @@ def _bias2(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.co
 
 
 @triton.jit
+def _cols_ok(rows_ok, cols, d, WHOLE: tl.constexpr):
+    """Load/store mask of a [rows, head-dim columns] tile: rows_ok [R, 1] and cols [C] < d.
+    WHOLE (the first chunk of a two-chunk launch, every column inside the head dim): the
+    rows alone, as the loads need no head-dim mask there."""
+    if WHOLE:   # a constexpr branch: only the taken one is compiled (one return type)
+        ok = rows_ok
+    else:
+        ok = rows_ok & (cols[None, :] < d)
+    return ok
+
+
+@triton.jit
+def _chunk_cols(BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr):
+    """Column indices of a second chunk: BLOCK_A + [0, BLOCK_B), 64-bit when WIDE."""
+    c = BLOCK_A + tl.arange(0, BLOCK_B)
+    if WIDE:
+        c = c.to(tl.int64)
+    return c
+
+
+@triton.jit
 def _block_batch_head(num_blocks, heads, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.constexpr):
     """(block index, batch b, head h) of this program, b and h 64-bit; `heads` per batch.
     Head-major (each head's blocks are consecutive programs, so the ones running together
@@ -241,7 +269,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, KV_SHARED: tl.constexpr,
-             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr):
+             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -250,6 +279,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     no atomics, so dK and dV are deterministic. KV_SHARED (H_k == H_v): every query head of
     the group has the group's K and V head, so a dK-only or dV-only pass (the launcher's
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
+    BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
+    second chunk; see "Two chunks" above), else 0.
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
     pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, BLOCK_MAJOR,
@@ -264,16 +295,26 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     d_qk = D_qk * VEC
     d_v = D_v * VEC
 
+    TWO: tl.constexpr = BLOCK_DQK2 > 0
     rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + rn
     col0 = tl.cast(start_n, tl.int64)
-    kmask = (offs_n[:, None] < n_kv) & (rdq[None, :] < d_qk)
-    vmask = (offs_n[:, None] < n_kv) & (rdv[None, :] < d_v)
+    kmask = _cols_ok(offs_n[:, None] < n_kv, rdq, d_qk, TWO)
+    vmask = _cols_ok(offs_n[:, None] < n_kv, rdv, d_v, TWO)
     q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
     do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
     k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
     v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    if TWO:
+        rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
+        rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
+        kmask2 = _cols_ok(offs_n[:, None] < n_kv, rdq2, d_qk, False)
+        vmask2 = _cols_ok(offs_n[:, None] < n_kv, rdv2, d_v, False)
+        q_tile2 = _tile(rm, rdq2, sq_s, sq_d, VEC)
+        do_tile2 = _tile(rm, rdv2, sdo_s, sdo_d, VEC)
+        k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
+        v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
 
     # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
     lo = start_n * 0
@@ -297,14 +338,21 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     # K and V of this block. With H_k == H_v (both computed) they serve the whole group;
     # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
     h0 = g * group
-    k = tl.load(_at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC) + k_tile,
-                mask=kmask, other=0.0)
+    kp = _at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC)
+    k = tl.load(kp + k_tile, mask=kmask, other=0.0)
+    if TWO:
+        k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
     if COMPUTE_DK:
-        v = tl.load(_at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC) + v_tile,
-                    mask=vmask, other=0.0)
+        vp = _at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC)
+        v = tl.load(vp + v_tile, mask=vmask, other=0.0)
+        if TWO:
+            v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
 
     dk = tl.zeros([BLOCK_N, BLOCK_DQK], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    if TWO:
+        dk2 = tl.zeros([BLOCK_N, BLOCK_DQK2], dtype=tl.float32)
+        dv2 = tl.zeros([BLOCK_N, BLOCK_DV2], dtype=tl.float32)
     # One flat loop over (query head of the group, Q block in [lo, hi)).
     n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
     if RAGGED:   # a block past its sequence's last key has nothing to do
@@ -313,22 +361,36 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         h = h0 + it // n_m
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV and not KV_SHARED:   # dK pass: the V head of query head h
-            v = tl.load(_at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC) + v_tile,
-                        mask=vmask, other=0.0)
+            vp = _at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
+            v = tl.load(vp + v_tile, mask=vmask, other=0.0)
+            if TWO:
+                v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
         if not COMPUTE_DK and not KV_SHARED:   # dV pass: the K head of query head h
-            k = tl.load(_at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC) + k_tile,
-                        mask=kmask, other=0.0)
+            kp = _at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
+            k = tl.load(kp + k_tile, mask=kmask, other=0.0)
+            if TWO:
+                k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
         row0 = tl.cast(start_m, tl.int64)
         offs_m = start_m + rm
         m_ok = offs_m < n_q
-        q = tl.load(_at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC) + q_tile,
-                    mask=m_ok[:, None] & (rdq[None, :] < d_qk), other=0.0)
-        do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC) + do_tile,
-                     mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
+        # (each chunk's loads before any dot: the order the two-chunk kernels were timed in)
+        qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
+        q = tl.load(qp + q_tile, mask=_cols_ok(m_ok[:, None], rdq, d_qk, TWO), other=0.0)
+        if TWO:
+            q2 = tl.load(qp + q_tile2, mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False),
+                         other=0.0)
+        dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+        do = tl.load(dop + do_tile, mask=_cols_ok(m_ok[:, None], rdv, d_v, TWO), other=0.0)
+        if TWO:
+            do2 = tl.load(dop + do_tile2, mask=_cols_ok(m_ok[:, None], rdv2, d_v, False),
+                          other=0.0)
         lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                              mask=m_ok, other=0.0))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
-        s2T = _dot(k, tl.trans(q), None, UPCAST) * qk_scale
+        sT = _dot(k, tl.trans(q), None, UPCAST)
+        if TWO:
+            sT = _dot(k2, tl.trans(q2), sT, UPCAST)
+        s2T = sT * qk_scale
         if SOFTCAP:    # cap * tanh(S / cap), in log2 units
             tT = _tanh(s2T / (softcap * LOG2E))
             s2T = tT * (softcap * LOG2E)
@@ -346,21 +408,32 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             pT = tl.exp2(s2T - lse2[None, :])
         if COMPUTE_DV:
             dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
+            if TWO:
+                dv2 = _dot(pT.to(io), do2, dv2, UPCAST)
         if COMPUTE_DK:
             delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
             dpT = _dot(v, tl.trans(do), None, UPCAST)       # dP^T = V dO^T
+            if TWO:
+                dpT = _dot(v2, tl.trans(do2), dpT, UPCAST)
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
             if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
                 dsT = dsT * (1.0 - tT * tT)
-            dk = _dot(dsT.to(io), q, dk, UPCAST)            # dK += dS^T Q
+            dsT = dsT.to(io)
+            dk = _dot(dsT, q, dk, UPCAST)                   # dK += dS^T Q
+            if TWO:
+                dk2 = _dot(dsT, q2, dk2, UPCAST)
 
     if COMPUTE_DK:
-        dk = dk * scale
-        tl.store(_at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
-                 + _tile(rn, rdq, sdk_s, sdk_d, VEC), dk.to(io), mask=kmask)
+        dkp = _at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
+        tl.store(dkp + _tile(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io), mask=kmask)
+        if TWO:
+            tl.store(dkp + _tile(rn, rdq2, sdk_s, sdk_d, VEC), (dk2 * scale).to(io),
+                     mask=kmask2)
     if COMPUTE_DV:
-        tl.store(_at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
-                 + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
+        dvp = _at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
+        tl.store(dvp + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
+        if TWO:
+            tl.store(dvp + _tile(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io), mask=vmask2)
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + [
@@ -380,8 +453,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
-           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr):
-    """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in registers."""
+           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
+    """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
+    registers. BLOCK_DQK2 / BLOCK_DV2: as bwd_dkdv's."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
                                     HAS_RIGHT and not HAS_LEFT)
@@ -394,17 +469,25 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     d_qk = D_qk * VEC
     d_v = D_v * VEC
 
+    TWO: tl.constexpr = BLOCK_DQK2 > 0
     rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + rm
     row0 = tl.cast(start_m, tl.int64)
     m_ok = offs_m < n_q
-    qmask = m_ok[:, None] & (rdq[None, :] < d_qk)
-    q = tl.load(_at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-                + _tile(rm, rdq, sq_s, sq_d, VEC), mask=qmask, other=0.0)
-    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile(rm, rdv, sdo_s, sdo_d, VEC),
-                 mask=m_ok[:, None] & (rdv[None, :] < d_v), other=0.0)
+    qmask = _cols_ok(m_ok[:, None], rdq, d_qk, TWO)
+    qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
+    q = tl.load(qp + _tile(rm, rdq, sq_s, sq_d, VEC), mask=qmask, other=0.0)
+    dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
+    do = tl.load(dop + _tile(rm, rdv, sdo_s, sdo_d, VEC),
+                 mask=_cols_ok(m_ok[:, None], rdv, d_v, TWO), other=0.0)
+    if TWO:
+        rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
+        rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
+        qmask2 = _cols_ok(m_ok[:, None], rdq2, d_qk, False)
+        q2 = tl.load(qp + _tile(rm, rdq2, sq_s, sq_d, VEC), mask=qmask2, other=0.0)
+        do2 = tl.load(dop + _tile(rm, rdv2, sdo_s, sdo_d, VEC),
+                      mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
     lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                          mask=m_ok, other=0.0))
     delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
@@ -425,6 +508,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
     v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
+    if TWO:
+        k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
+        v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
+        dq2 = tl.zeros([BLOCK_M, BLOCK_DQK2], dtype=tl.float32)
     # KV blocks starting in [mid_lo, mid_hi) lie inside the band and the sequence: they skip
     # the mask. A key past the sequence loads as 0, but its P = exp2(-LSE) may overflow to inf and
     # inf * 0 is NaN, so the tail block is masked even without a band.
@@ -440,11 +527,18 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
         n_ok = offs_n[:, None] < n_kv
-        k = tl.load(_at(K, k_off, bk, sk_b, kh, sk_h, col0, sk_s, VEC) + k_tile,
-                    mask=n_ok & (rdq[None, :] < d_qk), other=0.0)
-        v = tl.load(_at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC) + v_tile,
-                    mask=n_ok & (rdv[None, :] < d_v), other=0.0)
-        s2 = _dot(q, tl.trans(k), None, UPCAST) * qk_scale    # S [M, N], log2 units
+        kp = _at(K, k_off, bk, sk_b, kh, sk_h, col0, sk_s, VEC)
+        k = tl.load(kp + k_tile, mask=_cols_ok(n_ok, rdq, d_qk, TWO), other=0.0)
+        if TWO:
+            k2 = tl.load(kp + k_tile2, mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
+        vp = _at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC)
+        v = tl.load(vp + v_tile, mask=_cols_ok(n_ok, rdv, d_v, TWO), other=0.0)
+        if TWO:
+            v2 = tl.load(vp + v_tile2, mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
+        s = _dot(q, tl.trans(k), None, UPCAST)
+        if TWO:
+            s = _dot(q2, tl.trans(k2), s, UPCAST)
+        s2 = s * qk_scale                                      # S [M, N], log2 units
         if SOFTCAP:    # cap * tanh(S / cap), in log2 units
             t = _tanh(s2 / (softcap * LOG2E))
             s2 = t * (softcap * LOG2E)
@@ -458,13 +552,19 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         else:
             p = tl.exp2(s2 - lse2[:, None])
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
+        if TWO:
+            dp = _dot(do2, tl.trans(v2), dp, UPCAST)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)
-        dq = _dot(ds.to(io), k, dq, UPCAST)                  # dQ += dS K
-    dq = dq * scale
-    tl.store(_at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
-             + _tile(rm, rdq, sdq_s, sdq_d, VEC), dq.to(io), mask=qmask)
+        ds = ds.to(io)
+        dq = _dot(ds, k, dq, UPCAST)                         # dQ += dS K
+        if TWO:
+            dq2 = _dot(ds, k2, dq2, UPCAST)
+    dqp = _at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
+    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), mask=qmask)
+    if TWO:
+        tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io), mask=qmask2)
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _BIAS_INTS + [
@@ -586,255 +686,3 @@ def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_s
         delta = tl.load(Delta + (b * H_q + h) * S_q + rows, mask=ok, other=0.0)
         acc += tl.exp2(sink2 - lse2) * delta
     tl.store(DSINKS + dsink_off + h * s_dsink, -tl.sum(acc, axis=0))
-
-
-# ----------------------------------------------------------------------------- two chunks
-# Head dims past one power-of-two tile (128 < D <= 192) padded to 256 waste up to half the
-# tensor-core work. The *_2c kernels below hold each head dim in two column chunks instead:
-# [0, BLOCK_DQK) and [BLOCK_DQK, BLOCK_DQK + BLOCK_DQK2) (likewise BLOCK_DV, BLOCK_DV2), e.g.
-# 128 + 64 for D 192. The launcher uses them only where both head dims exceed BLOCK_DQK =
-# BLOCK_DV = 128 (so the first chunk is whole: its loads need no head-dim mask) and the
-# config asks for them (BlockConfig.two_chunks). Otherwise they are bwd_dkdv and bwd_dq:
-# the same program grid, loop bounds, band handling and arguments, step for step.
-
-@triton.jit
-def _chunk_cols(BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr):
-    """Column indices of the second chunk: BLOCK_A + [0, BLOCK_B), 64-bit when WIDE."""
-    c = BLOCK_A + tl.arange(0, BLOCK_B)
-    if WIDE:
-        c = c.to(tl.int64)
-    return c
-
-
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
-    "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
-    "sdv_d"])
-def bwd_dkdv_2c(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
-                q_off, sq_b, sq_h, sq_s, sq_d,
-                k_off, sk_b, sk_h, sk_s, sk_d,
-                v_off, sv_b, sv_h, sv_s, sv_d,
-                do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-                l_off, sl_b, sl_h, sl_s,
-                dk_off, sdk_b, sdk_h, sdk_s, sdk_d,
-                dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
-                H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
-                scale, shift, left, right, T_q, T_kv,
-                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
-                COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
-                UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-                RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, KV_SHARED: tl.constexpr,
-                BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
-    """bwd_dkdv with each head dim in two column chunks (suffix 2: the second chunk)."""
-    pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, BLOCK_MAJOR,
-                                    HAS_LEFT and not HAS_RIGHT)
-    bq, n_q, bk, n_kv = b, S_q, b, S_kv
-    if RAGGED:
-        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT)
-    group = H_q // H_grp
-    io = Q.dtype.element_ty
-    qk_scale = scale * LOG2E
-    d_qk = D_qk * VEC
-    d_v = D_v * VEC
-
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
-    rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
-    rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
-    start_n = pid_n * BLOCK_N
-    offs_n = start_n + rn
-    col0 = tl.cast(start_n, tl.int64)
-    n_in = offs_n[:, None] < n_kv
-    kmask2 = n_in & (rdq2[None, :] < d_qk)
-    vmask2 = n_in & (rdv2[None, :] < d_v)
-    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
-    q_tile2 = _tile(rm, rdq2, sq_s, sq_d, VEC)
-    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
-    do_tile2 = _tile(rm, rdv2, sdo_s, sdo_d, VEC)
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
-    v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
-
-    lo = start_n * 0
-    hi = n_q + lo
-    n_last = tl.minimum(start_n + BLOCK_N, n_kv) - 1
-    if HAS_RIGHT:
-        lo = (tl.maximum(start_n - shift - right, 0) // BLOCK_M) * BLOCK_M
-    if HAS_LEFT:
-        hi = tl.minimum(n_last - shift + left, n_q)
-    mid_lo = lo
-    mid_hi = hi
-    if HAS_RIGHT:
-        mid_lo = lo + tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift - right - lo, 0),
-                              BLOCK_M) * BLOCK_M
-    if HAS_LEFT:
-        mid_hi = lo + (tl.maximum(start_n - shift + left - lo, 0) // BLOCK_M) * BLOCK_M
-
-    h0 = g * group
-    kp = _at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC)
-    k = tl.load(kp + k_tile, mask=n_in, other=0.0)
-    k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
-    if COMPUTE_DK:
-        vp = _at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC)
-        v = tl.load(vp + v_tile, mask=n_in, other=0.0)
-        v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
-
-    dk = tl.zeros([BLOCK_N, BLOCK_DQK], dtype=tl.float32)
-    dk2 = tl.zeros([BLOCK_N, BLOCK_DQK2], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-    dv2 = tl.zeros([BLOCK_N, BLOCK_DV2], dtype=tl.float32)
-    n_m = tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_M)
-    if RAGGED:
-        n_m = tl.where(start_n < n_kv, n_m, 0)
-    for it in range(0, group * n_m):
-        h = h0 + it // n_m
-        start_m = lo + (it % n_m) * BLOCK_M
-        if not COMPUTE_DV and not KV_SHARED:
-            vp = _at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
-            v = tl.load(vp + v_tile, mask=n_in, other=0.0)
-            v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
-        if not COMPUTE_DK and not KV_SHARED:
-            kp = _at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
-            k = tl.load(kp + k_tile, mask=n_in, other=0.0)
-            k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
-        row0 = tl.cast(start_m, tl.int64)
-        offs_m = start_m + rm
-        m_ok = offs_m < n_q
-        qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-        q = tl.load(qp + q_tile, mask=m_ok[:, None], other=0.0)
-        q2 = tl.load(qp + q_tile2, mask=m_ok[:, None] & (rdq2[None, :] < d_qk), other=0.0)
-        dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-        do = tl.load(dop + do_tile, mask=m_ok[:, None], other=0.0)
-        do2 = tl.load(dop + do_tile2, mask=m_ok[:, None] & (rdv2[None, :] < d_v), other=0.0)
-        lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0))
-        sT = _dot(k2, tl.trans(q2), _dot(k, tl.trans(q), None, UPCAST), UPCAST)
-        s2T = sT * qk_scale
-        if HAS_LEFT or HAS_RIGHT:
-            if (start_m < mid_lo) | (start_m >= mid_hi):
-                keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left, right,
-                              HAS_LEFT, HAS_RIGHT)
-                pT = _p(keepT, s2T, lse2[None, :])
-            else:
-                pT = tl.exp2(s2T - lse2[None, :])
-        else:
-            pT = tl.exp2(s2T - lse2[None, :])
-        if COMPUTE_DV:
-            dv = _dot(pT.to(io), do, dv, UPCAST)
-            dv2 = _dot(pT.to(io), do2, dv2, UPCAST)
-        if COMPUTE_DK:
-            delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
-            dpT = _dot(v2, tl.trans(do2), _dot(v, tl.trans(do), None, UPCAST), UPCAST)
-            dsT = (pT * (dpT - delta[None, :])).to(io)
-            dk = _dot(dsT, q, dk, UPCAST)
-            dk2 = _dot(dsT, q2, dk2, UPCAST)
-
-    if COMPUTE_DK:
-        dkp = _at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
-        tl.store(dkp + _tile(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io), mask=n_in)
-        tl.store(dkp + _tile(rn, rdq2, sdk_s, sdk_d, VEC), (dk2 * scale).to(io), mask=kmask2)
-    if COMPUTE_DV:
-        dvp = _at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
-        tl.store(dvp + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=n_in)
-        tl.store(dvp + _tile(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io), mask=vmask2)
-
-
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + [
-    "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
-def bwd_dq_2c(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
-              q_off, sq_b, sq_h, sq_s, sq_d,
-              k_off, sk_b, sk_h, sk_s, sk_d,
-              v_off, sv_b, sv_h, sv_s, sv_d,
-              do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-              l_off, sl_b, sl_h, sl_s,
-              dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
-              H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
-              scale, shift, left, right, T_q, T_kv,
-              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
-              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-              RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
-              BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
-    """bwd_dq with each head dim in two column chunks (suffix 2: the second chunk)."""
-    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
-                                    HAS_RIGHT and not HAS_LEFT)
-    bq, n_q, bk, n_kv = b, S_q, b, S_kv
-    if RAGGED:
-        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT)
-    io = Q.dtype.element_ty
-    qk_scale = scale * LOG2E
-    d_qk = D_qk * VEC
-    d_v = D_v * VEC
-
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
-    rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
-    rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
-    start_m = pid_m * BLOCK_M
-    offs_m = start_m + rm
-    row0 = tl.cast(start_m, tl.int64)
-    m_ok = offs_m < n_q
-    qmask2 = m_ok[:, None] & (rdq2[None, :] < d_qk)
-    qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-    q = tl.load(qp + _tile(rm, rdq, sq_s, sq_d, VEC), mask=m_ok[:, None], other=0.0)
-    q2 = tl.load(qp + _tile(rm, rdq2, sq_s, sq_d, VEC), mask=qmask2, other=0.0)
-    dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-    do = tl.load(dop + _tile(rm, rdv, sdo_s, sdo_d, VEC), mask=m_ok[:, None], other=0.0)
-    do2 = tl.load(dop + _tile(rm, rdv2, sdo_s, sdo_d, VEC),
-                  mask=m_ok[:, None] & (rdv2[None, :] < d_v), other=0.0)
-    lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                         mask=m_ok, other=0.0))
-    delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
-
-    lo = start_m * 0
-    hi = n_kv + lo
-    m_last = tl.minimum(start_m + BLOCK_M, n_q) - 1
-    if HAS_LEFT:
-        lo = (tl.maximum(start_m + shift - left + 1, 0) // BLOCK_N) * BLOCK_N
-    if HAS_RIGHT:
-        hi = tl.minimum(m_last + shift + right + 1, n_kv)
-    if RAGGED:
-        hi = tl.where(start_m < n_q, hi, lo)
-
-    kh = h // G_k
-    vh = h // G_v
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
-    v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
-    dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
-    dq2 = tl.zeros([BLOCK_M, BLOCK_DQK2], dtype=tl.float32)
-    mid_lo = lo
-    if HAS_LEFT:
-        mid_lo = lo + tl.cdiv(tl.maximum(start_m + BLOCK_M + shift - left - lo, 0),
-                              BLOCK_N) * BLOCK_N
-    whole_end = n_kv + lo * 0
-    if HAS_RIGHT:
-        whole_end = tl.minimum(whole_end, start_m + shift + right + 1)
-    mid_hi = lo + (tl.maximum(whole_end - lo, 0) // BLOCK_N) * BLOCK_N
-    for start_n in range(lo, hi, BLOCK_N):
-        col0 = tl.cast(start_n, tl.int64)
-        offs_n = start_n + rn
-        n_ok = offs_n[:, None] < n_kv
-        kp = _at(K, k_off, bk, sk_b, kh, sk_h, col0, sk_s, VEC)
-        k = tl.load(kp + k_tile, mask=n_ok, other=0.0)
-        k2 = tl.load(kp + k_tile2, mask=n_ok & (rdq2[None, :] < d_qk), other=0.0)
-        vp = _at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC)
-        v = tl.load(vp + v_tile, mask=n_ok, other=0.0)
-        v2 = tl.load(vp + v_tile2, mask=n_ok & (rdv2[None, :] < d_v), other=0.0)
-        s = _dot(q2, tl.trans(k2), _dot(q, tl.trans(k), None, UPCAST), UPCAST)
-        s2 = s * qk_scale
-        if (start_n < mid_lo) | (start_n >= mid_hi):
-            keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
-                         HAS_LEFT, HAS_RIGHT)
-            p = _p(keep, s2, lse2[:, None])
-        else:
-            p = tl.exp2(s2 - lse2[:, None])
-        dp = _dot(do2, tl.trans(v2), _dot(do, tl.trans(v), None, UPCAST), UPCAST)
-        ds = (p * (dp - delta[:, None])).to(io)
-        dq = _dot(ds, k, dq, UPCAST)
-        dq2 = _dot(ds, k2, dq2, UPCAST)
-    dqp = _at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
-    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), mask=m_ok[:, None])
-    tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io), mask=qmask2)

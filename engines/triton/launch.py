@@ -198,7 +198,7 @@ class Launch:
     cfg: BlockConfig
     vec: int
     flags: Mapping[str, Any]
-    tiles: Mapping[str, int]     # head-dim tiles: BLOCK_DQK, BLOCK_DV (+ BLOCK_*2 if chunked)
+    tiles: Mapping[str, int]     # head-dim tiles: BLOCK_DQK, BLOCK_DV, BLOCK_DQK2, BLOCK_DV2
     ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
@@ -214,23 +214,6 @@ class Launch:
         g = self.graph
         return (g.dtype, tuple(sorted(self.tiles.items())), tuple(sorted(self.flags.items())),
                 g.H_k == g.H_v, tuple(sorted(p for p, a in self.mods.items() if a is not None)))
-
-    @property
-    def chunked(self) -> bool:
-        """The two-chunk kernels (kernels.bwd_*_2c) serve this launch."""
-        return "BLOCK_DQK2" in self.tiles
-
-    @property
-    def modifier_args(self) -> tuple:
-        """score_args for the dK/dV and dQ kernels; the two-chunk ones take none."""
-        return () if self.chunked else self.score_args
-
-    @property
-    def kernel_flags(self) -> dict:
-        """flags for the dK/dV and dQ kernels, less the modifier ones for the two-chunk kernels."""
-        if not self.chunked:
-            return self.flags
-        return {k: v for k, v in self.flags.items() if k not in ("HAS_BIAS", "SOFTCAP")}
 
     @property
     def pointers(self) -> tuple:
@@ -296,14 +279,13 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
-    """The head-dim tiles: one padded tile per head dim, or, where the config asks for two
-    chunks and configs.two_chunk_tiles applies, CHUNK columns plus a second chunk's tile. The
-    two-chunk kernels have no score modifiers: a graph with a bias or a softcap runs the
-    padded tiles."""
-    plain = not any(modifier_flags(graph).values())
-    chunks = two_chunk_tiles(graph.D_qk, graph.D_v) if cfg.two_chunks and plain else None
+    """The head-dim tiles: one padded tile per head dim (BLOCK_DQK2 = BLOCK_DV2 = 0), or, where
+    the config asks for two chunks and configs.two_chunk_tiles applies, CHUNK columns plus a
+    second chunk's tile."""
+    chunks = two_chunk_tiles(graph.D_qk, graph.D_v) if cfg.two_chunks else None
     if chunks is None:
-        return dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v))
+        return dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v), BLOCK_DQK2=0,
+                    BLOCK_DV2=0)
     return dict(BLOCK_DQK=CHUNK, BLOCK_DV=CHUNK, BLOCK_DQK2=chunks[0], BLOCK_DV2=chunks[1])
 
 
@@ -351,12 +333,11 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return
-        kernel = L.kernels.bwd_dkdv_2c if L.chunked else L.kernels.bwd_dkdv
-        kernel[(grid,)](
+        L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
-            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.modifier_args,
+            g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            KV_SHARED=g.H_k == g.H_v, **L.kernel_flags, **L.tiles, **cfg.launch_kwargs())
+            KV_SHARED=g.H_k == g.H_v, **L.flags, **L.tiles, **cfg.launch_kwargs())
 
 
 def run_dq(L: Launch) -> None:
@@ -364,12 +345,11 @@ def run_dq(L: Launch) -> None:
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
     if grid == 0:
         return
-    kernel = L.kernels.bwd_dq_2c if L.chunked else L.kernels.bwd_dq
-    kernel[(grid,)](
+    L.kernels.bwd_dq[(grid,)](
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
-        *L.sizes, *L.modifier_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-        **L.kernel_flags, **L.tiles, **dq_options(L))
+        *L.sizes, *L.score_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+        **L.flags, **L.tiles, **dq_options(L))
 
 
 def dq_options(L: Launch) -> dict:

@@ -122,6 +122,11 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                              "tiles 64 x 128, 8 warps, 1 stage: the fastest "
                                              "measured dV pass) with 64-bit tile offsets, only "
                                              "for tiles spanning 2^31 elements or more"),
+    ("sm90", "d*-2c/d192/*/vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
+                                                        "bias and softcap tiles and 64-bit "
+                                                        "tile offsets (only for tiles spanning "
+                                                        "2^31 elements or more): dV up to 712 "
+                                                        "bytes; untimed"),
     ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
                                                    "pass; every D<=128 row tried spills "
                                                    "somewhere (configs.py, sm120 row)"),
@@ -204,15 +209,14 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
     "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
                                             "shift (only a ragged launch can choose it)"),
-    "BLOCK_DQK": (lambda c: configs.CHUNK if "BLOCK_DQK2" in c else configs.block_d(c["_tier"]),
+    "BLOCK_DQK": (lambda c: configs.CHUNK if c.get("BLOCK_DQK2") else configs.block_d(c["_tier"]),
                   "the tier's config with its widest head-dim tile: narrower tiles are the "
-                  "same code on smaller tensors (the two-chunk kernels: their first chunk, "
-                  "always CHUNK wide)"),
-    "BLOCK_DV": (lambda c: configs.CHUNK if "BLOCK_DV2" in c else configs.block_d(c["_tier"]),
-                 "as BLOCK_DQK (a padded kernel in the two-chunk tier: the padded tile)"),
-    "BLOCK_DQK2": (lambda c: c["_tier"] - configs.CHUNK, "the two-chunk kernels' widest second "
-                                                         "chunk in the tier"),
-    "BLOCK_DV2": (lambda c: c["_tier"] - configs.CHUNK, "as BLOCK_DQK2"),
+                  "same code on smaller tensors (two chunks: the first, always CHUNK wide)"),
+    "BLOCK_DV": (lambda c: configs.CHUNK if c.get("BLOCK_DV2") else configs.block_d(c["_tier"]),
+                 "as BLOCK_DQK (a padded launch in the two-chunk tier: the padded tile)"),
+    "BLOCK_DQK2": (lambda c: c["_tier"] - configs.CHUNK if c["BLOCK_DQK2"] else 0,
+                   "two chunks: the tier's widest second chunk; else 0 (no chunk code)"),
+    "BLOCK_DV2": (lambda c: c["_tier"] - configs.CHUNK if c["BLOCK_DV2"] else 0, "as BLOCK_DQK2"),
     # the dBias kernel's head-dim chunks (launch.DBIAS_CHUNK, at most the tile): the tier's
     "CHUNK_QK": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
     "CHUNK_V": (lambda c: min(_dbias_chunk(), c["_tier"]), "as BLOCK_DQK"),
@@ -373,14 +377,13 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
     modifiers); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
     if kernel == "bwd_dsinks":
         return f"dsinks/d{tier}"
-    base = kernel.removesuffix("_2c")
-    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(base)
+    name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
     if name is None:
         name = {(True, True): "dkdv", (True, False): "dk", (False, True): "dv"}[
             (cons["COMPUTE_DK"], cons["COMPUTE_DV"])]
         if name != "dkdv" and cons["KV_SHARED"]:   # split passes over H_k == H_v
             name += "-shared-kv"
-    if kernel != base:                               # two-chunk kernels: d<first + second>
+    if cons.get("BLOCK_DQK2"):                       # two chunks: d<first + second>
         name += "-2c"
     width = cons["BLOCK_DV"] + cons.get("BLOCK_DV2", 0) if "BLOCK_DV" in cons else tier
     parts = [name, f"d{width}"] + (["banded"] if banded else [])
