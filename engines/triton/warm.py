@@ -232,8 +232,7 @@ def _compile_launches(device: str, launches: list[tuple]) -> int:
 
     from bundlegen.engines.triton.launch import kernels_module
     kernels = kernels_module()
-    if torch.device(device).index is not None:   # plain "cuda": the current device
-        torch.cuda.set_device(torch.device(device))
+    torch.cuda.set_device(torch.device(device))
 
     def real(arg):
         return torch.empty(1, dtype=getattr(torch, arg.dtype), device=device) \
