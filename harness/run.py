@@ -662,9 +662,11 @@ def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[C
 def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
     """Engine.prepare in the first worker, then in every other one at once (they share the
     first one's work where the engine caches it on disk, as Triton does, instead of all
-    compiling the same variants side by side); the first problem, or None."""
+    compiling the same variants side by side); the first problem, or None. A prepare that
+    failed in the first worker is not repeated in the others: it would fail there too, each
+    time after its own share of the work (the run goes on unprepared)."""
     first = executors[0].prepare(todo)
-    if len(executors) == 1:
+    if len(executors) == 1 or first is not None:
         return first
     from concurrent.futures import ThreadPoolExecutor
 

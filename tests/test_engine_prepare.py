@@ -252,3 +252,20 @@ def test_the_pytest_plugin_prepares_for_the_selected_cases(tmp_path, monkeypatch
         "--bundlegen-no-isolation", "-p", "no:xdist", "-k", f"not {cases[0].id}")
     result.assert_outcomes(passed=2, deselected=1)
     assert (tmp_path / "log.txt").read_text().splitlines() == ["prepare 4", "run 4", "run 4"]  # + determinism re-run
+
+
+class PrepareLogsAndRaises(S.TorchMathEngine):
+    name = "prepare-logs-and-raises"
+
+    def prepare(self, graphs):
+        _log("prepare")
+        raise RuntimeError("injected prepare fault")
+
+
+def test_a_prepare_failed_in_the_first_worker_is_not_repeated_in_the_others(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
+    _level(tmp_path)
+    summary = _run(tmp_path, PrepareLogsAndRaises, workers_per_device=3)
+    assert "injected prepare fault" in summary.times.prepare_problem
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["prepare"]
+    assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
