@@ -412,7 +412,7 @@ def plan_runs(args, cache_filled: bool = True) -> list[tuple[str, str, list[str]
             plan.append(("warm", level, [args.device], shared))
         if args.devices and len(args.devices.split(",")) > 1:
             plan.append(("warm", level, [d.strip() for d in args.devices.split(",")], shared))
-        if shared == 1 or not getattr(args, "no_one_worker", False):
+        if shared == 1 or not args.no_one_worker:
             plan.append(("warm", level, [args.device], 1))
     return plan
 

@@ -124,7 +124,8 @@ class TritonEngine(Engine):
         if reason is not None:
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
         launcher = importlib.import_module(self.launch_module)
-        L = launcher.prepare(graph, tensors, self.config(graph), kernels=self.kernels_module)
+        table = self.config(graph)
+        L = launcher.prepare(graph, tensors, table, kernels=self.kernels_module)
         variant = L.variant
         fitted = self._fitted.get(variant)
         if fitted is not None:
@@ -140,7 +141,7 @@ class TritonEngine(Engine):
                       f"{_tiles(L.cfg)}; this variant runs {_tiles(smaller)}", file=sys.stderr)
                 L = launcher.prepare(graph, tensors, smaller, kernels=self.kernels_module)
                 continue
-            if L.cfg != self.config(graph):
+            if L.cfg != table:
                 self._fitted[variant] = L.cfg
             return
 
