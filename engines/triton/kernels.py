@@ -176,6 +176,23 @@ def _chunk_cols(BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr
 
 
 @triton.jit
+def _dot_rows(a_at, ra, a_ok, sa_s, sa_d, b_at, rb, b_ok, sb_s, sb_d, rd, d,
+              M: tl.constexpr, N: tl.constexpr, CHUNK: tl.constexpr, VEC: tl.constexpr,
+              UPCAST: tl.constexpr):
+    """A B^T [M, N], fp32, of the rows ra (M of them) of A and rb (N) of B, at a_at and b_at
+    (rows not ok load as 0), over their d head-dim columns, CHUNK columns (rd) at a time."""
+    acc = tl.zeros([M, N], dtype=tl.float32)
+    for d0 in range(0, d, CHUNK):
+        cols = d0 + rd
+        a = tl.load(a_at + _tile(ra, cols, sa_s, sa_d, VEC),
+                    mask=a_ok[:, None] & (cols[None, :] < d), other=0.0)
+        b = tl.load(b_at + _tile(rb, cols, sb_s, sb_d, VEC),
+                    mask=b_ok[:, None] & (cols[None, :] < d), other=0.0)
+        acc = _dot(a, tl.trans(b), acc, UPCAST)
+    return acc
+
+
+@triton.jit
 def _block_batch_head(num_blocks, heads, BLOCK_MAJOR: tl.constexpr, REVERSE: tl.constexpr):
     """(block index, batch b, head h) of this program, b and h 64-bit; `heads` per batch.
     Head-major (each head's blocks are consecutive programs, so the ones running together
@@ -630,16 +647,9 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
         b = b0 + it // H_sum
         h = h0 + it % H_sum
         # S from Q and K, then dP from dO and V, chunk by chunk of the head dims
-        s2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        q_at = _at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC)
-        k_at = _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
-        for d0 in range(0, d_qk, CHUNK_QK):
-            cols = d0 + rdq
-            q = tl.load(q_at + _tile(rm, cols, sq_s, sq_d, VEC),
-                        mask=m_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
-            k = tl.load(k_at + _tile(rn, cols, sk_s, sk_d, VEC),
-                        mask=n_ok[:, None] & (cols[None, :] < d_qk), other=0.0)
-            s2 = _dot(q, tl.trans(k), s2, UPCAST)
+        s2 = _dot_rows(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC), rm, m_ok, sq_s, sq_d,
+                       _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC), rn, n_ok,
+                       sk_s, sk_d, rdq, d_qk, BLOCK_M, BLOCK_N, CHUNK_QK, VEC, UPCAST)
         s2 = s2 * qk_scale
         if SOFTCAP:
             s2 = _tanh(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
@@ -648,16 +658,9 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
         lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                              mask=m_ok, other=0.0))
         p = _p(keep, s2, lse2[:, None])
-        dp = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        do_at = _at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-        v_at = _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
-        for d0 in range(0, d_v, CHUNK_V):
-            cols = d0 + rdv
-            do = tl.load(do_at + _tile(rm, cols, sdo_s, sdo_d, VEC),
-                         mask=m_ok[:, None] & (cols[None, :] < d_v), other=0.0)
-            v = tl.load(v_at + _tile(rn, cols, sv_s, sv_d, VEC),
-                        mask=n_ok[:, None] & (cols[None, :] < d_v), other=0.0)
-            dp = _dot(do, tl.trans(v), dp, UPCAST)
+        dp = _dot_rows(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC), rm, m_ok, sdo_s,
+                       sdo_d, _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC), rn, n_ok,
+                       sv_s, sv_d, rdv, d_v, BLOCK_M, BLOCK_N, CHUNK_V, VEC, UPCAST)
         delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
         acc += p * (dp - delta[:, None])
     tl.store(DBIAS + (dbias_off + b0 * sdbias_b + h0 * sdbias_h + row0 * sdbias_i
