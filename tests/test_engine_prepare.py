@@ -141,14 +141,14 @@ def warm(tmp_path, monkeypatch):
 
     compiled: list[tuple] = []
 
-    def fake_run_twins(device, keys):
-        compiled.extend(keys)
-        return len(keys)
+    def fake_compile(device, launches):
+        compiled.extend(launches)
+        return len(launches)
 
     monkeypatch.setattr(warm, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v1")
     monkeypatch.setattr(warm.mp, "get_context", lambda method: _InlineContext())
-    monkeypatch.setattr(warm, "_run_twins", fake_run_twins)
+    monkeypatch.setattr(warm, "_compile_launches", fake_compile)
     warm.compiled = compiled
     return warm
 
@@ -165,11 +165,17 @@ def test_twins_deduplicate_by_variant(warm):
     assert len(keys) == 3 and wide == 0
 
 
+def _names(launches):
+    return sorted(name for name, _, _ in launches)
+
+
 def test_compile_missing_compiles_each_variant_once(warm, monkeypatch):
     assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (3, 0, 0)
-    assert len(warm.compiled) == 3
+    # three twins launch 9 kernels; fp16 and bf16 share none, the causal twin shares the
+    # preprocess kernel of its dtype: 8 distinct launches, each compiled once
+    assert _names(warm.compiled) == ["bwd_dkdv"] * 3 + ["bwd_dq"] * 3 + ["bwd_preprocess"] * 2
     assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (0, 3, 0)
-    assert len(warm.compiled) == 3
+    assert len(warm.compiled) == 8
     more = _graphs() + [replace(_graphs()[0], attributes=replace(_graphs()[0].attributes, left_bound=4))]
     assert warm.compile_missing("cuda", "sm90", more, jobs=2, announce=False) == (1, 3, 0)
     # changed kernel sources (another fingerprint): everything again
@@ -178,10 +184,10 @@ def test_compile_missing_compiles_each_variant_once(warm, monkeypatch):
 
 
 def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
-    def fails(device, keys):
+    def fails(device, launches):
         raise RuntimeError("ptxas died")
 
-    monkeypatch.setattr(warm, "_run_twins", fails)
+    monkeypatch.setattr(warm, "_compile_launches", fails)
     with pytest.raises(RuntimeError, match="ptxas"):
         warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False)
     assert not list((warm.cache_dir()).rglob("*"))
@@ -269,3 +275,49 @@ def test_a_prepare_failed_in_the_first_worker_is_not_repeated_in_the_others(tmp_
     assert "injected prepare fault" in summary.times.prepare_problem
     assert (tmp_path / "log.txt").read_text().splitlines() == ["prepare"]
     assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
+
+
+_KEY_CHECK = r"""
+import collections, torch
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import make_backend
+from triton.runtime.jit import create_function_from_signature
+from bundlegen.engines.triton import warm
+from bundlegen.engines.triton.capabilities import ROWS
+from bundlegen.engines.triton.launch import kernels_module
+
+backend, kernels, binders = make_backend(GPUTarget("cuda", 90, 32)), kernels_module(), {}
+def triton_key(name, args, kwargs):
+    fn = getattr(kernels, name)
+    if name not in binders:
+        binders[name] = create_function_from_signature(fn.signature, fn.params, backend)
+    real = lambda a: torch.empty(1, dtype=getattr(torch, a.dtype)) if isinstance(a, warm._Tensor) else a
+    _, spec, opts = binders[name](*map(real, args), **{k: real(v) for k, v in kwargs.items()},
+                                  debug=False)
+    return (name, str(spec), str(opts))
+
+graphs = [g for g in warm.level_graphs(["quick", "pr"]) if ROWS["sm90"].mismatch(g) is None]
+keys, _ = warm.twin_keys(graphs)
+ours = collections.defaultdict(set)
+for key in keys:
+    for name, args, kwargs in warm.twin_launches([key], "sm90").values():
+        ours[warm.launch_key(name, args, kwargs)].add(triton_key(name, args, kwargs))
+merged = {k: v for k, v in ours.items() if len(v) > 1}
+print(len(keys), len(ours), len(merged))
+"""
+
+
+def test_launch_keys_never_merge_launches_triton_compiles_apart():
+    """The compile plan compiles one launch per launch_key; Triton's own key (the binder's
+    specialisation and options, for sm90) must be the same for every launch sharing it, or
+    a case would compile on use. Runs without TRITON_INTERPRET (the kernels as compiled)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _KEY_CHECK], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    twins, launches, merged = map(int, out.stdout.split())
+    assert twins > 200 and launches > twins and merged == 0

@@ -4,7 +4,11 @@ them in Triton's cache instead of compiling them one after the other on first us
 A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
 dK/dV passes, RAGGED and its BOTTOM_RIGHT, the score modifiers and the dBias / dSinks
 kernels): no integer argument is specialised. So each case has a tiny twin with the
-same variant; the twins are deduplicated and run on the device by --jobs processes.
+same variant; the twins are deduplicated, their launches recorded (not run), and each
+distinct kernel launch (kernel, constexprs, compile options, argument kinds) compiled once,
+by --jobs processes (Triton's `warmup`: compiled, not run). Twins share many kernels (the
+dQ kernel does not depend on K/V head sharing, dBias or dSinks; preprocess on little):
+568 twins launch about 2100 kernels, 1130 of them distinct.
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
 Triton (clearing the cache clears the markers with it).
@@ -16,6 +20,7 @@ Triton (clearing the cache clears the markers with it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -139,29 +144,118 @@ def marker(arch: str, key: tuple) -> Path:
     return cache_dir() / MARKER_DIR / fingerprint(arch) / name
 
 
-def _run_twins(device: str, keys: list[tuple]) -> int:
+@dataclasses.dataclass(frozen=True)
+class _Tensor:
+    """A recorded launch's tensor argument: all its kernel specialises on is the dtype (the
+    launcher passes storage base pointers, always aligned)."""
+    dtype: str            # torch dtype name, e.g. "bfloat16"
+
+
+class _Site:
+    def __init__(self, calls: list, name: str):
+        self.calls, self.name = calls, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.name, args, kwargs))
+
+
+class _Launches:
+    """Stands in for the kernels module: records each launch instead of running it."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return _Site(self.calls, name)
+
+
+def _recorded(arg):
+    import torch
+
+    return _Tensor(str(arg.dtype).removeprefix("torch.")) if isinstance(arg, torch.Tensor) else arg
+
+
+def _arg_kind(arg):
+    """What Triton specialises a positional (run-time) argument on: a tensor's dtype, an
+    int's class (1, a multiple of 16, other), a float's type; None and bools as they are
+    (constexprs)."""
+    if isinstance(arg, _Tensor) or isinstance(arg, bool) or arg is None:
+        return arg
+    if isinstance(arg, int):
+        return ("int", 1 if arg == 1 else 16 if arg % 16 == 0 else 0)
+    if isinstance(arg, float):
+        return ("float",)
+    return ("other", repr(arg))
+
+
+def twin_launches(keys: list[tuple], arch: str) -> dict[tuple, tuple]:
+    """compile key -> (kernel name, args, kwargs) of one launch, for every distinct kernel
+    launch the twins of `keys` make (tensors as _Tensor), recorded on meta tensors: nothing
+    runs. Needs the kernels as compiled for a GPU (no TRITON_INTERPRET)."""
     import torch
 
     from bundlegen.dtypes import TORCH_DTYPES
-    from bundlegen.engines.triton.engine import TritonEngine
-    engine = TritonEngine(device)
+    from bundlegen.engines.triton import launch
+    from bundlegen.engines.triton.engine import banded
+    out: dict[tuple, tuple] = {}
     for key in keys:
         graph = twin_graph(key)
-        tensors = {}
-        for port, spec in graph.tensors.items():
-            storage = torch.zeros(spec.storage_elements, device=device,
-                                  dtype=TORCH_DTYPES[spec.dtype])
-            tensors[port] = storage.as_strided(spec.dims, spec.strides, spec.offset)
-        if graph.ragged is not None:   # the offsets reach the engine as device tensors only
+        tensors = {port: torch.empty(spec.storage_elements, device="meta",
+                                     dtype=TORCH_DTYPES[spec.dtype]).as_strided(
+                           spec.dims, spec.strides, spec.offset)
+                   for port, spec in graph.tensors.items()}
+        if graph.ragged is not None:
             for name in OFFSET_PORTS:
-                cu = getattr(graph.ragged, name)
-                tensors[name] = torch.tensor(cu, dtype=torch.int32, device=device)
+                tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
             graph = graph.as_launched()
-        if engine.is_applicable(graph) is None:
-            engine.run(graph, tensors)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return len(keys)
+        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+        recorder = _Launches()
+        launch.run(dataclasses.replace(launch.prepare(graph, tensors, cfg), kernels=recorder))
+        for name, args, kwargs in recorder.calls:
+            args = tuple(map(_recorded, args))
+            kwargs = {k: _recorded(v) for k, v in kwargs.items()}
+            out.setdefault(launch_key(name, args, kwargs), (name, args, kwargs))
+    return out
+
+
+def launch_key(name: str, args: tuple, kwargs: dict) -> tuple:
+    """A recorded launch's compile key: never the same for two launches Triton compiles
+    apart (tests/test_engine_prepare.py checks it against Triton's own key). Keyword
+    arguments are constexprs and compile options: their values, exactly."""
+    return (name, tuple(map(_arg_kind, args)), tuple(sorted(kwargs.items())))
+
+
+def _compile_launches(device: str, launches: list[tuple]) -> int:
+    """Compile (not run) each recorded launch on `device` (Triton's warmup), its tensors
+    one-element device tensors of their dtype; the compiled kernels land in Triton's cache."""
+    import torch
+
+    from bundlegen.engines.triton.launch import kernels_module
+    kernels = kernels_module()
+    torch.cuda.set_device(torch.device(device))
+
+    def real(arg):
+        return torch.empty(1, dtype=getattr(torch, arg.dtype), device=device) \
+            if isinstance(arg, _Tensor) else arg
+    for name, args, kwargs in launches:
+        getattr(kernels, name).warmup(*map(real, args), grid=(1,),
+                                      **{k: real(v) for k, v in kwargs.items()})
+    return len(launches)
+
+
+#: relative compile cost of each kernel, to balance the compile processes
+_COMPILE_WEIGHT = {"bwd_dkdv": 3.0, "bwd_dq": 2.0, "bwd_dbias": 2.0}
+
+
+def _shards(launches: list[tuple], jobs: int) -> list[list[tuple]]:
+    """The launches split over `jobs` processes, heaviest first onto the lightest shard."""
+    shards: list[list[tuple]] = [[] for _ in range(jobs)]
+    loads = [0.0] * jobs
+    for item in sorted(launches, key=lambda c: -_COMPILE_WEIGHT.get(c[0], 0.5)):
+        i = loads.index(min(loads))
+        shards[i].append(item)
+        loads[i] += _COMPILE_WEIGHT.get(item[0], 0.5)
+    return [s for s in shards if s]
 
 
 def default_jobs() -> int:
@@ -175,13 +269,14 @@ def compile_missing(device: str, arch: str, graphs: Iterable[Graph], jobs: int |
     keys, wide = twin_keys(graphs, arch)
     missing = [k for k in keys if not marker(arch, k).exists()]
     if missing:
-        jobs = max(1, min(jobs or default_jobs(), len(missing)))
+        launches = list(twin_launches(missing, arch).values())
+        jobs = max(1, min(jobs or default_jobs(), len(launches)))
         if announce:
-            print(f"triton: compiling {len(missing)} kernel variant(s) with {jobs} process(es) "
-                  f"({len(keys) - len(missing)} cached)", file=sys.stderr, flush=True)
-        shards = [missing[i::jobs] for i in range(jobs)]
+            print(f"triton: compiling {len(missing)} kernel variant(s), {len(launches)} distinct "
+                  f"kernel launches, with {jobs} process(es) ({len(keys) - len(missing)} cached)",
+                  file=sys.stderr, flush=True)
         with mp.get_context("spawn").Pool(jobs) as pool:
-            pool.starmap(_run_twins, [(device, s) for s in shards])
+            pool.starmap(_compile_launches, [(device, s) for s in _shards(launches, jobs)])
         for key in missing:
             path = marker(arch, key)
             path.parent.mkdir(parents=True, exist_ok=True)
