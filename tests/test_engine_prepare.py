@@ -321,3 +321,10 @@ def test_launch_keys_never_merge_launches_triton_compiles_apart():
     assert out.returncode == 0, out.stderr[-3000:]
     twins, launches, merged = map(int, out.stdout.split())
     assert twins > 200 and launches > twins and merged == 0
+
+
+def test_a_compile_process_takes_the_device_as_prepare_names_it():
+    """`bundlegen run --device cuda` hands the compile processes "cuda" (no index): they
+    compile on the current device. Before any launch, so no GPU is needed here."""
+    from bundlegen.engines.triton import warm
+    assert warm._compile_launches("cuda", []) == 0

@@ -232,7 +232,8 @@ def _compile_launches(device: str, launches: list[tuple]) -> int:
 
     from bundlegen.engines.triton.launch import kernels_module
     kernels = kernels_module()
-    torch.cuda.set_device(torch.device(device))
+    if torch.device(device).index is not None:   # plain "cuda": the current device
+        torch.cuda.set_device(torch.device(device))
 
     def real(arg):
         return torch.empty(1, dtype=getattr(torch, arg.dtype), device=device) \
