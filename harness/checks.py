@@ -87,21 +87,61 @@ def _error_of(terms: list[float]) -> OutputError:
                        margin=margin, within=bool(t["within"]), nonfinite=0)
 
 
+class PendingErrors:
+    """output_error for several (out, ref, mag) at once, computed on the device and not
+    yet read back: `tensors` go to `read_back` (with any other scalars of the case), and
+    `resolve` turns what it read into OutputErrors."""
+
+    def __init__(self, pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                 tol: Tolerance):
+        self.names = list(pairs)
+        self._terms = {name: _error_terms(out, ref, mag, tol)
+                       for name, (out, ref, mag) in pairs.items() if out.numel()}
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return list(self._terms.values())
+
+    def resolve(self, values: list[list[float]]) -> dict[str, OutputError]:
+        """`values`: what read_back gave for `tensors`, in their order."""
+        read = dict(zip(self._terms, values))
+        # an output with no elements has nothing to compare: exact
+        return {name: _error_of(read[name]) if name in read else _EXACT for name in self.names}
+
+
+def read_back(groups: list[torch.Tensor]) -> list[list[float]]:
+    """Tensors of scalars (bool, integer or float; any device), read back with one
+    transfer per device: each one's values as floats, in order. Integers are exact up to
+    2**53."""
+    values: list[list[float] | None] = [None] * len(groups)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, group in enumerate(groups):
+        by_device.setdefault(group.device, []).append(i)
+    for indices in by_device.values():
+        flat = torch.cat([groups[i].reshape(-1).to(torch.float64) for i in indices]).tolist()
+        for i in indices:
+            n = groups[i].numel()
+            values[i], flat = flat[:n], flat[n:]
+    return values
+
+
+def stacked(flags: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """A port -> device scalar map as one tensor, for read_back."""
+    if not flags:
+        return torch.zeros(0)
+    return torch.stack([f.reshape(()) for f in flags.values()])
+
+
+def set_ports(flags: Mapping[str, torch.Tensor], values: list[float]) -> list[str]:
+    """The ports of `flags` whose value read back (read_back of `stacked(flags)`) is set."""
+    return [port for port, bad in zip(flags, values) if bad]
+
+
 def output_errors(pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                   tol: Tolerance) -> dict[str, OutputError]:
     """output_error for several (out, ref, mag) at once, with one read-back per device."""
-    errors: dict[str, OutputError] = {}
-    pending: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
-    for name, (out, ref, mag) in pairs.items():
-        if out.numel() == 0:  # nothing to compare: exact
-            errors[name] = _EXACT
-            continue
-        pending.setdefault(ref.device, []).append((name, _error_terms(out, ref, mag, tol)))
-    for items in pending.values():
-        values = torch.stack([terms for _, terms in items]).tolist()
-        for (name, _), terms in zip(items, values):
-            errors[name] = _error_of(terms)
-    return {name: errors[name] for name in pairs}
+    pending = PendingErrors(pairs, tol)
+    return pending.resolve(read_back(pending.tensors))
 
 
 def output_error(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Tolerance) -> OutputError:
@@ -112,11 +152,20 @@ def output_error(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: T
     return output_errors({"out": (out, ref, mag)}, tol)["out"]
 
 
+def output_pairs(outputs: Mapping[str, torch.Tensor], reference) -> dict[str, tuple]:
+    """port -> (engine output, oracle gradient, oracle magnitude) for every output given."""
+    return {port: (outputs[port], getattr(reference, port), getattr(reference, f"mag_{port}"))
+            for port in outputs}
+
+
 def judge_outputs(outputs: Mapping[str, torch.Tensor], reference, tol: Tolerance) -> Judgement:
-    """NaN/Inf first (fail:nan), then the tolerance (fail:numeric), over every output given
-    (dq, dk, dv, and dbias, dsinks when the graph has them)."""
-    errors = output_errors({port: (outputs[port], getattr(reference, port),
-                                   getattr(reference, f"mag_{port}")) for port in outputs}, tol)
+    """judge_errors of the outputs (dq, dk, dv, and dbias, dsinks when the graph has them)
+    against the oracle."""
+    return judge_errors(output_errors(output_pairs(outputs, reference), tol), tol)
+
+
+def judge_errors(errors: Mapping[str, OutputError], tol: Tolerance) -> Judgement:
+    """NaN/Inf first (fail:nan), then the tolerance (fail:numeric)."""
     nan_ports = [p for p, e in errors.items() if e.nonfinite]
     if nan_ports:
         counts = ", ".join(f"{p}: {errors[p].nonfinite}" for p in nan_ports)

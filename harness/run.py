@@ -272,14 +272,17 @@ def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> 
     def outcome(verdict: str, **fields) -> CaseOutcome:
         return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
 
-    memory = checks.judge_memory(M.guard_violations(m), M.modified_inputs(m))
+    # every check of the first run computed on the device, then read back at once
+    guard, modified = M.guard_flags(m), M.modified_flags(m)
+    errors = checks.PendingErrors(checks.output_pairs(*M.judged_outputs(m)), tol)
+    read = checks.read_back([checks.stacked(guard), checks.stacked(modified), *errors.tensors])
+    memory = checks.judge_memory(checks.set_ports(guard, read[0]), checks.set_ports(modified, read[1]))
     if memory is not None:
         if device_probe:
             return outcome(V.FAIL_ESCAPED, detail=f"bad offsets ({case.expected_rejection.reason}): "
                                                   f"{memory[1]}")
         return outcome(memory[0], detail=memory[1])
-    outputs, reference = M.judged_outputs(m)
-    judgement = checks.judge_outputs(outputs, reference, tol)
+    judgement = checks.judge_errors(errors.resolve(read[2:]), tol)
     result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
                   margin=judgement.margin)
     if device_probe:

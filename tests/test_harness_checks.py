@@ -194,3 +194,11 @@ def test_memory_checks_come_in_order():
     assert checks.judge_memory(["dv"], ["k"])[0] == V.FAIL_GUARD
     assert checks.judge_memory([], ["k"])[0] == V.FAIL_INPUT_MODIFIED
     assert checks.judge_memory([], []) is None
+
+
+def test_read_back_gives_each_tensor_its_values_in_order():
+    groups = [torch.tensor([True, False]), torch.zeros(0), torch.tensor([3, 2**40], dtype=torch.int64),
+              torch.tensor([[0.5]], dtype=torch.float64)]
+    assert checks.read_back(groups) == [[1.0, 0.0], [], [3.0, float(2**40)], [0.5]]
+    flags = {"q": torch.tensor(False), "k": torch.tensor(True)}
+    assert checks.set_ports(flags, checks.read_back([checks.stacked(flags)])[0]) == ["k"]

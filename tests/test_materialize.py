@@ -404,6 +404,16 @@ def test_a_broadcast_o_that_cannot_hold_the_forward_is_refused():
         M.materialize(case, "cpu")
 
 
+def test_write_view_refuses_values_that_overlapping_strides_cannot_hold():
+    from bundlegen.graph import TensorSpec
+    spec = TensorSpec(dims=(1, 1, 4, 2), strides=(4, 4, 1, 1), dtype="fp32")  # rows overlap
+    storage = torch.zeros(M.storage_size(spec))
+    distinct = torch.arange(8, dtype=torch.float32).reshape(1, 1, 4, 2)
+    with pytest.raises(M.MaterializeError, match="case c: port o: strides .* make elements overlap"):
+        M.write_view(storage, spec, distinct, case_id="c", port="o")
+    M.write_view(storage, spec, torch.ones(1, 1, 4, 2), case_id="c", port="o")  # equal values fit
+
+
 def test_an_invalid_graph_is_refused():
     with pytest.raises(M.MaterializeError, match="gqa-not-divisible"):
         M.materialize(make_case(make_graph(H_q=3, H_k=2)), "cpu")
