@@ -202,3 +202,25 @@ def test_read_back_gives_each_tensor_its_values_in_order():
     assert checks.read_back(groups) == [[1.0, 0.0], [], [3.0, float(2**40)], [0.5]]
     flags = {"q": torch.tensor(False), "k": torch.tensor(True)}
     assert checks.set_ports(flags, checks.read_back([checks.stacked(flags)])[0]) == ["k"]
+
+
+def test_a_case_waits_for_its_device_once_and_reads_its_checks_back_once(monkeypatch):
+    """Each device wait or read-back is a round trip that, on a GPU shared by several worker
+    processes, also waits for the others' work: materialize waits once (the oracle is timed
+    with events, not waits), and the first run's guard, input and tolerance checks are read
+    back together."""
+    from bundlegen.harness import materialize as M
+
+    calls = {"wait": 0, "read_back": 0, "equal": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(M, "_sync", counted("wait", M._sync))
+    monkeypatch.setattr(checks, "read_back", counted("read_back", checks.read_back))
+    monkeypatch.setattr(torch, "equal", counted("equal", torch.equal))
+    result = outcome(S.WritesNaN, S.case_of(), repeat=1)
+    assert result.verdict == V.PASS, result
+    assert calls == {"wait": 1, "read_back": 1, "equal": 0}
