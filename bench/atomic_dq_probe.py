@@ -358,7 +358,7 @@ def main(argv=None) -> int:
         return 2
     if args.device == "cpu":
         _interpreter_descriptor_reduce()
-    args.out = args.out or (DEFAULT_OUT if args.device == "cuda" else Path("/tmp/atomic_dq_probe_cpu.json"))
+    args.out = args.out or (DEFAULT_OUT if args.device == "cuda" else REPO_ROOT / "out" / "atomic_dq_probe_cpu.json")
     return bench(args)
 
 
