@@ -14,6 +14,7 @@ A declined shape shows the engine's reason in its cell; an exception is recorded
 
     python bench/engine_speed.py                 # the whole grid, ~3-4 min on an H200
     python bench/engine_speed.py --quick         # the target rows only
+    python bench/engine_speed.py --quick --atomic-dq   # and the engine with atomic dQ
     python bench/engine_speed.py --device cpu    # smoke test, tiny shapes (TRITON_INTERPRET=1
                                                  # for the triton engine)
 """
@@ -39,6 +40,8 @@ from bundlegen.dtypes import TORCH_DTYPES  # noqa: E402
 from bundlegen.graph import Graph, TensorSpec, dense_graph  # noqa: E402
 
 TRITON = "triton"
+#: the engine with atomic dQ (not a built-in name yet: reached by its class; --atomic-dq)
+ATOMIC_DQ = "bundlegen.engines.triton.engine:TritonAtomicDqEngine"
 PEERS = ("torch-flash", "torch-cudnn", "torch-efficient")
 CPU_PEERS = ("torch-math", "torch-flash")
 DTYPES = ("bf16", "fp16")
@@ -257,9 +260,10 @@ class Row:
     cells: Mapping[str, Cell]
     seconds: float = 0.0
 
-    def ratio(self, peer: str) -> float | None:
-        ours, theirs = self.cells[TRITON].ms, self.cells[peer].ms
-        return theirs / ours if ours and theirs else None
+    def ratio(self, peer: str, ours: str = TRITON) -> float | None:
+        """peer's time over `ours`' (above 1: ours is faster)."""
+        mine, theirs = self.cells[ours].ms, self.cells[peer].ms
+        return theirs / mine if mine and theirs else None
 
     def to_json(self) -> dict:
         return {"shape": asdict(self.shape), "label": self.shape.label, "flops": self.shape.flops,
@@ -312,9 +316,15 @@ def cell_text(row: Row, name: str) -> str:
     return "ERROR"
 
 
+def short(name: str) -> str:
+    """An engine's column name (the atomic-dQ engine is named by its class path)."""
+    return "triton-atomic-dq" if name == ATOMIC_DQ else name
+
+
 def print_table(rows: list[Row], names: list[str]) -> None:
     peers = [n for n in names if n != TRITON]
-    head = f"{'shape':44s}" + "".join(f"{n:>19s}" for n in names) + "".join(f"{'t/' + p.removeprefix('torch-')[:9]:>11s}" for p in peers)
+    head = f"{'shape':44s}" + "".join(f"{short(n):>19s}" for n in names) + "".join(
+        f"{'t/' + short(p).removeprefix('torch-')[:8]:>11s}" for p in peers)
     print(head)
     for row in rows:
         line = f"{row.shape.label:44s}" + "".join(f"{cell_text(row, n)[:18]:>19s}" for n in names)
@@ -351,6 +361,11 @@ def target_lines(rows: list[Row]) -> list[str]:
             lines.append(f"triton / {peer} at B4 H16 S4096 D128 bf16 {mask}: {fmt(ratio, '.2f')} "
                          f"({kind} >= {target:g}: {met}; on run() incl. adapter copies: "
                          f"{fmt(run_basis, '.2f')})")
+            if ATOMIC_DQ in row.cells:
+                ratio = row.ratio(peer, ATOMIC_DQ)
+                met = "-" if ratio is None else ("met" if ratio >= target else "NOT met")
+                lines.append(f"  with atomic dQ (not deterministic) / {peer}: {fmt(ratio, '.2f')} "
+                             f"({kind} >= {target:g}: {met})")
     dims, seqs, target = WIDE_HEAD_TARGET
     for row in rows:
         s = row.shape
@@ -414,6 +429,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seqs", nargs="+", type=int, default=[1024, 4096, 8192, 16384])
     parser.add_argument("--peers", nargs="+", default=None,
                         help=f"engines to compare with (default {' '.join(PEERS)}; on cpu {' '.join(CPU_PEERS)})")
+    parser.add_argument("--atomic-dq", action="store_true",
+                        help="also time the engine with atomic dQ (TritonAtomicDqEngine)")
     parser.add_argument("--warmup-ms", type=int, default=20)
     parser.add_argument("--rep-ms", type=int, default=60, help="do_bench rep (the median is reported)")
     return parser.parse_args(argv)
@@ -433,7 +450,7 @@ def main(argv=None) -> int:
         shapes = target_shapes() if args.quick else grid_shapes(args.dtypes, args.head_dims, args.seqs)
         timer = cuda_timer(args.warmup_ms, args.rep_ms)
         peers = args.peers or list(PEERS)
-    names = [TRITON, *peers]
+    names = [TRITON, *peers] + ([ATOMIC_DQ] if args.atomic_dq else [])
     out = args.out or default_out(device)
     engines = build_engines(names, device)
     env = environment(device)
@@ -445,7 +462,7 @@ def main(argv=None) -> int:
     for i, shape in enumerate(shapes, 1):
         row = measure_shape(shape, engines, timer, device)
         rows.append(row)
-        summary = "  ".join(f"{n}={cell_text(row, n)}" for n in names)
+        summary = "  ".join(f"{short(n)}={cell_text(row, n)}" for n in names)
         print(f"[{i}/{len(shapes)} {row.seconds:5.1f}s] {shape.label}: {summary}", flush=True)
         # written after every row, so a run that dies keeps what it measured
         write_json(out, {"environment": env, "settings": vars(args) | {"out": str(out)},

@@ -203,7 +203,7 @@ def test_only_the_product_modules_are_warmed(monkeypatch):
     from bundlegen.mutants import catalog
 
     asked = []
-    monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs: asked.append(arch))
+    monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs, **kw: asked.append(arch))
     for engine in (TritonEngine("cpu"), catalog.by_name("drop-tail-block").build(TritonEngine, "cpu"),
                    catalog.by_name("top-left-for-bottom-right").build(TritonEngine, "cpu")):
         engine.device, engine.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bundlegen.engines.triton import configs
+from bundlegen.engines.triton import aot, configs
 from bundlegen.engines.triton import resources as R
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +90,7 @@ def _choice(**overrides) -> R.Choice:
                 BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
                 BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, KV_SHARED=True,
                 HAS_BIAS=False, SOFTCAP=False, BLOCK_DQK2=0, BLOCK_DV2=0,
-                **{a: None for a in R.MODIFIER_ARGS})
+                **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ)
     cons.update(overrides)
     return R.Choice("bwd_dkdv", tuple(sorted(cons.items())),
                     tuple(sorted(cfg.launch_kwargs().items())), "fp16", 128)

@@ -21,11 +21,14 @@ TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip
 _INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right",
          "T_q", "T_kv", "B", "B_sum", "H_sum", "H_db"}
 _FLOATS = {"scale", "softcap"}
-_FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS"}
+_FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS", "DQA"}
 _I32_PTRS = {"CU_Q", "CU_KV"}
 _RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
 #: None (constexpr) in a variant without score modifiers (HAS_BIAS and SOFTCAP off)
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
+#: the dK/dV kernel's atomic-dQ scratch arguments, None (constexprs) without atomic dQ
+ATOMIC_DQ_ARGS = ("DQA", "sqa_b", "sqa_h", "sqa_s")
+NO_ATOMIC_DQ = dict(ATOMIC_DQ=False, **{a: None for a in ATOMIC_DQ_ARGS})
 
 
 def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
@@ -80,8 +83,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
         if label == "dkdv" and cfg.split_dkdv:   # never launched: the dK and dV passes are
             continue                             # (resources.py compiles exactly what is)
-        variants[label] = (kernels.bwd_dkdv, dict(masks, COMPUTE_DK=dk, COMPUTE_DV=dv,
-                                                  KV_SHARED=dk and dv,
+        variants[label] = (kernels.bwd_dkdv, dict(masks, **NO_ATOMIC_DQ, COMPUTE_DK=dk,
+                                                  COMPUTE_DV=dv, KV_SHARED=dk and dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
     for label, (fn, cons) in list(variants.items()):

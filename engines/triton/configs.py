@@ -43,6 +43,9 @@ class BlockConfig:
     #: the config of graphs with a band (a left or right bound: causal, windows), when it
     #: differs (config_for(..., banded=True))
     banded: "BlockConfig | None" = None
+    #: the config of an atomic-dQ launch (config_for(..., atomic_dq=True)), when it differs:
+    #: its dK/dV kernel also forms dQ, so other tiles fit it best
+    atomic_dq: "BlockConfig | None" = None
 
     @property
     def most_rows(self) -> int:
@@ -66,6 +69,9 @@ class ArchConfigs:
     arch: str
     smem_bytes: int                                  # per-block shared memory / LDS budget
     tiers: tuple[tuple[int, BlockConfig], ...]       # (largest BLOCK_D served, config), ascending
+    #: an atomic-dQ engine adds dQ with atomics here (engine.atomic_dq_serves). Not on sm120
+    #: and gfx942: their dK passes spilled 16-136 bytes with the scratch's tile (resources.py)
+    atomic_dq: bool = False
 
     def for_block_d(self, block_d: int) -> BlockConfig:
         for limit, cfg in self.tiers:
@@ -94,9 +100,14 @@ ARCHS: dict[str, ArchConfigs] = {
     # is faster there (2.75 ms against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
     # with 64 (3.0 against 3.2 ms at D 192) Triton 3.9 needs more shared memory than an SM
     # has when V is reloaded per query head (H_k != H_v); such passes run 1 stage.
-    "sm90": ArchConfigs("sm90", 232_448, (
+    "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
         (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3)),
-        (128, BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3, num_warps_dq=8)),
+        (128, BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3, num_warps_dq=8,
+                          # the fastest one-kernel atomic-dQ tiles of bench/atomic_dq_probe.py
+                          # (bench/results/h200/round8/atomic_dq_probe*.log); a dK pass that
+                          # reloads V per query head has room for one stage
+                          atomic_dq=BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3,
+                                                unshared_stages=1))),
         (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
                           num_stages_dq=3, split_dkdv=True, two_chunks=True,
                           dv_pass=(64, 128, 8, 2), unshared_stages=1,
@@ -142,7 +153,7 @@ ARCHS: dict[str, ArchConfigs] = {
     # The interpreter runs every program in Python over numpy tiles: its cost is the number
     # of programs and loop trips, so 64-wide tiles are about 3x faster than 32-wide ones.
     # Its 192 row runs the two-chunk kernels (D in (128, 192]), so that the CPU tests run them.
-    "cpu": ArchConfigs("cpu", 1 << 40, (
+    "cpu": ArchConfigs("cpu", 1 << 40, atomic_dq=True, tiers=(
         (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
         (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True)),
         (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
@@ -179,17 +190,21 @@ def tier_key(d_qk: int, d_v: int) -> int:
     return CHUNK + max(tiles) if tiles else block_d(max(d_qk, d_v))
 
 
-def config_for(arch: str, d_qk: int, d_v: int, banded: bool = False) -> BlockConfig:
-    """The tier's config for these head dims; its `banded` one for a graph with a band."""
+def config_for(arch: str, d_qk: int, d_v: int, banded: bool = False,
+               atomic_dq: bool = False) -> BlockConfig:
+    """The tier's config for these head dims; its `banded` one for a graph with a band, its
+    `atomic_dq` one for an atomic-dQ launch."""
     cfg = ARCHS[arch].for_block_d(tier_key(d_qk, d_v))
-    return cfg.banded if banded and cfg.banded is not None else cfg
+    cfg = cfg.banded if banded and cfg.banded is not None else cfg
+    return cfg.atomic_dq if atomic_dq and cfg.atomic_dq is not None else cfg
 
 
 def shrink(cfg: BlockConfig) -> BlockConfig | None:
     """The next smaller config to try when a launch runs out of resources, or None."""
     if (cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1 or cfg.dv_pass is not None
-            or cfg.banded is not None):
-        return replace(cfg, num_stages=1, num_stages_dq=None, dv_pass=None, banded=None)
+            or cfg.banded is not None or cfg.atomic_dq is not None):
+        return replace(cfg, num_stages=1, num_stages_dq=None, dv_pass=None, banded=None,
+                       atomic_dq=None)
     blocks = (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if max(blocks) <= MIN_BLOCK:
         return None

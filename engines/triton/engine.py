@@ -3,6 +3,7 @@
 Serves the declared layout natively or declines with the first reason from its arch's
 Capabilities row; never copies or re-lays-out the user's tensors. Deterministic: dK/dV
 accumulate in registers over the GQA group, dQ has its own kernel (no atomics anywhere).
+`TritonAtomicDqEngine` is the same kernels with dQ added by the dK pass with atomics.
 Ragged (THD / varlen) graphs run natively too: `run` hands the launcher the
 `cu_seqlens_q` / `cu_seqlens_kv` device tensors from `tensors`, which only the kernels read
 (and bound: a sequence whose offsets leave the storage is skipped); nothing here reads them.
@@ -54,6 +55,20 @@ def use_interpreter_unless_told_otherwise() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def atomic_dq_serves(graph: Graph, arch: str) -> bool:
+    """Whether an atomic-dQ engine adds this graph's dQ with atomics: on an arch whose
+    configs say so (configs.ArchConfigs.atomic_dq), head dims up to one
+    CHUNK (wider tiers hold two [N, D] accumulators already: with a third operand tile their
+    dK passes spill or pass sm90's shared memory), padded graphs (dQ's rows come from the
+    scratch in one copy, and only the kernels may read the offsets that say which rows are
+    a ragged batch's sequences), and not a graph that asks for a deterministic backward.
+    The others run the dQ kernel."""
+    table = configs.ARCHS.get(arch)
+    return (table is not None and table.atomic_dq
+            and configs.block_d(max(graph.D_qk, graph.D_v)) <= configs.CHUNK
+            and graph.ragged is None and not graph.attributes.deterministic_algorithm)
+
+
 def banded(graph: Graph) -> bool:
     """A left or right bound (causal, windows): configs.config_for's `banded`."""
     a = graph.attributes
@@ -70,6 +85,8 @@ class TritonEngine(Engine):
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"
     kernels_module = "bundlegen.engines.triton.kernels"
+    #: dQ added by the dK pass with atomics (TritonAtomicDqEngine), not by the dQ kernel
+    atomic_dq = False
 
     def __init__(self, device: torch.device | str = "cpu"):
         super().__init__(device)
@@ -104,17 +121,26 @@ class TritonEngine(Engine):
             return
         from bundlegen.engines.triton import warm
         warm.compile_missing(str(self.device), self.arch,
-                             [g for g in graphs if self.is_applicable(g) is None])
+                             [g for g in graphs if self.is_applicable(g) is None],
+                             atomic_dq=self.atomic_dq)
 
     def launches_own_modules(self) -> bool:
         """True when this engine launches the modules of this package (warm.py's)."""
         return (self.launch_module, self.kernels_module) == (TritonEngine.launch_module,
                                                              TritonEngine.kernels_module)
 
+    def uses_atomic_dq(self, graph: Graph) -> bool:
+        return self.atomic_dq and atomic_dq_serves(graph, self.arch)
+
     def config(self, graph: Graph) -> configs.BlockConfig:
         """The table's block config for this device, head dims and band (a launch that runs
         out of resources with it falls back per variant: `run`)."""
-        return configs.config_for(self.arch, graph.D_qk, graph.D_v, banded(graph))
+        return configs.config_for(self.arch, graph.D_qk, graph.D_v, banded(graph),
+                                  self.uses_atomic_dq(graph))
+
+    def _prepare(self, launcher, graph: Graph, tensors, cfg: configs.BlockConfig):
+        return launcher.prepare(graph, tensors, cfg, kernels=self.kernels_module,
+                                atomic_dq=self.uses_atomic_dq(graph))
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         """Launch with the table's config; a variant that runs out of resources with it runs
@@ -125,11 +151,11 @@ class TritonEngine(Engine):
             raise ValueError(f"triton engine cannot serve this graph: {reason}")
         launcher = importlib.import_module(self.launch_module)
         table = self.config(graph)
-        L = launcher.prepare(graph, tensors, table, kernels=self.kernels_module)
+        L = self._prepare(launcher, graph, tensors, table)
         variant = L.variant
         fitted = self._fitted.get(variant)
         if fitted is not None:
-            L = launcher.prepare(graph, tensors, fitted, kernels=self.kernels_module)
+            L = self._prepare(launcher, graph, tensors, fitted)
         while True:
             try:
                 launcher.run(L)
@@ -139,11 +165,25 @@ class TritonEngine(Engine):
                     raise
                 print(f"triton: {graph.dtype} D {graph.D_qk}/{graph.D_v} ran out of resources with "
                       f"{_tiles(L.cfg)}; this variant runs {_tiles(smaller)}", file=sys.stderr)
-                L = launcher.prepare(graph, tensors, smaller, kernels=self.kernels_module)
+                L = self._prepare(launcher, graph, tensors, smaller)
                 continue
             if L.cfg != table:
                 self._fitted[variant] = L.cfg
             return
+
+
+class TritonAtomicDqEngine(TritonEngine):
+    """The `triton` kernels with dQ added by the dK pass with atomics into an fp32 scratch
+    (kernels.bwd_dkdv ATOMIC_DQ): no dQ kernel, five matrix multiplies per block pair instead
+    of seven (what FlashAttention 2 and 3 and cuDNN do by default). The order of the additions
+    changes from run to run, so dQ's last bits do too: not deterministic (the harness runs
+    a case once). Graphs atomic_dq_serves leaves out run the `triton` kernels.
+    Not a built-in name yet (no measured claims): `--engine
+    bundlegen.engines.triton.engine:TritonAtomicDqEngine`."""
+    name = "triton-atomic-dq"
+    deterministic = False
+    deterministic_mode = True
+    atomic_dq = True
 
 
 def _tiles(cfg: configs.BlockConfig) -> str:

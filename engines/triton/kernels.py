@@ -70,6 +70,8 @@ _SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left"
 _RAGGED_INTS = ["T_q", "T_kv"]
 # HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
 _BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
+# ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch
+_DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
 
 
 @triton.jit
@@ -266,7 +268,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q,
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + _DQA_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
 def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
@@ -280,6 +282,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
              scale, shift, left, right, T_q, T_kv,
              BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
+             DQA, sqa_b, sqa_h, sqa_s,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
@@ -287,7 +290,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, KV_SHARED: tl.constexpr,
              HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
+             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -298,6 +301,11 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
     BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
     second chunk; see "Two chunks" above), else 0.
+    ATOMIC_DQ (the dK pass, one head-dim chunk): also dQ, as this block's dS K added with
+    atomics into the fp32 scratch DQA (a [.., H_q, S_q, D_qk] tensor addressed like Q,
+    head-dim stride 1; the launcher scales it into dQ). Five matrix multiplies per block
+    pair instead of seven, but the order of the additions, so dQ's last bits, changes from
+    run to run.
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
     pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, BLOCK_MAJOR,
@@ -439,6 +447,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             dk = _dot(dsT, q, dk, UPCAST)                   # dK += dS^T Q
             if TWO:
                 dk2 = _dot(dsT, q2, dk2, UPCAST)
+            if ATOMIC_DQ:                                   # dQ += dS K (scaled by the launcher)
+                tl.static_assert(not TWO, "atomic dQ serves one head-dim chunk")
+                dqa = _at(DQA, 0, bq, sqa_b, h, sqa_h, row0, sqa_s, 1)
+                tl.atomic_add(dqa + _tile(rm, rdq, sqa_s, 1, 1),
+                              _dot(tl.trans(dsT), k, None, UPCAST),
+                              mask=_cols_ok(m_ok[:, None], rdq, d_qk, False), sem="relaxed")
 
     if COMPUTE_DK:
         dkp = _at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)

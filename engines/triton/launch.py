@@ -1,8 +1,8 @@
 """Argument and stride marshalling for the kernels, and their grids.
 
 The user's tensors are addressed where they are, through their storage offsets and
-strides: nothing is made contiguous or copied. The only allocation is the fp32 Delta
-scratch, packed [B, H_q, S_q].
+strides: nothing is made contiguous or copied. The only allocations are the fp32 Delta
+scratch, packed [B, H_q, S_q], and with atomic dQ (DqScratch) a packed fp32 dQ scratch.
 
 A ragged graph's [T, H, D] ports are handed as [1, H, T, D] views whose batch stride is the
 token stride (kernels: a program indexes the batch axis by its sequence's first token), and
@@ -204,6 +204,8 @@ class Launch:
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
     #: modifier port -> _plain_addr (None where the graph has no such port)
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
+    #: atomic dQ (prepare's atomic_dq): the dK pass adds dS K into this scratch, no dQ kernel
+    dq_scratch: "DqScratch | None" = None
 
     @property
     def variant(self) -> tuple:
@@ -213,7 +215,8 @@ class Launch:
         launch's config never depends on which launches came before it."""
         g = self.graph
         return (g.dtype, tuple(sorted(self.tiles.items())), tuple(sorted(self.flags.items())),
-                g.H_k == g.H_v, tuple(sorted(p for p, a in self.mods.items() if a is not None)))
+                g.H_k == g.H_v, tuple(sorted(p for p, a in self.mods.items() if a is not None)),
+                self.dq_scratch is not None)
 
     @property
     def pointers(self) -> tuple:
@@ -241,6 +244,23 @@ class Launch:
                 float(g.attributes.attn_scale), shift, left, right, *self.ragged[2:])
 
 
+@dataclass(frozen=True)
+class DqScratch:
+    """An atomic-dQ launch's fp32 scratch: zeros in dQ's logical dims, packed (the only
+    allocation besides Delta), and the dq port it is scaled into at the end."""
+    acc: torch.Tensor
+    out: torch.Tensor
+
+    def kernel_args(self, graph: Graph) -> tuple:
+        """(DQA, sqa_b, sqa_h, sqa_s): the scratch addressed like Q (token_major if ragged)."""
+        view = token_major(self.acc) if graph.ragged is not None else self.acc
+        return (view, *view.stride()[:3])
+
+
+def dq_scratch(graph: Graph, dq: torch.Tensor) -> DqScratch:
+    return DqScratch(torch.zeros(dq.shape, dtype=torch.float32, device=dq.device), dq)
+
+
 def block_major(graph: Graph) -> bool:
     """Programs ordered block by block across heads (the heavy blocks of every head first)
     under a one-sided band (causal, or a left bound alone) with K/V heads shared by a group
@@ -255,10 +275,12 @@ def block_major(graph: Graph) -> bool:
 
 
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-            order: bool | None = None, kernels: str = KERNELS) -> Launch:
+            order: bool | None = None, kernels: str = KERNELS, atomic_dq: bool = False) -> Launch:
     """`order` overrides block_major(graph) (bench/tune_triton.py compares the two);
-    `kernels` names the kernels module (the engine's)."""
+    `kernels` names the kernels module (the engine's); `atomic_dq`: dQ from the dK pass with
+    atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel."""
     a = graph.attributes
+    scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged = offsets(graph, tensors)
     mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
@@ -275,7 +297,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, head_tiles(graph, cfg),
-                  ports, delta, ragged, mods)
+                  ports, delta, ragged, mods, scratch)
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
@@ -333,14 +355,20 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return
+        atomic = L.dq_scratch is not None and do_dk   # dS exists in the dK pass only
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
+            *(L.dq_scratch.kernel_args(g) if atomic else (None,) * 4), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, **L.flags, **L.tiles, **cfg.launch_kwargs())
 
 
 def run_dq(L: Launch) -> None:
+    """The dQ kernel; with atomic dQ, dQ = scale * the scratch the dK pass added into."""
+    if L.dq_scratch is not None:
+        L.dq_scratch.out.copy_(L.dq_scratch.acc.mul_(float(L.graph.attributes.attn_scale)))
+        return
     g, cfg, dq = L.graph, L.cfg, L.ports["dq"]
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
     if grid == 0:

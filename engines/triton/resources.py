@@ -10,7 +10,7 @@ with it (so a config that spills fails CI), and checks the report covers every v
 Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
 `run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
 H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, padded ones
-without and with every score modifier) and the graphs of
+without and with every score modifier, atomic dQ or not where the arch runs it) and the graphs of
 the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
 records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
 as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import itertools
 import json
 import os
 import re
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from bundlegen.engines.triton import configs
+from bundlegen.engines.triton import aot, configs
 
 REPORT = Path(__file__).with_name("resources.json")
 ARCHS = ("sm90", "sm120", "gfx942")
@@ -122,6 +123,15 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                              "tiles 64 x 128, 8 warps, 1 stage: the fastest "
                                              "measured dV pass) with 64-bit tile offsets, only "
                                              "for tiles spanning 2^31 elements or more"),
+    ("sm90", "*/vec8/*/atomic-dq"): (1856, "atomic dQ (TritonAtomicDqEngine): the dK pass also "
+                                           "holds this block's dQ share ([M, D] fp32): 680 bytes "
+                                           "in the plain dK/dV variant with the tiles "
+                                           "bench/atomic_dq_probe.py timed fastest (64 x 128, 8 "
+                                           "warps), up to 1.9 KB with the score modifiers and "
+                                           "64-bit offsets; not yet timed in the engine"),
+    ("sm90", "dv/d128/atomic-config/*/vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
+                                                               "with the atomic-dQ tiles, the "
+                                                               "score modifiers and 64-bit offsets"),
     ("sm90", "d*-2c/d192/*/vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
                                                         "bias and softcap tiles and 64-bit "
                                                         "tile offsets (only for tiles spanning "
@@ -183,7 +193,7 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 # ----------------------------------------------------------------------------- variants
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
-SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC",
+SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv"})
@@ -228,6 +238,9 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     **{a: (lambda c: RUNTIME if _modified(c) else None,
            "None (a constexpr) without modifiers; the modified stand-in takes it at run time")
        for a in MODIFIER_ARGS},
+    **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
+           "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
+       for a in aot.ATOMIC_DQ_ARGS},
 }
 OPTIONS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim"})
 
@@ -241,6 +254,7 @@ class Choice:
     io: str
     tier: int                                 # the config tier (largest BLOCK_D it serves)
     banded: bool = False                      # made with the tier's `banded` config
+    atomic_config: bool = False               # made with the tier's `atomic_dq` config
 
 
 class _Site:
@@ -257,6 +271,7 @@ class _Recorder:
     """Stands in for the kernels module: records each launch instead of running it."""
     def __init__(self, kernels):
         self.kernels, self.choices, self.tier, self.banded = kernels, set(), None, False
+        self.atomic_config = False
 
     def __getattr__(self, name):
         return _Site(self, getattr(self.kernels, name))
@@ -277,7 +292,8 @@ class _Recorder:
         io = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(args[0].dtype), "fp32")
         opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
         self.choices.add(Choice(fn.__name__, tuple(sorted(cons.items())),
-                                tuple(sorted(opts.items())), io, self.tier, self.banded))
+                                tuple(sorted(opts.items())), io, self.tier, self.banded,
+                                self.atomic_config))
 
 
 def probe_graphs(arch: str) -> list:
@@ -334,21 +350,23 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
     (the kernels as compiled for a GPU)."""
     from bundlegen.engines.triton import launch
     from bundlegen.engines.triton.capabilities import ROWS
-    from bundlegen.engines.triton.engine import banded
+    from bundlegen.engines.triton.engine import atomic_dq_serves, banded
     pairs = probe_graphs(arch) + [(g, False) for g in (graphs or ())]
     recorder = None
-    for graph, wide in pairs:
-        if ROWS[arch].mismatch(graph) is not None:
+    for (graph, wide), atomic in itertools.product(pairs, (False, True)):   # atomic dQ or not
+        if ROWS[arch].mismatch(graph) is not None or (atomic and not atomic_dq_serves(graph, arch)):
             continue
         launched = graph.as_launched()
-        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
-        L = launch.prepare(launched, _meta_tensors(graph, wide), cfg)
+        plain = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
+        L = launch.prepare(launched, _meta_tensors(graph, wide), cfg, atomic_dq=atomic)
         if recorder is None:
             recorder = _Recorder(L.kernels)
         recorder.tier = _tier(arch, configs.tier_key(graph.D_qk, graph.D_v))   # L.cfg's tier
         tier_cfg = configs.ARCHS[arch].for_block_d(recorder.tier)
-        assert L.cfg in (tier_cfg, tier_cfg.banded)
-        recorder.banded = L.cfg != tier_cfg
+        assert plain in (tier_cfg, tier_cfg.banded)
+        recorder.banded = plain != tier_cfg
+        recorder.atomic_config = cfg != plain
         L = dataclasses.replace(L, kernels=recorder)
         launch.run_preprocess(L)
         launch.run_dkdv(L)
@@ -370,11 +388,12 @@ def _tier(arch: str, block_d: int) -> int:
 
 
 def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
-          banded: bool = False) -> str:
+          banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
-    kernel/d<tier>[/banded][/order]/vec<n>/<offsets>/<dense|ragged>[/mods] (banded: from the
-    tier's config for graphs with a band, configs.config_for; mods: with the score
-    modifiers); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
+    kernel/d<tier>[/banded][/atomic-config][/order]/vec<n>/<offsets>/<dense|ragged>[/mods]
+    [/atomic-dq] (banded, atomic-config: from the tier's config for graphs with a band, for
+    atomic-dQ launches, configs.config_for; mods: with the score modifiers; atomic-dq: the
+    dK pass adds dQ with atomics); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
     if kernel == "bwd_dsinks":
         return f"dsinks/d{tier}"
     name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
@@ -386,13 +405,16 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
     if cons.get("BLOCK_DQK2"):                       # two chunks: d<first + second>
         name += "-2c"
     width = cons["BLOCK_DV"] + cons.get("BLOCK_DV2", 0) if "BLOCK_DV" in cons else tier
-    parts = [name, f"d{width}"] + (["banded"] if banded else [])
+    parts = [name, f"d{width}"] + (["banded"] if banded else []) + (
+        ["atomic-config"] if atomic_config else [])
     if "BLOCK_MAJOR" in cons:
         parts.append("block-major" if cons["BLOCK_MAJOR"] else "head-major")
     parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
               "ragged" if cons.get("RAGGED") else "dense"]
     if cons.get("HAS_BIAS"):
         parts.append("mods")
+    if cons.get("ATOMIC_DQ"):
+        parts.append("atomic-dq")
     return "/".join(parts)
 
 
@@ -407,7 +429,7 @@ def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
     ctx = dict(cons, _tier=choice.tier)
     out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
     out = {k: v for k, v in out.items() if v != RUNTIME}
-    return label(choice.kernel, out, choice.tier, choice.banded), {"kernel": choice.kernel, "constexprs": out,
+    return label(choice.kernel, out, choice.tier, choice.banded, choice.atomic_config), {"kernel": choice.kernel, "constexprs": out,
                                        "options": dict(choice.options),
                                        "io": REPRESENTED["_io"][0](ctx)}
 
@@ -438,7 +460,7 @@ def compile_variant(arch: str, var: Mapping) -> Any:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from bundlegen.engines.triton import aot, kernels
+    from bundlegen.engines.triton import kernels
     fn = getattr(kernels, var["kernel"])
     src = ASTSource(fn, *aot._specialise(fn, dict(var["constexprs"]), var["io"]))
     return triton.compile(src, target=GPUTarget(*aot.TARGETS[arch]), options=dict(var["options"]))

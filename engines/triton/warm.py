@@ -59,10 +59,13 @@ def _vec(graph: Graph) -> int:
                       for t in specs) else 1
 
 
-def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
-    """Arguments of a tiny graph compiling the same kernels, or None for a WIDE case."""
-    from bundlegen.engines.triton.engine import banded
-    cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | None:
+    """Arguments of a tiny graph compiling the same kernels, or None for a WIDE case.
+    `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
+    graph's launch adds dQ with atomics."""
+    from bundlegen.engines.triton.engine import atomic_dq_serves, banded
+    atomic = atomic_dq and atomic_dq_serves(graph, arch)
+    cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     rows = cfg.most_rows
     ragged = graph.ragged is not None
     for port, t in graph.tensors.items():
@@ -76,12 +79,12 @@ def twin(graph: Graph, arch: str = "sm90") -> tuple | None:
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
-            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods)
+            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods, atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods = key
+    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, _ = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -93,11 +96,12 @@ def twin_graph(key: tuple) -> Graph:
                           dbias=dbias, sinks=dsinks, dsinks=dsinks, softcap=1.0 if softcap else None)
 
 
-def twin_keys(graphs: Iterable[Graph], arch: str = "sm90") -> tuple[list[tuple], int]:
+def twin_keys(graphs: Iterable[Graph], arch: str = "sm90",
+              atomic_dq: bool = False) -> tuple[list[tuple], int]:
     """One twin per distinct variant, and how many graphs are WIDE (no twin)."""
     found, wide = {}, 0
     for graph in graphs:
-        key = twin(graph, arch)
+        key = twin(graph, arch, atomic_dq)
         if key is None:
             wide += 1
             continue
@@ -208,9 +212,11 @@ def twin_launches(keys: list[tuple], arch: str) -> dict[tuple, tuple]:
             for name in OFFSET_PORTS:
                 tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
             graph = graph.as_launched()
-        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+        atomic = key[-1]
+        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
         recorder = _Launches()
-        launch.run(dataclasses.replace(launch.prepare(graph, tensors, cfg), kernels=recorder))
+        launch.run(dataclasses.replace(launch.prepare(graph, tensors, cfg, atomic_dq=atomic),
+                                       kernels=recorder))
         for name, args, kwargs in recorder.calls:
             args = tuple(map(_recorded, args))
             kwargs = {k: _recorded(v) for k, v in kwargs.items()}
@@ -264,10 +270,11 @@ def default_jobs() -> int:
 
 
 def compile_missing(device: str, arch: str, graphs: Iterable[Graph], jobs: int | None = None,
-                    *, announce: bool = True) -> tuple[int, int, int]:
+                    *, announce: bool = True, atomic_dq: bool = False) -> tuple[int, int, int]:
     """Compile the variants of `graphs` that have no marker yet, `jobs` processes at a time;
-    (compiled, already there, WIDE graphs left to compile on use)."""
-    keys, wide = twin_keys(graphs, arch)
+    (compiled, already there, WIDE graphs left to compile on use). `atomic_dq`: the
+    engine's (TritonEngine.atomic_dq)."""
+    keys, wide = twin_keys(graphs, arch, atomic_dq)
     missing = [k for k in keys if not marker(arch, k).exists()]
     if missing:
         launches = list(twin_launches(missing, arch).values())
