@@ -127,9 +127,12 @@ def read_back(groups: list[torch.Tensor]) -> list[list[float]]:
 
 def stacked(flags: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """A port -> device scalar map as one tensor, for read_back."""
-    if not flags:
-        return torch.zeros(0)
-    return torch.stack([f.reshape(()) for f in flags.values()])
+    return _stack(list(flags.values()))
+
+
+def _stack(scalars: list[torch.Tensor]) -> torch.Tensor:
+    """Scalars computed on one device as one 1-D tensor (empty: a CPU one)."""
+    return torch.stack([s.reshape(()) for s in scalars]) if scalars else torch.zeros(0)
 
 
 def set_ports(flags: Mapping[str, torch.Tensor], values: list[float]) -> list[str]:
@@ -190,9 +193,7 @@ def judge_memory(guard_ports: list[str], modified_ports: list[str]) -> tuple[str
 
 def read_flags(flags: list[torch.Tensor]) -> list[bool]:
     """Bool scalars computed on one device, read back with a single transfer."""
-    if not flags:
-        return []
-    return [bool(x) for x in torch.stack([f.reshape(()) for f in flags]).tolist()]
+    return [bool(x) for x in read_back([_stack(flags)])[0]]
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -267,6 +268,4 @@ def bit_pattern(t: torch.Tensor) -> torch.Tensor:
 
 def read_counts(counts: list[torch.Tensor]) -> list[int]:
     """Integer scalars computed on one device, read back with a single transfer."""
-    if not counts:
-        return []
-    return [int(x) for x in torch.stack([c.reshape(()) for c in counts]).tolist()]
+    return [int(x) for x in read_back([_stack(counts)])[0]]

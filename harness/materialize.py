@@ -41,7 +41,7 @@ from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, 
                              TensorSpec)
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
-from bundlegen.harness.checks import bit_pattern, read_flags
+from bundlegen.harness.checks import bit_pattern, read_flags, set_ports
 from bundlegen.harness.distributions import draw_inputs, draw_modifiers, generated_shape
 
 #: every port that takes the output canary
@@ -467,7 +467,7 @@ def _guard_flag(m: Materialized, port: str) -> torch.Tensor:
 
 def flagged(flags: Mapping[str, torch.Tensor]) -> list[str]:
     """The ports whose device flag is set, read back with one transfer."""
-    return [port for port, bad in zip(flags, read_flags(list(flags.values()))) if bad]
+    return set_ports(flags, read_flags(list(flags.values())))
 
 
 def guard_flags(m: Materialized) -> dict[str, torch.Tensor]:
