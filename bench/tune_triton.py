@@ -11,6 +11,7 @@ so a tile choice that breaks the kernel shows up here before the harness runs it
     python bench/tune_triton.py                          # D 64 128 192 256, causal and not
     python bench/tune_triton.py --d 192 256 --passes --rep 10 40 --out tune.json
     python bench/tune_triton.py --orders                 # program order: head- vs block-major
+    python bench/tune_triton.py --d 64 128 --atomic-dq   # the atomic-dQ dK/dV pass's tiles
 
 The winners go into engines/triton/configs.py by hand; the harness then proves them.
 """
@@ -39,9 +40,13 @@ TILES = {
     64: ([(32, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3)],
          [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 8, 3)]),
     128: ([(32, 64, 4, 3), (32, 64, 4, 2), (32, 64, 4, 4), (32, 128, 8, 3), (64, 128, 8, 2),
+           (64, 64, 4, 3), (64, 64, 8, 3), (32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 8, 3),
+           (32, 128, 4, 4), (32, 128, 4, 2), (32, 64, 4, 5), (16, 64, 4, 3), (16, 128, 4, 3),
+           (32, 64, 8, 4), (32, 128, 8, 4),
            (32, 64, 4, 3, "split"), (64, 64, 4, 2, "split"), (64, 64, 4, 3, "split"),
            (32, 128, 8, 2, "split"), (32, 128, 8, 3, "split"), (64, 128, 8, 2, "split")],
-          [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3)]),
+          [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 8, 2),
+           (64, 128, 4, 3), (64, 64, 4, 2), (128, 32, 8, 3), (64, 128, 8, 3)]),
     192: ([(32, 32, 4, 3), (32, 32, 4, 3, "2c"), (32, 64, 4, 2, "2c"), (32, 64, 4, 3, "2c"),
            (64, 64, 8, 2, "2c"), (32, 128, 8, 2, "2c"), (32, 64, 8, 2, "2c"),
            (32, 64, 4, 2, "2c", "split"), (32, 64, 4, 3, "2c", "split"),
@@ -67,6 +72,14 @@ PASS_TILES = {
     256: [(32, 128, 8, 2), (32, 128, 8, 3), (64, 128, 8, 1), (64, 128, 8, 2), (32, 64, 4, 2),
           (32, 64, 4, 3), (64, 64, 4, 2), (64, 64, 8, 2), (16, 128, 8, 2), (128, 128, 8, 1)],
 }
+#: --atomic-dq: tiles of the dK/dV kernel with dQ added by atomics (BlockConfig.atomic_dq),
+#: timed as the whole atomic backward after the preprocess (scratch zeroed, dK/dV pass, copy)
+ATOMIC_TILES = {
+    64: [(64, 128, 8, 3), (64, 128, 4, 3), (64, 64, 4, 3), (32, 128, 4, 3), (128, 128, 8, 2),
+         (64, 128, 8, 2)],
+    128: [(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3),
+          (32, 128, 8, 3), (64, 128, 4, 3), (128, 64, 8, 2), (32, 64, 4, 3)],
+}
 KERNELS = ("dkdv", "dq")
 PASSES = ("dk", "dv")
 REP = (20, 80)   # do_bench warmup and rep (ms); --rep sets them
@@ -75,6 +88,10 @@ REP = (20, 80)   # do_bench warmup and rep (ms); --rep sets them
 def candidates(d: int, kernel: str) -> list[BlockConfig]:
     base = config_for(ARCH, d, d)
     out = []
+    if kernel == "atomic":
+        return [replace(config_for(ARCH, d, d, atomic_dq=True), block_m1=m, block_n1=n,
+                        num_warps=warps, num_stages=stages)
+                for m, n, warps, stages in ATOMIC_TILES[d]]
     if kernel in PASSES:
         for m, n, warps, stages in PASS_TILES[d]:
             cfg = replace(base, split_dkdv=True, two_chunks=d == 192, dv_pass=None,
@@ -94,7 +111,7 @@ def candidates(d: int, kernel: str) -> list[BlockConfig]:
 
 def describe(cfg: BlockConfig, kernel: str) -> str:
     c = asdict(cfg)
-    tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk")
+    tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk", "atomic")
              else tuple(c["dv_pass"]) if kernel == "dv"
              else (c["block_m2"], c["block_n2"], c["num_warps_dq"], c["num_stages_dq"]))
     flags = (["split"] if cfg.split_dkdv and kernel == "dkdv" else []) + (["2c"] if cfg.two_chunks else [])
@@ -131,9 +148,11 @@ def _compile(jobs: list[tuple]) -> list[bool]:
         graph = shape(d, causal, S=256, B=1)
         t = tensors_for(graph, "cuda")
         try:
-            prepared = L.prepare(graph, t, cfg)
+            prepared = L.prepare(graph, t, cfg, atomic_dq=kernel == "atomic")
             L.run_preprocess(prepared)
-            if kernel == "dq":
+            if kernel == "atomic":
+                L.run_dkdv(prepared)
+            elif kernel == "dq":
                 L.run_dq(prepared)
             else:
                 L.run_dkdv(prepared, only=None if kernel == "dkdv" else kernel)
@@ -151,9 +170,14 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
     import triton
 
     from bundlegen.engines.triton import launch as L
-    prepared = L.prepare(graph, t, cfg)
+    prepared = L.prepare(graph, t, cfg, atomic_dq=kernel == "atomic")
     L.run_preprocess(prepared)
-    if kernel == "dq":
+    if kernel == "atomic":
+        def fn():
+            prepared.dq_scratch.acc.zero_()
+            L.run_dkdv(prepared)
+            L.run_dq(prepared)
+    elif kernel == "dq":
         def fn():
             L.run_dq(prepared)
     else:
@@ -163,7 +187,8 @@ def _time(graph, t, cfg, kernel: str) -> tuple[float, dict]:
         t[p].zero_()
     fn()
     torch.cuda.synchronize()
-    ports = {"dkdv": ("dk", "dv"), "dq": ("dq",), "dk": ("dk",), "dv": ("dv",)}[kernel]
+    ports = {"dkdv": ("dk", "dv"), "dq": ("dq",), "dk": ("dk",), "dv": ("dv",),
+             "atomic": ("dq", "dk", "dv")}[kernel]
     outs = {p: t[p].clone() for p in ports}
     return triton.testing.do_bench(fn, warmup=REP[0], rep=REP[1]), outs
 
@@ -221,6 +246,9 @@ def main(argv=None) -> int:
                         help="do_bench warmup and rep in ms")
     parser.add_argument("--passes", action="store_true",
                         help="also time the split dK-only and dV-only passes (PASS_TILES)")
+    parser.add_argument("--atomic-dq", action="store_true",
+                        help="only the atomic-dQ dK/dV tiles (ATOMIC_TILES), against the "
+                             "deterministic kernels' dK/dV + dQ")
     parser.add_argument("--orders", action="store_true",
                         help="only compare the program orders (head- vs block-major)")
     args = parser.parse_args(argv)
@@ -235,6 +263,8 @@ def main(argv=None) -> int:
                                              indent=1) + "\n")
         return 0
     def kernels(d: int) -> tuple[str, ...]:
+        if args.atomic_dq:
+            return ("atomic",)
         return KERNELS + (PASSES if args.passes and d in PASS_TILES else ())
 
     jobs = [(d, mask == "causal", kernel, cfg) for d in args.d for mask in args.masks
@@ -259,7 +289,12 @@ def main(argv=None) -> int:
             table = config_for(ARCH, d, d)
             best = {}
             for kernel in kernels(d):   # a pass is compared with the table's whole dK/dV
-                ref_ms, ref_out = _time(graph, t, table, "dkdv" if kernel in PASSES else kernel)
+                if kernel == "atomic":   # against the deterministic dK/dV + dQ kernels
+                    ms_dkdv, out = _time(graph, t, table, "dkdv")
+                    ms_dq, out_dq = _time(graph, t, table, "dq")
+                    ref_ms, ref_out = ms_dkdv + ms_dq, dict(out, **out_dq)
+                else:
+                    ref_ms, ref_out = _time(graph, t, table, "dkdv" if kernel in PASSES else kernel)
                 timed = []
                 for cfg in candidates(d, kernel):
                     if not ok.get((d, causal, kernel, cfg)):
@@ -270,7 +305,8 @@ def main(argv=None) -> int:
                                for p in out if kernel not in PASSES or p == kernel)
                     timed.append((ms, cfg, diff))
                 timed.sort(key=lambda r: r[0])
-                print(f"\nD{d} {mask} {kernel}: table config {ref_ms:.3f} ms", flush=True)
+                base = "deterministic dK/dV + dQ" if kernel == "atomic" else "table config"
+                print(f"\nD{d} {mask} {kernel}: {base} {ref_ms:.3f} ms", flush=True)
                 for ms, cfg, diff in timed[:8]:
                     print(f"  {ms:7.3f} ms  {ref_ms / ms:5.2f}x  {describe(cfg, kernel)}"
                           f"  max rel diff {diff:.1e}", flush=True)
@@ -280,6 +316,11 @@ def main(argv=None) -> int:
                              "timed": [{"ms": ms, "cfg": asdict(cfg), "max_rel_diff": diff}
                                        for ms, cfg, diff in timed]})
             flops = 2.5 * 4 * 4 * 16 * 4096 * 4096 * d / (2 if causal else 1)
+            if args.atomic_dq:
+                print(f"D{d} {mask}: best atomic {best['atomic']:.3f} ms = "
+                      f"{flops / best['atomic'] / 1e9:.0f} TFLOP/s (no preprocess)", flush=True)
+                del t
+                continue
             dkdv = min(best["dkdv"], best.get("dk", 1e9) + best.get("dv", 1e9))
             total = dkdv + best["dq"]
             print(f"D{d} {mask}: best dK/dV (one pass or dK + dV passes) + best dQ {total:.3f} ms = "

@@ -133,10 +133,14 @@ ROW_PITCH_EARLY = Patch("kernels", (
          "@triton.jit\ndef _ranges("),
     Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
     Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
-    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,", 2),
-    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,", 2),
-    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,", 2),
-    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,", 2),
+    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,"),
+    Edit("_tile(offs_m, rdq, sq_s,", "_tile_early(offs_m, rdq, sq_s,"),
+    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,"),
+    Edit("_tile(offs_m, rdv, sdo_s,", "_tile_early(offs_m, rdv, sdo_s,"),
+    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
+    Edit("_tile(offs_n, rdq, sk_s,", "_tile_early(offs_n, rdq, sk_s,"),
+    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
+    Edit("_tile(offs_n, rdv, sv_s,", "_tile_early(offs_n, rdv, sv_s,"),
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
@@ -195,10 +199,8 @@ OFFSETS_32 = Patch("kernels", (Edit(
 #: stored as a full block, one row past the sequence's end (the next head's row 0, or the
 #: storage past the tensor)
 SQ_TAIL_AS_FULL = Patch("kernels", (Edit(
-    "    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), mask=qmask)\n",
-    "    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io),\n"
-    "             mask=(offs_m < tl.where(start_m + BLOCK_M - 1 <= n_q, start_m + BLOCK_M, n_q))[:, None]\n"
-    "             & (rdq[None, :] < d_qk))\n"),))
+    "    m_in = rm[:, None] < n_q - start_m\n",
+    "    m_in = (offs_m < tl.where(start_m + BLOCK_M - 1 <= n_q, start_m + BLOCK_M, n_q))[:, None]\n"),))
 
 #: BND-SKV-TAIL: the dQ kernel's count of key blocks rounded up with BLOCK_N - 2 instead of
 #: BLOCK_N - 1: a last key block holding a single key (S_kv mod BLOCK_N2 == 1) is skipped

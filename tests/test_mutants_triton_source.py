@@ -42,7 +42,7 @@ def test_a_patch_that_no_longer_fits_fails_loudly():
     with pytest.raises(T.PatchError, match="expected 1 occurrence.*found 0"):
         T.Patch("kernels", (fits, T.Edit("no such line\n", ""))).source()
     with pytest.raises(T.PatchError, match="expected 1 occurrence.*found 2"):
-        T.Patch("kernels", (T.Edit("k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)", "k_tile = 0"),)).source()
+        T.Patch("kernels", (T.Edit("z64 = tl.cast(0, tl.int64)", "z64 = 0"),)).source()
 
 
 def test_a_patched_module_is_loaded_from_the_cache():

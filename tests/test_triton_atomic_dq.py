@@ -54,6 +54,21 @@ def test_score_modifiers():
     check(prepare(graph, seed=11), AtomicEngine("cpu"))
 
 
+def test_shifted_logits_with_a_partial_kv_block():
+    """Every score near -110 (LSE below fp32's exp range): in the last KV block, rows past the
+    sequence have S = 0, so their P^T = exp(-LSE) overflows to inf and K there is 0. The dK
+    pass needs no mask for those rows (never stored), the atomic dQ does: inf * 0 = NaN."""
+    graph = dense_graph(H_q=2, S_q=24, S_kv=40, D_qk=16, dtype="fp16")   # 40 = 32 + 8 rows
+    gen = torch.Generator().manual_seed(3)
+    scale = float(graph.attributes.attn_scale)
+    offset = (110.0 / (16 * scale)) ** 0.5     # q . k * scale = -offset^2 * D * scale
+    dims = {p: t.dims for p, t in graph.tensors.items()}
+    inputs = {p: torch.randn(dims[p], generator=gen, dtype=torch.float64) for p in ("q", "k", "v", "do")}
+    inputs["q"] = inputs["q"] * 0.1 + offset
+    inputs["k"] = inputs["k"] * 0.1 - offset
+    check(prepare(graph, inputs=inputs), AtomicEngine("cpu"))
+
+
 def _launch(engine, graph):
     tensors = {p: torch.zeros(t.dims, dtype=torch.float32 if t.dtype == "fp32" else torch.bfloat16)
                for p, t in graph.tensors.items()}

@@ -10,8 +10,8 @@ os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bundlegen.graph import dense_graph, packed_strides  # noqa: E402
-from bundlegen.engines.triton import configs  # noqa: E402
+from bundlegen.graph import dense_graph, packed_strides, ragged_graph  # noqa: E402
+from bundlegen.engines.triton import configs, launch  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.engines.triton.selfcheck import check, permuted, prepare  # noqa: E402
 from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
@@ -115,6 +115,38 @@ def test_gradients(engine, name):
     graph = dense_graph(**CASES[name])
     assert engine.is_applicable(graph) is None
     check(prepare(graph, seed=len(name)), engine)
+
+
+#: graphs whose every tile is whole under TEST_TILES (S_q, S_kv multiples of 32, head dims equal
+#: to their tiles): the kernels' EVEN variants, loads and stores without masks
+WHOLE_TILE_CASES = {
+    "mha": dict(H_q=2, S_q=64, D_qk=32),
+    "gqa-4-kv-64": dict(H_q=8, H_k=2, S_q=32, S_kv=64, D_qk=16, dtype="bf16"),
+    "hk-ne-hv": dict(H_q=4, H_k=4, H_v=2, S_q=32, D_qk=32, D_v=16),   # a dK pass and a dV pass
+    "causal-br": dict(H_q=2, S_q=32, S_kv=96, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
+    "band": dict(H_q=2, S_q=64, D_qk=16, left=9, right=3, dtype="bf16"),
+    "masked-rows": dict(H_q=2, S_q=96, S_kv=32, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
+}
+
+
+@pytest.mark.parametrize("name", list(WHOLE_TILE_CASES))
+def test_whole_tiles(engine, name):
+    graph = dense_graph(**WHOLE_TILE_CASES[name])
+    assert launch.whole_tiles(graph, TEST_TILES, launch.head_tiles(graph, TEST_TILES))
+    check(prepare(graph, seed=len(name)), engine)
+
+
+def test_whole_tiles_only_where_no_tile_is_cut():
+    tiles = lambda g: launch.head_tiles(g, TEST_TILES)  # noqa: E731
+    for args in (dict(S_q=48), dict(S_q=32, S_kv=48), dict(S_q=32, D_qk=24), dict(S_q=32, D_v=8)):
+        graph = dense_graph(**dict(dict(H_q=2, D_qk=16), **args))
+        assert not launch.whole_tiles(graph, TEST_TILES, tiles(graph)), args
+    ragged = ragged_graph((0, 32, 64), (0, 32, 64), H_q=2, H_k=2, H_v=2, D_qk=16, D_v=16)
+    assert not launch.whole_tiles(ragged, TEST_TILES, tiles(ragged))
+    split = dataclasses.replace(TEST_TILES, dv_pass=(16, 64, 4, 1))   # the dV pass's 64 rows
+    graph = dense_graph(H_q=2, S_q=32, D_qk=16)
+    assert launch.whole_tiles(graph, TEST_TILES, tiles(graph))
+    assert not launch.whole_tiles(graph, split, tiles(graph))
 
 
 @pytest.mark.parametrize("name", list(LAYOUT_CASES))
@@ -290,20 +322,21 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
 
 
 def test_needs_wide_past_2_31():
-    """A tile spanning 2^31 elements selects WIDE; the launcher's rule, on meta tensors."""
+    """A head's tiles spanning 2^31 elements from its row 0 select WIDE (the rows of the
+    sequence, rounded up to the tiles: 100 -> 128); the launcher's rule, on meta tensors."""
     from bundlegen.engines.triton.launch import needs_wide
     cfg = configs.BlockConfig(64, 64, 64, 64)
 
-    def view(strides, dims=(1, 1, 128, 64)):
+    def view(strides, dims=(1, 1, 100, 64)):
         return torch.empty_strided(dims, strides, device="meta")
     small = {"q": view((128 * 64, 128 * 64, 64, 1))}
     assert not needs_wide(small, cfg)
-    assert needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 63, 1))), cfg)
-    assert not needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 64, 1))), cfg)
+    assert needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 127, 1))), cfg)
+    assert not needs_wide(dict(small, k=view((0, 0, 2 ** 31 // 128, 1))), cfg)
     assert needs_wide(dict(small, dv=view((1, 1, 1, 2 ** 31 // 63))), cfg)
-    stats = (1, 1, 128, 1)
-    assert needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 63 + 1, 1), stats)), cfg)
-    assert not needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 63, 2 ** 40), stats)), cfg)
+    stats = (1, 1, 100, 1)
+    assert needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 127 + 1, 1), stats)), cfg)
+    assert not needs_wide(dict(small, stats=view((0, 0, 2 ** 31 // 127, 2 ** 40), stats)), cfg)
 
 
 def test_deterministic(engine):

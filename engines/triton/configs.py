@@ -122,21 +122,21 @@ ARCHS: dict[str, ArchConfigs] = {
     # resources (engines/triton/resources.json, `python bench/triton_resources.py`) over every
     # variant the launcher can choose; the worst variants are the unaligned (VEC=1) ones with
     # 64-bit tile offsets (WIDE), whose per-element offsets take the registers.
-    # sm120: spills in 2 of 216 variants (8 bytes each, below). The rows before (issue 18) spilled in 103 of 216
+    # sm120: no spills in any variant. D<=64 runs 2 stages and D<=128 2 stages (3 and 1 spilled
+    # 8 bytes in a few ragged and 64-bit-offset variants once the kernels held no mask tiles
+    # across their loops), D<=256 16 x 16 dQ tiles (16 x 32 spilled 24 bytes with the score
+    # modifiers' one stage). The rows before (issue 18) spilled in 103 of 216
     # variants: D<=64 (32, 64, 64, 32, 4 warps, 3 stages) up to 632 bytes (dK, VEC=1 WIDE),
     # D<=128 (64, 64, 64, 64, 8 warps, 2 stages) up to 1120 bytes (dK, VEC=1 WIDE; 16 bytes
     # aligned dK/dV), D<=256 (32, 32, 64, 32, 8 warps, 1 stage) up to 280 bytes (dQ, VEC=1).
-    # Smaller dK/dV tiles and 32x32 / 16x32 dQ tiles fit 255 registers in 214 of
-    # 216 variants. Not met: D<=128 dK-only, unaligned (VEC=1), dense, both orders
-    # spill 8 bytes (one 64-bit value; listed in resources.KNOWN_SPILLS). Every D<=128 row
-    # tried moves a small spill elsewhere (ptxas): (32, 32, 4 warps, 2 stages) 384 bytes in
-    # VEC=1 dK; (32, 32, 8 warps) 184 in VEC=1 WIDE dK; (16, 32, 8 warps, 2 stages) 8-16 in
-    # aligned dV; (16, 32, 8 warps, 1 stage) 8-16 in aligned dK; (16, 32, 4 warps, 1 stage)
-    # below: 8 in VEC=1 dK only. 16x16 tiles would be next (untried: no sm120 to time them).
+    # Smaller dK/dV tiles and 32x32 / 16x32 dQ tiles fit 255 registers. Small spills move
+    # from variant to variant with the stages and warps (ptxas): at D<=128, (32, 32, 4 warps,
+    # 2 stages) spilled 384 bytes in VEC=1 dK and (32, 32, 8 warps) 184 in VEC=1 WIDE dK.
+    # Untimed: no sm120 here.
     "sm120": ArchConfigs("sm120", 101_376, (
-        (64, BlockConfig(32, 32, 32, 32, num_warps=8, num_stages=3, num_warps_dq=4)),
-        (128, BlockConfig(16, 32, 32, 32, num_warps=4, num_stages=1, num_warps_dq=8)),
-        (256, BlockConfig(16, 32, 16, 32, num_warps=8, num_stages=1)),
+        (64, BlockConfig(32, 32, 32, 32, num_warps=8, num_stages=2, num_warps_dq=4)),
+        (128, BlockConfig(16, 32, 32, 32, num_warps=4, num_stages=2, num_warps_dq=8)),
+        (256, BlockConfig(16, 32, 16, 16, num_warps=8, num_stages=1)),
     )),
     # gfx942: 2 waves per SIMD at D<=128 (waves_per_eu=2: at most 256 VGPRs incl. AGPRs).
     # Before (waves_per_eu=1, D<=64 (32, 128, 128, 32), D<=128 (32, 64, 64, 32)) every dK/dV

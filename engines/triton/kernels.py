@@ -70,7 +70,7 @@ _SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left"
 _RAGGED_INTS = ["T_q", "T_kv"]
 # HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
 _BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
-# ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch
+# ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch, in its rows
 _DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
 
 
@@ -166,6 +166,26 @@ def _cols_ok(rows_ok, cols, d, WHOLE: tl.constexpr):
     else:
         ok = rows_ok & (cols[None, :] < d)
     return ok
+
+
+@triton.jit
+def _ld(ptrs, mask, EVEN: tl.constexpr):
+    """Load a tile; masked (0 outside) unless EVEN (every tile whole: the launcher's
+    launch.whole_tiles), where the masks are left out, so no predicate tile is kept live."""
+    if EVEN:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    return x
+
+
+@triton.jit
+def _st(ptrs, x, mask, EVEN: tl.constexpr):
+    """Store a tile; masked unless EVEN (as _ld)."""
+    if EVEN:
+        tl.store(ptrs, x)
+    else:
+        tl.store(ptrs, x, mask=mask)
 
 
 @triton.jit
@@ -290,7 +310,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, KV_SHARED: tl.constexpr,
              HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+             EVEN: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -300,10 +321,11 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     the group has the group's K and V head, so a dK-only or dV-only pass (the launcher's
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
     BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
-    second chunk; see "Two chunks" above), else 0.
-    ATOMIC_DQ (the dK pass, one head-dim chunk): also dQ, as this block's dS K added with
-    atomics into the fp32 scratch DQA (a [.., H_q, S_q, D_qk] tensor addressed like Q,
-    head-dim stride 1; the launcher scales it into dQ). Five matrix multiplies per block
+    second chunk; see "Two chunks" above), else 0. EVEN: no tile crosses a sequence or head-dim
+    end (launch.whole_tiles), so loads and stores are not masked.
+    ATOMIC_DQ (the dK pass, one head-dim chunk): also dQ, as this block's scale dS K added
+    with atomics into the fp32 scratch DQA (rows of BLOCK_DQK, padded past D_qk; strides
+    sqa_* count such rows; the launcher copies it into dQ). Five matrix multiplies per block
     pair instead of seven, but the order of the additions, so dQ's last bits, changes from
     run to run.
     """
@@ -319,6 +341,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     qk_scale = scale * LOG2E
     d_qk = D_qk * VEC
     d_v = D_v * VEC
+    z64 = tl.cast(0, tl.int64)   # row 0 of _at: keeps its sum 64-bit
 
     TWO: tl.constexpr = BLOCK_DQK2 > 0
     rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
@@ -327,8 +350,6 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     col0 = tl.cast(start_n, tl.int64)
     kmask = _cols_ok(offs_n[:, None] < n_kv, rdq, d_qk, TWO)
     vmask = _cols_ok(offs_n[:, None] < n_kv, rdv, d_v, TWO)
-    q_tile = _tile(rm, rdq, sq_s, sq_d, VEC)
-    do_tile = _tile(rm, rdv, sdo_s, sdo_d, VEC)
     k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
     v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
     if TWO:
@@ -336,8 +357,6 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
         kmask2 = _cols_ok(offs_n[:, None] < n_kv, rdq2, d_qk, False)
         vmask2 = _cols_ok(offs_n[:, None] < n_kv, rdv2, d_v, False)
-        q_tile2 = _tile(rm, rdq2, sq_s, sq_d, VEC)
-        do_tile2 = _tile(rm, rdv2, sdo_s, sdo_d, VEC)
         k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
         v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
 
@@ -364,12 +383,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
     h0 = g * group
     kp = _at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC)
-    k = tl.load(kp + k_tile, mask=kmask, other=0.0)
+    k = _ld(kp + k_tile, kmask, EVEN)
     if TWO:
         k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
     if COMPUTE_DK:
         vp = _at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC)
-        v = tl.load(vp + v_tile, mask=vmask, other=0.0)
+        v = _ld(vp + v_tile, vmask, EVEN)
         if TWO:
             v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
 
@@ -387,30 +406,35 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV and not KV_SHARED:   # dK pass: the V head of query head h
             vp = _at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
-            v = tl.load(vp + v_tile, mask=vmask, other=0.0)
+            v = _ld(vp + v_tile, vmask, EVEN)
             if TWO:
                 v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
         if not COMPUTE_DK and not KV_SHARED:   # dV pass: the K head of query head h
             kp = _at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
-            k = tl.load(kp + k_tile, mask=kmask, other=0.0)
+            k = _ld(kp + k_tile, kmask, EVEN)
             if TWO:
                 k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
         row0 = tl.cast(start_m, tl.int64)
         offs_m = start_m + rm
         m_ok = offs_m < n_q
         # (each chunk's loads before any dot: the order the two-chunk kernels were timed in)
-        qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-        q = tl.load(qp + q_tile, mask=_cols_ok(m_ok[:, None], rdq, d_qk, TWO), other=0.0)
+        # The Q and dO tiles' offsets count rows from the head's row 0 (launch.needs_wide
+        # bounds them): a tile of offsets that does not change with the block would be
+        # hoisted out of the loop and kept in registers.
+        qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
+        q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC), _cols_ok(m_ok[:, None], rdq, d_qk, TWO),
+                EVEN)
         if TWO:
-            q2 = tl.load(qp + q_tile2, mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False),
-                         other=0.0)
-        dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-        do = tl.load(dop + do_tile, mask=_cols_ok(m_ok[:, None], rdv, d_v, TWO), other=0.0)
+            q2 = tl.load(qp + _tile(offs_m, rdq2, sq_s, sq_d, VEC),
+                         mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False), other=0.0)
+        dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, z64, sdo_s, VEC)
+        do = _ld(dop + _tile(offs_m, rdv, sdo_s, sdo_d, VEC),
+                 _cols_ok(m_ok[:, None], rdv, d_v, TWO), EVEN)
         if TWO:
-            do2 = tl.load(dop + do_tile2, mask=_cols_ok(m_ok[:, None], rdv2, d_v, False),
-                          other=0.0)
-        lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0))
+            do2 = tl.load(dop + _tile(offs_m, rdv2, sdo_s, sdo_d, VEC),
+                          mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
+        lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
+                         EVEN))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
         sT = _dot(k, tl.trans(q), None, UPCAST)
         if TWO:
@@ -436,7 +460,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             if TWO:
                 dv2 = _dot(pT.to(io), do2, dv2, UPCAST)
         if COMPUTE_DK:
-            delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
+            delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
             dpT = _dot(v, tl.trans(do), None, UPCAST)       # dP^T = V dO^T
             if TWO:
                 dpT = _dot(v2, tl.trans(do2), dpT, UPCAST)
@@ -447,24 +471,38 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             dk = _dot(dsT, q, dk, UPCAST)                   # dK += dS^T Q
             if TWO:
                 dk2 = _dot(dsT, q2, dk2, UPCAST)
-            if ATOMIC_DQ:                                   # dQ += dS K (scaled by the launcher)
+            if ATOMIC_DQ:                                   # dQ += scale dS K
                 tl.static_assert(not TWO, "atomic dQ serves one head-dim chunk")
-                dqa = _at(DQA, 0, bq, sqa_b, h, sqa_h, row0, sqa_s, 1)
-                tl.atomic_add(dqa + _tile(rm, rdq, sqa_s, 1, 1),
-                              _dot(tl.trans(dsT), k, None, UPCAST),
-                              mask=_cols_ok(m_ok[:, None], rdq, d_qk, False), sem="relaxed")
+                if not EVEN:   # KV rows past the sequence: P^T may be inf there, and K is 0
+                    dsT = tl.where(offs_n[:, None] < n_kv, dsT, 0.0)
+                # rows of BLOCK_DQK fp32: offsets the compiler knows are 16-byte aligned and
+                # contiguous along the head dim, so the adds are vector reductions
+                dqa = _at(DQA, 0, bq, sqa_b, h, sqa_h, row0, sqa_s, BLOCK_DQK)
+                dq_part = _dot(tl.trans(dsT), k, None, UPCAST) * scale
+                if EVEN:
+                    tl.atomic_add(dqa + rm[:, None] * BLOCK_DQK + rdq[None, :], dq_part,
+                                  sem="relaxed")
+                else:
+                    tl.atomic_add(dqa + rm[:, None] * BLOCK_DQK + rdq[None, :], dq_part,
+                                  mask=m_ok[:, None], sem="relaxed")
 
+    # The store masks are formed anew, not as kmask / vmask: kept live across the loop, the
+    # loads' mask tiles cost registers the dot operands need (bench/compare_kernels.py).
+    n_ok = rn[:, None] < n_kv - start_n
     if COMPUTE_DK:
         dkp = _at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
-        tl.store(dkp + _tile(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io), mask=kmask)
+        _st(dkp + _tile(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io),
+            _cols_ok(n_ok, rdq, d_qk, TWO), EVEN)
         if TWO:
             tl.store(dkp + _tile(rn, rdq2, sdk_s, sdk_d, VEC), (dk2 * scale).to(io),
-                     mask=kmask2)
+                     mask=_cols_ok(n_ok, rdq2, d_qk, False))
     if COMPUTE_DV:
         dvp = _at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
-        tl.store(dvp + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), mask=vmask)
+        _st(dvp + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), _cols_ok(n_ok, rdv, d_v, TWO),
+            EVEN)
         if TWO:
-            tl.store(dvp + _tile(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io), mask=vmask2)
+            tl.store(dvp + _tile(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io),
+                     mask=_cols_ok(n_ok, rdv2, d_v, False))
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _RAGGED_INTS + _BIAS_INTS + [
@@ -485,9 +523,9 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
            HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr):
+           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
-    registers. BLOCK_DQK2 / BLOCK_DV2: as bwd_dkdv's."""
+    registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
                                     HAS_RIGHT and not HAS_LEFT)
@@ -499,6 +537,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     qk_scale = scale * LOG2E
     d_qk = D_qk * VEC
     d_v = D_v * VEC
+    z64 = tl.cast(0, tl.int64)   # row 0 of _at: keeps its sum 64-bit
 
     TWO: tl.constexpr = BLOCK_DQK2 > 0
     rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
@@ -508,10 +547,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     m_ok = offs_m < n_q
     qmask = _cols_ok(m_ok[:, None], rdq, d_qk, TWO)
     qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-    q = tl.load(qp + _tile(rm, rdq, sq_s, sq_d, VEC), mask=qmask, other=0.0)
+    q = _ld(qp + _tile(rm, rdq, sq_s, sq_d, VEC), qmask, EVEN)
     dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-    do = tl.load(dop + _tile(rm, rdv, sdo_s, sdo_d, VEC),
-                 mask=_cols_ok(m_ok[:, None], rdv, d_v, TWO), other=0.0)
+    do = _ld(dop + _tile(rm, rdv, sdo_s, sdo_d, VEC), _cols_ok(m_ok[:, None], rdv, d_v, TWO),
+             EVEN)
     if TWO:
         rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
         rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
@@ -519,9 +558,9 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         q2 = tl.load(qp + _tile(rm, rdq2, sq_s, sq_d, VEC), mask=qmask2, other=0.0)
         do2 = tl.load(dop + _tile(rm, rdv2, sdo_s, sdo_d, VEC),
                       mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
-    lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                         mask=m_ok, other=0.0))
-    delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
+    lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
+                     EVEN))
+    delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
 
     # Keys that at least one row of this block keeps: [lo, hi).
     lo = start_m * 0
@@ -534,14 +573,11 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     if RAGGED:      # a block past its sequence's last row has nothing to do
         hi = tl.where(start_m < n_q, hi, lo)
 
-    kh = h // G_k
-    vh = h // G_v
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    # K and V of this head, their tiles' offsets counting rows from row 0 (as bwd_dkdv's Q)
+    kp = _at(K, k_off, bk, sk_b, h // G_k, sk_h, z64, sk_s, VEC)
+    vp = _at(V, v_off, bk, sv_b, h // G_v, sv_h, z64, sv_s, VEC)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
     if TWO:
-        k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
-        v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
         dq2 = tl.zeros([BLOCK_M, BLOCK_DQK2], dtype=tl.float32)
     # KV blocks starting in [mid_lo, mid_hi) lie inside the band and the sequence: they skip
     # the mask. A key past the sequence loads as 0, but its P = exp2(-LSE) may overflow to inf and
@@ -558,14 +594,14 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
         n_ok = offs_n[:, None] < n_kv
-        kp = _at(K, k_off, bk, sk_b, kh, sk_h, col0, sk_s, VEC)
-        k = tl.load(kp + k_tile, mask=_cols_ok(n_ok, rdq, d_qk, TWO), other=0.0)
+        k = _ld(kp + _tile(offs_n, rdq, sk_s, sk_d, VEC), _cols_ok(n_ok, rdq, d_qk, TWO), EVEN)
         if TWO:
-            k2 = tl.load(kp + k_tile2, mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
-        vp = _at(V, v_off, bk, sv_b, vh, sv_h, col0, sv_s, VEC)
-        v = tl.load(vp + v_tile, mask=_cols_ok(n_ok, rdv, d_v, TWO), other=0.0)
+            k2 = tl.load(kp + _tile(offs_n, rdq2, sk_s, sk_d, VEC),
+                         mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
+        v = _ld(vp + _tile(offs_n, rdv, sv_s, sv_d, VEC), _cols_ok(n_ok, rdv, d_v, TWO), EVEN)
         if TWO:
-            v2 = tl.load(vp + v_tile2, mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
+            v2 = tl.load(vp + _tile(offs_n, rdv2, sv_s, sv_d, VEC),
+                         mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
         s = _dot(q, tl.trans(k), None, UPCAST)
         if TWO:
             s = _dot(q2, tl.trans(k2), s, UPCAST)
@@ -593,9 +629,13 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         if TWO:
             dq2 = _dot(ds, k2, dq2, UPCAST)
     dqp = _at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
-    tl.store(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), mask=qmask)
+    # (the store masks formed anew, as in bwd_dkdv)
+    m_in = rm[:, None] < n_q - start_m
+    _st(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), _cols_ok(m_in, rdq, d_qk, TWO),
+        EVEN)
     if TWO:
-        tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io), mask=qmask2)
+        tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io),
+                 mask=_cols_ok(m_in, rdq2, d_qk, False))
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _BIAS_INTS + [

@@ -161,16 +161,22 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     return shift, left, right
 
 
+def tile_span(dims: tuple, strides: tuple, cfg: BlockConfig) -> int:
+    """The largest element offset of a port's tiles from its head's row 0: the kernels put the
+    rows of the Q and dO tiles (dK/dV kernel) and of the K and V tiles (dQ kernel) into the
+    tile offsets, whose rows reach the sequence rounded up to the tiles."""
+    rows = -(-dims[2] // cfg.most_rows) * cfg.most_rows or cfg.most_rows
+    return (rows - 1) * strides[2] + (dims[3] - 1) * strides[3]   # masked lanes never load
+
+
 def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                scores: Mapping[str, torch.Tensor] | None = None) -> bool:
-    """True when some tile spans TILE_OFFSET_LIMIT elements or more: the offsets inside a
-    tile are then computed in 64 bits (the offset of a tile's start always is). `scores`:
-    the bias / dbias, whose tiles are [rows, rows] blocks of their last two axes."""
+    """True when some tile spans TILE_OFFSET_LIMIT elements or more (tile_span): the offsets
+    inside a tile are then computed in 64 bits (the offset of a head's row 0 always is).
+    `scores`: the bias / dbias, whose tiles are [rows, rows] blocks of their last two axes."""
     rows = cfg.most_rows
     for t in tensors.values():
-        _, _, s_row, s_col = t.stride()
-        span = (rows - 1) * s_row + (t.shape[3] - 1) * s_col   # masked lanes never load
-        if span >= TILE_OFFSET_LIMIT:
+        if tile_span(t.shape, t.stride(), cfg) >= TILE_OFFSET_LIMIT:
             return True
     for t in (scores or {}).values():
         _, _, s_i, s_j = t.stride()
@@ -246,19 +252,26 @@ class Launch:
 
 @dataclass(frozen=True)
 class DqScratch:
-    """An atomic-dQ launch's fp32 scratch: zeros in dQ's logical dims, packed (the only
-    allocation besides Delta), and the dq port it is scaled into at the end."""
+    """An atomic-dQ launch's fp32 scratch (the only allocation besides Delta): zeros in dQ's
+    logical dims with each row padded to the head-dim tile, so the kernel's atomic adds are
+    aligned vector reductions with no head-dim mask; and the dq port it is copied into."""
     acc: torch.Tensor
     out: torch.Tensor
 
     def kernel_args(self, graph: Graph) -> tuple:
-        """(DQA, sqa_b, sqa_h, sqa_s): the scratch addressed like Q (token_major if ragged)."""
+        """(DQA, sqa_b, sqa_h, sqa_s): the scratch addressed like Q (token_major if ragged),
+        strides in padded rows."""
         view = token_major(self.acc) if graph.ragged is not None else self.acc
-        return (view, *view.stride()[:3])
+        row = self.acc.shape[-1]
+        return (view, *(s // row for s in view.stride()[:3]))
+
+    def copy_out(self) -> None:
+        self.out.copy_(self.acc[..., :self.out.shape[-1]])
 
 
 def dq_scratch(graph: Graph, dq: torch.Tensor) -> DqScratch:
-    return DqScratch(torch.zeros(dq.shape, dtype=torch.float32, device=dq.device), dq)
+    padded = (*dq.shape[:-1], block_d(graph.D_qk))
+    return DqScratch(torch.zeros(padded, dtype=torch.float32, device=dq.device), dq)
 
 
 def block_major(graph: Graph) -> bool:
@@ -286,18 +299,19 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
+    tiles = head_tiles(graph, cfg)
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  BLOCK_MAJOR=block_major(graph) if order is None else order,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
-                 **modifier_flags(graph))
+                 **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
-    return Launch(kernels_module(kernels), graph, cfg, vec, flags, head_tiles(graph, cfg),
-                  ports, delta, ragged, mods, scratch)
+    return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
+                  mods, scratch)
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
@@ -309,6 +323,19 @@ def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
         return dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v), BLOCK_DQK2=0,
                     BLOCK_DV2=0)
     return dict(BLOCK_DQK=CHUNK, BLOCK_DV=CHUNK, BLOCK_DQK2=chunks[0], BLOCK_DV2=chunks[1])
+
+
+def whole_tiles(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int]) -> bool:
+    """EVEN of the dK/dV and dQ kernels: no tile of theirs crosses a sequence's end or the
+    head dims' (S_q and S_kv multiples of every tile's rows, head dims equal to their one
+    tile; never ragged), so they load and store without masks."""
+    if graph.ragged is not None or tiles["BLOCK_DQK2"] or tiles["BLOCK_DV2"]:
+        return False
+    dv_pass = cfg.dv_pass or (cfg.block_m1, cfg.block_n1)
+    q_rows = (cfg.block_m1, cfg.block_m2, dv_pass[0])
+    kv_rows = (cfg.block_n1, cfg.block_n2, dv_pass[1])
+    return (all(graph.S_q % r == 0 for r in q_rows) and all(graph.S_kv % r == 0 for r in kv_rows)
+            and graph.D_qk == tiles["BLOCK_DQK"] and graph.D_v == tiles["BLOCK_DV"])
 
 
 def ragged_flags(graph: Graph) -> dict:
@@ -365,9 +392,9 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
 
 
 def run_dq(L: Launch) -> None:
-    """The dQ kernel; with atomic dQ, dQ = scale * the scratch the dK pass added into."""
+    """The dQ kernel; with atomic dQ, the copy of the scratch the dK pass added into."""
     if L.dq_scratch is not None:
-        L.dq_scratch.out.copy_(L.dq_scratch.acc.mul_(float(L.graph.attributes.attn_scale)))
+        L.dq_scratch.copy_out()
         return
     g, cfg, dq = L.graph, L.cfg, L.ports["dq"]
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q

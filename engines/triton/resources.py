@@ -124,11 +124,12 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                              "measured dV pass) with 64-bit tile offsets, only "
                                              "for tiles spanning 2^31 elements or more"),
     ("sm90", "*/vec8/*/atomic-dq"): (1856, "atomic dQ (TritonAtomicDqEngine): the dK pass also "
-                                           "holds this block's dQ share ([M, D] fp32): 680 bytes "
-                                           "in the plain dK/dV variant with the tiles "
+                                           "holds this block's dQ share ([M, D] fp32): about 200 "
+                                           "bytes in the plain dK/dV variant with the tiles "
                                            "bench/atomic_dq_probe.py timed fastest (64 x 128, 8 "
-                                           "warps), up to 1.9 KB with the score modifiers and "
-                                           "64-bit offsets; not yet timed in the engine"),
+                                           "warps), up to 1 KB with the score modifiers and "
+                                           "64-bit offsets; an opt-in engine, slower than the "
+                                           "deterministic one (bench/results/h200/round9)"),
     ("sm90", "dv/d128/atomic-config/*/vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
                                                                "with the atomic-dQ tiles, the "
                                                                "score modifiers and 64-bit offsets"),
@@ -137,13 +138,6 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                                         "tile offsets (only for tiles spanning "
                                                         "2^31 elements or more): dV up to 712 "
                                                         "bytes; untimed"),
-    ("sm120", "dk/d128/*/vec1/narrow/dense"): (8, "one 64-bit value in the unaligned dK-only "
-                                                   "pass; every D<=128 row tried spills "
-                                                   "somewhere (configs.py, sm120 row)"),
-    ("sm120", "dq/d64/*/vec1/wide/dense/mods"): (8, "one 64-bit value in the unaligned dQ kernel "
-                                                    "with score modifiers and 64-bit tile "
-                                                    "offsets at 4 warps (1 or 2 stages alike; 8 "
-                                                    "warps do not spill, untimed: no sm120 here)"),
 }
 
 
@@ -217,6 +211,8 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "HAS_LEFT": (lambda c: True, "a band with both sides compiles every mask branch the "
                                  "one-sided and unbounded kernels have, and their loop bounds"),
     "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
+    "EVEN": (lambda c: False, "the masked loads and stores: the whole-tile variant is the same "
+                              "code without the masks"),
     "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
                                             "shift (only a ragged launch can choose it)"),
     "BLOCK_DQK": (lambda c: configs.CHUNK if c.get("BLOCK_DQK2") else configs.block_d(c["_tier"]),

@@ -64,27 +64,27 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
+    from bundlegen.engines.triton.launch import TILE_OFFSET_LIMIT, head_tiles, tile_span, whole_tiles
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
-    rows = cfg.most_rows
     ragged = graph.ragged is not None
     for port, t in graph.tensors.items():
         if len(t.dims) == 1:   # sinks, dsinks: no tiles
             continue
-        dims, strides = _as_launched(t, ragged)
-        if (rows - 1) * strides[2] + (dims[3] - 1) * strides[3] >= 2 ** 31:
+        if tile_span(*_as_launched(t, ragged), cfg) >= TILE_OFFSET_LIMIT:
             return None
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
-            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods, atomic)
+            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods,
+            whole_tiles(graph, cfg, head_tiles(graph, cfg)), atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, _ = key
+    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, even, _ = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -92,7 +92,8 @@ def twin_graph(key: tuple) -> Graph:
         return ragged_graph((0, 9, 16), (0, 12, 16), alignment="BOTTOM_RIGHT" if br else "TOP_LEFT",
                             **sizes)
     bias, dbias, dsinks, softcap = mods
-    return with_modifiers(dense_graph(B=1, S_q=16, **sizes), bias="full" if bias else None,
+    # every tile whole at 256 rows (tiles have at most 128); none at 17
+    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes), bias="full" if bias else None,
                           dbias=dbias, sinks=dsinks, dsinks=dsinks, softcap=1.0 if softcap else None)
 
 

@@ -1,0 +1,93 @@
+"""Time kernels modules side by side on the local GPU: the engine's kernels and candidate
+copies of them (a change to the kernels timed beside the current code in one process).
+
+Each module is launched through the engine's launcher (engines/triton/launch.py), with the
+given tiles, at B4 H16 S4096 bf16 causal and not; the whole backward after the preprocess
+is timed (with --atomic-dq: scratch zeroed, the dK/dV pass adding dQ, the copy into dQ),
+and each module's gradients are compared with the first module's.
+
+    python bench/compare_kernels.py --modules bundlegen.engines.triton.kernels my.kernels \
+        --tiles 64,128,8,3 32,128,8,3 --atomic-dq --d 128
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.tune_triton import shape, tensors_for  # noqa: E402
+from bundlegen.engines.triton import launch as L  # noqa: E402
+from bundlegen.engines.triton.configs import config_for  # noqa: E402
+
+
+def timed(graph, t, cfg, module: str, atomic: bool, rep: tuple[int, int]):
+    import torch
+    import triton
+    prepared = L.prepare(graph, t, cfg, kernels=module, atomic_dq=atomic)
+    L.run_preprocess(prepared)
+
+    def backward():
+        if atomic:
+            prepared.dq_scratch.acc.zero_()
+        L.run_dkdv(prepared)
+        L.run_dq(prepared)
+    backward()
+    torch.cuda.synchronize()
+    outs = {p: t[p].float().clone() for p in ("dq", "dk", "dv")}
+    return triton.testing.do_bench(backward, warmup=rep[0], rep=rep[1]), outs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", nargs="+", default=[L.KERNELS])
+    parser.add_argument("--tiles", nargs="+", default=[],
+                        help="M,N,warps,stages of the dK/dV kernel (default: the table's)")
+    parser.add_argument("--d", type=int, nargs="+", default=[128])
+    parser.add_argument("--atomic-dq", action="store_true")
+    parser.add_argument("--rep", type=int, nargs=2, default=[20, 100])
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("compare_kernels: no CUDA device here; it times kernels on a GPU", file=sys.stderr)
+        return 2
+    rows = []
+    for d in args.d:
+        for causal in (False, True):
+            graph = shape(d, causal)
+            t = tensors_for(graph, "cuda")
+            table = config_for("sm90", d, d, atomic_dq=args.atomic_dq)
+            cfgs = [table] + [replace(table, block_m1=m, block_n1=n, num_warps=w, num_stages=s)
+                              for m, n, w, s in (map(int, x.split(",")) for x in args.tiles)]
+            flops = 2.5 * 4 * 4 * 16 * 4096 * 4096 * d / (2 if causal else 1)
+            ref = None
+            for cfg in cfgs:
+                tiles = (cfg.block_m1, cfg.block_n1, cfg.num_warps, cfg.num_stages)
+                for module in args.modules:
+                    try:
+                        ms, outs = timed(graph, t, cfg, module, args.atomic_dq, tuple(args.rep))
+                    except Exception as exc:  # noqa: BLE001 - out of resources, compile error
+                        print(f"D{d} {'causal' if causal else 'full':6s} {tiles} {module}: "
+                              f"{type(exc).__name__}: {str(exc)[:100]}", flush=True)
+                        continue
+                    ref = ref or outs
+                    diff = max(float((outs[p] - ref[p]).abs().max() / ref[p].abs().max()) for p in outs)
+                    print(f"D{d} {'causal' if causal else 'full':6s} {tiles} {module:40s} "
+                          f"{ms:7.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s  rel diff {diff:.1e}",
+                          flush=True)
+                    rows.append(dict(d=d, causal=causal, tiles=tiles, module=module, ms=ms,
+                                     max_rel_diff=diff))
+            del t
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
