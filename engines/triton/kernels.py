@@ -11,14 +11,18 @@ exponent is formed in one piece, so a very negative LSE never makes exp(S) or ex
 its own. Rows with LSE = -inf have no kept key: their P is 0 (LSE is replaced by +inf).
 
 Addressing. Each tensor comes as its storage's base pointer, an element offset and its
-(batch, head, sequence, head-dim) strides. The offset of a tile's first element is a 64-bit
-scalar; offsets inside a tile are 32-bit, or 64-bit when the launcher sets WIDE (a tile
-spanning 2^31 elements or more). VEC is 8 when every io tensor's offset and strides are
+(batch, head, sequence, head-dim) strides. The offset of a head's row 0 (or a tile's first
+row) is a 64-bit scalar; offsets inside a tile are 32-bit, or 64-bit when the launcher sets
+WIDE (launch.tile_span: a head's tiles spanning 2^31 elements or more). The tiles streamed
+in a loop (Q and dO in the dK/dV kernel, K and V in the dQ kernel) count their rows from
+row 0, so their offsets change with the block and are not kept live across the loop. VEC is 8 when every io tensor's offset and strides are
 multiples of 8 elements, its head-dim stride is 1 and both head dims are multiples of 8:
 the launcher then passes those numbers divided by 8 and the kernels multiply them back, so
 Triton knows each row starts 16-byte aligned and vectorises the loads. Otherwise VEC is 1
 and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQK,
 BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
+EVEN (launch.whole_tiles: no tile crosses a sequence's or the head dims' end) leaves the
+masks of the dK/dV and dQ kernels' loads and stores out.
 
 Ragged (THD / varlen) batches, RAGGED on: every port is token-major [T, H, D]. The
 launcher hands each port as a [1, H, T, D] view whose batch stride is its token stride, so
