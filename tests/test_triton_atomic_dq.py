@@ -86,8 +86,10 @@ def test_atomic_only_where_it_serves():
     asks = dataclasses.replace(padded, attributes=dataclasses.replace(
         padded.attributes, deterministic_algorithm=True))
     assert not engine.uses_atomic_dq(asks)
-    assert not engine.uses_atomic_dq(ragged_graph((0, 9, 16), (0, 12, 16), H_q=2, H_k=2, H_v=2,
-                                                  D_qk=16, D_v=16))
+    ragged = ragged_graph((0, 9, 16), (0, 12, 16), H_q=2, H_k=2, H_v=2, D_qk=16, D_v=16)
+    assert not engine.uses_atomic_dq(ragged)
+    with pytest.raises(ValueError, match="padded graphs only"):
+        launch.dq_scratch(ragged, torch.zeros(16, 2, 16))
     assert engine.uses_atomic_dq(dense_graph(H_q=2, S_q=16, D_qk=128, D_v=96))
     assert atomic_dq_serves(padded, "sm90") and not atomic_dq_serves(padded, "sm120")
     wide = dense_graph(H_q=2, S_q=16, D_qk=192, D_v=130, dtype="bf16")

@@ -73,8 +73,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     target = GPUTarget(*TARGETS[arch])
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v), BLOCK_DQK2=0,
                  BLOCK_DV2=0)
-    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False, EVEN=False,
-                 VEC=vec, HAS_BIAS=False, SOFTCAP=False, **{a: None for a in MODIFIER_ARGS})
+    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False,
+                 EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, **{a: None for a in MODIFIER_ARGS})
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     BLOCK_DV=tiles["BLOCK_DV"])),

@@ -178,8 +178,8 @@ class TritonAtomicDqEngine(TritonEngine):
     of seven (what FlashAttention 2 and 3 and cuDNN do by default). The order of the additions
     changes from run to run, so dQ's last bits do too: not deterministic (the harness runs
     a case once). Graphs atomic_dq_serves leaves out run the `triton` kernels.
-    Not a built-in name yet (no measured claims): `--engine
-    bundlegen.engines.triton.engine:TritonAtomicDqEngine`."""
+    Not a built-in name: on the H200 it runs slower than the deterministic kernels (README,
+    speed); `--engine bundlegen.engines.triton.engine:TritonAtomicDqEngine`."""
     name = "triton-atomic-dq"
     deterministic = False
     deterministic_mode = True

@@ -15,8 +15,8 @@ Addressing. Each tensor comes as its storage's base pointer, an element offset a
 row) is a 64-bit scalar; offsets inside a tile are 32-bit, or 64-bit when the launcher sets
 WIDE (launch.tile_span: a head's tiles spanning 2^31 elements or more). The tiles streamed
 in a loop (Q and dO in the dK/dV kernel, K and V in the dQ kernel) count their rows from
-row 0, so their offsets change with the block and are not kept live across the loop. VEC is 8 when every io tensor's offset and strides are
-multiples of 8 elements, its head-dim stride is 1 and both head dims are multiples of 8:
+row 0, so their offsets change with the block and are not kept live across the loop.
+VEC is 8 when every io tensor's offset and strides are multiples of 8 elements, its head-dim stride is 1 and both head dims are multiples of 8:
 the launcher then passes those numbers divided by 8 and the kernels multiply them back, so
 Triton knows each row starts 16-byte aligned and vectorises the loads. Otherwise VEC is 1
 and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQK,
@@ -422,12 +422,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         offs_m = start_m + rm
         m_ok = offs_m < n_q
         # (each chunk's loads before any dot: the order the two-chunk kernels were timed in)
-        # The Q and dO tiles' offsets count rows from the head's row 0 (launch.needs_wide
+        # The Q and dO tiles' offsets count rows from the head's row 0 (launch.tile_span
         # bounds them): a tile of offsets that does not change with the block would be
         # hoisted out of the loop and kept in registers.
         qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
-        q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC), _cols_ok(m_ok[:, None], rdq, d_qk, TWO),
-                EVEN)
+        q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC),
+                _cols_ok(m_ok[:, None], rdq, d_qk, TWO), EVEN)
         if TWO:
             q2 = tl.load(qp + _tile(offs_m, rdq2, sq_s, sq_d, VEC),
                          mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False), other=0.0)
@@ -635,8 +635,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     dqp = _at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
     # (the store masks formed anew, as in bwd_dkdv)
     m_in = rm[:, None] < n_q - start_m
-    _st(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io), _cols_ok(m_in, rdq, d_qk, TWO),
-        EVEN)
+    _st(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io),
+        _cols_ok(m_in, rdq, d_qk, TWO), EVEN)
     if TWO:
         tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io),
                  mask=_cols_ok(m_in, rdq2, d_qk, False))

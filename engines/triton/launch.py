@@ -258,18 +258,20 @@ class DqScratch:
     acc: torch.Tensor
     out: torch.Tensor
 
-    def kernel_args(self, graph: Graph) -> tuple:
-        """(DQA, sqa_b, sqa_h, sqa_s): the scratch addressed like Q (token_major if ragged),
-        strides in padded rows."""
-        view = token_major(self.acc) if graph.ragged is not None else self.acc
+    @property
+    def kernel_args(self) -> tuple:
+        """(DQA, sqa_b, sqa_h, sqa_s): the scratch, strides in padded rows."""
         row = self.acc.shape[-1]
-        return (view, *(s // row for s in view.stride()[:3]))
+        return (self.acc, *(s // row for s in self.acc.stride()[:3]))
 
     def copy_out(self) -> None:
         self.out.copy_(self.acc[..., :self.out.shape[-1]])
 
 
 def dq_scratch(graph: Graph, dq: torch.Tensor) -> DqScratch:
+    """The zeroed scratch of a padded graph (engine.atomic_dq_serves: never a ragged one)."""
+    if graph.ragged is not None:
+        raise ValueError("atomic dQ serves padded graphs only (engine.atomic_dq_serves)")
     padded = (*dq.shape[:-1], block_d(graph.D_qk))
     return DqScratch(torch.zeros(padded, dtype=torch.float32, device=dq.device), dq)
 
@@ -386,7 +388,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
-            *(L.dq_scratch.kernel_args(g) if atomic else (None,) * 4), ATOMIC_DQ=atomic,
+            *(L.dq_scratch.kernel_args if atomic else (None,) * 4), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, **L.flags, **L.tiles, **cfg.launch_kwargs())
 

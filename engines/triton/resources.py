@@ -10,8 +10,8 @@ with it (so a config that spills fails CI), and checks the report covers every v
 Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
 `run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
 H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, padded ones
-without and with every score modifier, atomic dQ or not where the arch runs it) and the graphs of
-the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
+without and with every score modifier, atomic dQ or not where the arch runs it) and the
+graphs of the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
 records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
 as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
 choice to the variant the sweep compiles for it: a constexpr is either SWEPT (kept as chosen)
@@ -425,9 +425,9 @@ def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
     ctx = dict(cons, _tier=choice.tier)
     out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
     out = {k: v for k, v in out.items() if v != RUNTIME}
-    return label(choice.kernel, out, choice.tier, choice.banded, choice.atomic_config), {"kernel": choice.kernel, "constexprs": out,
-                                       "options": dict(choice.options),
-                                       "io": REPRESENTED["_io"][0](ctx)}
+    name = label(choice.kernel, out, choice.tier, choice.banded, choice.atomic_config)
+    return name, {"kernel": choice.kernel, "constexprs": out, "options": dict(choice.options),
+                  "io": REPRESENTED["_io"][0](ctx)}
 
 
 def sweep_variants(arch: str, choices: Iterable[Choice]) -> dict[str, dict]:

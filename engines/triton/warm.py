@@ -8,7 +8,7 @@ same variant; the twins are deduplicated, their launches recorded (not run), and
 distinct kernel launch (kernel, constexprs, compile options, argument kinds) compiled once,
 by --jobs processes (Triton's `warmup`: compiled, not run). Twins share many kernels (the
 dQ kernel does not depend on K/V head sharing, dBias or dSinks; preprocess on little):
-568 twins launch about 2100 kernels, 1341 of them distinct (quick..full on sm90).
+629 twins launch 1556 distinct kernel launches (quick..full on sm90).
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
 Triton (clearing the cache clears the markers with it).
@@ -64,7 +64,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
-    from bundlegen.engines.triton.launch import TILE_OFFSET_LIMIT, head_tiles, tile_span, whole_tiles
+    from bundlegen.engines.triton.launch import (TILE_OFFSET_LIMIT, head_tiles, tile_span,
+                                                 whole_tiles)
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
@@ -84,7 +85,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, even, _ = key
+    (dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, even,
+     _) = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -93,8 +95,9 @@ def twin_graph(key: tuple) -> Graph:
                             **sizes)
     bias, dbias, dsinks, softcap = mods
     # every tile whole at 256 rows (tiles have at most 128); none at 17
-    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes), bias="full" if bias else None,
-                          dbias=dbias, sinks=dsinks, dsinks=dsinks, softcap=1.0 if softcap else None)
+    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes),
+                          bias="full" if bias else None, dbias=dbias, sinks=dsinks, dsinks=dsinks,
+                          softcap=1.0 if softcap else None)
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90",
