@@ -2,12 +2,16 @@
 copies of them (a change to the kernels timed beside the current code in one process).
 
 Each module is launched through the engine's launcher (engines/triton/launch.py), with the
-given tiles, at B4 H16 S4096 bf16 causal and not; the whole backward after the preprocess
-is timed (with --atomic-dq: scratch zeroed, the dK/dV pass adding dQ, the copy into dQ),
-and each module's gradients are compared with the first module's.
+given tiles (default: the table's, its banded config for the causal rows), at B4 H16 S4096
+bf16 causal and not; the whole backward after the preprocess is timed (with --atomic-dq:
+scratch zeroed, the dK/dV pass adding dQ, the copy into dQ), and each module's gradients
+are compared with the first module's. --loads pointer times the streamed tiles loaded
+through pointers where the config would use TMA descriptors (launch.descriptor_loads;
+`tma pointer`: both, side by side).
 
     python bench/compare_kernels.py --modules bundlegen.engines.triton.kernels my.kernels \
         --tiles 64,128,8,3 32,128,8,3 --atomic-dq --d 128
+    python bench/compare_kernels.py --d 64 128 256 --loads tma pointer
 """
 from __future__ import annotations
 
@@ -26,10 +30,10 @@ from bundlegen.engines.triton import launch as L  # noqa: E402
 from bundlegen.engines.triton.configs import config_for  # noqa: E402
 
 
-def timed(graph, t, cfg, module: str, atomic: bool, rep: tuple[int, int]):
+def timed(graph, t, cfg, module: str, atomic: bool, rep: tuple[int, int], tma: bool = True):
     import torch
     import triton
-    prepared = L.prepare(graph, t, cfg, kernels=module, atomic_dq=atomic)
+    prepared = L.prepare(graph, t, cfg, kernels=module, atomic_dq=atomic, tma=tma)
     L.run_preprocess(prepared)
 
     def backward():
@@ -50,6 +54,9 @@ def main(argv=None) -> int:
                         help="M,N,warps,stages of the dK/dV kernel (default: the table's)")
     parser.add_argument("--d", type=int, nargs="+", default=[128])
     parser.add_argument("--atomic-dq", action="store_true")
+    parser.add_argument("--loads", nargs="+", choices=("tma", "pointer"), default=["tma"],
+                        help="tma: descriptors where the config and layout allow (the engine's "
+                             "choice); pointer: never")
     parser.add_argument("--rep", type=int, nargs=2, default=[20, 100])
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -62,27 +69,28 @@ def main(argv=None) -> int:
         for causal in (False, True):
             graph = shape(d, causal)
             t = tensors_for(graph, "cuda")
-            table = config_for("sm90", d, d, atomic_dq=args.atomic_dq)
+            table = config_for("sm90", d, d, banded=causal, atomic_dq=args.atomic_dq)
             cfgs = [table] + [replace(table, block_m1=m, block_n1=n, num_warps=w, num_stages=s)
                               for m, n, w, s in (map(int, x.split(",")) for x in args.tiles)]
             flops = 2.5 * 4 * 4 * 16 * 4096 * 4096 * d / (2 if causal else 1)
             ref = None
             for cfg in cfgs:
                 tiles = (cfg.block_m1, cfg.block_n1, cfg.num_warps, cfg.num_stages)
-                for module in args.modules:
+                for module, loads in ((m, x) for m in args.modules for x in args.loads):
                     try:
-                        ms, outs = timed(graph, t, cfg, module, args.atomic_dq, tuple(args.rep))
+                        ms, outs = timed(graph, t, cfg, module, args.atomic_dq, tuple(args.rep),
+                                         tma=loads == "tma")
                     except Exception as exc:  # noqa: BLE001 - out of resources, compile error
-                        print(f"D{d} {'causal' if causal else 'full':6s} {tiles} {module}: "
-                              f"{type(exc).__name__}: {str(exc)[:100]}", flush=True)
+                        print(f"D{d} {'causal' if causal else 'full':6s} {tiles} {module} "
+                              f"{loads}: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
                         continue
                     ref = ref or outs
                     diff = max(float((outs[p] - ref[p]).abs().max() / ref[p].abs().max()) for p in outs)
                     print(f"D{d} {'causal' if causal else 'full':6s} {tiles} {module:40s} "
-                          f"{ms:7.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s  rel diff {diff:.1e}",
-                          flush=True)
-                    rows.append(dict(d=d, causal=causal, tiles=tiles, module=module, ms=ms,
-                                     max_rel_diff=diff))
+                          f"{loads:7s} {ms:7.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s  "
+                          f"rel diff {diff:.1e}", flush=True)
+                    rows.append(dict(d=d, causal=causal, tiles=tiles, module=module, loads=loads,
+                                     ms=ms, max_rel_diff=diff))
             del t
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")

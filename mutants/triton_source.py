@@ -144,11 +144,9 @@ ROW_PITCH_EARLY = Patch("kernels", (
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
-    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
-    "                 + _tile(rm, rd,",
-    "    o = o.to(tl.float16, bitcast=True)\n"
-    "    do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)\n"
-    "                 + _tile(rm, rd,"),))
+    "    return tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)\n",
+    "    return tl.sum(o.to(tl.float16, bitcast=True).to(tl.float32) * do.to(tl.float32),"
+    " axis=1)\n"),))
 
 MASKED_ROWS_NAN = Patch("kernels", (
     Edit('    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)\n',

@@ -249,6 +249,29 @@ def test_a_twin_compiles_the_variant_of_its_graph():
             assert choices(warm.twin_graph(key)) == choices(graph), graph
 
 
+def test_a_twin_loads_through_descriptors_where_its_graph_does():
+    """Whether the launcher may load the streamed tiles through TMA descriptors follows the
+    graph into its twin: K read through zero strides keeps both on pointer loads."""
+    import torch
+
+    from bundlegen.graph import dense_graph
+    from bundlegen.engines.triton import configs, launch, warm
+
+    def descriptors(graph):
+        cfg = configs.config_for("sm90", graph.D_qk, graph.D_v)
+        views = {p: torch.empty(1, dtype=torch.float16, device="meta").as_strided(
+                     t.dims, t.strides, t.offset + warm.HARNESS_GUARD)
+                 for p, t in graph.tensors.items()}
+        return launch.descriptor_loads(graph, cfg, launch.head_tiles(graph, cfg),
+                                       launch.vec_for(views), views)
+
+    args = dict(H_q=2, S_q=32, D_qk=64)
+    for graph, expected in ((dense_graph(**args), True),
+                            (dense_graph(strides={"k": (0, 0, 64, 1)}, **args), False)):
+        assert descriptors(graph) is expected
+        assert descriptors(warm.twin_graph(warm.twin(graph))) is expected
+
+
 def test_the_pytest_plugin_prepares_for_the_selected_cases(tmp_path, monkeypatch, pytester):
     monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
     cases = _level(tmp_path, probe=True)
@@ -291,7 +314,7 @@ def triton_key(name, args, kwargs):
     fn = getattr(kernels, name)
     if name not in binders:
         binders[name] = create_function_from_signature(fn.signature, fn.params, backend)
-    real = lambda a: torch.empty(1, dtype=getattr(torch, a.dtype)) if isinstance(a, warm._Tensor) else a
+    real = lambda a: warm.real_arg(a, "cpu")
     _, spec, opts = binders[name](*map(real, args), **{k: real(v) for k, v in kwargs.items()},
                                   debug=False)
     return (name, str(spec), str(opts))

@@ -76,13 +76,16 @@ def _launch(engine, graph):
 
 
 def test_atomic_only_where_it_serves():
-    """Padded graphs get the scratch (and the sm90 atomic tiles where the table has them);
-    a graph asking for a deterministic backward, a ragged one or one with head dims past 128
-    runs the dQ kernel."""
+    """Padded graphs get the scratch (and the sm90 atomic tiles where the table has them) and
+    pointer loads; a graph asking for a deterministic backward, a ragged one or one with head
+    dims past 128 runs the dQ kernel."""
     engine = TritonAtomicDqEngine("cpu")
     padded = dense_graph(H_q=2, S_q=16, D_qk=16, dtype="bf16")
     assert _launch(engine, padded).dq_scratch is not None
     assert _launch(TritonEngine("cpu"), padded).dq_scratch is None
+    # the atomic launches keep pointer loads; the same graph without them takes descriptors
+    assert not _launch(engine, padded).flags["TMA"]
+    assert _launch(TritonEngine("cpu"), padded).flags["TMA"]
     asks = dataclasses.replace(padded, attributes=dataclasses.replace(
         padded.attributes, deterministic_algorithm=True))
     assert not engine.uses_atomic_dq(asks)
@@ -95,9 +98,10 @@ def test_atomic_only_where_it_serves():
     wide = dense_graph(H_q=2, S_q=16, D_qk=192, D_v=130, dtype="bf16")
     assert not engine.uses_atomic_dq(wide) and _launch(engine, wide).dq_scratch is None
     assert engine.deterministic is False and engine.deterministic_mode is True
+    plain = configs.config_for("sm90", 128, 128)
     atomic = configs.config_for("sm90", 128, 128, atomic_dq=True)
-    assert (atomic.block_m1, atomic.block_n1) != (configs.config_for("sm90", 128, 128).block_m1,
-                                                  configs.config_for("sm90", 128, 128).block_n1)
+    assert atomic == plain.atomic_dq != plain
+    assert configs.config_for("sm90", 128, 128, banded=True, atomic_dq=True) == atomic
 
 
 def test_no_dq_kernel_runs():

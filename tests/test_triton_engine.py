@@ -149,6 +149,68 @@ def test_whole_tiles_only_where_no_tile_is_cut():
     assert not launch.whole_tiles(graph, split, tiles(graph))
 
 
+TMA_TILES = dataclasses.replace(TEST_TILES, tma=True)
+
+#: aligned padded graphs, their Q, dO, K and V tiles loaded through TMA descriptors
+#: (TMA_TILES): sequence tails and head dims short of their tiles (the descriptors' zero
+#: fill), GQA and H_k != H_v (a query head's K and V heads), bands, BSHD strides, both dtypes
+TMA_CASES = {
+    "tails-17-33-d24": dict(B=2, H_q=1, S_q=17, S_kv=33, D_qk=24),
+    "gqa-4-causal-br": dict(H_q=8, H_k=2, S_q=16, S_kv=20, D_qk=16, right=0,
+                            alignment="BOTTOM_RIGHT", dtype="bf16"),
+    "hk-eq-hq-gt-hv": dict(H_q=4, H_k=4, H_v=2, S_q=16, D_qk=16, dtype="bf16"),
+    "dqk-40-dv-24-band": dict(H_q=2, S_q=37, S_kv=29, D_qk=40, D_v=24, left=3, right=2),
+    "whole-tiles": dict(H_q=2, S_q=64, D_qk=32),
+    "bshd": dict(B=2, H_q=2, S_q=19, S_kv=23, D_qk=24, dtype="bf16"),
+}
+
+
+@pytest.mark.parametrize("name", list(TMA_CASES))
+def test_descriptor_loads(name):
+    args = TMA_CASES[name]
+    layout = {}
+    if name == "bshd":
+        dims = {p: t.dims for p, t in dense_graph(**args).tensors.items()}
+        layout = dict(strides={p: permuted(d, (0, 2, 1, 3)) for p, d in dims.items()
+                               if p != "stats"})
+    graph = dense_graph(**layout, **args)
+    prep = prepare(graph, seed=len(name))
+    assert launch.prepare(graph, prep.views, TMA_TILES).flags["TMA"]
+    check(prep, ConfigEngine(TMA_TILES))
+
+
+def test_descriptor_loads_only_where_the_hardware_takes_them():
+    """Descriptors only when the config asks for them, for a padded graph of one head-dim
+    chunk whose io tensors are VEC-aligned and whose streamed ports have positive dims and
+    strides; each condition alone falls back to pointer loads."""
+    def meta(graph):
+        return {p: torch.empty(1, dtype=torch.float16, device="meta").as_strided(
+                    t.dims, t.strides, t.offset) for p, t in graph.tensors.items()}
+
+    def tma(cfg=TMA_TILES, **kw):
+        graph = dense_graph(**dict(dict(H_q=2, S_q=17, D_qk=16), **kw))
+        return launch.prepare(graph, meta(graph), cfg).flags["TMA"]
+
+    assert tma() and tma(offsets={"dv": 8})
+    assert not tma(cfg=TEST_TILES)
+    assert not tma(offsets={"q": 1})
+    assert not tma(strides={"k": (0, 0, 16, 1)})
+    assert not tma(S_kv=0)
+    assert tma(D_qk=192, D_v=192)
+    assert not tma(cfg=dataclasses.replace(TMA_TILES, two_chunks=True), D_qk=192, D_v=192)
+    ragged = ragged_graph((0, 9, 16), (0, 12, 20), H_q=2, H_k=2, H_v=2, D_qk=16, D_v=16)
+    assert not launch.descriptor_loads(ragged, TMA_TILES, launch.head_tiles(ragged, TMA_TILES),
+                                       launch.VEC, launch.kernel_views(ragged, meta(ragged)))
+    # a launch without descriptors runs the config's pointer_loads config, where it has one
+    pointers = dataclasses.replace(TEST_TILES, num_stages=2)
+    both = dataclasses.replace(TMA_TILES, block_m1=32, pointer_loads=pointers)
+    for kw, cfg in ((dict(), both), (dict(offsets={"q": 1}), pointers),
+                    (dict(strides={"k": (0, 0, 16, 1)}), pointers)):
+        graph = dense_graph(H_q=2, S_q=17, D_qk=16, **kw)
+        assert launch.prepare(graph, meta(graph), both).cfg == cfg, kw
+    assert launch.prepare(graph, meta(graph), TMA_TILES).cfg == TMA_TILES
+
+
 @pytest.mark.parametrize("name", list(LAYOUT_CASES))
 def test_layouts(engine, name):
     args = LAYOUT_CASES[name]

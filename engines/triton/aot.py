@@ -29,15 +29,28 @@ MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j",
 #: the dK/dV kernel's atomic-dQ scratch arguments, None (constexprs) without atomic dQ
 ATOMIC_DQ_ARGS = ("DQA", "sqa_b", "sqa_h", "sqa_s")
 NO_ATOMIC_DQ = dict(ATOMIC_DQ=False, **{a: None for a in ATOMIC_DQ_ARGS})
+#: TMA launches' tensor descriptors (None, constexprs, without TMA): kernel -> argument ->
+#: the constexprs that are its block's rows and columns (launch.Launch.descriptors)
+DESCRIPTOR_ARGS = {"bwd_dkdv": {"QD": ("BLOCK_M", "BLOCK_DQK"), "DOD": ("BLOCK_M", "BLOCK_DV")},
+                   "bwd_dq": {"KD": ("BLOCK_N", "BLOCK_DQK"), "VD": ("BLOCK_N", "BLOCK_DV")}}
+
+
+def no_tma(kernel: str) -> dict:
+    """The constexprs of a kernel's launch without TMA descriptors."""
+    return dict(TMA=False, **{a: None for a in DESCRIPTOR_ARGS[kernel]})
 
 
 def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
     """Signature, constexprs and attributes as a launch specialises them: integers are
     never specialised (see kernels), pointers are storage bases, hence 16-byte aligned."""
     sig, attrs = {}, {}
+    descriptors = DESCRIPTOR_ARGS.get(fn.__name__, {})
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name in descriptors:
+            rows, cols = (constexprs[c] for c in descriptors[name])
+            sig[name] = f"tensordesc<{io}[1, 1, {rows}, {cols}]>"
         elif name in _FLOATS:
             sig[name] = "fp32"
         elif name[0].isupper() and name not in _INTS:
@@ -78,12 +91,14 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     BLOCK_DV=tiles["BLOCK_DV"])),
-        "dq": (kernels.bwd_dq, dict(masks, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **tiles)),
+        "dq": (kernels.bwd_dq, dict(masks, **no_tma("bwd_dq"), BLOCK_M=cfg.block_m2,
+                                    BLOCK_N=cfg.block_n2, **tiles)),
     }
     for label, dk, dv in (("dkdv", True, True), ("dk", True, False), ("dv", False, True)):
         if label == "dkdv" and cfg.split_dkdv:   # never launched: the dK and dV passes are
             continue                             # (resources.py compiles exactly what is)
-        variants[label] = (kernels.bwd_dkdv, dict(masks, **NO_ATOMIC_DQ, COMPUTE_DK=dk,
+        variants[label] = (kernels.bwd_dkdv, dict(masks, **NO_ATOMIC_DQ, **no_tma("bwd_dkdv"),
+                                                  COMPUTE_DK=dk,
                                                   COMPUTE_DV=dv, KV_SHARED=dk and dv,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
@@ -101,7 +116,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
             continue
         src = ASTSource(fn, *_specialise(fn, cons, io))
         kernel = triton.compile(src, target=target,
-                                options=cfg.launch_kwargs(dq=label.startswith("dq")))
+                                options=cfg.launch_kwargs(
+                                    dq=label.startswith(("dq", "preprocess"))))
         if compiled is not None:
             compiled[label] = kernel
         shared[label] = kernel.metadata.shared

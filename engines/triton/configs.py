@@ -46,6 +46,13 @@ class BlockConfig:
     #: the config of an atomic-dQ launch (config_for(..., atomic_dq=True)), when it differs:
     #: its dK/dV kernel also forms dQ, so other tiles fit it best
     atomic_dq: "BlockConfig | None" = None
+    #: the streamed tiles (Q, dO in the dK/dV kernel; K, V in the dQ kernel) loaded through
+    #: TMA tensor descriptors where launch.descriptor_loads allows (kernels.py, "TMA")
+    tma: bool = False
+    #: the config of a launch that loads through pointers after all (descriptor_loads
+    #: false: ragged, unaligned, ...), when it differs: without descriptors the offset and mask
+    #: tiles take registers that larger tiles need (launch.prepare switches to it)
+    pointer_loads: "BlockConfig | None" = None
 
     @property
     def most_rows(self) -> int:
@@ -85,6 +92,11 @@ def _amd(m1, n1, m2, n2, waves_per_eu=1, **kw) -> BlockConfig:
                        waves_per_eu=waves_per_eu, matrix_instr_nonkdim=16)
 
 
+#: the fastest one-kernel atomic-dQ tiles of bench/atomic_dq_probe.py
+#: (bench/results/h200/round8/atomic_dq_probe*.log); a dK pass that reloads V per query head
+#: has room for one stage
+_SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1)
+
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels and their shared memory;
     # engines/triton/resources.json has every variant's (sm90 spills in its unaligned and
@@ -100,23 +112,35 @@ ARCHS: dict[str, ArchConfigs] = {
     # is faster there (2.75 ms against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
     # with 64 (3.0 against 3.2 ms at D 192) Triton 3.9 needs more shared memory than an SM
     # has when V is reloaded per query head (H_k != H_v); such passes run 1 stage.
+    # Every tier loads the streamed tiles through TMA descriptors where the launch allows
+    # (tma; bench/results/h200/round10): the dK/dV kernel 7-14 % and the dQ kernel 3-7 %
+    # faster at D 64, 128 and 256 (B4 H16 S4096 bf16). With descriptors D 128's dK/dV kernel
+    # runs 64 x 128 tiles on 8 warps (2.17-2.18 against 2.21-2.29 ms non-causal); through
+    # pointers those tiles are slower (2.65 against 2.42 ms), so such launches keep 32 x 64
+    # (pointer_loads). Atomic-dQ launches keep pointer loads (launch.prepare; untimed with
+    # descriptors).
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
-        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3)),
-        (128, BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3, num_warps_dq=8,
-                          # the fastest one-kernel atomic-dQ tiles of bench/atomic_dq_probe.py
-                          # (bench/results/h200/round8/atomic_dq_probe*.log); a dK pass that
-                          # reloads V per query head has room for one stage
-                          atomic_dq=BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3,
-                                                unshared_stages=1))),
+        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3, tma=True)),
+        (128, BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
+                          # a dK pass reloading V per query head (H_k != H_v) with the
+                          # score modifiers' tiles needs more shared memory than 3 stages leave
+                          unshared_stages=2,
+                          pointer_loads=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
+                                                    num_warps_dq=8),
+                          # under a band 32 x 64 tiles, 4 stages (round10, calls 2 and 3)
+                          banded=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=4,
+                                             num_warps_dq=8, num_stages_dq=3, tma=True,
+                                             atomic_dq=_SM90_ATOMIC_D128),
+                          atomic_dq=_SM90_ATOMIC_D128)),
         (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
                           num_stages_dq=3, split_dkdv=True, two_chunks=True,
-                          dv_pass=(64, 128, 8, 2), unshared_stages=1,
+                          dv_pass=(64, 128, 8, 2), unshared_stages=1, tma=True,
                           banded=BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2,
                                              num_warps_dq=8, num_stages_dq=3, two_chunks=True,
-                                             unshared_stages=1))),
+                                             unshared_stages=1, tma=True))),
         (256, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
                           num_stages_dq=3, split_dkdv=True, dv_pass=(64, 128, 8, 2),
-                          unshared_stages=1)),
+                          unshared_stages=1, tma=True)),
     )),
     # sm120 and gfx942 are not run here: their rows are chosen from the compiled kernels'
     # resources (engines/triton/resources.json, `python bench/triton_resources.py`) over every
@@ -153,10 +177,13 @@ ARCHS: dict[str, ArchConfigs] = {
     # The interpreter runs every program in Python over numpy tiles: its cost is the number
     # of programs and loop trips, so 64-wide tiles are about 3x faster than 32-wide ones.
     # Its 192 row runs the two-chunk kernels (D in (128, 192]), so that the CPU tests run them.
+    # Descriptor loads (tma) as on sm90, so that the CPU tests run both kinds of loads: the
+    # aligned padded graphs through descriptors, the others through pointers.
     "cpu": ArchConfigs("cpu", 1 << 40, atomic_dq=True, tiers=(
-        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
-        (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True)),
-        (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1)),
+        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True)),
+        (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True,
+                          tma=True)),
+        (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True)),
     )),
 }
 
@@ -202,9 +229,10 @@ def config_for(arch: str, d_qk: int, d_v: int, banded: bool = False,
 def shrink(cfg: BlockConfig) -> BlockConfig | None:
     """The next smaller config to try when a launch runs out of resources, or None."""
     if (cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1 or cfg.dv_pass is not None
-            or cfg.banded is not None or cfg.atomic_dq is not None):
+            or cfg.banded is not None or cfg.atomic_dq is not None
+            or cfg.pointer_loads is not None):
         return replace(cfg, num_stages=1, num_stages_dq=None, dv_pass=None, banded=None,
-                       atomic_dq=None)
+                       atomic_dq=None, pointer_loads=None)
     blocks = (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if max(blocks) <= MIN_BLOCK:
         return None

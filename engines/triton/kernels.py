@@ -23,6 +23,11 @@ and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQ
 BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
 EVEN (launch.whole_tiles: no tile crosses a sequence's or the head dims' end) leaves the
 masks of the dK/dV and dQ kernels' loads and stores out.
+TMA (launch.descriptor_loads: a padded graph whose io tensors are VEC-aligned, one head-dim
+chunk) loads the streamed tiles, Q and dO in the dK/dV kernel and K and V in the dQ kernel,
+through tensor descriptors of the [B, H, S, D] ports (QD, DOD, KD, VD; None otherwise):
+the copy engine forms the addresses and fills rows past S and columns past D with zeros,
+so those loads need neither offset tiles nor masks.
 
 Ragged (THD / varlen) batches, RAGGED on: every port is token-major [T, H, D]. The
 launcher hands each port as a [1, H, T, D] view whose batch stride is its token stride, so
@@ -184,6 +189,13 @@ def _ld(ptrs, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _ld_desc(desc, b, h, row, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """The [ROWS, COLS] tile at (b, h, row, 0) of a [B, H, S, D] port, through its tensor
+    descriptor (block [1, 1, ROWS, COLS]); rows past S and columns past D read as 0."""
+    return desc.load([b.to(tl.int32), h.to(tl.int32), row, 0]).reshape(ROWS, COLS)
+
+
+@triton.jit
 def _st(ptrs, x, mask, EVEN: tl.constexpr):
     """Store a tile; masked unless EVEN (as _ld)."""
     if EVEN:
@@ -266,6 +278,12 @@ def _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, BOTTOM_RIGHT: tl.constexpr):
     return tq, n_q, tk, n_kv, shift
 
 
+@triton.jit
+def _row_dot(o, do):
+    """Delta's rows: sum_d O[i, d] dO[i, d] in fp32, of an O tile and a dO tile."""
+    return tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+
+
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
                                "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v", "T_q"])
 def bwd_preprocess(O, DO, Delta, CU_Q,
@@ -288,7 +306,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q,
                 + _tile(rm, rd, so_s, so_d, VEC), mask=mask, other=0.0)
     do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
                  + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    delta = _row_dot(o, do)
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
@@ -306,7 +324,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
              scale, shift, left, right, T_q, T_kv,
              BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
-             DQA, sqa_b, sqa_h, sqa_s,
+             DQA, sqa_b, sqa_h, sqa_s, QD, DOD,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
@@ -315,7 +333,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, KV_SHARED: tl.constexpr,
              HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
              BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-             EVEN: tl.constexpr):
+             EVEN: tl.constexpr, TMA: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -326,7 +344,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
     BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
     second chunk; see "Two chunks" above), else 0. EVEN: no tile crosses a sequence or head-dim
-    end (launch.whole_tiles), so loads and stores are not masked.
+    end (launch.whole_tiles), so loads and stores are not masked. TMA: Q and dO through the
+    descriptors QD and DOD (see "TMA" above).
     ATOMIC_DQ (the dK pass, one head-dim chunk): also dQ, as this block's scale dS K added
     with atomics into the fp32 scratch DQA (rows of BLOCK_DQK, padded past D_qk; strides
     sqa_* count such rows; the launcher copies it into dQ). Five matrix multiplies per block
@@ -425,18 +444,23 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         # The Q and dO tiles' offsets count rows from the head's row 0 (launch.tile_span
         # bounds them): a tile of offsets that does not change with the block would be
         # hoisted out of the loop and kept in registers.
-        qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
-        q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC),
-                _cols_ok(m_ok[:, None], rdq, d_qk, TWO), EVEN)
-        if TWO:
-            q2 = tl.load(qp + _tile(offs_m, rdq2, sq_s, sq_d, VEC),
-                         mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False), other=0.0)
-        dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, z64, sdo_s, VEC)
-        do = _ld(dop + _tile(offs_m, rdv, sdo_s, sdo_d, VEC),
-                 _cols_ok(m_ok[:, None], rdv, d_v, TWO), EVEN)
-        if TWO:
-            do2 = tl.load(dop + _tile(offs_m, rdv2, sdo_s, sdo_d, VEC),
-                          mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
+        if TMA:
+            tl.static_assert(not TWO, "descriptor loads serve one head-dim chunk")
+            q = _ld_desc(QD, bq, h, start_m, BLOCK_M, BLOCK_DQK)
+            do = _ld_desc(DOD, bq, h, start_m, BLOCK_M, BLOCK_DV)
+        else:
+            qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
+            q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC),
+                    _cols_ok(m_ok[:, None], rdq, d_qk, TWO), EVEN)
+            if TWO:
+                q2 = tl.load(qp + _tile(offs_m, rdq2, sq_s, sq_d, VEC),
+                             mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False), other=0.0)
+            dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, z64, sdo_s, VEC)
+            do = _ld(dop + _tile(offs_m, rdv, sdo_s, sdo_d, VEC),
+                     _cols_ok(m_ok[:, None], rdv, d_v, TWO), EVEN)
+            if TWO:
+                do2 = tl.load(dop + _tile(offs_m, rdv2, sdo_s, sdo_d, VEC),
+                              mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
         lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
                          EVEN))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
@@ -520,16 +544,18 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
            scale, shift, left, right, T_q, T_kv,
-           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
+           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, KD, VD,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BLOCK_MAJOR: tl.constexpr,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            RAGGED: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
            HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr):
+           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr,
+           TMA: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
-    registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's."""
+    registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
+    descriptors KD and VD."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, BLOCK_MAJOR,
                                     HAS_RIGHT and not HAS_LEFT)
@@ -598,14 +624,21 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
         n_ok = offs_n[:, None] < n_kv
-        k = _ld(kp + _tile(offs_n, rdq, sk_s, sk_d, VEC), _cols_ok(n_ok, rdq, d_qk, TWO), EVEN)
-        if TWO:
-            k2 = tl.load(kp + _tile(offs_n, rdq2, sk_s, sk_d, VEC),
-                         mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
-        v = _ld(vp + _tile(offs_n, rdv, sv_s, sv_d, VEC), _cols_ok(n_ok, rdv, d_v, TWO), EVEN)
-        if TWO:
-            v2 = tl.load(vp + _tile(offs_n, rdv2, sv_s, sv_d, VEC),
-                         mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
+        if TMA:
+            tl.static_assert(not TWO, "descriptor loads serve one head-dim chunk")
+            k = _ld_desc(KD, bk, h // G_k, start_n, BLOCK_N, BLOCK_DQK)
+            v = _ld_desc(VD, bk, h // G_v, start_n, BLOCK_N, BLOCK_DV)
+        else:
+            k = _ld(kp + _tile(offs_n, rdq, sk_s, sk_d, VEC), _cols_ok(n_ok, rdq, d_qk, TWO),
+                    EVEN)
+            if TWO:
+                k2 = tl.load(kp + _tile(offs_n, rdq2, sk_s, sk_d, VEC),
+                             mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
+            v = _ld(vp + _tile(offs_n, rdv, sv_s, sv_d, VEC), _cols_ok(n_ok, rdv, d_v, TWO),
+                    EVEN)
+            if TWO:
+                v2 = tl.load(vp + _tile(offs_n, rdv2, sv_s, sv_d, VEC),
+                             mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
         s = _dot(q, tl.trans(k), None, UPCAST)
         if TWO:
             s = _dot(q2, tl.trans(k2), s, UPCAST)

@@ -50,6 +50,8 @@ DQ_MODIFIER_STAGES = 1
 #: tile on top of three stages of the wide tiles is past sm90's shared memory at D 256
 SPLIT_MODIFIER_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
+#: the tiles a kernel streams through its loop: Q and dO (dK/dV kernel), K and V (dQ kernel)
+STREAMED_PORTS = ("q", "do", "k", "v")
 
 
 def kernels_module(name: str = KERNELS):
@@ -212,6 +214,8 @@ class Launch:
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
     #: atomic dQ (prepare's atomic_dq): the dK pass adds dS K into this scratch, no dQ kernel
     dq_scratch: "DqScratch | None" = None
+    #: TMA launches (descriptor_loads): the [B, H, S, D] ports their descriptors are made of
+    streamed: Mapping[str, torch.Tensor] | None = None
 
     @property
     def variant(self) -> tuple:
@@ -233,6 +237,20 @@ class Launch:
     def addressing(self) -> tuple:
         p = self.ports
         return (*p["q"][1:], *p["k"][1:], *p["v"][1:], *p["do"][1:], *p["stats"][1:])
+
+    def descriptors(self, ports: tuple[str, str], rows: int) -> tuple:
+        """The TMA descriptors of two streamed ports (q and do, or k and v), [1, 1, rows,
+        head-dim tile] blocks; (None, None) in a launch without TMA."""
+        if self.streamed is None:
+            return None, None
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        out = []
+        for port in ports:
+            t = self.streamed[port]
+            cols = self.tiles["BLOCK_DQK" if port in ("q", "k") else "BLOCK_DV"]
+            out.append(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, cols]))
+        return tuple(out)
 
     @property
     def score_args(self) -> tuple:
@@ -290,10 +308,13 @@ def block_major(graph: Graph) -> bool:
 
 
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-            order: bool | None = None, kernels: str = KERNELS, atomic_dq: bool = False) -> Launch:
+            order: bool | None = None, kernels: str = KERNELS, atomic_dq: bool = False,
+            tma: bool | None = None) -> Launch:
     """`order` overrides block_major(graph) (bench/tune_triton.py compares the two);
     `kernels` names the kernels module (the engine's); `atomic_dq`: dQ from the dK pass with
-    atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel."""
+    atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel; `tma` False keeps the
+    pointer loads where descriptor_loads would allow descriptors (bench/compare_kernels.py).
+    A launch without descriptors runs cfg.pointer_loads where the config has one."""
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged = offsets(graph, tensors)
@@ -302,18 +323,25 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
     tiles = head_tiles(graph, cfg)
+    # (the atomic-dQ launches keep the pointer loads they were measured with)
+    descriptors = (descriptor_loads(graph, cfg, tiles, vec, tensors) and tma is not False
+                   and not atomic_dq)
+    if not descriptors and cfg.pointer_loads is not None:
+        cfg = cfg.pointer_loads
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
                  BLOCK_MAJOR=block_major(graph) if order is None else order,
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
                  **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
+    flags["TMA"] = descriptors
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
+    streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
-                  mods, scratch)
+                  mods, scratch, streamed)
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
@@ -340,6 +368,19 @@ def whole_tiles(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int]) -> boo
             and graph.D_qk == tiles["BLOCK_DQK"] and graph.D_v == tiles["BLOCK_DV"])
 
 
+def descriptor_loads(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int], vec: int,
+                     tensors: Mapping[str, torch.Tensor]) -> bool:
+    """TMA of the dK/dV and dQ kernels: their streamed tiles (STREAMED_PORTS) loaded through
+    tensor descriptors, where the config asks for it (BlockConfig.tma) and the hardware's
+    rules hold: a padded graph (a descriptor spans one [B, H, S, D] box), one head-dim
+    chunk, every io tensor VEC-aligned (16-byte base and strides, head-dim stride 1), and
+    every dim and stride of the streamed ports positive."""
+    if not cfg.tma or graph.ragged is not None or tiles["BLOCK_DQK2"] or vec != VEC:
+        return False
+    return all(min(tensors[p].shape) > 0 and min(tensors[p].stride()) > 0
+               for p in STREAMED_PORTS)
+
+
 def ragged_flags(graph: Graph) -> dict:
     """RAGGED, and BOTTOM_RIGHT (the kernels shift each sequence's diagonal by its own
     S_kv_b - S_q_b); both False for a padded graph, whose shift comes from _bounds."""
@@ -349,6 +390,8 @@ def ragged_flags(graph: Graph) -> dict:
 
 
 def run_preprocess(L: Launch) -> None:
+    """Delta, over the dQ kernel's Q tiles with its options (the same with and without
+    descriptors: the pointer_loads configs differ in the dK/dV kernel only)."""
     g, cfg, o, do = L.graph, L.cfg, L.ports["o"], L.ports["do"]
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
     if grid == 0:   # a ragged batch whose q sequences are all empty
@@ -356,7 +399,7 @@ def run_preprocess(L: Launch) -> None:
     L.kernels.bwd_preprocess[(grid,)](
         o[0], do[0], L.delta, L.ragged[0], *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
         L.ragged[2], BLOCK_M=cfg.block_m2, BLOCK_DV=block_d(g.D_v), VEC=L.vec,
-        WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], **cfg.launch_kwargs())
+        WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], **cfg.launch_kwargs(dq=True))
 
 
 def dkdv_passes(graph: Graph, cfg: BlockConfig) -> list[tuple[int, bool, bool]]:
@@ -388,7 +431,8 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
-            *(L.dq_scratch.kernel_args if atomic else (None,) * 4), ATOMIC_DQ=atomic,
+            *(L.dq_scratch.kernel_args if atomic else (None,) * 4),
+            *L.descriptors(("q", "do"), cfg.block_m1), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, **L.flags, **L.tiles, **cfg.launch_kwargs())
 
@@ -405,8 +449,8 @@ def run_dq(L: Launch) -> None:
     L.kernels.bwd_dq[(grid,)](
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
-        *L.sizes, *L.score_args, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-        **L.flags, **L.tiles, **dq_options(L))
+        *L.sizes, *L.score_args, *L.descriptors(("k", "v"), cfg.block_n2),
+        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles, **dq_options(L))
 
 
 def dq_options(L: Launch) -> dict:

@@ -108,15 +108,21 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                 "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
                                 "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
                                 "measured speed"),
-    ("sm90", "*/d[0-9][0-9]/*/vec8/*/mods"): (872, "the H200-tuned tiles with the score modifiers (bias and "
+    ("sm90", "*/d[0-9][0-9]/*/vec8/*/mods*"): (872, "the H200-tuned tiles with the score modifiers (bias and "
                                       "softcap tiles on top of the plain kernels' 255 "
                                       "registers): dK/dV up to 872 bytes at D<=64; untimed"),
-    ("sm90", "*/d256/*/vec8/*/mods"): (1408, "the split dK and dV passes' wide D<=256 tiles "
+    ("sm90", "*/d256/*/vec8/*/mods*"): (1408, "the split dK and dV passes' wide D<=256 tiles "
                                              "(128 rows, 8 warps; configs.py, sm90) with the "
                                              "bias and softcap tiles on top, at 2 stages "
                                              "(launch.SPLIT_MODIFIER_STAGES): dK/dV up to 1.4 "
                                              "KB; ran every D256 modifier case of the H200 "
                                              "round, untimed"),
+    ("sm90", "*/d128/*/vec8/wide/*/mods/tma"): (704, "D<=128's dK/dV tiles with TMA "
+                                                     "descriptors (64 x 128, 8 warps: the "
+                                                     "fastest measured, bench/results/h200/"
+                                                     "round10) with the bias and softcap tiles "
+                                                     "and 64-bit offsets: dK/dV 680 bytes; "
+                                                     "untimed"),
     ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
                                       "softcap tiles on top: dV up to 3.6 KB at D<=256"),
     ("sm90", "dv/d256/*/vec8/wide/*[ed]"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
@@ -188,9 +194,11 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
-                   "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK",
+                   "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
-                   "CU_Q", "CU_KV", "T_q", "T_kv"})
+                   "CU_Q", "CU_KV", "T_q", "T_kv",
+                   # None without TMA, runtime (tensor descriptors) with it
+                   *(a for args in aot.DESCRIPTOR_ARGS.values() for a in args)})
 #: a REPRESENTED value meaning "not a constexpr": the stand-in takes the argument at run time
 RUNTIME = "<runtime>"
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
@@ -295,7 +303,8 @@ class _Recorder:
 def probe_graphs(arch: str) -> list:
     """Graphs spanning every input launch.py decides on: ragged or not, diagonal alignment,
     each mask kind, MHA / GQA / H_k != H_v, every head-dim tile of the arch's tiers (and
-    D_qk != D_v; 192 for the two-chunk kernels), both io dtypes, aligned or not (q's offset 1), and 64-bit tile offsets or
+    D_qk != D_v; 192 for the two-chunk kernels), both io dtypes, aligned or not (q's offset 1)
+    or aligned with K broadcast (zero strides: no TMA descriptors), and 64-bit tile offsets or
     not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
     from bundlegen.graph import dense_graph, ragged_graph, with_modifiers
     dims = [(d, d) for d in (8, 16, 32, 64, 128, 192, 256)] + [(64, 128), (256, 32)]
@@ -307,16 +316,19 @@ def probe_graphs(arch: str) -> list:
                 for heads in ((2, 2, 2), (4, 2, 2), (4, 2, 1)):
                     for d_qk, d_v in dims:
                         for dtype in ("bf16", "fp16"):
-                            for aligned in (True, False):
+                            for layout in ("aligned", "unaligned", "broadcast-k"):
                                 for wide in (False, True):
                                     sizes = dict(H_q=heads[0], H_k=heads[1], H_v=heads[2],
                                                  D_qk=d_qk, D_v=d_v, dtype=dtype,
                                                  alignment=alignment, left=left, right=right,
-                                                 offsets={} if aligned else {"q": 1})
+                                                 offsets={"q": 1} if layout == "unaligned" else {})
                                     if ragged:
-                                        out.append((ragged_graph((0, 9, 16), (0, 12, 20),
-                                                                 **sizes), wide))
+                                        if layout != "broadcast-k":
+                                            out.append((ragged_graph((0, 9, 16), (0, 12, 20),
+                                                                     **sizes), wide))
                                         continue
+                                    if layout == "broadcast-k":   # aligned, no descriptors
+                                        sizes["strides"] = {"k": (0, 0, d_qk, 1)}
                                     g = dense_graph(B=2, S_q=16, S_kv=20, **sizes)
                                     out += [(g, wide), (with_modifiers(g, **every), wide)]
     return out
@@ -363,12 +375,7 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
         assert plain in (tier_cfg, tier_cfg.banded)
         recorder.banded = plain != tier_cfg
         recorder.atomic_config = cfg != plain
-        L = dataclasses.replace(L, kernels=recorder)
-        launch.run_preprocess(L)
-        launch.run_dkdv(L)
-        launch.run_dq(L)
-        launch.run_dbias(L)
-        launch.run_dsinks(L)
+        launch.run(dataclasses.replace(L, kernels=recorder))
     return recorder.choices if recorder else set()
 
 
@@ -387,9 +394,10 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
           banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
     kernel/d<tier>[/banded][/atomic-config][/order]/vec<n>/<offsets>/<dense|ragged>[/mods]
-    [/atomic-dq] (banded, atomic-config: from the tier's config for graphs with a band, for
-    atomic-dQ launches, configs.config_for; mods: with the score modifiers; atomic-dq: the
-    dK pass adds dQ with atomics); the dSinks kernel, the same at every tier, dsinks/d<tier>."""
+    [/atomic-dq][/tma] (banded, atomic-config: from the tier's config for graphs with a band,
+    for atomic-dQ launches, configs.config_for; mods: with the score modifiers; atomic-dq:
+    the dK pass adds dQ with atomics; tma: streamed tiles through tensor descriptors); the
+    dSinks kernel, the same at every tier, dsinks/d<tier>."""
     if kernel == "bwd_dsinks":
         return f"dsinks/d{tier}"
     name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
@@ -411,6 +419,8 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
         parts.append("mods")
     if cons.get("ATOMIC_DQ"):
         parts.append("atomic-dq")
+    if cons.get("TMA"):
+        parts.append("tma")
     return "/".join(parts)
 
 

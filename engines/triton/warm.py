@@ -8,7 +8,7 @@ same variant; the twins are deduplicated, their launches recorded (not run), and
 distinct kernel launch (kernel, constexprs, compile options, argument kinds) compiled once,
 by --jobs processes (Triton's `warmup`: compiled, not run). Twins share many kernels (the
 dQ kernel does not depend on K/V head sharing, dBias or dSinks; preprocess on little):
-629 twins launch 1556 distinct kernel launches (quick..full on sm90).
+723 twins launch 1774 distinct kernel launches (quick..full on sm90).
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
 Triton (clearing the cache clears the markers with it).
@@ -64,8 +64,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
-    from bundlegen.engines.triton.launch import (TILE_OFFSET_LIMIT, head_tiles, tile_span,
-                                                 whole_tiles)
+    from bundlegen.engines.triton.launch import (STREAMED_PORTS, TILE_OFFSET_LIMIT, head_tiles,
+                                                 tile_span, whole_tiles)
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
@@ -77,19 +77,24 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
+    # launch.descriptor_loads' own condition on the streamed ports (the rest is in the key)
+    streams = all(min(d) > 0 and min(s) > 0 for d, s in (
+        _as_launched(graph.tensors[p], ragged) for p in STREAMED_PORTS))
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
             graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods,
-            whole_tiles(graph, cfg, head_tiles(graph, cfg)), atomic)
+            whole_tiles(graph, cfg, head_tiles(graph, cfg)), streams, atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
     (dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, even,
-     _) = key
+     streams, _) = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
+    if not streams:   # K read through zero batch and head strides: no descriptor loads
+        sizes["strides"] = {"k": (0, 0, d_qk, 1)}
     if ragged:
         return ragged_graph((0, 9, 16), (0, 12, 16), alignment="BOTTOM_RIGHT" if br else "TOP_LEFT",
                             **sizes)
@@ -159,6 +164,28 @@ class _Tensor:
     dtype: str            # torch dtype name, e.g. "bfloat16"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Descriptor:
+    """A recorded launch's TMA tensor descriptor: Triton specialises on its dtype and block."""
+    dtype: str            # torch dtype name
+    block: tuple
+
+
+def real_arg(arg, device: str):
+    """A recorded argument as a compile-only launch takes it: a _Tensor as a one-element
+    tensor of its dtype, a _Descriptor as a descriptor of one zero block; others as they are."""
+    import torch
+
+    if isinstance(arg, _Tensor):
+        return torch.empty(1, dtype=getattr(torch, arg.dtype), device=device)
+    if isinstance(arg, _Descriptor):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        block = torch.zeros(arg.block, dtype=getattr(torch, arg.dtype), device=device)
+        return TensorDescriptor.from_tensor(block, list(arg.block))
+    return arg
+
+
 class _Site:
     def __init__(self, calls: list, name: str):
         self.calls, self.name = calls, name
@@ -179,15 +206,20 @@ class _Launches:
 
 def _recorded(arg):
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-    return _Tensor(str(arg.dtype).removeprefix("torch.")) if isinstance(arg, torch.Tensor) else arg
+    if isinstance(arg, torch.Tensor):
+        return _Tensor(str(arg.dtype).removeprefix("torch."))
+    if isinstance(arg, TensorDescriptor):
+        return _Descriptor(str(arg.base.dtype).removeprefix("torch."), tuple(arg.block_shape))
+    return arg
 
 
 def _arg_kind(arg):
-    """What Triton specialises a positional (run-time) argument on: a tensor's dtype, an
-    int's class (1, a multiple of 16, other), a float's type; None and bools as they are
-    (constexprs)."""
-    if isinstance(arg, _Tensor) or isinstance(arg, bool) or arg is None:
+    """What Triton specialises a positional (run-time) argument on: a tensor's dtype, a
+    descriptor's dtype and block, an int's class (1, a multiple of 16, other), a float's
+    type; None and bools as they are (constexprs)."""
+    if isinstance(arg, (_Tensor, _Descriptor, bool)) or arg is None:
         return arg
     if isinstance(arg, int):
         return ("int", 1 if arg == 1 else 16 if arg % 16 == 0 else 0)
@@ -245,12 +277,9 @@ def _compile_launches(device: str, launches: list[tuple]) -> int:
     if torch.device(device).index is not None:   # plain "cuda": the current device
         torch.cuda.set_device(torch.device(device))
 
-    def real(arg):
-        return torch.empty(1, dtype=getattr(torch, arg.dtype), device=device) \
-            if isinstance(arg, _Tensor) else arg
     for name, args, kwargs in launches:
-        getattr(kernels, name).warmup(*map(real, args), grid=(1,),
-                                      **{k: real(v) for k, v in kwargs.items()})
+        getattr(kernels, name).warmup(*(real_arg(a, device) for a in args), grid=(1,),
+                                      **{k: real_arg(v, device) for k, v in kwargs.items()})
     return len(launches)
 
 
