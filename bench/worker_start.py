@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, sys, time
+import gc, json, sys, time
+gc.disable()   # as the worker starts (harness/worker.py, _worker_main)
 t0 = time.perf_counter()
 marks = []
 def mark(name):
@@ -34,6 +35,7 @@ from bundlegen.harness.config import EngineConfig
 from bundlegen.engines.registry import engine_class
 cls = engine_class(sys.argv[1]); mark("engine modules")
 engine = cls(device); mark("build engine")
+worker._collector_on()
 worker.warm_up(engine); mark("warm-up")
 worker.software_versions(engine.device); mark("software versions")
 from bundlegen.harness import run, materialize, oracle, checks; mark("harness modules")

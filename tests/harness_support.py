@@ -187,6 +187,16 @@ class DeclinesEverything(TorchMathEngine):
         return "head-dim-not-served: test engine"
 
 
+class ReportsCollector(TorchMathEngine):
+    """Declines every graph, saying whether the cyclic garbage collector is on where it
+    runs and how many objects it was told to leave alone (gc.freeze)."""
+    name = "reports-collector"
+
+    def is_applicable(self, graph):
+        import gc
+        return f"head-dim-not-served: collector on {gc.isenabled()}, frozen {gc.get_freeze_count()}"
+
+
 def engine_ref(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 

@@ -38,6 +38,17 @@ def test_a_raise_in_process_is_a_crash_too(tmp_path):
     assert [r["verdict"] for r in read_results(summary.results_path)] == [V.CRASHED, V.PASS]
 
 
+def test_a_worker_runs_its_cases_with_the_collector_on_and_its_start_frozen():
+    """The worker starts without the cyclic garbage collector and freezes what its start
+    built (worker._collector_on); its cases run with the collector back on."""
+    import re
+
+    with CaseExecutor(S.engine_ref(S.ReportsCollector), "cpu", config=S.LOOSE) as ex:
+        reason = ex.execute(S.case_of(1)).reason
+    on, frozen = re.search(r"collector on (\w+), frozen (\d+)", reason).groups()
+    assert on == "True" and int(frozen) > 10_000, reason   # torch alone is some 150,000
+
+
 class CannotBuild(S.TorchMathEngine):
     name = "cannot-build"
 
