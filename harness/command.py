@@ -149,24 +149,29 @@ def with_lane_skips(config, engine: str, lane):
     return replace(config, skips=config.skips + lane.skips)
 
 
-def main(args: argparse.Namespace) -> int:
+def _stderr():
     from rich.console import Console
 
+    return Console(stderr=True, soft_wrap=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    # only what starts the workers is imported before run_level (rich, the results module
+    # and lanes after, or where needed): each millisecond here delays the workers' start
     from bundlegen.engines.registry import EngineNotFound
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
-    from bundlegen.harness.results import read_results, summary_table
-    from bundlegen.harness.lanes import lanes_path, load_lanes
     from bundlegen.harness.run import DEVICE_RE, resolve_devices, run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
 
-    err = Console(stderr=True, soft_wrap=True)
     lane = None
     try:
         shard = parse_shard(args.shard)
         if args.lane is not None:
+            from bundlegen.harness.lanes import lanes_path, load_lanes
+
             lane = load_lanes(lanes_path(args.lanes_file)).lane(args.lane)
             take_lane(args, lane, shard)
         if args.level is None or args.engine is None:
@@ -182,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
         if workers_per_device < 1:
             raise ValueError(f"--workers-per-device {workers_per_device}: expected 1 or more")
     except (ValueError, DeviceUnavailable) as exc:   # LanesError is a ValueError
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
     try:
         config = None
@@ -200,8 +205,13 @@ def main(args: argparse.Namespace) -> int:
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
             server=not args.no_server)
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
+    from rich.console import Console
+
+    from bundlegen.harness.results import read_results, summary_table
+
+    err = _stderr()
     if summary.server_note:
         err.print(summary.server_note, highlight=False)
     served = summary.times.served_by if summary.times is not None else None

@@ -475,7 +475,6 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     running `bundlegen serve` whose key matches this run's (harness.serve), when there is
     one and it is free; the results are the same."""
     from bundlegen.harness import bundles as B
-    from bundlegen.harness import results as R
     from bundlegen.harness.selection import in_shard, selection
 
     started = time.perf_counter()
@@ -511,6 +510,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         if session:
             session.close()
         raise
+    from bundlegen.harness import results as R   # after the workers' start: see harness.command
+
     executor = executors[0]
     per_device = [_DeviceTally(dev, workers[:i].count(dev)) for i, dev in enumerate(workers)]
     new_records = []
