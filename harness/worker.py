@@ -68,9 +68,10 @@ def check_device(device: str) -> None:
             raise DeviceUnavailable(f"{device}: only {count} GPU(s) are visible")
 
 
-def software_versions(device) -> dict[str, str]:
+def software_versions(device, driver: "subprocess.Popen | None" = None) -> dict[str, str]:
     """What the results were measured with: torch, Triton, cuDNN and the GPU driver (the
-    keys present are the ones this machine has)."""
+    keys present are the ones this machine has). `driver`: ask_driver's query, started
+    earlier (default: asked now)."""
     import torch
 
     versions = {"torch": str(torch.__version__)}   # a plain str: a TorchVersion would import torch where it is unpickled
@@ -83,20 +84,35 @@ def software_versions(device) -> dict[str, str]:
         versions["cudnn"] = str(torch.backends.cudnn.version())
     if getattr(device, "type", str(device)) == "cuda":
         versions["cuda"] = str(torch.version.cuda or torch.version.hip)
-        driver = _driver_version()
-        if driver:
-            versions["driver"] = driver
+        answer = driver_version(driver if driver is not None else ask_driver())
+        if answer:
+            versions["driver"] = answer
     return versions
 
 
-def _driver_version() -> str | None:
+def ask_driver() -> subprocess.Popen | None:
+    """nvidia-smi asked for the driver version, in the background: a worker asks before it
+    imports torch, so the answer (some 20 ms on an H200 host, more where the driver is not
+    kept loaded) is there when its start is done. None where there is no nvidia-smi."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.Popen(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
         return None
-    lines = out.stdout.split()
-    return lines[0] if out.returncode == 0 and lines else None
+
+
+def driver_version(query: subprocess.Popen | None) -> str | None:
+    """The answer to ask_driver's query: its first line, or None."""
+    if query is None:
+        return None
+    try:
+        out, _ = query.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        query.kill()
+        query.communicate()
+        return None
+    lines = out.split()
+    return lines[0] if query.returncode == 0 and lines else None
 
 
 def worker_environment(spec: WorkerSpec) -> dict[str, str]:
@@ -375,6 +391,7 @@ def _worker_main(fd: int) -> None:
     conn = Connection(fd)
     try:
         parent_path, spec = conn.recv()
+        driver = ask_driver() if spec.device.split(":")[0] == "cuda" else None
         sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
         engine = construct_engine(spec)
     except BaseException as exc:
@@ -386,7 +403,7 @@ def _worker_main(fd: int) -> None:
     warm_up(engine)
     from bundlegen.harness.run import run_case
 
-    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device))))
+    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver))))
     while True:
         try:
             kind, payload = conn.recv()

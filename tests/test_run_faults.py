@@ -197,6 +197,27 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path, capsys):
     assert code == V.EXIT_USAGE and len(err) == 1 and "no GPU is visible" in err[0], err
 
 
+def test_the_driver_version_is_asked_in_the_background(tmp_path, monkeypatch):
+    """worker.ask_driver starts nvidia-smi and returns at once (a worker asks before it
+    imports torch); software_versions reads the answer; None where it fails or is missing."""
+    from types import SimpleNamespace
+
+    from bundlegen.harness import worker
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nsleep 1\necho 550.54.15\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    start = time.perf_counter()
+    query = worker.ask_driver()
+    assert time.perf_counter() - start < 0.5
+    assert worker.software_versions(SimpleNamespace(type="cuda"), query)["driver"] == "550.54.15"
+    fake.write_text("#!/bin/sh\nexit 9\n")
+    assert worker.driver_version(worker.ask_driver()) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert worker.ask_driver() is None and "driver" not in worker.software_versions("cpu")
+
+
 def test_run_json_records_the_key_and_the_software_versions(tmp_path):
     S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1)])
     _run(tmp_path, S.TorchMathEngine, isolation=False, pattern=["a", "not b"], shard=(1, 1))
