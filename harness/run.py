@@ -491,10 +491,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     levels = manifest.levels_upto(level)
     session, server_note = None, ""
     if server and isolation:
-        from bundlegen.harness.serve_client import open_session
-        from bundlegen.harness.serve_key import serve_key
+        from bundlegen.harness.serve_key import may_be_served, serve_key
 
-        session, server_note = open_session(serve_key(engine, devices, workers_per_device))
+        if may_be_served(engine):
+            from bundlegen.harness.serve_client import open_session
+
+            session, server_note = open_session(serve_key(engine, devices, workers_per_device))
     # the workers import torch and build the engine while this process loads the bundles
     executors: list[CaseExecutor] = []
     try:

@@ -138,5 +138,16 @@ def serve_dir(where: Path | None = None) -> Path:
 
 
 def socket_path(key: ServeKey) -> Path:
-    label = re.sub(r"[^a-z0-9]+", "-", key.engine.rsplit(":", 1)[-1].lower()).strip("-")[:24] or "engine"
-    return serve_dir(Path(key.workspace)) / f"serve-{label}-{key.digest}.sock"
+    return serve_dir(Path(key.workspace)) / f"serve-{_label(key.engine)}-{key.digest}.sock"
+
+
+def may_be_served(engine: str) -> bool:
+    """Whether a server of `engine` may be here: a socket of its name in serve_dir. When
+    there is none, a run need not make its key (serve_key hashes all of bundlegen's code:
+    some 40 ms before the run can start its own workers)."""
+    folder = serve_dir(_where())
+    return folder.is_dir() and any(folder.glob(f"serve-{_label(engine)}-*.sock"))
+
+
+def _label(engine: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", engine.rsplit(":", 1)[-1].lower()).strip("-")[:24] or "engine"

@@ -19,7 +19,7 @@ from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
 from bundlegen.harness.run import run_level
 from bundlegen.harness.serve_client import ask, open_session
-from bundlegen.harness.serve_key import serve_key, socket_path
+from bundlegen.harness.serve_key import may_be_served, serve_key, socket_path
 from tests import harness_support as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,6 +123,19 @@ def test_a_server_of_other_code_or_environment_is_not_used(ws, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(root)]))
     _, _, times = run(root, "servepkg.engine:Mine", "again", server=True)
     assert times.served_by["pid"] == proc.pid
+
+
+@pytest.mark.parametrize("engine", ["torch-math", "servepkg.engine:Mine", "Some Engine!"])
+def test_a_run_makes_its_key_only_where_a_server_of_its_engine_may_listen(ws, engine):
+    """may_be_served is True wherever the key's socket exists (so skipping the key never
+    skips a server), False without a socket of the engine's name."""
+    assert not may_be_served(engine)
+    path = socket_path(serve_key(engine, ["cpu"], 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "serve-other-0123456789abcdef.sock").touch()
+    assert not may_be_served(engine)
+    path.touch()
+    assert may_be_served(engine)
 
 
 def test_a_crashed_served_worker_costs_only_its_case_and_is_restarted(ws):
