@@ -1,10 +1,11 @@
 """Where a worker's start goes (what `bundlegen run` waits for before its first case):
 each step of harness/worker.py's start timed in a fresh process, in order: interpreter,
-import torch, the CUDA context, import triton, the engine's modules, building the engine,
+the worker module, import torch, the CUDA context, import triton, the engine's modules, building the engine,
 its warm-up, the software versions, the harness modules a case needs. Run twice: the
-first pays for a cold page cache.
+first pays for a cold page cache. --workers N starts N at once (--workers-per-device N):
+the steps that slow down side by side are the ones a shared start would save.
 
-    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--json PATH]
+    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--workers 4] [--json PATH]
 """
 from __future__ import annotations
 
@@ -22,22 +23,23 @@ t0 = time.perf_counter()
 marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
-import torch; mark("import torch")
+from bundlegen.harness import worker; mark("harness worker module")
 device = sys.argv[2]
+driver = worker.ask_driver() if device.startswith("cuda") else None   # as the worker does
+import torch; mark("import torch")
 if device.startswith("cuda"):
     torch.cuda.init(); torch.empty(1, device=device); mark("cuda context")
 try:
     import triton; mark("import triton")
 except ImportError:
     pass
-from bundlegen.harness import worker
 from bundlegen.harness.config import EngineConfig
 from bundlegen.engines.registry import engine_class
 cls = engine_class(sys.argv[1]); mark("engine modules")
 engine = cls(device); mark("build engine")
 worker._collector_on()
 worker.warm_up(engine); mark("warm-up")
-worker.software_versions(engine.device); mark("software versions")
+worker.software_versions(engine.device, driver); mark("software versions")
 from bundlegen.harness import run, materialize, oracle, checks; mark("harness modules")
 prev, out = t0, []
 for name, t in marks:
@@ -52,26 +54,37 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", default="triton")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="start this many at once, as --workers-per-device N does: which steps "
+                         "slow down when they run side by side")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     runs = []
     for i in range(args.repeat):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", CHILD, args.engine, args.device],
-                             capture_output=True, text=True)
-        total = time.perf_counter() - start
-        if out.returncode != 0:
-            print(out.stderr[-2000:], file=sys.stderr)
-            return 1
-        data = json.loads(out.stdout.strip().splitlines()[-1])
-        data["process_s"] = round(total, 3)
-        runs.append(data)
-        print(f"run {i + 1}: process {total:.2f} s (interpreter and exit "
-              f"{total - data['in_process_s']:.2f} s): "
-              + ", ".join(f"{name} {s:.2f}" for name, s in data["steps"]))
+        procs = [subprocess.Popen([sys.executable, "-c", CHILD, args.engine, args.device],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(args.workers)]
+        workers = []
+        for proc in procs:
+            stdout, stderr = proc.communicate()
+            total = time.perf_counter() - start   # from the first one's launch
+            if proc.returncode != 0:
+                print(stderr[-2000:], file=sys.stderr)
+                return 1
+            data = json.loads(stdout.strip().splitlines()[-1])
+            data["process_s"] = round(total, 3)
+            workers.append(data)
+        for w, data in enumerate(workers):
+            total = data["process_s"]
+            who = f"run {i + 1}" + (f" worker {w + 1}" if args.workers > 1 else "")
+            print(f"{who}: process {total:.2f} s (interpreter and exit "
+                  f"{total - data['in_process_s']:.2f} s): "
+                  + ", ".join(f"{name} {s:.2f}" for name, s in data["steps"]))
+        runs.append(workers[0] if args.workers == 1 else {"workers": workers})
     if args.json:
         Path(args.json).write_text(json.dumps({"engine": args.engine, "device": args.device,
-                                               "runs": runs}, indent=1) + "\n")
+                                               "workers": args.workers, "runs": runs}, indent=1) + "\n")
     return 0
 
 
