@@ -24,13 +24,17 @@ REPORT = R.load_report()
 #: unaligned modifier variant)
 CI_SUBSET = ("dkdv/d64/head-major/vec8/narrow/dense",
              "dkdv/d128/head-major/vec8/narrow/dense",
-             "dk/d128/block-major/vec1/wide/ragged",
+             "dk/d128/head-major/vec1/wide/ragged",
              "dq/d256/block-major/vec1/wide/ragged",
              "dkdv/d128/head-major/vec8/wide/dense/mods",
              "dbias/d64/vec8/wide/dense")
-#: and per arch, what only that arch compiles: sm90's TMA descriptor loads, both kernels
+#: and per arch, what only that arch compiles (sm90's TMA descriptor loads, both kernels)
+#: and its name of the block-major dK pass (sm90 has a banded D<=128 config)
 CI_SUBSET_OF = {"sm90": ("dkdv/d128/head-major/vec8/narrow/dense/tma",
-                         "dq/d128/banded/head-major/vec8/narrow/dense/tma")}
+                         "dq/d128/banded/head-major/vec8/narrow/dense/tma",
+                         "dk/d128/banded/block-major/vec1/wide/ragged"),
+                "sm120": ("dk/d128/block-major/vec1/wide/ragged",),
+                "gfx942": ("dk/d128/block-major/vec1/wide/ragged",)}
 
 
 def _in_subprocess(code: str):
@@ -94,7 +98,8 @@ def _choice(**overrides) -> R.Choice:
                 BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
                 BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, KV_SHARED=True,
                 HAS_BIAS=False, SOFTCAP=False, BLOCK_DQK2=0, BLOCK_DV2=0, EVEN=False,
-                **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ)
+                **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ,
+                **aot.no_tma("bwd_dkdv"))
     cons.update(overrides)
     return R.Choice("bwd_dkdv", tuple(sorted(cons.items())),
                     tuple(sorted(cfg.launch_kwargs().items())), "fp16", 128)
