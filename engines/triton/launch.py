@@ -377,8 +377,14 @@ def descriptor_loads(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int], v
     every dim and stride of the streamed ports positive."""
     if not cfg.tma or graph.ragged is not None or tiles["BLOCK_DQK2"] or vec != VEC:
         return False
-    return all(min(tensors[p].shape) > 0 and min(tensors[p].stride()) > 0
-               for p in STREAMED_PORTS)
+    return streams_take_descriptors((tensors[p].shape, tensors[p].stride())
+                                    for p in STREAMED_PORTS)
+
+
+def streams_take_descriptors(dims_and_strides) -> bool:
+    """The streamed ports' part of descriptor_loads, from their (dims, strides) as the
+    kernels address them: every dim and stride positive (no empty axis, no broadcast)."""
+    return all(min(dims) > 0 and min(strides) > 0 for dims, strides in dims_and_strides)
 
 
 def ragged_flags(graph: Graph) -> dict:

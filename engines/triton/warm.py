@@ -65,7 +65,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
     from bundlegen.engines.triton.launch import (STREAMED_PORTS, TILE_OFFSET_LIMIT, head_tiles,
-                                                 tile_span, whole_tiles)
+                                                 streams_take_descriptors, tile_span,
+                                                 whole_tiles)
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
@@ -77,9 +78,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
-    # launch.descriptor_loads' own condition on the streamed ports (the rest is in the key)
-    streams = all(min(d) > 0 and min(s) > 0 for d, s in (
-        _as_launched(graph.tensors[p], ragged) for p in STREAMED_PORTS))
+    streams = streams_take_descriptors(_as_launched(graph.tensors[p], ragged)
+                                       for p in STREAMED_PORTS)   # (the rest is in the key)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, graph.H_k == graph.H_v,
             graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods,
