@@ -7,6 +7,9 @@ strided (BSHD) layout at the target shape B=4 H=16 S=4096 D=128 bf16.
 FLOPs = 2.5 x 4 B H S_q S_kv D, halved for causal.
 
 Each engine is timed through its `run(graph, tensors)` (triton.testing.do_bench, median).
+--rounds N times every engine N times per shape, in turns (triton, the peers, triton, ...),
+so that a drift of the GPU's clocks during the run touches every engine alike; a cell is
+the median of its rounds, and the target lines give the spread of the per-round ratios.
 The torch peers' runs include their adapter's copies (O into the op's layout, LSE, the
 gradients into the declared outputs), so the peers are also timed on their aten op alone
 with the arguments their adapter built; the ratios use that op time (the strict basis).
@@ -14,6 +17,7 @@ A declined shape shows the engine's reason in its cell; an exception is recorded
 
     python bench/engine_speed.py                 # the whole grid, ~3-4 min on an H200
     python bench/engine_speed.py --quick         # the target rows only
+    python bench/engine_speed.py --quick --rounds 7   # the target rows, engines in turns
     python bench/engine_speed.py --quick --atomic-dq   # and the engine with atomic dQ
     python bench/engine_speed.py --device cpu    # smoke test, tiny shapes (TRITON_INTERPRET=1
                                                  # for the triton engine)
@@ -24,6 +28,7 @@ import argparse
 import json
 import math
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -182,6 +187,8 @@ class Cell:
     first_call_s: float | None = None    # includes compilation / autotuning, if any
     note: str = ""                        # decline reason or error
     max_rel_diff: float | None = None     # vs triton's outputs: max |a - b| / max |b|
+    #: (run_ms, op_ms) of each round (--rounds); run_ms and op_ms are their medians
+    rounds: tuple[tuple[float, float | None], ...] = ()
 
     @property
     def ms(self) -> float | None:
@@ -219,6 +226,24 @@ def short_error(exc: BaseException) -> str:
     return f"error: {type(exc).__name__}: {text[:160]}"
 
 
+def timed_calls(engine, graph: Graph, tensors, timer: Timer) -> tuple[float, float | None]:
+    """(run() ms, the captured aten op's ms or None) of one round."""
+    run_ms = timer(lambda: engine.run(graph, tensors))
+    captured = captured_op_call(engine, graph, tensors)
+    if captured is None:
+        return run_ms, None
+    call, op, values = captured
+    return run_ms, timer(lambda: call(op, values))
+
+
+def with_rounds(cell: Cell, rounds: list[tuple[float, float | None]]) -> Cell:
+    """The cell's times as the medians of its rounds."""
+    ops = [op for _, op in rounds if op is not None]
+    return Cell(**{**asdict(cell), "rounds": tuple(rounds),
+                   "run_ms": statistics.median(run for run, _ in rounds),
+                   "op_ms": statistics.median(ops) if ops else None})
+
+
 def measure(name: str, engine, graph: Graph, tensors, timer: Timer, device) -> Cell:
     try:
         reason = engine.is_applicable(graph)
@@ -231,13 +256,9 @@ def measure(name: str, engine, graph: Graph, tensors, timer: Timer, device) -> C
         engine.run(graph, tensors)
         synchronize(device)
         first = time.perf_counter() - start
-        run_ms = timer(lambda: engine.run(graph, tensors))
-        op_ms = None
-        captured = captured_op_call(engine, graph, tensors)
-        if captured is not None:
-            call, op, values = captured
-            op_ms = timer(lambda: call(op, values))
-        return Cell(name, run_ms=run_ms, op_ms=op_ms, first_call_s=first)
+        run_ms, op_ms = timed_calls(engine, graph, tensors, timer)
+        return Cell(name, run_ms=run_ms, op_ms=op_ms, first_call_s=first,
+                    rounds=((run_ms, op_ms),))
     except Exception as exc:  # noqa: BLE001 - recorded in the table
         return Cell(name, note=short_error(exc))
 
@@ -265,6 +286,12 @@ class Row:
         mine, theirs = self.cells[ours].ms, self.cells[peer].ms
         return theirs / mine if mine and theirs else None
 
+    def round_ratios(self, peer: str, ours: str = TRITON) -> list[float]:
+        """ratio's value in each round, from the times of that round alone."""
+        pick = lambda r: r[1] if r[1] is not None else r[0]
+        return [pick(t) / pick(m) for m, t in zip(self.cells[ours].rounds,
+                                                   self.cells[peer].rounds)]
+
     def to_json(self) -> dict:
         return {"shape": asdict(self.shape), "label": self.shape.label, "flops": self.shape.flops,
                 "seconds": round(self.seconds, 2),
@@ -273,7 +300,8 @@ class Row:
                 "triton_over": {p: self.ratio(p) for p in self.cells if p != TRITON}}
 
 
-def measure_shape(shape: Shape, engines: Mapping[str, object], timer: Timer, device) -> Row:
+def measure_shape(shape: Shape, engines: Mapping[str, object], timer: Timer, device,
+                  rounds: int = 1) -> Row:
     start = time.perf_counter()
     graph = graph_of(shape)
     cells: dict[str, Cell] = {}
@@ -294,6 +322,12 @@ def measure_shape(shape: Shape, engines: Mapping[str, object], timer: Timer, dev
             elif reference is not None:
                 cell = Cell(**{**asdict(cell), "max_rel_diff": max_rel_diff(reference, tensors)})
         cells[name] = cell
+    timed = {name: list(cell.rounds) for name, cell in cells.items() if cell.rounds}
+    for _ in range(1, rounds):   # the engines in turns again (see --rounds)
+        for name, times in timed.items():
+            times.append(timed_calls(engines[name], graph, tensors, timer))
+    if rounds > 1:
+        cells.update({name: with_rounds(cells[name], times) for name, times in timed.items()})
     del tensors, reference
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -358,9 +392,13 @@ def target_lines(rows: list[Row]) -> list[str]:
                 run_basis = theirs / ours
             kind = "target" if peer == "torch-flash" else "goal"
             met = "-" if ratio is None else ("met" if ratio >= target else "NOT met")
+            per_round = row.round_ratios(peer)
+            spread = (f"; {len(per_round)} rounds: {min(per_round):.3f}-{max(per_round):.3f}, "
+                      f"{sum(r >= target for r in per_round)} at or over"
+                      if len(per_round) > 1 else "")
             lines.append(f"triton / {peer} at B4 H16 S4096 D128 bf16 {mask}: {fmt(ratio, '.2f')} "
                          f"({kind} >= {target:g}: {met}; on run() incl. adapter copies: "
-                         f"{fmt(run_basis, '.2f')})")
+                         f"{fmt(run_basis, '.2f')}{spread})")
             if ATOMIC_DQ in row.cells:
                 ratio = row.ratio(peer, ATOMIC_DQ)
                 met = "-" if ratio is None else ("met" if ratio >= target else "NOT met")
@@ -433,7 +471,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also time the engine with atomic dQ (TritonAtomicDqEngine)")
     parser.add_argument("--warmup-ms", type=int, default=20)
     parser.add_argument("--rep-ms", type=int, default=60, help="do_bench rep (the median is reported)")
-    return parser.parse_args(argv)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the engines this many times per shape, in turns; each cell "
+                             "is the median of its rounds")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: expected 1 or more")
+    return args
 
 
 def main(argv=None) -> int:
@@ -460,7 +504,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     rows: list[Row] = []
     for i, shape in enumerate(shapes, 1):
-        row = measure_shape(shape, engines, timer, device)
+        row = measure_shape(shape, engines, timer, device, args.rounds)
         rows.append(row)
         summary = "  ".join(f"{short(n)}={cell_text(row, n)}" for n in names)
         print(f"[{i}/{len(shapes)} {row.seconds:5.1f}s] {shape.label}: {summary}", flush=True)
