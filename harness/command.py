@@ -161,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.engines.registry import EngineNotFound
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
-    from bundlegen.harness.run import DEVICE_RE, resolve_devices, run_level
+    from bundlegen.harness.run import DEVICE_RE, NothingSelected, resolve_devices, run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
@@ -203,7 +203,12 @@ def main(args: argparse.Namespace) -> int:
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
-            server=not args.no_server)
+            server=not args.no_server, allow_empty=args.allow_empty)
+    except NothingSelected:
+        _stderr().print(f"[red]error:[/red] nothing was tested (no case was selected); exit "
+                        f"{V.EXIT_NOTHING_TESTED} (pass --allow-empty to accept an empty run); "
+                        "the out folder is left as it was", highlight=False)
+        return V.EXIT_NOTHING_TESTED
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
         _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE

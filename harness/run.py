@@ -419,6 +419,12 @@ def default_timeout(device: "str | torch.device") -> float:
     return 600.0 if device_type(device) == "cpu" else 300.0
 
 
+class NothingSelected(Exception):
+    """run_level(..., allow_empty=False): the selection holds no case (and the bundles no
+    error), so nothing would be tested; raised before the out folder is touched, so that a
+    mistyped -k does not replace the results of the run before."""
+
+
 @dataclass(frozen=True)
 class RunSummary:
     level: str
@@ -466,14 +472,16 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               timeout_s: float | None = None, repeat: int | None = None, isolation: bool = True,
               config: EngineConfig | None = None, progress: str | bool | None = None,
               devices: Sequence[str] | None = None, lane: str = "",
-              workers_per_device: int = 1, server: bool = False) -> RunSummary:
+              workers_per_device: int = 1, server: bool = False,
+              allow_empty: bool = True) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
     worker process per device and slot, cases handed out longest predicted first to
     whichever worker is free, into the same three files. `server`: use the workers of a
     running `bundlegen serve` whose key matches this run's (harness.serve), when there is
-    one and it is free; the results are the same."""
+    one and it is free; the results are the same. `allow_empty` False: a selection that holds
+    no case raises NothingSelected before `out` is touched."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness.selection import in_shard, selection
 
@@ -524,6 +532,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         loaded = B.load_level(root, level, manifest.plan)
         selected = selection(pattern)
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
+        if not cases and not loaded.errors and not allow_empty:
+            raise NothingSelected(f"no case of level {level} was selected")
         out = Path(out) if out else Path("out") / f"{_engine_label(engine)}-{level}"
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")

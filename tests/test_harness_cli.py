@@ -63,6 +63,20 @@ def test_a_run_that_selects_nothing_is_not_green(bundles, capsys, selection):
     assert cli(bundles, S.TorchMathEngine, *selection, "--allow-empty") == 0
 
 
+def test_a_run_that_selects_nothing_leaves_the_last_runs_files(bundles, capsys):
+    out = bundles.parent / "out"
+    assert cli(bundles, S.TorchMathEngine) == 0
+    before = {name: (out / name).read_bytes() for name in ("results.jsonl", "junit.xml", "run.json")}
+    assert before["results.jsonl"]
+    capsys.readouterr()
+    assert cli(bundles, S.TorchMathEngine, "-k", "no-such-case") == 5   # a mistyped -k
+    assert "the out folder is left as it was" in capsys.readouterr().err
+    assert {name: (out / name).read_bytes() for name in before} == before
+    # an empty run that is accepted is recorded as one (its files replace the last run's)
+    assert cli(bundles, S.TorchMathEngine, "-k", "no-such-case", "--allow-empty") == 0
+    assert (out / "results.jsonl").read_bytes() == b""
+
+
 def test_a_run_where_every_case_is_declined_is_not_green(tmp_path, capsys):
     root = tmp_path / "bundles"
     S.write_bundle(root, "quick", "a", [S.case_of(1), S.case_of(2)])
