@@ -205,9 +205,7 @@ def main(args: argparse.Namespace) -> int:
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
             server=not args.no_server, allow_empty=args.allow_empty)
     except NothingSelected:
-        _stderr().print(f"[red]error:[/red] nothing was tested (no case was selected); exit "
-                        f"{V.EXIT_NOTHING_TESTED} (pass --allow-empty to accept an empty run); "
-                        "the out folder is left as it was", highlight=False)
+        _nothing_tested("no case was selected", "; the out folder is left as it was")
         return V.EXIT_NOTHING_TESTED
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
         _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
@@ -258,6 +256,12 @@ def main(args: argparse.Namespace) -> int:
                or "no case was selected")
         if args.allow_empty:
             return V.EXIT_OK
-        err.print(f"[red]error:[/red] nothing was tested ({why}); exit {code} "
-                  "(pass --allow-empty to accept an empty run)", highlight=False)
+        _nothing_tested(why)
     return code
+
+
+def _nothing_tested(why: str, after: str = "") -> None:
+    from bundlegen.harness import verdicts as V
+
+    _stderr().print(f"[red]error:[/red] nothing was tested ({why}); exit {V.EXIT_NOTHING_TESTED} "
+                    f"(pass --allow-empty to accept an empty run){after}", highlight=False)

@@ -133,14 +133,11 @@ ROW_PITCH_EARLY = Patch("kernels", (
          "@triton.jit\ndef _ranges("),
     Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
     Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
-    Edit("_tile(rm, rdq, sq_s,", "_tile_early(rm, rdq, sq_s,"),
-    Edit("_tile(offs_m, rdq, sq_s,", "_tile_early(offs_m, rdq, sq_s,"),
-    Edit("_tile(rm, rdv, sdo_s,", "_tile_early(rm, rdv, sdo_s,"),
-    Edit("_tile(offs_m, rdv, sdo_s,", "_tile_early(offs_m, rdv, sdo_s,"),
+    # Q, dO (both kernels) and the dQ kernel's K, V: the pointer loads of _ld_rows
+    Edit("    return _ld(base + _tile(rows, cols, s_row, s_col, VEC),\n",
+         "    return _ld(base + _tile_early(rows, cols, s_row, s_col, VEC),\n"),
     Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
-    Edit("_tile(offs_n, rdq, sk_s,", "_tile_early(offs_n, rdq, sk_s,"),
     Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
-    Edit("_tile(offs_n, rdv, sv_s,", "_tile_early(offs_n, rdv, sv_s,"),
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(

@@ -16,11 +16,12 @@ row) is a 64-bit scalar; offsets inside a tile are 32-bit, or 64-bit when the la
 WIDE (launch.tile_span: a head's tiles spanning 2^31 elements or more). The tiles streamed
 in a loop (Q and dO in the dK/dV kernel, K and V in the dQ kernel) count their rows from
 row 0, so their offsets change with the block and are not kept live across the loop.
-VEC is 8 when every io tensor's offset and strides are multiples of 8 elements, its head-dim stride is 1 and both head dims are multiples of 8:
-the launcher then passes those numbers divided by 8 and the kernels multiply them back, so
-Triton knows each row starts 16-byte aligned and vectorises the loads. Otherwise VEC is 1
-and any strides are served. Head dims are padded to power-of-two tiles (BLOCK_DQK,
-BLOCK_DV) with masked loads (the zero-fill envelope); sequence tails are masked likewise.
+VEC is 8 when every io tensor's offset and strides are multiples of 8 elements, its head-dim
+stride is 1 and both head dims are multiples of 8: the launcher then passes those numbers
+divided by 8 and the kernels multiply them back, so Triton knows each row starts 16-byte
+aligned and vectorises the loads. Otherwise VEC is 1 and any strides are served. Head dims
+are padded to power-of-two tiles (BLOCK_DQK, BLOCK_DV) with masked loads (the zero-fill
+envelope); sequence tails are masked likewise.
 EVEN (launch.whole_tiles: no tile crosses a sequence's or the head dims' end) leaves the
 masks of the dK/dV and dQ kernels' loads and stores out.
 TMA (launch.descriptor_loads: a padded graph whose io tensors are VEC-aligned, one head-dim
@@ -186,6 +187,15 @@ def _ld(ptrs, mask, EVEN: tl.constexpr):
     else:
         x = tl.load(ptrs, mask=mask, other=0.0)
     return x
+
+
+@triton.jit
+def _ld_rows(base, rows, cols, s_row, s_col, rows_ok, d, WHOLE: tl.constexpr, EVEN: tl.constexpr,
+             VEC: tl.constexpr):
+    """The tile of `rows` x `cols` at `base` through pointers: rows where rows_ok is false and
+    columns past d read as 0 (WHOLE and EVEN as _cols_ok's and _ld's)."""
+    return _ld(base + _tile(rows, cols, s_row, s_col, VEC),
+               _cols_ok(rows_ok[:, None], cols, d, WHOLE), EVEN)
 
 
 @triton.jit
@@ -450,17 +460,13 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             do = _ld_desc(DOD, bq, h, start_m, BLOCK_M, BLOCK_DV)
         else:
             qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
-            q = _ld(qp + _tile(offs_m, rdq, sq_s, sq_d, VEC),
-                    _cols_ok(m_ok[:, None], rdq, d_qk, TWO), EVEN)
+            q = _ld_rows(qp, offs_m, rdq, sq_s, sq_d, m_ok, d_qk, TWO, EVEN, VEC)
             if TWO:
-                q2 = tl.load(qp + _tile(offs_m, rdq2, sq_s, sq_d, VEC),
-                             mask=_cols_ok(m_ok[:, None], rdq2, d_qk, False), other=0.0)
+                q2 = _ld_rows(qp, offs_m, rdq2, sq_s, sq_d, m_ok, d_qk, False, False, VEC)
             dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, z64, sdo_s, VEC)
-            do = _ld(dop + _tile(offs_m, rdv, sdo_s, sdo_d, VEC),
-                     _cols_ok(m_ok[:, None], rdv, d_v, TWO), EVEN)
+            do = _ld_rows(dop, offs_m, rdv, sdo_s, sdo_d, m_ok, d_v, TWO, EVEN, VEC)
             if TWO:
-                do2 = tl.load(dop + _tile(offs_m, rdv2, sdo_s, sdo_d, VEC),
-                              mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
+                do2 = _ld_rows(dop, offs_m, rdv2, sdo_s, sdo_d, m_ok, d_v, False, False, VEC)
         lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
                          EVEN))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
@@ -575,19 +581,15 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     offs_m = start_m + rm
     row0 = tl.cast(start_m, tl.int64)
     m_ok = offs_m < n_q
-    qmask = _cols_ok(m_ok[:, None], rdq, d_qk, TWO)
     qp = _at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC)
-    q = _ld(qp + _tile(rm, rdq, sq_s, sq_d, VEC), qmask, EVEN)
+    q = _ld_rows(qp, rm, rdq, sq_s, sq_d, m_ok, d_qk, TWO, EVEN, VEC)
     dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-    do = _ld(dop + _tile(rm, rdv, sdo_s, sdo_d, VEC), _cols_ok(m_ok[:, None], rdv, d_v, TWO),
-             EVEN)
+    do = _ld_rows(dop, rm, rdv, sdo_s, sdo_d, m_ok, d_v, TWO, EVEN, VEC)
     if TWO:
         rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
         rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
-        qmask2 = _cols_ok(m_ok[:, None], rdq2, d_qk, False)
-        q2 = tl.load(qp + _tile(rm, rdq2, sq_s, sq_d, VEC), mask=qmask2, other=0.0)
-        do2 = tl.load(dop + _tile(rm, rdv2, sdo_s, sdo_d, VEC),
-                      mask=_cols_ok(m_ok[:, None], rdv2, d_v, False), other=0.0)
+        q2 = _ld_rows(qp, rm, rdq2, sq_s, sq_d, m_ok, d_qk, False, False, VEC)
+        do2 = _ld_rows(dop, rm, rdv2, sdo_s, sdo_d, m_ok, d_v, False, False, VEC)
     lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
                      EVEN))
     delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
@@ -623,22 +625,18 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     for start_n in range(lo, hi, BLOCK_N):
         col0 = tl.cast(start_n, tl.int64)
         offs_n = start_n + rn
-        n_ok = offs_n[:, None] < n_kv
+        n_ok = offs_n < n_kv
         if TMA:
             tl.static_assert(not TWO, "descriptor loads serve one head-dim chunk")
             k = _ld_desc(KD, bk, h // G_k, start_n, BLOCK_N, BLOCK_DQK)
             v = _ld_desc(VD, bk, h // G_v, start_n, BLOCK_N, BLOCK_DV)
         else:
-            k = _ld(kp + _tile(offs_n, rdq, sk_s, sk_d, VEC), _cols_ok(n_ok, rdq, d_qk, TWO),
-                    EVEN)
+            k = _ld_rows(kp, offs_n, rdq, sk_s, sk_d, n_ok, d_qk, TWO, EVEN, VEC)
             if TWO:
-                k2 = tl.load(kp + _tile(offs_n, rdq2, sk_s, sk_d, VEC),
-                             mask=_cols_ok(n_ok, rdq2, d_qk, False), other=0.0)
-            v = _ld(vp + _tile(offs_n, rdv, sv_s, sv_d, VEC), _cols_ok(n_ok, rdv, d_v, TWO),
-                    EVEN)
+                k2 = _ld_rows(kp, offs_n, rdq2, sk_s, sk_d, n_ok, d_qk, False, False, VEC)
+            v = _ld_rows(vp, offs_n, rdv, sv_s, sv_d, n_ok, d_v, TWO, EVEN, VEC)
             if TWO:
-                v2 = tl.load(vp + _tile(offs_n, rdv2, sv_s, sv_d, VEC),
-                             mask=_cols_ok(n_ok, rdv2, d_v, False), other=0.0)
+                v2 = _ld_rows(vp, offs_n, rdv2, sv_s, sv_d, n_ok, d_v, False, False, VEC)
         s = _dot(q, tl.trans(k), None, UPCAST)
         if TWO:
             s = _dot(q2, tl.trans(k2), s, UPCAST)
