@@ -87,10 +87,16 @@ class RunStats:
     run_start_s: float = 0.0          # the cost model's per-run start for this device class
     split: dict = field(default_factory=dict)   # device -> {"workers", "cases", "seconds"}
     served_by: dict | None = None     # run.json: the `bundlegen serve` whose pre-started workers ran it
+    mps: bool = False                 # --mps: the workers were clients of a private CUDA MPS server
 
     @property
     def name(self) -> str:
-        return f"{self.label} {self.level} on {self.devices} x{self.workers}"
+        return f"{self.label} {self.level} on {self.where}"
+
+    @property
+    def where(self) -> str:
+        """'cuda x4', 'cuda x8 mps': the devices, workers per device and MPS."""
+        return f"{self.devices} x{self.workers}{' mps' if self.mps else ''}"
 
     @property
     def total_workers(self) -> int:
@@ -164,12 +170,13 @@ def device_args(devices: list[str]) -> list[str]:
     return ["--device", where] if len(devices) == 1 else ["--devices", where]
 
 
-def run_level(label: str, level: str, devices: list[str], workers: int, args, cache: Path) -> RunStats:
+def run_level(label: str, level: str, devices: list[str], workers: int, args, cache: Path,
+              mps: bool = False) -> RunStats:
     from bundlegen.harness.results import read_results, read_run_times
     from bundlegen.plans.sdpa_bwd import COST_MODEL
 
     where = ",".join(devices)
-    out = args.runs_dir / f"{label}-{level}-{where.replace(':', '').replace(',', '-')}-x{workers}"
+    out = args.runs_dir / f"{label}-{level}-{where.replace(':', '').replace(',', '-')}-x{workers}{'-mps' * mps}"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -177,10 +184,13 @@ def run_level(label: str, level: str, devices: list[str], workers: int, args, ca
            *device_args(devices), "--workers-per-device", str(workers), "--out", str(out), "--quiet"]
     if label != "served":
         cmd.append("--no-server")
+    if mps:
+        cmd.append("--mps")
     if args.pattern:
         cmd += ["-k", args.pattern]
     env = run_env(cache)
-    print(f"running {label} --level {level} on {where}, {workers} worker(s) each ...", flush=True)
+    print(f"running {label} --level {level} on {where}, {workers} worker(s) each"
+          f"{', MPS' if mps else ''} ...", flush=True)
     start = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         try:
@@ -199,16 +209,17 @@ def run_level(label: str, level: str, devices: list[str], workers: int, args, ca
                    cases_s=times.cases_s if times else None,
                    run_start_s=COST_MODEL[device_class].run_start_s,
                    split=split_of(times.per_device if times else ()),
-                   served_by=dict(times.served_by) if times and times.served_by else None)
+                   served_by=dict(times.served_by) if times and times.served_by else None, mps=mps)
     print(f"  {run.elapsed_s:.1f} s, exit {run.exit_code}, {run.total('executed')} executed", flush=True)
     return run
 
 
-def start_server(devices: list[str], workers: int, args, cache: Path) -> subprocess.Popen:
+def start_server(devices: list[str], workers: int, args, cache: Path, mps: bool = False) -> subprocess.Popen:
     """`bundlegen serve` for these devices and workers, once its workers are ready."""
     cmd = [sys.executable, "-m", "bundlegen", "serve", "--engine", args.engine, *device_args(devices),
-           "--workers-per-device", str(workers), "--idle-timeout", str(args.timeout_s)]
-    print(f"starting bundlegen serve on {','.join(devices)}, {workers} worker(s) each ...", flush=True)
+           "--workers-per-device", str(workers), "--idle-timeout", str(args.timeout_s), *["--mps"] * mps]
+    print(f"starting bundlegen serve on {','.join(devices)}, {workers} worker(s) each"
+          f"{', MPS' if mps else ''} ...", flush=True)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=run_env(cache), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -235,13 +246,13 @@ def served_runs(runs: list[RunStats], args, cache: Path) -> list[RunStats]:
     """The warm runs again, through one `bundlegen serve` per device list and worker count."""
     out = []
     warm = [r for r in runs if r.label == "warm"]
-    for devices, workers in dict.fromkeys((r.devices, r.workers) for r in warm):
+    for devices, workers, mps in dict.fromkeys((r.devices, r.workers, r.mps) for r in warm):
         device_list = devices.split(",")
-        proc = start_server(device_list, workers, args, cache)
+        proc = start_server(device_list, workers, args, cache, mps)
         try:
             for r in warm:
-                if (r.devices, r.workers) == (devices, workers):
-                    out.append(run_level("served", r.level, device_list, workers, args, cache))
+                if (r.devices, r.workers, r.mps) == (devices, workers, mps):
+                    out.append(run_level("served", r.level, device_list, workers, args, cache, mps))
         finally:
             stop_server(proc, cache)
     return out
@@ -249,22 +260,22 @@ def served_runs(runs: list[RunStats], args, cache: Path) -> list[RunStats]:
 
 def print_served(runs: list[RunStats]) -> None:
     """Each warm run with fresh workers beside the same run through `bundlegen serve`."""
-    served = {(r.level, r.devices, r.workers): r for r in runs if r.label == "served"}
+    served = {(r.level, r.where): r for r in runs if r.label == "served"}
     if not served:
         return
     print("\nfresh workers vs workers pre-started by `bundlegen serve` (served: the workers' start "
           "is NOT in its elapsed time):")
-    print(f"  {'level':8s} {'devices':16s} {'workers':>8s} {'fresh s':>8s} {'served s':>9s} {'speed-up':>9s}"
+    print(f"  {'level':8s} {'devices, workers':20s} {'fresh s':>8s} {'served s':>9s} {'speed-up':>9s}"
           f"  served run.json")
     for r in runs:
-        s = served.get((r.level, r.devices, r.workers)) if r.label == "warm" else None
+        s = served.get((r.level, r.where)) if r.label == "warm" else None
         if s is None:
             continue
         ratio = f"{r.elapsed_s / s.elapsed_s:.2f}x" if s.elapsed_s > 0 else "-"
         said = (f"served by pid {s.served_by['pid']}, workers started "
                 f"{s.served_by['workers_started_s_ago']:.0f} s before" if s.served_by
                 else "NOT SERVED (fresh workers started: no matching server)")
-        print(f"  {r.level:8s} {r.devices:16s} {r.workers:8d} {r.elapsed_s:8.1f} {s.elapsed_s:9.1f} "
+        print(f"  {r.level:8s} {r.where:20s} {r.elapsed_s:8.1f} {s.elapsed_s:9.1f} "
               f"{ratio:>9s}  {said}")
 
 
@@ -273,21 +284,21 @@ def _opt(x: float | None) -> str:
 
 
 def print_runs(runs: list[RunStats]) -> None:
-    print(f"{'run':5s} {'level':8s} {'devices':16s} {'wk':>3s} {'cases':>6s} {'elapsed s':>10s} "
+    print(f"{'run':6s} {'level':8s} {'devices, workers':20s} {'cases':>6s} {'elapsed s':>10s} "
           f"{'start s':>8s} {'prepare s':>10s} {'cases s':>8s} {'case wall s':>12s} {'oracle %':>9s} "
           f"{'cases/s':>8s} {'exit':>5s}")
     for r in runs:
-        print(f"{r.label:5s} {r.level:8s} {r.devices:16s} {r.workers:3d} {r.total('cases'):6d} "
+        print(f"{r.label:6s} {r.level:8s} {r.where:20s} {r.total('cases'):6d} "
               f"{r.elapsed_s:10.1f} {_opt(r.start_s):>8s} {_opt(r.prepare_s):>10s} {_opt(r.cases_s):>8s} "
               f"{r.total('wall_s'):12.1f} {r.oracle_share:9.1%} {r.cases_per_s:8.1f} {r.exit_code:5d}")
 
 
 def print_phases(runs: list[RunStats]) -> None:
     """Where the case wall time went, per run (summed over its workers)."""
-    print(f"\n{'run':5s} {'level':8s} {'devices':16s} {'wk':>3s} {'case wall s':>12s} {'materialize s':>14s} "
+    print(f"\n{'run':6s} {'level':8s} {'devices, workers':20s} {'case wall s':>12s} {'materialize s':>14s} "
           f"{'oracle s':>9s} {'engine s':>9s} {'check s':>8s} {'other s':>8s}")
     for r in runs:
-        print(f"{r.label:5s} {r.level:8s} {r.devices:16s} {r.workers:3d} {r.total('wall_s'):12.1f} "
+        print(f"{r.label:6s} {r.level:8s} {r.where:20s} {r.total('wall_s'):12.1f} "
               f"{r.total('materialize_s'):14.1f} {r.total('oracle_s'):9.1f} {r.total('engine_s'):9.1f} "
               f"{r.total('check_s'):8.1f} {r.other_s:8.1f}")
 
@@ -302,14 +313,14 @@ def print_side_by_side(runs: list[RunStats]) -> None:
         one_device = [r for r in rows if "," not in r.devices]
         best_one = min(one_device, key=lambda r: r.elapsed_s) if one_device else None
         print(f"\nwarm --level {level} ({rows[0].total('cases')} cases), side by side:")
-        print(f"  {'devices':16s} {'workers':>8s} {'elapsed s':>10s} {'vs 1 worker':>12s} "
+        print(f"  {'devices, workers':20s} {'elapsed s':>10s} {'vs 1 worker':>12s} "
               f"{'vs 1 device':>12s}  split per device (cases, worker-seconds)")
         for r in rows:
             vs_one = f"{base.elapsed_s / r.elapsed_s:.2f}x" if base and r.elapsed_s > 0 else "-"
             vs_dev = (f"{best_one.elapsed_s / r.elapsed_s:.2f}x"
                       if best_one and "," in r.devices and r.elapsed_s > 0 else "-")
             split = ", ".join(f"{dev} {v['cases']} / {v['seconds']:.1f} s" for dev, v in r.split.items())
-            print(f"  {r.devices:16s} {r.workers:8d} {r.elapsed_s:10.1f} {vs_one:>12s} {vs_dev:>12s}  {split}")
+            print(f"  {r.where:20s} {r.elapsed_s:10.1f} {vs_one:>12s} {vs_dev:>12s}  {split}")
 
 
 def target_lines(runs: list[RunStats], judged: bool = True) -> list[str]:
@@ -334,13 +345,14 @@ def target_lines(runs: list[RunStats], judged: bool = True) -> list[str]:
                                          (top, True, TARGET_TWO_GPUS_ALL_S, "several GPUs, warm, all four levels")):
         r = best("warm", level, several)
         if r is not None:
-            lines.append(f"{what}: {r.elapsed_s:.1f} s ({r.devices}, {r.workers} worker(s) each) "
+            lines.append(f"{what}: {r.elapsed_s:.1f} s ({r.devices}, {r.workers} worker(s) each{', MPS' * r.mps}) "
                          f"-- target < {target:.0f} s: {verdict(r.elapsed_s < target)}")
     served = best("served", "quick", False)
     if served is not None:
         note = "" if served.served_by else " (run.json says NOT served)"
         lines.append(f"one GPU, warm, quick alone, workers pre-started by bundlegen serve: "
-                     f"{served.elapsed_s:.1f} s ({served.devices}, {served.workers} worker(s) each){note} "
+                     f"{served.elapsed_s:.1f} s ({served.devices}, {served.workers} worker(s) each"
+                     f"{', MPS' * served.mps}){note} "
                      f"-- target < {TARGET_WARM_QUICK_S:.0f} s: "
                      f"{verdict(served.elapsed_s < TARGET_WARM_QUICK_S and bool(served.served_by))}")
     single = [r for r in runs if r.label == "warm" and r.level == top and r.total_workers == 1 and r.ok]
@@ -389,6 +401,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per bundlegen run process")
     parser.add_argument("--no-one-worker", action="store_true",
                         help="skip the one-worker reference runs (and so the oracle-share figure)")
+    parser.add_argument("--mps-workers", type=int, nargs="+", default=[], metavar="N",
+                        help="also run each level warm on --device with N workers as clients of a "
+                             "private CUDA MPS server (bundlegen run --mps), for each N given")
     parser.add_argument("--server", action="store_true",
                         help="also time the warm runs through `bundlegen serve` (workers pre-started)")
     return parser.parse_args(argv)
@@ -436,6 +451,8 @@ def main(argv=None) -> int:
 
     runs = [run_level(label, level, devices, workers, args, cache)
             for label, level, devices, workers in plan_runs(args, cache_filled)]
+    runs += [run_level("warm", level, [args.device], workers, args, cache, mps=True)
+             for level in sorted(set(args.levels), key=LEVELS.index) for workers in args.mps_workers]
     runs = [r for r in runs if r.label != "fill"]
     if args.server:
         runs += served_runs(runs, args, cache)

@@ -70,6 +70,8 @@ class RunTimes:
     # the workers came from `bundlegen serve`: its pid and socket, how long before this run
     # its workers started, the runs it served before and its workers' restarts until then
     served_by: Mapping[str, Any] | None = None
+    mps: bool = False               # the GPU workers were clients of a CUDA MPS server (--mps)
+    mps_reruns: int = 0             # cases that crashed beside other workers and were run again alone
 
     def __post_init__(self) -> None:   # read back from JSON, per_device is a list
         object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))

@@ -22,6 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="N worker processes share each device (default 1): the cases' host "
                              "work (inputs, checks) then overlaps while the GPU is shared; with "
                              "--devices cuda:0,cuda:1, N per GPU")
+    parser.add_argument("--mps", action="store_true", default=None,
+                        help="the GPU workers are clients of a private CUDA MPS server, so that "
+                             "several workers per GPU run their kernels side by side instead of "
+                             "time-slicing; a case that crashes beside others is run again alone")
     parser.add_argument("--lane", default=None, metavar="NAME",
                         help="take engine, device(s), level, timeout and extra skips from lane NAME "
                              "of the workspace's lanes.yaml (flags given here win); without --shard "
@@ -130,6 +134,8 @@ def take_lane(args: argparse.Namespace, lane, shard: tuple[int, int] | None) -> 
             args.device = lane.device
     if args.workers_per_device is None:
         args.workers_per_device = lane.workers_per_device
+    if args.mps is None:
+        args.mps = lane.mps
     if args.timeout is None:
         args.timeout = lane.timeout_s
     if args.out is None:
@@ -164,6 +170,7 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.run import DEVICE_RE, NothingSelected, resolve_devices, run_level
     from bundlegen.harness import verdicts as V
     from bundlegen.harness.selection import parse_shard, selection
+    from bundlegen.harness.mps import MpsError
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
 
     lane = None
@@ -203,11 +210,12 @@ def main(args: argparse.Namespace) -> int:
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
-            server=not args.no_server, allow_empty=args.allow_empty)
+            server=not args.no_server, allow_empty=args.allow_empty, mps=bool(args.mps))
     except NothingSelected:
         _nothing_tested("no case was selected", "; the out folder is left as it was")
         return V.EXIT_NOTHING_TESTED
-    except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError) as exc:
+    except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError,
+            MpsError) as exc:
         _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
     from rich.console import Console

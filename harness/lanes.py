@@ -14,6 +14,7 @@ skips that each name a ticket.
         arch: sm90           # optional: the arch the lane is meant for (documentation)
         devices: all         # optional: several devices of one host (bundlegen run --devices)
         workers_per_device: 4   # optional, default 1: worker processes sharing each device
+        mps: true            # optional, default false: GPU workers share a private CUDA MPS server
         skips:               # optional: rows shaped like engine.toml [[test_skips]]
           - filters: {item: "AX-FOO*"}
             reason: "PROJ-12: flaky on the interpreter"
@@ -36,8 +37,8 @@ KEEP = {"results": "results.jsonl", "junit": "junit.xml", "report": "report"}
 ALWAYS_KEPT = "run.json"
 DEFAULT_KEEP = ("results", "junit")
 DEFAULT_RUNNER = "ubuntu-latest"
-LANE_KEYS = ("engine", "device", "devices", "workers_per_device", "arch", "level", "shards", "timeout",
-             "keep", "runner", "skips", "description")
+LANE_KEYS = ("engine", "device", "devices", "workers_per_device", "mps", "arch", "level", "shards",
+             "timeout", "keep", "runner", "skips", "description")
 REQUIRED = ("engine", "device", "level")
 
 
@@ -62,6 +63,7 @@ class Lane:
     arch: str | None = None
     devices: str | None = None          # as --devices takes it: "all" or "cuda:0,cuda:1"
     workers_per_device: int = 1         # as --workers-per-device takes it
+    mps: bool = False                   # as --mps takes it
     skips: tuple[SkipRow, ...] = ()
     description: str = ""
 
@@ -145,6 +147,9 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     per_device = body.get("workers_per_device", 1)
     if isinstance(per_device, bool) or not isinstance(per_device, int) or per_device < 1:
         raise LanesError(f"{where}.workers_per_device: expected a whole number >= 1, got {per_device!r}")
+    mps = body.get("mps", False)
+    if not isinstance(mps, bool):
+        raise LanesError(f"{where}.mps: expected true or false, got {mps!r}")
     timeout = body.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout > 0):
@@ -162,6 +167,12 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
             device_list(devices)
     except ValueError as exc:
         raise LanesError(f"{where}.devices: {str(exc).removeprefix('--devices ')}") from None
+    if mps:
+        from bundlegen.harness.mps import mps_devices_problem
+
+        problem = mps_devices_problem((device_list(devices) or ["cuda"]) if devices else [text("device")])
+        if problem:
+            raise LanesError(f"{where}.mps: {problem.removeprefix('--mps: ')}")
     runner = body.get("runner", DEFAULT_RUNNER)
     if isinstance(runner, list) and runner and all(isinstance(r, str) and r.strip() for r in runner):
         runner = tuple(runner)
@@ -170,7 +181,8 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     return Lane(name=name, engine=text("engine"), device=text("device"), level=text("level"),
                 shards=shards, timeout_s=None if timeout is None else float(timeout),
                 keep=tuple(dict.fromkeys(keep)), runner=runner,
-                arch=text("arch"), devices=devices, workers_per_device=per_device, skips=_skips(path, name, body.get("skips", [])),
+                arch=text("arch"), devices=devices, workers_per_device=per_device, mps=mps,
+                skips=_skips(path, name, body.get("skips", [])),
                 description=text("description") or "")
 
 

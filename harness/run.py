@@ -311,6 +311,14 @@ def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> 
 
 
 # ----------------------------------------------------------------------------- records
+def prepared_graphs(cases: list[Case]) -> list[Graph]:
+    """The graphs of the cases an engine will execute, as launched: no probes the frontend
+    rejects, no frontend rejections (what Engine.prepare is given)."""
+    return [c.graph.as_launched() for c in cases
+            if (c.expected_rejection is None and validate.frontend_reason(c.graph) is None)
+            or (c.expected_rejection is not None and c.expected_rejection.by == "device")]
+
+
 class CaseExecutor:
     """Runs cases through a runner (in-process or an isolated worker) and makes records."""
 
@@ -318,9 +326,11 @@ class CaseExecutor:
                  manifest: Manifest | None = None, repeat: int | None = None,
                  timeout_s: float | None = None, isolation: bool = True, run_id: str | None = None,
                  wait: bool = True, cpu_threads: int | None = None,
-                 runner_factory: "Callable[[worker.WorkerSpec], Any] | None" = None):
+                 runner_factory: "Callable[[worker.WorkerSpec], Any] | None" = None,
+                 env: Mapping[str, str] | None = None):
         """`manifest`: the bundle manifest of the cases to run (default: the config's, else
         the default bundle root's). `cpu_threads`: the worker's CPU threads (default: torch's).
+        `env`: set in the worker's environment (an MPS server's folders).
         `runner_factory`: makes the runner from the worker spec instead (a served worker)."""
         from bundlegen.engines.registry import registered_name
         from bundlegen.harness import worker
@@ -337,7 +347,8 @@ class CaseExecutor:
         self.manifest: Manifest = self.config.manifest
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
         spec = worker.WorkerSpec(engine=engine, device=str(self.device), config=self.config,
-                                 repeat=repeat, timeout_s=timeout_s, cpu_threads=cpu_threads)
+                                 repeat=repeat, timeout_s=timeout_s, cpu_threads=cpu_threads,
+                                 env=tuple(sorted((env or {}).items())))
         # wait=False: the worker starts in the background (see wait_ready)
         if runner_factory is not None:
             self.runner = runner_factory(spec)
@@ -362,11 +373,12 @@ class CaseExecutor:
         getattr(self.runner, "wait_ready", lambda: None)()
 
     def prepare(self, cases: list[Case]) -> str | None:
-        """Engine.prepare with the graphs these cases will execute (no probes, no frontend
-        rejections); None, or what went wrong (the run goes on)."""
-        graphs = [c.graph.as_launched() for c in cases
-                  if (c.expected_rejection is None and validate.frontend_reason(c.graph) is None)
-                  or (c.expected_rejection is not None and c.expected_rejection.by == "device")]
+        """Engine.prepare with the graphs these cases will execute (prepared_graphs); None,
+        or what went wrong (the run goes on)."""
+        return self.prepare_graphs(prepared_graphs(cases))
+
+    def prepare_graphs(self, graphs: list[Graph]) -> str | None:
+        """Engine.prepare with these graphs (prepared_graphs of the run's cases)."""
         return self.runner.prepare(graphs) if graphs else None
 
     def execute(self, case: Case) -> "CaseResult":
@@ -398,6 +410,10 @@ class CaseExecutor:
                           purpose="", items=(), engine=self.engine_name, arch=self.arch,
                           device=str(self.device), verdict=V.ERROR_BUNDLE, detail=str(error),
                           file=error.file)
+
+    def release(self) -> None:
+        """Stop the worker process until the next case (an in-process runner has none)."""
+        getattr(self.runner, "release", lambda: None)()
 
     def close(self) -> None:
         self.runner.close()
@@ -473,7 +489,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               config: EngineConfig | None = None, progress: str | bool | None = None,
               devices: Sequence[str] | None = None, lane: str = "",
               workers_per_device: int = 1, server: bool = False,
-              allow_empty: bool = True) -> RunSummary:
+              allow_empty: bool = True, mps: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
@@ -481,7 +497,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     whichever worker is free, into the same three files. `server`: use the workers of a
     running `bundlegen serve` whose key matches this run's (harness.serve), when there is
     one and it is free; the results are the same. `allow_empty` False: a selection that holds
-    no case raises NothingSelected before `out` is touched."""
+    no case raises NothingSelected before `out` is touched. `mps`: the GPU workers are clients
+    of a private CUDA MPS server (harness.mps; a matching server's own when served), and each
+    case that crashed beside other workers is run again alone (_rerun_alone)."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness.selection import in_shard, selection
 
@@ -494,6 +512,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     if workers_per_device < 1:
         raise ValueError(f"--workers-per-device {workers_per_device}: expected 1 or more")
     workers = worker_devices(devices, workers_per_device)
+    if mps:
+        from bundlegen.harness.mps import mps_devices_problem
+
+        problem = mps_devices_problem(workers)
+        if problem:
+            raise ValueError(problem)
     root = Path(bundles) if bundles else B.default_bundle_root()
     manifest = B.manifest_of(root, plan)
     levels = manifest.levels_upto(level)
@@ -504,7 +528,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         if may_be_served(engine):
             from bundlegen.harness.serve_client import open_session
 
-            session, server_note = open_session(serve_key(engine, devices, workers_per_device))
+            session, server_note = open_session(serve_key(engine, devices, workers_per_device, mps=mps))
+    daemon = None
+    if mps and session is None:
+        from bundlegen.harness.mps import start_mps
+
+        daemon = start_mps(workers)
     # the workers import torch and build the engine while this process loads the bundles
     executors: list[CaseExecutor] = []
     try:
@@ -514,11 +543,14 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 timeout_s=timeout_s if timeout_s is not None else default_timeout(dev), wait=False,
                 run_id=executors[0].run_id if executors else None,
                 cpu_threads=_cpu_share(len(workers)),
-                runner_factory=session.runner_factory(slot) if session else None))
+                runner_factory=session.runner_factory(slot) if session else None,
+                env=daemon.env if daemon else None))
     except BaseException:
         _close_all(executors)
         if session:
             session.close()
+        if daemon:
+            daemon.stop()
         raise
     from bundlegen.harness import results as R   # after the workers' start: see harness.command
 
@@ -526,7 +558,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     per_device = [_DeviceTally(dev, workers[:i].count(dev)) for i, dev in enumerate(workers)]
     new_records = []
     interrupted = False
-    prepare_problem, todo, ran = None, [], 0
+    prepare_problem, todo, ran, reruns = None, [], 0, 0
     ready = prepared = cases_done = None
     try:
         loaded = B.load_level(root, level, manifest.plan)
@@ -556,7 +588,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 complete=complete, versions=executor.versions,
                 per_device=tuple(t.to_json() for t in per_device), lane=lane,
                 workers_per_device=workers_per_device,
-                served_by=session.record() if session else None)
+                served_by=session.record() if session else None, mps=mps, mps_reruns=reruns)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
@@ -593,8 +625,11 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         nonlocal ran
                         record(result)
                         ran += 1
-                    _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
-                                count, advance)
+                    held = _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
+                                       count, advance, hold_crashes=mps)
+                    if held:
+                        reruns = len(held)
+                        _rerun_alone(executors, per_device, held, count, advance)
                 advance(None)
         except KeyboardInterrupt:
             interrupted = True   # what finished is recorded; junit and run.json still follow
@@ -603,6 +638,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         _close_all(executors)
         if session:
             session.close()
+        if daemon:
+            daemon.stop()
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels, engine_spec=engine)
@@ -680,14 +717,16 @@ def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
     first one's work where the engine caches it on disk, as Triton does, instead of all
     compiling the same variants side by side); the first problem, or None. A prepare that
     failed in the first worker is not repeated in the others: it would fail there too, each
-    time after its own share of the work (the run goes on unprepared)."""
-    first = executors[0].prepare(todo)
+    time after its own share of the work (the run goes on unprepared). The graphs are worked
+    out once for all the workers."""
+    graphs = prepared_graphs(todo)
+    first = executors[0].prepare_graphs(graphs)
     if len(executors) == 1 or first is not None:
         return first
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(executors) - 1) as pool:
-        problems = list(pool.map(lambda ex: ex.prepare(todo), executors[1:]))
+        problems = list(pool.map(lambda ex: ex.prepare_graphs(graphs), executors[1:]))
     return next((p for p in [first, *problems] if p), None)
 
 
@@ -705,15 +744,18 @@ def _close_all(executors: list[CaseExecutor]) -> None:
 
 
 def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],
-                record: Callable, advance: Callable) -> None:
+                record: Callable, advance: Callable, hold_crashes: bool = False) -> list[Case]:
     """One thread per executor (each drives its own worker process) takes the next case
     from the shared queue; results are recorded in the order they finish, under one lock
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
-    (their workers are killed when the executors close)."""
+    (their workers are killed when the executors close). `hold_crashes`: a crashed case is
+    not recorded but returned, in the order the crashes came (under MPS a neighbour's fault
+    crashes it too)."""
     import threading
 
     lock = threading.Lock()
     queue = list(reversed(cases))
+    held: list[Case] = []
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -730,8 +772,11 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
                 with lock:
                     if stop.is_set():
                         return
-                    record(result)
-                    tally.add(time.perf_counter() - start)
+                    if hold_crashes and result.verdict == V.CRASHED:
+                        held.append(case)
+                    else:
+                        record(result)
+                        tally.add(time.perf_counter() - start)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the parent thread
             if not stop.is_set():
                 errors.append(exc)
@@ -750,6 +795,24 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
         raise
     if errors:
         raise errors[0]
+    return held
+
+
+def _rerun_alone(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],
+                 record: Callable, advance: Callable) -> None:
+    """Run each of `cases` again in the first worker with every other worker stopped, and
+    record that result. Under MPS a fatal fault in one worker ends the cases of all the
+    workers of that GPU, the server does not say whose fault it was, and it takes no new
+    client until every client it served has gone: alone, a case that crashes again crashed
+    by itself, and one that passes was only a neighbour's victim."""
+    first = executors[0]
+    for ex in executors[1:]:
+        ex.release()
+    for case in cases:
+        advance(f"{case.level}/{case.group}/{case.id} [{first.device}, alone]")
+        start = time.perf_counter()
+        record(first.execute(case))
+        tallies[0].add(time.perf_counter() - start)
 
 
 def _cpu_share(workers: int) -> int | None:

@@ -43,6 +43,7 @@ class Server:
         self.started_unix = time.time()
         self.runs = 0
         self._listener: socket.socket | None = None
+        self.daemon = None   # the MPS daemon of key.mps (harness.mps)
 
     # -- start and stop
     def start_workers(self) -> None:
@@ -51,15 +52,20 @@ class Server:
         from bundlegen.harness.run import CaseExecutor, _close_all, _cpu_share, default_timeout, worker_devices
 
         workers = worker_devices(list(self.key.devices), self.key.workers_per_device)
+        if self.key.mps:
+            from bundlegen.harness.mps import start_mps
+
+            self.daemon = start_mps(workers)
         try:
             for dev in workers:
                 self.executors.append(CaseExecutor(
                     self.key.engine, dev, timeout_s=default_timeout(dev), wait=False,
-                    cpu_threads=_cpu_share(len(workers))))
+                    cpu_threads=_cpu_share(len(workers)),
+                    env=self.daemon.env if self.daemon else None))
             for ex in self.executors:
                 ex.wait_ready()
         except BaseException:
-            _close_all(self.executors)
+            self.close()
             raise
         self.slot_locks = [threading.Lock() for _ in self.executors]
         self.started_unix = time.time()
@@ -68,6 +74,9 @@ class Server:
         from bundlegen.harness.run import _close_all
 
         _close_all(self.executors)
+        if self.daemon:
+            self.daemon.stop()
+            self.daemon = None
 
     def listen(self) -> None:
         """Bind the socket (after the workers are ready: a run that finds it is served at once)."""
@@ -179,3 +188,6 @@ class Server:
                     conn.send(("prepared", runner.prepare(payload)))
                 elif kind == "case":
                     conn.send(("outcome", runner.run(payload)))
+                elif kind == "release":
+                    runner.release()
+                    conn.send(("released", None))

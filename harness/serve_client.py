@@ -138,6 +138,12 @@ class RemoteRunner:
             self._go_local()   # the server went away: this case and the rest run here
         return self._local.run(case)
 
+    def release(self) -> None:
+        if self._local is None and self._ask(("release", None), "released") is not None:
+            return
+        if self._local is not None:
+            self._local.release()
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

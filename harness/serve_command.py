@@ -11,6 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", default=None, metavar="LIST", help="several devices, as `run --devices`")
     parser.add_argument("--workers-per-device", type=int, default=1, metavar="N",
                         help="worker processes per device, as `run --workers-per-device` (default 1)")
+    parser.add_argument("--mps", action="store_true",
+                        help="the GPU workers are clients of a private CUDA MPS server, as `run --mps`")
     parser.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                         help="exit after S seconds without a run (default 900)")
     parser.add_argument("--stop", action="store_true",
@@ -26,6 +28,7 @@ def main(args: argparse.Namespace) -> int:
     from bundlegen.harness.serve import DEFAULT_IDLE_TIMEOUT_S, Server, ServeError
     from bundlegen.harness.serve_client import stop_servers
     from bundlegen.harness.serve_key import serve_dir, serve_key
+    from bundlegen.harness.mps import MpsError
     from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
 
     err = Console(stderr=True, soft_wrap=True)
@@ -51,9 +54,9 @@ def main(args: argparse.Namespace) -> int:
         idle = DEFAULT_IDLE_TIMEOUT_S if args.idle_timeout is None else args.idle_timeout
         if idle <= 0:
             raise ValueError(f"--idle-timeout {args.idle_timeout}: expected seconds above 0")
-        server = Server(serve_key(args.engine, devices, args.workers_per_device), idle)
+        server = Server(serve_key(args.engine, devices, args.workers_per_device, mps=args.mps), idle)
         server.start_workers()
-    except (EngineNotFound, WorkerStartError, DeviceUnavailable, ValueError) as exc:
+    except (EngineNotFound, WorkerStartError, DeviceUnavailable, ValueError, MpsError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         return V.EXIT_USAGE
     try:

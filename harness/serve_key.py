@@ -37,6 +37,7 @@ class ServeKey:
     env: tuple[tuple[str, str], ...]
     python: str                    # the interpreter, and the versions of torch and triton
     workspace: str                 # the workspace (or folder) the engine is resolved from
+    mps: bool = False              # the workers are clients of the server's own MPS server (--mps)
 
     @property
     def digest(self) -> str:
@@ -45,17 +46,18 @@ class ServeKey:
 
     def difference(self, other: "ServeKey") -> str | None:
         """The first field that differs, as a phrase; None when the keys are the same."""
-        for name in ("engine", "devices", "workers_per_device", "code", "env", "python", "workspace"):
+        for name in ("engine", "devices", "workers_per_device", "mps", "code", "env", "python", "workspace"):
             if getattr(self, name) != getattr(other, name):
                 return f"its {name.replace('_', ' ')} differs"
         return None
 
 
-def serve_key(engine: str, devices: list[str] | tuple[str, ...], workers_per_device: int) -> ServeKey:
+def serve_key(engine: str, devices: list[str] | tuple[str, ...], workers_per_device: int,
+              mps: bool = False) -> ServeKey:
     where = _where()
     return ServeKey(engine=engine, devices=tuple(devices), workers_per_device=workers_per_device,
                     code=code_digest(engine, where), env=relevant_env(),
-                    python=_python(), workspace=str(where))
+                    python=_python(), workspace=str(where), mps=mps)
 
 
 def relevant_env() -> tuple[tuple[str, str], ...]:

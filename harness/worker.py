@@ -47,6 +47,7 @@ class WorkerSpec:
     repeat: int | None = None
     timeout_s: float | None = None   # per case; None: no limit (in-process ignores it)
     cpu_threads: int | None = None   # the worker's CPU threads (several workers share the host's cores)
+    env: tuple[tuple[str, str], ...] = ()   # set in the worker's environment (an MPS server's folders)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -119,7 +120,7 @@ def worker_environment(spec: WorkerSpec) -> dict[str, str]:
     """The worker's environment: this one, with its CPU thread count when the spec sets one
     (OpenMP reads it at start; workers that oversubscribe the cores spin against each other:
     two CPU workers on two cores ran the float64 oracle 30x slower)."""
-    env = dict(os.environ)
+    env = {**os.environ, **dict(spec.env)}
     if spec.cpu_threads is not None:
         env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
     return env
@@ -205,6 +206,7 @@ class IsolatedRunner:
         self._arch: str | None = None
         self._versions: dict[str, str] | None = None
         self.restarts = 0
+        self._released = False
         self._spawn()
         if wait:
             self.wait_ready()
@@ -244,13 +246,15 @@ class IsolatedRunner:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
-        self._ready = False
+        self._ready = self._released = False
         self._conn.send((list(sys.path), self.spec))
 
     def wait_ready(self) -> None:
         """Wait for the worker's engine; WorkerStartError when it cannot be built."""
         if self._ready:
             return
+        if self._conn is None and self._released:
+            self._spawn()
         if self._conn is None:
             raise WorkerStartError(f"engine {self.spec.engine!r}: no worker")
         # two steps: import and build within STARTUP_TIMEOUT_S, then the engine's warm-up
@@ -299,6 +303,12 @@ class IsolatedRunner:
         except WorkerStartError as exc:
             return f"; the engine could not be rebuilt: {exc}"
         return ""
+
+    def release(self) -> None:
+        """Stop the worker process now; the next case starts a fresh one (an MPS server takes
+        no new client while a client it served before a fault is still alive)."""
+        self.close()
+        self._ready, self._released = False, True
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

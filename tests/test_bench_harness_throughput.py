@@ -86,3 +86,14 @@ def test_the_server_mode_times_the_warm_runs_through_pre_started_workers(tmp_pat
     printed = capsys.readouterr().out
     assert "workers pre-started by `bundlegen serve`" in printed and "NOT SERVED" not in printed
     assert "quick alone, workers pre-started by bundlegen serve" in printed
+
+
+def test_an_mps_run_is_named_as_one_and_can_answer_a_target():
+    from dataclasses import replace
+
+    plain, shared = _run("warm", "full", 16.0, workers=4), replace(_run("warm", "full", 11.0, workers=8), mps=True)
+    assert (plain.where, shared.where) == ("cuda:0 x4", "cuda:0 x8 mps")
+    lines = "\n".join(HT.target_lines([plain, shared]))
+    assert "all four levels: 11.0 s (cuda:0, 8 worker(s) each, MPS) -- target < 12 s: met" in lines
+    lines = "\n".join(HT.target_lines([plain, replace(shared, elapsed_s=20.0)]))
+    assert "all four levels: 16.0 s (cuda:0, 4 worker(s) each) -- target < 12 s: NOT met" in lines

@@ -78,6 +78,12 @@ def test_a_lane_takes_defaults():
      "lanes.a.devices: cuda:0,gpu: expected all"),
     ("lanes: {a: {engine: torch-math, device: cpu, level: quick, workers_per_device: 0}}",
      "lanes.a.workers_per_device: expected a whole number >= 1"),
+    ("lanes: {a: {engine: torch-math, device: cuda, level: quick, mps: 'yes'}}",
+     "lanes.a.mps: expected true or false"),
+    ("lanes: {a: {engine: torch-math, device: cpu, level: quick, mps: true}}",
+     "lanes.a.mps: MPS shares a GPU between processes; cpu is not a GPU"),
+    ("lanes: {a: {engine: torch-math, device: cuda, devices: 'cpu,cpu', level: quick, mps: true}}",
+     "lanes.a.mps: MPS shares a GPU"),
     ("lanes: {a: [", "not valid YAML"),
     ("lanes: !!python/object:os.system {}", "not valid YAML"),   # the safe loader refuses tags
 ])
@@ -87,6 +93,14 @@ def test_malformed_lanes_are_one_line_errors_naming_file_lane_and_key(tmp_path, 
         load_lanes(path)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and where in message and "\n" not in message, message
+
+
+def test_a_gpu_lane_may_ask_for_mps(tmp_path):
+    path = write(tmp_path, "lanes: {a: {engine: triton, device: cuda, level: quick, mps: true},"
+                           " b: {engine: triton, device: cuda, devices: all, level: quick, mps: true},"
+                           " c: {engine: triton, device: cuda, level: quick}}")
+    lanes = load_lanes(path)
+    assert (lanes.lane("a").mps, lanes.lane("b").mps, lanes.lane("c").mps) == (True, True, False)
 
 
 def test_an_unknown_lane_is_named():

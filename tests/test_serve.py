@@ -192,3 +192,10 @@ def test_an_idle_server_exits_by_itself(ws):
     assert proc.wait(30) == 0 and not path.exists()
     assert time.monotonic() - started >= 1.0
     assert "stopped after 0 run(s)" in proc.stdout.read()
+
+
+def test_a_server_of_mps_workers_serves_only_runs_that_ask_for_mps(ws, capsys):
+    plain, shared = serve_key("torch-math", ["cuda"], 4), serve_key("torch-math", ["cuda"], 4, mps=True)
+    assert shared.difference(plain) == "its mps differs" and socket_path(shared) != socket_path(plain)
+    assert main(["serve", "--engine", "torch-math", "--device", "cpu", "--mps"]) == V.EXIT_USAGE
+    assert "--mps: MPS shares a GPU between processes; cpu is not a GPU" in capsys.readouterr().err

@@ -21,7 +21,7 @@ import importlib
 import math
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -511,10 +511,46 @@ def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     run(prepare(graph, tensors, cfg, kernels=kernels))
 
 
-def run(L: Launch) -> None:
-    """launch() of a prepared Launch."""
+def run(L: Launch, overlap: bool = True) -> None:
+    """launch() of a prepared Launch. With `overlap`, on a GPU, the dQ kernel (and a second
+    dK/dV pass) runs on a side stream beside the first dK/dV pass (beside())."""
     run_preprocess(L)
-    run_dkdv(L)
-    run_dq(L)
+    side = side_stream(L.delta.device) if overlap and L.dq_scratch is None else None
+    if side is None:
+        run_dkdv(L)
+        run_dq(L)
+    elif len(dkdv_passes(L.graph, L.cfg)) == 1:
+        beside(side, lambda: run_dkdv(L), lambda: run_dq(L))
+    else:
+        beside(side, lambda: run_dkdv(L, only="dk"),
+               lambda: (run_dkdv(L, only="dv"), run_dq(L)))
     run_dbias(L)
     run_dsinks(L)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def side_stream(device: torch.device) -> "torch.cuda.Stream | None":
+    """The side stream of a GPU (one per device and process); None off the GPU."""
+    if device.type != "cuda":
+        return None
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
+
+
+def beside(side: "torch.cuda.Stream", here: Callable[[], object],
+           there: Callable[[], object]) -> None:
+    """`here`'s launches on the current stream and `there`'s on `side`, both after the work
+    queued so far; the current stream's later work waits for both. The dQ kernel and the
+    dK/dV passes read the same inputs and Delta and write different outputs, so they may run
+    at once: the programs of one fill the SMs the other's last wave leaves idle. The Delta
+    scratch was allocated on the current stream, whose later work waits for `side`, so the
+    allocator cannot hand it out again while `side` still reads it."""
+    main = torch.cuda.current_stream(side.device)
+    side.wait_stream(main)
+    here()
+    with torch.cuda.stream(side):
+        there()
+    main.wait_stream(side)
