@@ -570,8 +570,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
-        for ex in executors:
-            ex.wait_ready()
+        # the first worker's start begins the run: the others join the case loop as they
+        # become ready (_run_spread), so no worker idles while a slower one imports torch
+        executor.wait_ready()
         ready = time.perf_counter()
 
         def run_times(complete: bool) -> "RunTimes":
@@ -602,7 +603,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         todo = [c for c in cases if c.id not in done]
         R.write_run_times(run_path, run_times(False))
         try:
-            prepare_problem = _prepare_all(executors, todo)
+            graphs = prepared_graphs(todo)
+            prepare_problem = executor.prepare_graphs(graphs)
             prepared = time.perf_counter()
             with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
                 def record(result) -> None:
@@ -625,8 +627,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         nonlocal ran
                         record(result)
                         ran += 1
+                    joining = _Joining(graphs if prepare_problem is None else [])
                     held = _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
-                                       count, advance, hold_crashes=mps)
+                                       count, advance, hold_crashes=mps, join=joining)
+                    prepare_problem = prepare_problem or joining.problem
                     if held:
                         reruns = len(held)
                         _rerun_alone(executors, per_device, held, count, advance)
@@ -712,22 +716,22 @@ def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[C
     return sorted(cases, key=lambda c: -(predicted_seconds(c, device, manifest) or 0.0))
 
 
-def _prepare_all(executors: list[CaseExecutor], todo: list[Case]) -> str | None:
-    """Engine.prepare in the first worker, then in every other one at once (they share the
-    first one's work where the engine caches it on disk, as Triton does, instead of all
-    compiling the same variants side by side); the first problem, or None. A prepare that
-    failed in the first worker is not repeated in the others: it would fail there too, each
-    time after its own share of the work (the run goes on unprepared). The graphs are worked
-    out once for all the workers."""
-    graphs = prepared_graphs(todo)
-    first = executors[0].prepare_graphs(graphs)
-    if len(executors) == 1 or first is not None:
-        return first
-    from concurrent.futures import ThreadPoolExecutor
+class _Joining:
+    """How a worker other than the first joins the case loop: once it is ready, Engine.prepare
+    with the run's graphs (after the first worker's, so they share its work where the engine
+    caches it on disk, as Triton does, instead of all compiling the same variants side by
+    side); `problem` is the first that went wrong. A prepare that failed in the first worker
+    is not repeated in the others (`graphs` empty): it would fail there too, each time after
+    its own share of the work (the run goes on unprepared)."""
 
-    with ThreadPoolExecutor(len(executors) - 1) as pool:
-        problems = list(pool.map(lambda ex: ex.prepare_graphs(graphs), executors[1:]))
-    return next((p for p in [first, *problems] if p), None)
+    def __init__(self, graphs: list[Graph]):
+        self.graphs, self.problem = graphs, None
+
+    def __call__(self, ex: CaseExecutor) -> None:
+        ex.wait_ready()
+        problem = ex.prepare_graphs(self.graphs)
+        if problem and self.problem is None:
+            self.problem = problem
 
 
 def _close_all(executors: list[CaseExecutor]) -> None:
@@ -744,13 +748,15 @@ def _close_all(executors: list[CaseExecutor]) -> None:
 
 
 def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],
-                record: Callable, advance: Callable, hold_crashes: bool = False) -> list[Case]:
+                record: Callable, advance: Callable, hold_crashes: bool = False,
+                join: Callable[[CaseExecutor], None] | None = None) -> list[Case]:
     """One thread per executor (each drives its own worker process) takes the next case
     from the shared queue; results are recorded in the order they finish, under one lock
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
     (their workers are killed when the executors close). `hold_crashes`: a crashed case is
     not recorded but returned, in the order the crashes came (under MPS a neighbour's fault
-    crashes it too)."""
+    crashes it too). `join`: what each executor but the first does before its first case (it
+    may still be starting)."""
     import threading
 
     lock = threading.Lock()
@@ -761,6 +767,8 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
 
     def drive(ex: CaseExecutor, tally: _DeviceTally) -> None:
         try:
+            if join is not None and ex is not executors[0]:
+                join(ex)
             while not stop.is_set():
                 with lock:
                     if not queue:

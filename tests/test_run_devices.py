@@ -235,3 +235,32 @@ def test_the_parent_of_an_isolated_run_never_imports_torch(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == [str(V.EXIT_OK), "False"], out.stderr[-2000:]
+
+
+START_MARK_ENV = "BUNDLEGEN_TEST_START_MARK"
+
+
+class SlowToStartButFirst(Paced):
+    """Paced torch-math whose warm-up takes 5 s in every worker but the first to get there."""
+    name = "slow-to-start-but-first"
+
+    def warm_up(self):
+        try:
+            os.close(os.open(os.environ[START_MARK_ENV], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            time.sleep(5)
+        super().warm_up()
+
+
+def test_cases_begin_as_soon_as_the_first_worker_is_ready(tmp_path, monkeypatch):
+    monkeypatch.setenv(START_MARK_ENV, str(tmp_path / "started"))
+    cases = [S.case_of(n) for n in range(1, 9)]
+    S.write_bundle(tmp_path / "bundles", "quick", "a", cases)
+    summary = _run(tmp_path, SlowToStartButFirst)
+    assert {r["verdict"] for r in read_results(summary.results_path)} == {V.PASS}
+    times = read_run_times(tmp_path / "out")
+    split = sorted(d["cases"] for d in times.per_device)
+    # 8 cases of 0.3 s: the worker that started at once runs most of them while the other
+    # is still in its 5 s warm-up (waiting for both would split them about evenly)
+    assert split[-1] >= 6 and sum(split) == 8, times.per_device
+    assert times.start_s < 4.5, times.start_s
