@@ -9,7 +9,7 @@
 #             all-levels correctness run), then quick and all four levels warm, 4 workers
 #   mps       the same warm runs with the workers as clients of a CUDA MPS server started
 #             by hand (its pipe and log folders under /tmp), 4 and 8 workers (before --mps)
-#   mpsbench  bench/harness_throughput.py with a cold fill, then warm: 4 workers, and
+#   mpsbench  bench/harness_throughput.py with a cold fill, then warm: 4 workers, and (MPS_WORKERS)
 #             `bundlegen run --mps` with 8 and 12 workers, each also through `bundlegen serve`
 #   fault     bench/mps_fault_check.py: a device-side assert in one of 4 workers, without
 #             and with --mps (only the faulting case may be recorded as anything but a pass)
@@ -62,7 +62,7 @@ if wanted mps; then
 fi
 if wanted mpsbench; then
   timeout "$(left)" python3 bench/harness_throughput.py --no-cold --no-one-worker --levels quick full \
-    --workers 4 --mps-workers 8 12 --server --out "$OUT/harness_throughput_mps.json" \
+    --workers 4 --mps-workers ${MPS_WORKERS:-8 12} --server --out "$OUT/harness_throughput_mps.json" \
     > "$OUT/harness_throughput_mps.log" 2>&1
   echo "mpsbench: exit $?"; tail -n 50 "$OUT/harness_throughput_mps.log"
 fi
