@@ -502,6 +502,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     case that crashed beside other workers is run again alone (_rerun_alone)."""
     from bundlegen.harness import bundles as B
     from bundlegen.harness.selection import in_shard, selection
+    from bundlegen.harness.worker import WorkerStartError
 
     started = time.perf_counter()
     before = process_age_s()
@@ -515,7 +516,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     if mps:
         from bundlegen.harness.mps import mps_devices_problem
 
-        problem = mps_devices_problem(workers)
+        problem = mps_devices_problem(workers) or (
+            None if isolation else "--mps: MPS serves worker processes; --no-isolation runs the "
+                                   "engine in this one")
         if problem:
             raise ValueError(problem)
     root = Path(bundles) if bundles else B.default_bundle_root()
@@ -572,7 +575,14 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
         # the first worker's start begins the run: the others join the case loop as they
         # become ready (_run_spread), so no worker idles while a slower one imports torch
-        executor.wait_ready()
+        try:
+            executor.wait_ready()
+        except WorkerStartError as exc:
+            if daemon is None:
+                raise
+            raise WorkerStartError(f"{exc} (a client of the run's MPS server; its logs end: "
+                                          f"{' | '.join(daemon.log_tail().splitlines()) or 'nothing'})",
+                                          exc.details) from None
         ready = time.perf_counter()
 
         def run_times(complete: bool) -> "RunTimes":

@@ -44,6 +44,14 @@ class CrashesOnce(S.TorchMathEngine):
         super().run(graph, tensors)
 
 
+class CannotBeBuilt(S.TorchMathEngine):
+    """An engine whose worker cannot build it (as when the MPS server refuses its client)."""
+    name = "cannot-be-built"
+
+    def __init__(self, device):
+        raise RuntimeError("injected: no CUDA context")
+
+
 @pytest.fixture
 def control(tmp_path, monkeypatch):
     """A stand-in nvidia-cuda-mps-control on PATH; returns the file it logs to (one JSON
@@ -105,6 +113,12 @@ def test_mps_serves_gpus_only(devices):
 def test_run_mps_on_the_cpu_is_a_usage_error(capsys):
     assert main(["run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "--mps"]) == V.EXIT_USAGE
     assert "--mps: MPS shares a GPU between processes; cpu is not a GPU" in capsys.readouterr().err
+
+
+def test_mps_needs_isolated_workers(monkeypatch, tmp_path):
+    monkeypatch.setattr(mps, "mps_devices_problem", lambda devices: None)
+    with pytest.raises(ValueError, match="--mps: MPS serves worker processes; --no-isolation"):
+        run_level("quick", "torch-math", device="cuda", isolation=False, mps=True, out=tmp_path)
 
 
 def _mps_run(tmp_path, monkeypatch, cases, mps_on=True):
@@ -188,3 +202,22 @@ def test_the_spread_holds_back_crashes_only_when_asked(hold):
                        [_case(c) for c in "abc"], recorded.append, lambda label: None, hold_crashes=hold)
     assert sorted(r.case for r in recorded) == (["a", "c"] if hold else ["a", "b", "c"])
     assert [c.id for c in held] == (["b"] if hold else [])
+
+
+def test_a_worker_that_cannot_start_under_mps_says_what_the_daemon_logged(tmp_path, monkeypatch, control):
+    from bundlegen.harness.worker import WorkerStartError
+
+    monkeypatch.setattr(mps, "mps_devices_problem", lambda devices: None)
+    real = mps.start_mps
+
+    def start_and_log(devices):
+        daemon = real(devices)
+        (daemon.root / "log" / "server.log").write_text("Server failed: injected\n")
+        return daemon
+
+    monkeypatch.setattr(mps, "start_mps", start_and_log)
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1)])
+    with pytest.raises(WorkerStartError, match=r"MPS server; its logs end: server.log: Server failed: injected"):
+        run_level("quick", S.engine_ref(CannotBeBuilt), devices=["cpu", "cpu"], bundles=tmp_path / "bundles",
+                  out=tmp_path / "out", config=S.LOOSE, mps=True, server=False)
+    assert calls(control)[-1]["stdin"] == "quit\n"   # the daemon is stopped all the same
