@@ -127,7 +127,8 @@ class Server:
         return {"pid": os.getpid(), "started_unix": self.started_unix, "runs": self.runs,
                 "busy": self.session is not None, "socket": str(self.path),
                 "slots": [{"device": ex.device, "engine": ex.engine_name, "arch": ex.arch,
-                           "versions": ex.versions, "restarts": getattr(ex.runner, "restarts", 0)}
+                           "versions": ex.versions, "restarts": getattr(ex.runner, "restarts", 0),
+                           "pid": getattr(ex.runner, "pid", None)}
                           for ex in self.executors]}
 
     def _handle(self, conn: Connection) -> None:

@@ -229,6 +229,11 @@ class IsolatedRunner:
             self.wait_ready()
         return self._versions
 
+    @property
+    def pid(self) -> int | None:
+        """The worker process's pid; None while there is none (released, or not restarted yet)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
     # -- lifecycle
     def _start(self) -> None:
         self._spawn()

@@ -199,3 +199,30 @@ def test_a_server_of_mps_workers_serves_only_runs_that_ask_for_mps(ws, capsys):
     assert shared.difference(plain) == "its mps differs" and socket_path(shared) != socket_path(plain)
     assert main(["serve", "--engine", "torch-math", "--device", "cpu", "--mps"]) == V.EXIT_USAGE
     assert "--mps: MPS shares a GPU between processes; cpu is not a GPU" in capsys.readouterr().err
+
+
+def test_a_released_served_worker_is_stopped_and_starts_again_for_its_next_case(ws):
+    """What a run under --mps does to the server's other workers before it runs its crashed
+    cases again alone: `release` stops the slot's worker process; the next case starts one."""
+    from bundlegen.harness.worker import WorkerSpec
+
+    root, _ = ws
+    bundle(root, [S.case_of(1)])
+    proc, path = start_server(ws, "torch-math", "--workers-per-device", "2")
+    slots = lambda: ask(path, ("status", None))[1]["slots"]
+    first_pids = [s["pid"] for s in slots()]
+    assert all(first_pids)
+    session, note = open_session(serve_key("torch-math", ["cpu"], 2))
+    assert session is not None, note
+    try:
+        runner = session.runner_factory(1)(WorkerSpec(engine="torch-math", device="cpu", config=S.LOOSE,
+                                                      repeat=1, timeout_s=60))
+        runner.release()
+        assert [s["pid"] for s in slots()] == [first_pids[0], None]
+        assert runner.run(S.case_of(1)).verdict == V.PASS
+        now = slots()
+        assert now[0]["pid"] == first_pids[0] and now[1]["pid"] not in (None, first_pids[1])
+        assert [s["restarts"] for s in now] == [0, 1]
+        runner.close()
+    finally:
+        session.close()
