@@ -139,10 +139,10 @@ class RemoteRunner:
         return self._local.run(case)
 
     def release(self) -> None:
-        if self._local is None and self._ask(("release", None), "released") is not None:
-            return
         if self._local is not None:
             self._local.release()
+        else:   # a server gone away has no worker left to stop
+            self._ask(("release", None), "released")
 
     def close(self) -> None:
         if self._conn is not None:

@@ -206,7 +206,6 @@ class IsolatedRunner:
         self._arch: str | None = None
         self._versions: dict[str, str] | None = None
         self.restarts = 0
-        self._released = False
         self._spawn()
         if wait:
             self.wait_ready()
