@@ -206,6 +206,7 @@ class IsolatedRunner:
         self._arch: str | None = None
         self._versions: dict[str, str] | None = None
         self.restarts = 0
+        self._spawns = 0
         self._spawn()
         if wait:
             self.wait_ready()
@@ -239,16 +240,14 @@ class IsolatedRunner:
         self.wait_ready()
 
     def _spawn(self) -> None:
-        # A plain subprocess, not multiprocessing: spawn would re-run the caller's __main__.
         ours, theirs = socket.socketpair()
         try:
-            # its own process group: a timeout ends the engine's helper processes with it
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "bundlegen.harness.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
-                env=worker_environment(self.spec))
+            # the first start plainly, every later one (a restart, after a release) forked
+            self._proc = start_worker(theirs.fileno(), worker_environment(self.spec),
+                                      fork=self._spawns > 0)
         finally:
             theirs.close()
+        self._spawns += 1
         self._conn = Connection(ours.detach())
         self._ready = self._released = False
         self._conn.send((list(sys.path), self.spec))
@@ -282,12 +281,14 @@ class IsolatedRunner:
                 raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built: {summary}", details)
         self._engine_name, self._arch, self._versions = payload
         self._ready = True
+        from bundlegen.harness import zygote
+        zygote.shared()   # started now, in the background, for the restarts (start_worker)
 
     def _kill(self) -> None:
         if self._proc is not None:
             try:   # the whole group: helpers the engine started die with the worker
                 os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except OSError:   # gone already, or never forked (zygote.ForkedWorker.pid)
                 pass
             self._proc.wait(10)
         if self._conn is not None:
@@ -387,9 +388,33 @@ class IsolatedRunner:
         return outcome
 
 
+def start_worker(fd: int, env: dict[str, str], fork: bool = False):
+    """A worker process talking over `fd`, in a session of its own (a timeout's killpg ends
+    the engine's helper processes with it). `fork`: forked from this process's zygote
+    (harness.zygote: torch already imported, a restart takes about 1 s instead of 4.6 on an
+    H200 host) where there is one; else a plain subprocess (not multiprocessing: spawn would
+    re-run the caller's __main__). A run's first workers start plainly: side by side, their
+    own imports are ready as soon as forks from a zygote that imports first."""
+    from bundlegen.harness import zygote
+
+    forks = zygote.shared() if fork else None
+    if forks is not None:
+        try:
+            return forks.spawn(fd, env)
+        except OSError:
+            pass
+    return subprocess.Popen([sys.executable, "-m", "bundlegen.harness.worker", str(fd)],
+                            pass_fds=(fd,), stdin=subprocess.DEVNULL, start_new_session=True,
+                            env=env)
+
+
 def describe_exit(code: int | None) -> str:
+    from bundlegen.harness.zygote import EXIT_UNKNOWN
+
     if code is None:
         return "no exit status"
+    if code == EXIT_UNKNOWN:
+        return "no exit status: the zygote that forked it is gone"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
