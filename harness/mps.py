@@ -25,6 +25,9 @@ from pathlib import Path
 CONTROL = "nvidia-cuda-mps-control"
 #: seconds the control program gets to start the daemon, or to stop it once the workers are gone
 CONTROL_TIMEOUT_S = 30.0
+#: where CUDA finds an MPS server: this variable's folder, else the default one
+PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
+DEFAULT_PIPE = Path("/tmp/nvidia-mps")
 
 
 class MpsError(RuntimeError):
@@ -39,7 +42,7 @@ class MpsDaemon:
     @property
     def env(self) -> dict[str, str]:
         """What a worker needs in its environment to be a client of this daemon's server."""
-        return {"CUDA_MPS_PIPE_DIRECTORY": str(self.root / "pipe"),
+        return {PIPE_VARIABLE: str(self.root / "pipe"),
                 "CUDA_MPS_LOG_DIRECTORY": str(self.root / "log")}
 
     def log_tail(self, lines: int = 5) -> str:
@@ -68,6 +71,13 @@ def mps_devices_problem(devices: list[str] | tuple[str, ...]) -> str | None:
     if others:
         return f"--mps: MPS shares a GPU between processes; {', '.join(dict.fromkeys(others))} is not a GPU"
     return None
+
+
+def may_be_client(env: dict[str, str]) -> bool:
+    """Whether a process with this environment may be a client of an MPS server: it names a
+    server's pipe folder (a run's --mps), or the host's default one exists (a server for the
+    whole host)."""
+    return PIPE_VARIABLE in env or (DEFAULT_PIPE / "control").exists()
 
 
 def start_mps(devices: list[str] | tuple[str, ...]) -> MpsDaemon:

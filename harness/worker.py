@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bundlegen.graph import Case
+from bundlegen.harness import mps
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
 
@@ -242,9 +243,16 @@ class IsolatedRunner:
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         try:
-            # the first start plainly, every later one (a restart, after a release) forked
-            self._proc = start_worker(theirs.fileno(), worker_environment(self.spec),
-                                      fork=self._spawns > 0)
+            env = worker_environment(self.spec)
+            # The first start plainly, every later one (a restart, after a release) forked,
+            # except an MPS client's: after a fault the MPS server takes no new client until
+            # every client it served before has gone, and a forked worker reaches the GPU at
+            # once, while the other workers (idle, or not yet past their own failed case) are
+            # still alive; it then waits in CUDA's start until its case times out
+            # (bench/mps_fault_check.py on an H200: 130.7 s with forked restarts against
+            # 10-24 s). A plain start reaches the GPU some 3 s later.
+            fork = self._spawns > 0 and not mps.may_be_client(env)
+            self._proc = start_worker(theirs.fileno(), env, fork=fork)
         finally:
             theirs.close()
         self._spawns += 1

@@ -3,9 +3,9 @@
 A worker's start is mostly importing torch (about 3 s of a GPU worker's 4.6-4.8 s on an
 H200 host, bench/worker_start.py). A run's first workers start plainly, side by side (one
 zygote importing first and then forking is no faster there: bench/zygote_start.py). Every
-later start of a worker (a restart after a crash or a timeout, a start after a release; under
-MPS one fault restarts every worker of the GPU) is forked from the zygote instead: about 1 s
-instead of 4.6 on an H200 host (worker.start_worker).
+later start of a worker (a restart after a crash or a timeout, a start after a release) is
+forked from the zygote instead: about 1 s instead of 3.6 on an H200 host
+(worker.start_worker). Not an MPS client's (IsolatedRunner._spawn says why).
 
 The zygote (`python -m bundlegen.harness.zygote`, one per harness process, started in the
 background once a worker is ready) imports torch, never touches a GPU, and forks one child

@@ -109,3 +109,16 @@ def test_without_the_zygote_workers_start_plainly(fresh_zygote, monkeypatch):
         assert r.engine_name == "torch-math"
     finally:
         r.close()
+
+
+def test_an_mps_client_restarts_plainly(fresh_zygote, tmp_path):
+    """After a fault an MPS server takes no new client until its old clients have gone: a
+    forked restart would reach it too soon (worker.IsolatedRunner._spawn)."""
+    spec = WorkerSpec("torch-math", "cpu", EngineConfig(),
+                      env=(("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path)),))
+    r = restarted(spec)
+    try:
+        assert not isinstance(r._proc, zygote.ForkedWorker)
+        assert parent_of(r.pid) == os.getpid()
+    finally:
+        r.close()
