@@ -20,15 +20,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/h200-round12}
 LIMIT_S=${LIMIT_S:-540}
 STEPS=${STEPS:-overlap targets harness mps mpsbench fault}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), "x", torch.cuda.device_count())'
-
-in_time() {   # step name: true while there is time to start it
-  if (( SECONDS > LIMIT_S )); then echo "SKIPPED (time): $1"; return 1; fi
-}
-wanted() { [[ " $STEPS " == *" $1 "* ]] && in_time "$1"; }
-left() { echo $(( LIMIT_S + 50 - SECONDS > 30 ? LIMIT_S + 50 - SECONDS : 30 )); }
+source bench/h200_steps.sh
 
 if wanted overlap; then
   timeout "$(left)" python3 bench/overlap_probe.py --d 64 128 256 --seqs 4096 --rounds 5 \

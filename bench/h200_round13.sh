@@ -21,15 +21,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/h200-round13}
 LIMIT_S=${LIMIT_S:-540}
 STEPS=${STEPS:-pairs targets atomicfull zygote fault mpsbench mpsplain}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), "x", torch.cuda.device_count())'
-
-in_time() {   # step name: true while there is time to start it
-  if (( SECONDS > LIMIT_S )); then echo "SKIPPED (time): $1"; return 1; fi
-}
-wanted() { [[ " $STEPS " == *" $1 "* ]] && in_time "$1"; }
-left() { echo $(( LIMIT_S + 50 - SECONDS > 30 ? LIMIT_S + 50 - SECONDS : 30 )); }
+source bench/h200_steps.sh
 
 if wanted pairs; then
   timeout "$(left)" python3 bench/pair_probe.py --d 128 --rounds ${ROUNDS:-3} \
@@ -39,7 +31,7 @@ if wanted pairs; then
   echo "pairs: exit $?"; grep -v "^D128 .*x table 0\.[0-8]" "$OUT/pair_probe.log" | head -60
 fi
 if wanted targets; then
-  timeout "$(left)" python3 bench/engine_speed.py --quick --rounds ${TARGET_ROUNDS:-7} \
+  timeout "$(left)" python3 bench/engine_speed.py --quick --rounds ${TARGET_ROUNDS:-7} --atomic-dq \
     --peers torch-flash torch-cudnn --out "$OUT/engine_speed_targets.json" > "$OUT/engine_speed_targets.log" 2>&1
   echo "targets: exit $?"; tail -n 16 "$OUT/engine_speed_targets.log"
 fi
