@@ -244,15 +244,9 @@ class IsolatedRunner:
         ours, theirs = socket.socketpair()
         try:
             env = worker_environment(self.spec)
-            # The first start plainly, every later one (a restart, after a release) forked,
-            # except an MPS client's: after a fault the MPS server takes no new client until
-            # every client it served before has gone, and a forked worker reaches the GPU at
-            # once, while the other workers (idle, or not yet past their own failed case) are
-            # still alive; it then waits in CUDA's start until its case times out
-            # (bench/mps_fault_check.py on an H200: 130.7 s with forked restarts against
-            # 10-24 s). A plain start reaches the GPU some 3 s later.
-            fork = self._spawns > 0 and not mps.may_be_client(env)
-            self._proc = start_worker(theirs.fileno(), env, fork=fork)
+            # the first start plainly, every later one (a restart, after a release) forked
+            self._proc = start_worker(theirs.fileno(), env,
+                                      fork=self._spawns > 0 and restarts_fork(env))
         finally:
             theirs.close()
         self._spawns += 1
@@ -289,8 +283,9 @@ class IsolatedRunner:
                 raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built: {summary}", details)
         self._engine_name, self._arch, self._versions = payload
         self._ready = True
-        from bundlegen.harness import zygote
-        zygote.shared()   # started now, in the background, for the restarts (start_worker)
+        if restarts_fork(worker_environment(self.spec)):
+            from bundlegen.harness import zygote
+            zygote.shared()   # started now, in the background, for the restarts
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -396,13 +391,25 @@ class IsolatedRunner:
         return outcome
 
 
+def restarts_fork(env: dict[str, str]) -> bool:
+    """Whether a worker with this environment is restarted from the zygote: where there is
+    one (zygote.enabled), unless it may be an MPS client. After a fault the MPS server takes
+    no new client until every client it served before has gone, and a forked worker reaches
+    the GPU at once, while the other workers (idle, or not yet past their own failed case)
+    are still alive; it then waits in CUDA's start until its case times out
+    (bench/mps_fault_check.py on an H200: 130.7 s with forked restarts against 10-24 s). A
+    plain start reaches the GPU some 3 s later."""
+    from bundlegen.harness import zygote
+    return zygote.enabled() and not mps.may_be_client(env)
+
+
 def start_worker(fd: int, env: dict[str, str], fork: bool = False):
     """A worker process talking over `fd`, in a session of its own (a timeout's killpg ends
     the engine's helper processes with it). `fork`: forked from this process's zygote
-    (harness.zygote: torch already imported, a restart takes about 1 s instead of 4.6 on an
-    H200 host) where there is one; else a plain subprocess (not multiprocessing: spawn would
-    re-run the caller's __main__). A run's first workers start plainly: side by side, their
-    own imports are ready as soon as forks from a zygote that imports first."""
+    (harness.zygote: torch already imported, a restart takes about 1 s instead of 3.4-4.8 on
+    an H200 host) where there is one; else a plain subprocess (not multiprocessing: spawn
+    would re-run the caller's __main__). A run's first workers start plainly: side by side,
+    their own imports are ready as soon as forks from a zygote that imports first."""
     from bundlegen.harness import zygote
 
     forks = zygote.shared() if fork else None
@@ -485,16 +492,12 @@ def _collector_on() -> None:
 
 
 def _exit_now(conn: Connection) -> None:
-    """End the worker without the interpreter's teardown (torch and a GPU context take a
-    second or more to tear down, and the parent waits for the exit): nothing is left to
-    write but the standard streams."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    """End the worker at once (the parent waits for the exit): nothing is left to write but
+    the standard streams."""
+    from bundlegen.harness.zygote import exit_process
+
     conn.close()
-    os._exit(0)
+    exit_process(0)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ H200 host, bench/worker_start.py). A run's first workers start plainly, side by 
 zygote importing first and then forking is no faster there: bench/zygote_start.py). Every
 later start of a worker (a restart after a crash or a timeout, a start after a release) is
 forked from the zygote instead: about 1 s instead of 3.6 on an H200 host
-(worker.start_worker). Not an MPS client's (IsolatedRunner._spawn says why).
+(worker.start_worker). Not an MPS client's (worker.restarts_fork says why).
 
 The zygote (`python -m bundlegen.harness.zygote`, one per harness process, started in the
 background once a worker is ready) imports torch, never touches a GPU, and forks one child
@@ -251,14 +251,15 @@ def _zygote_main(fd: int) -> None:
             if not packet:   # the harness is gone: so is the zygote
                 os._exit(0)
             _, token, path, env = pickle.loads(packet)
-            pid = _fork_worker(fds[0], path, env, (sock, wake_r, wake_w)) if fds else None
+            pid = _fork_worker(fds[0], path, env, sock, (wake_r, wake_w)) if fds else None
             for fd in fds:
                 os.close(fd)
             _send(sock, ("forked", token, pid))
         _reap(sock)
 
 
-def _fork_worker(fd: int, path: list[str], env: dict[str, str], ours) -> int | None:
+def _fork_worker(fd: int, path: list[str], env: dict[str, str], sock: socket.socket,
+                 wake: tuple[int, int]) -> int | None:
     try:
         pid = os.fork()
     except OSError:
@@ -269,8 +270,9 @@ def _fork_worker(fd: int, path: list[str], env: dict[str, str], ours) -> int | N
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for held in ours:
-            held.close() if hasattr(held, "close") else os.close(held)
+        sock.close()
+        for held in wake:
+            os.close(held)
         os.setsid()
         os.environ.clear()
         os.environ.update(env)
@@ -284,12 +286,18 @@ def _fork_worker(fd: int, path: list[str], env: dict[str, str], ours) -> int | N
         import traceback
         traceback.print_exc()
         code = 1
+    exit_process(code)   # never the zygote's atexit handlers
+
+
+def exit_process(code: int) -> None:
+    """End this process now, without the interpreter's teardown (torch and a GPU context
+    take a second or more to tear down): only the standard streams are flushed."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)   # never the zygote's atexit handlers or its interpreter's teardown
+    os._exit(code)
 
 
 def _reap(sock) -> None:

@@ -113,12 +113,23 @@ def test_without_the_zygote_workers_start_plainly(fresh_zygote, monkeypatch):
 
 def test_an_mps_client_restarts_plainly(fresh_zygote, tmp_path):
     """After a fault an MPS server takes no new client until its old clients have gone: a
-    forked restart would reach it too soon (worker.IsolatedRunner._spawn)."""
+    forked restart would reach it too soon (worker.restarts_fork)."""
     spec = WorkerSpec("torch-math", "cpu", EngineConfig(),
                       env=(("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path)),))
     r = restarted(spec)
     try:
         assert not isinstance(r._proc, zygote.ForkedWorker)
         assert parent_of(r.pid) == os.getpid()
+    finally:
+        r.close()
+
+
+def test_an_mps_client_starts_no_zygote(fresh_zygote, tmp_path):
+    """Its restarts are plain, so its runs have no use for a zygote's background import."""
+    spec = WorkerSpec("torch-math", "cpu", EngineConfig(),
+                      env=(("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path)),))
+    r = IsolatedRunner(spec)
+    try:
+        assert zygote._SHARED is None
     finally:
         r.close()
