@@ -115,7 +115,7 @@ def test_process_age_counts_from_the_process_start():
 
 # ----------------------------------------------------------------------------- triton markers
 class _InlinePool:
-    """multiprocessing's spawn context stand-in: runs starmap in this process."""
+    """multiprocessing's spawn context stand-in: runs imap_unordered in this process."""
 
     def __init__(self, jobs):
         self.jobs = jobs
@@ -126,8 +126,8 @@ class _InlinePool:
     def __exit__(self, *exc):
         return False
 
-    def starmap(self, fn, args):
-        return [fn(*a) for a in args]
+    def imap_unordered(self, fn, args):
+        return (fn(a) for a in args)
 
 
 class _InlineContext:
@@ -143,6 +143,7 @@ def warm(tmp_path, monkeypatch):
 
     def fake_compile(device, launches):
         compiled.extend(launches)
+        warm.calls.append(launches)
         return len(launches)
 
     monkeypatch.setattr(warm, "cache_dir", lambda: tmp_path / "cache")
@@ -150,6 +151,7 @@ def warm(tmp_path, monkeypatch):
     monkeypatch.setattr(warm.mp, "get_context", lambda method: _InlineContext())
     monkeypatch.setattr(warm, "_compile_launches", fake_compile)
     warm.compiled = compiled
+    warm.calls = []
     return warm
 
 
@@ -181,6 +183,65 @@ def test_compile_missing_compiles_each_variant_once(warm, monkeypatch):
     # changed kernel sources (another fingerprint): everything again
     monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v2")
     assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (3, 0, 0)
+
+
+def _with_arg(launch, position, value):
+    name, args, kwargs = launch
+    return name, args[:position] + (value,) + args[position + 1:], kwargs
+
+
+def _odd_stride_twin(launch):
+    """The launch with one do_not_specialize integer (sq_s) of another kind: ("int", 0)
+    where the launch's is ("int", 16), or the other way: another launch_key, one kernel."""
+    from bundlegen.engines.triton.launch import kernels_module
+    name, args, kwargs = launch
+    position = kernels_module().bwd_dkdv.arg_names.index("sq_s")
+    value = 17 if args[position] % 16 == 0 else 32
+    return name, args[:position] + (value,) + args[position + 1:], kwargs
+
+
+def _dkdv(launches):
+    return next(c for c in launches if c[0] == "bwd_dkdv")
+
+
+def test_launches_triton_compiles_as_one_kernel_form_one_group(warm):
+    """Launches that differ only in an integer the kernel does not specialise are one kernel
+    to Triton: one group. A specialised difference (a constexpr) is another group; the
+    heaviest kernels come first."""
+    launches = list(warm.twin_launches(warm.twin_keys(_graphs()[:1])[0], "sm90").values())
+    dkdv = _dkdv(launches)
+    odd = _odd_stride_twin(dkdv)
+    assert warm.launch_key(*odd) != warm.launch_key(*dkdv)
+    other = (dkdv[0], dkdv[1], {**dkdv[2], "EVEN": not dkdv[2]["EVEN"]})
+    groups = warm.compile_groups(launches + [odd, other])
+    assert len(groups) == len(launches) + 1
+    assert [dkdv, odd] in groups and [other] in groups
+    weights = [-warm._COMPILE_WEIGHT.get(g[0][0], 0.5) for g in groups]
+    assert weights == sorted(weights)
+
+
+def test_compile_missing_hands_each_group_to_one_call(warm, monkeypatch):
+    """So the second launch of a group finds the first in Triton's in-process cache."""
+    recorded = warm.twin_launches
+
+    def with_odd_twin(keys, arch):
+        launches = recorded(keys, arch)
+        odd = _odd_stride_twin(_dkdv(launches.values()))
+        return {**launches, warm.launch_key(*odd): odd}
+
+    monkeypatch.setattr(warm, "twin_launches", with_odd_twin)
+    warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False)
+    assert len(warm.calls) == len(warm.compiled) - 1
+    assert [c[0][0] for c in warm.calls if len(c) == 2] == ["bwd_dkdv"]
+
+
+def test_a_long_compile_says_how_far_it_is(warm, monkeypatch, capsys):
+    monkeypatch.setattr(warm, "PROGRESS_EVERY_S", 0.0)
+    warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=True)
+    lines = capsys.readouterr().err.splitlines()
+    groups = len(warm.compile_groups(warm.compiled))
+    assert lines[0].startswith("triton: compiling 3 kernel variant(s), 8 distinct kernel launches")
+    assert [line.split()[1] for line in lines[1:]] == [f"{i}/{groups}" for i in range(1, groups + 1)]
 
 
 def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
