@@ -150,8 +150,8 @@ def warm(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v1")
     monkeypatch.setattr(warm.mp, "get_context", lambda method: _InlineContext())
     monkeypatch.setattr(warm, "_compile_launches", fake_compile)
-    warm.compiled = compiled
-    warm.calls = []
+    monkeypatch.setattr(warm, "compiled", compiled, raising=False)   # what the fakes saw
+    monkeypatch.setattr(warm, "calls", [], raising=False)
     return warm
 
 
@@ -270,6 +270,58 @@ def test_only_the_product_modules_are_warmed(monkeypatch):
         engine.device, engine.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs
         engine.prepare([])
     assert asked == ["sm90"]
+
+
+def _gpu_triton(monkeypatch, cls=None):
+    """A Triton engine taken for sm90's (no GPU needed: nothing runs), its runs and the
+    device synchronisations recorded."""
+    import torch
+
+    from bundlegen.engines.triton.engine import TritonEngine
+    engine = (cls or TritonEngine)("cpu")
+    engine.device, engine.arch = torch.device("cuda"), "sm90"
+    log = []
+    monkeypatch.setattr(type(engine), "run", lambda self, graph, tensors: log.append("run"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
+    monkeypatch.setattr(torch, "zeros", lambda *a, **kw: None)
+    return engine, log
+
+
+def test_a_gpu_warm_up_compiles_nothing_and_prepare_compiles_its_kernels(tmp_path, monkeypatch):
+    """In a Triton cache without warm_up's kernels the warm-up only makes the GPU's context
+    (no compile holds up the worker's start); prepare compiles them with the cases' variants,
+    and from then on the warm-up runs its tiny backward."""
+    from bundlegen.engines.base import tiny_graph
+    from bundlegen.engines.triton import warm
+    monkeypatch.setattr(warm, "cache_dir", lambda: tmp_path / "cache")
+    engine, log = _gpu_triton(monkeypatch)
+    engine.warm_up()
+    assert log == ["sync"]
+    compiled = []
+    monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs, **kw: compiled.extend(graphs))
+    engine.prepare([])
+    assert compiled == [tiny_graph()]
+    warm.marker("sm90", warm.twin(tiny_graph())).parent.mkdir(parents=True)
+    warm.marker("sm90", warm.twin(tiny_graph())).touch()
+    log.clear()
+    engine.warm_up()
+    assert log == ["run", "sync"]
+
+
+def test_a_marker_names_the_variant_whichever_twin_stood_for_it(tmp_path, monkeypatch):
+    from bundlegen.engines.base import tiny_graph
+    from bundlegen.engines.triton import warm
+    monkeypatch.setattr(warm, "cache_dir", lambda: tmp_path / "cache")
+    d8, d16 = warm.twin(tiny_graph(D=8)), warm.twin(tiny_graph(D=16))
+    assert d8 != d16 and warm.marker("sm90", d8) == warm.marker("sm90", d16)
+
+
+def test_other_modules_warm_up_as_before(monkeypatch):
+    from bundlegen.engines.triton.engine import TritonEngine
+    from bundlegen.mutants import catalog
+    engine, log = _gpu_triton(monkeypatch, catalog.by_name("drop-tail-block").build(TritonEngine, "cpu").__class__)
+    engine.warm_up()
+    assert log == ["run", "sync"]
 
 
 def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):

@@ -109,6 +109,12 @@ def twin_graph(key: tuple) -> Graph:
                           softcap=1.0 if softcap else None)
 
 
+def variant_of(key: tuple) -> tuple:
+    """The variant a twin key compiles: its head dims as the tiles they are padded to."""
+    return (key[0], configs.block_d(key[1]), configs.block_d(key[2]),
+            configs.two_chunk_tiles(key[1], key[2]), *key[3:])
+
+
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90",
               atomic_dq: bool = False) -> tuple[list[tuple], int]:
     """One twin per distinct variant, and how many graphs are WIDE (no twin)."""
@@ -118,9 +124,7 @@ def twin_keys(graphs: Iterable[Graph], arch: str = "sm90",
         if key is None:
             wide += 1
             continue
-        tiles = (key[0], configs.block_d(key[1]), configs.block_d(key[2]),
-                 configs.two_chunk_tiles(key[1], key[2]), *key[3:])
-        found.setdefault(tiles, key)
+        found.setdefault(variant_of(key), key)
     return list(found.values()), wide
 
 
@@ -157,8 +161,15 @@ def fingerprint(arch: str) -> str:
 
 
 def marker(arch: str, key: tuple) -> Path:
-    name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+    """The marker of a twin key's variant (whichever twin stood for it)."""
+    name = hashlib.sha256(repr(variant_of(key)).encode()).hexdigest()[:20]
     return cache_dir() / MARKER_DIR / fingerprint(arch) / name
+
+
+def has_compiled(arch: str, graph: Graph, atomic_dq: bool = False) -> bool:
+    """Whether the variant of `graph` has been compiled by compile_missing (its marker)."""
+    key = twin(graph, arch, atomic_dq)
+    return key is not None and marker(arch, key).exists()
 
 
 @dataclasses.dataclass(frozen=True)
