@@ -194,10 +194,8 @@ def _odd_stride_twin(launch):
     """The launch with one do_not_specialize integer (sq_s) of another kind: ("int", 0)
     where the launch's is ("int", 16), or the other way: another launch_key, one kernel."""
     from bundlegen.engines.triton.launch import kernels_module
-    name, args, kwargs = launch
     position = kernels_module().bwd_dkdv.arg_names.index("sq_s")
-    value = 17 if args[position] % 16 == 0 else 32
-    return name, args[:position] + (value,) + args[position + 1:], kwargs
+    return _with_arg(launch, position, 17 if launch[1][position] % 16 == 0 else 32)
 
 
 def _dkdv(launches):
@@ -283,7 +281,7 @@ def _gpu_triton(monkeypatch, cls=None):
     log = []
     monkeypatch.setattr(type(engine), "run", lambda self, graph, tensors: log.append("run"))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
-    monkeypatch.setattr(torch, "zeros", lambda *a, **kw: None)
+    monkeypatch.setattr(torch, "zeros", lambda *a, **kw: None)   # the base warm-up's tensors
     return engine, log
 
 
@@ -301,8 +299,9 @@ def test_a_gpu_warm_up_compiles_nothing_and_prepare_compiles_its_kernels(tmp_pat
     monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs, **kw: compiled.extend(graphs))
     engine.prepare([])
     assert compiled == [tiny_graph()]
-    warm.marker("sm90", warm.twin(tiny_graph())).parent.mkdir(parents=True)
-    warm.marker("sm90", warm.twin(tiny_graph())).touch()
+    marker = warm.marker("sm90", warm.twin(tiny_graph()))
+    marker.parent.mkdir(parents=True)
+    marker.touch()
     log.clear()
     engine.warm_up()
     assert log == ["run", "sync"]
