@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.tune_triton import shape, tensors_for  # noqa: E402
+from bench.tune_triton import parse_tiles, shape, tensors_for, with_tiles  # noqa: E402
 from bundlegen.engines.triton import launch as L  # noqa: E402
 from bundlegen.engines.triton.configs import config_for  # noqa: E402
 
@@ -50,7 +49,7 @@ def timed(graph, t, cfg, module: str, atomic: bool, rep: tuple[int, int], tma: b
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modules", nargs="+", default=[L.KERNELS])
-    parser.add_argument("--tiles", nargs="+", default=[],
+    parser.add_argument("--tiles", type=parse_tiles, nargs="+", default=[],
                         help="M,N,warps,stages of the dK/dV kernel (default: the table's)")
     parser.add_argument("--d", type=int, nargs="+", default=[128])
     parser.add_argument("--atomic-dq", action="store_true")
@@ -70,8 +69,7 @@ def main(argv=None) -> int:
             graph = shape(d, causal)
             t = tensors_for(graph, "cuda")
             table = config_for("sm90", d, d, banded=causal, atomic_dq=args.atomic_dq)
-            cfgs = [table] + [replace(table, block_m1=m, block_n1=n, num_warps=w, num_stages=s)
-                              for m, n, w, s in (map(int, x.split(",")) for x in args.tiles)]
+            cfgs = [table] + [with_tiles(table, dkdv=tiles) for tiles in args.tiles]
             flops = 2.5 * 4 * 4 * 16 * 4096 * 4096 * d / (2 if causal else 1)
             ref = None
             for cfg in cfgs:

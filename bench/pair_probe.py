@@ -18,28 +18,13 @@ import itertools
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.tune_triton import shape, tensors_for  # noqa: E402
-
-
-def tiles(text: str) -> tuple[int, int, int, int]:
-    m, n, warps, stages = (int(x) for x in text.split(","))
-    return m, n, warps, stages
-
-
-def with_tiles(cfg, dkdv, dq):
-    if dkdv is not None:
-        cfg = replace(cfg, block_m1=dkdv[0], block_n1=dkdv[1], num_warps=dkdv[2],
-                      num_stages=dkdv[3])
-    if dq is not None:
-        cfg = replace(cfg, block_m2=dq[0], block_n2=dq[1], num_warps_dq=dq[2], num_stages_dq=dq[3])
-    return cfg
+from bench.tune_triton import parse_tiles, shape, tensors_for, with_tiles  # noqa: E402
 
 
 def backward(launch, L, dq_first: bool) -> None:
@@ -56,8 +41,8 @@ def backward(launch, L, dq_first: bool) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--d", type=int, nargs="+", default=[128])
-    parser.add_argument("--dkdv", type=tiles, nargs="*", default=[], metavar="M,N,WARPS,STAGES")
-    parser.add_argument("--dq", type=tiles, nargs="*", default=[], metavar="M,N,WARPS,STAGES")
+    parser.add_argument("--dkdv", type=parse_tiles, nargs="*", default=[], metavar="M,N,WARPS,STAGES")
+    parser.add_argument("--dq", type=parse_tiles, nargs="*", default=[], metavar="M,N,WARPS,STAGES")
     parser.add_argument("--causal", choices=("both", "full", "causal"), default="both")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rep", type=int, nargs=2, default=[20, 100])

@@ -118,6 +118,22 @@ def describe(cfg: BlockConfig, kernel: str) -> str:
     return f"(M, N, warps, stages) = {tiles} {' '.join(flags)}".rstrip()
 
 
+def parse_tiles(text: str) -> tuple[int, int, int, int]:
+    """"M,N,WARPS,STAGES" (a --tiles / --dkdv / --dq argument of the probes)."""
+    m, n, warps, stages = (int(x) for x in text.split(","))
+    return m, n, warps, stages
+
+
+def with_tiles(cfg: BlockConfig, dkdv: tuple | None = None, dq: tuple | None = None) -> BlockConfig:
+    """cfg with the dK/dV kernel's and / or the dQ kernel's (M, N, warps, stages) replaced."""
+    if dkdv is not None:
+        cfg = replace(cfg, block_m1=dkdv[0], block_n1=dkdv[1], num_warps=dkdv[2],
+                      num_stages=dkdv[3])
+    if dq is not None:
+        cfg = replace(cfg, block_m2=dq[0], block_n2=dq[1], num_warps_dq=dq[2], num_stages_dq=dq[3])
+    return cfg
+
+
 def shape(d: int, causal: bool, S: int = 4096, B: int = 4):
     from bench.engine_speed import Shape, graph_of
     return graph_of(Shape(B, 16, 16, S, d, "bf16", causal))
