@@ -5,12 +5,13 @@ its warm-up, the software versions, the harness modules a case needs. Run twice:
 first pays for a cold page cache. --workers N starts N at once (--workers-per-device N):
 the steps that slow down side by side are the ones a shared start would save.
 
-    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--workers 4] [--json PATH]
+    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--workers 4] [--host-env] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -50,6 +51,8 @@ print(json.dumps({"steps": out, "in_process_s": round(prev - t0, 3)}))
 
 
 def main(argv=None) -> int:
+    from bundlegen.harness import pycache
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", default="triton")
     ap.add_argument("--device", default="cuda")
@@ -57,13 +60,18 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="start this many at once, as --workers-per-device N does: which steps "
                          "slow down when they run side by side")
+    ap.add_argument("--host-env", action="store_true",
+                    help="start them in this environment as it is, not as a worker's "
+                         "(harness/pycache.py: bytecode under a cache prefix where it writes none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    env = dict(os.environ) if args.host_env else pycache.with_bytecode(os.environ)
     runs = []
     for i in range(args.repeat):
         start = time.perf_counter()
         procs = [subprocess.Popen([sys.executable, "-c", CHILD, args.engine, args.device],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env)
                  for _ in range(args.workers)]
         workers = []
         for proc in procs:
@@ -84,7 +92,8 @@ def main(argv=None) -> int:
         runs.append(workers[0] if args.workers == 1 else {"workers": workers})
     if args.json:
         Path(args.json).write_text(json.dumps({"engine": args.engine, "device": args.device,
-                                               "workers": args.workers, "runs": runs}, indent=1) + "\n")
+                                               "workers": args.workers, "host_env": args.host_env,
+                                               "runs": runs}, indent=1) + "\n")
     return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bundlegen.graph import Case
-from bundlegen.harness import mps
+from bundlegen.harness import mps, pycache
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
 
@@ -120,8 +120,9 @@ def driver_version(query: subprocess.Popen | None) -> str | None:
 def worker_environment(spec: WorkerSpec) -> dict[str, str]:
     """The worker's environment: this one, with its CPU thread count when the spec sets one
     (OpenMP reads it at start; workers that oversubscribe the cores spin against each other:
-    two CPU workers on two cores ran the float64 oracle 30x slower)."""
-    env = {**os.environ, **dict(spec.env)}
+    two CPU workers on two cores ran the float64 oracle 30x slower), and bytecode kept
+    where this one writes none (harness.pycache)."""
+    env = pycache.with_bytecode({**os.environ, **dict(spec.env)})
     if spec.cpu_threads is not None:
         env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
     return env

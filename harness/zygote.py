@@ -34,6 +34,8 @@ import sys
 import threading
 import time
 
+from bundlegen.harness import pycache
+
 #: the most bytes of one message (a spawn request holds the worker's whole environment)
 PACKET_BYTES = 1 << 20
 #: seconds a spawn request may wait for the zygote's answer (its imports come first)
@@ -116,7 +118,8 @@ class Zygote:
             # ends when its socket closes, whatever ended the harness
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "bundlegen.harness.zygote", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+                env=pycache.with_bytecode(os.environ))
         finally:
             theirs.close()
         self._sock = ours

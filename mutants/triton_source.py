@@ -114,8 +114,8 @@ TOP_LEFT = Patch("launch", (
     Edit("    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",
          "    shift = 0\n"),
     # a ragged batch's per-sequence shift likewise
-    Edit('BOTTOM_RIGHT=ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT")',
-         "BOTTOM_RIGHT=False)"),
+    Edit('bottom_right=int(ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT"))',
+         "bottom_right=0)"),
 ))
 
 LEFT_OFF_BY_ONE = Patch("launch", (Edit(

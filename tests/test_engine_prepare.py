@@ -433,19 +433,26 @@ def triton_key(name, args, kwargs):
 
 graphs = [g for g in warm.level_graphs(["quick", "pr"]) if ROWS["sm90"].mismatch(g) is None]
 keys, _ = warm.twin_keys(graphs)
-ours = collections.defaultdict(set)
+ours, launches = collections.defaultdict(set), []
 for key in keys:
     for name, args, kwargs in warm.twin_launches([key], "sm90").values():
         ours[warm.launch_key(name, args, kwargs)].add(triton_key(name, args, kwargs))
+        launches.append((name, args, kwargs))
 merged = {k: v for k, v in ours.items() if len(v) > 1}
-print(len(keys), len(ours), len(merged))
+groups = [{triton_key(*launch) for launch in group} for group in warm.compile_groups(launches)]
+kernels = set().union(*groups)
+split = sum(len(g) > 1 for g in groups)
+print(len(keys), len(ours), len(merged), len(groups), len(kernels), split)
 """
 
 
 def test_launch_keys_never_merge_launches_triton_compiles_apart():
     """The compile plan compiles one launch per launch_key; Triton's own key (the binder's
     specialisation and options, for sm90) must be the same for every launch sharing it, or
-    a case would compile on use. Runs without TRITON_INTERPRET (the kernels as compiled)."""
+    a case would compile on use. And compile_groups' groups are Triton's kernels exactly:
+    one key per group (else a process compiles two kernels one after the other), one group
+    per key (else two processes compile the same kernel). Runs without TRITON_INTERPRET
+    (the kernels as compiled)."""
     import os
     import subprocess
     import sys
@@ -454,8 +461,9 @@ def test_launch_keys_never_merge_launches_triton_compiles_apart():
     out = subprocess.run([sys.executable, "-c", _KEY_CHECK], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    twins, launches, merged = map(int, out.stdout.split())
+    twins, launches, merged, groups, kernels, split = map(int, out.stdout.split())
     assert twins > 200 and launches > twins and merged == 0
+    assert groups == kernels < launches and split == 0
 
 
 def test_a_compile_process_takes_the_device_as_prepare_names_it():

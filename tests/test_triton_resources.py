@@ -19,22 +19,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = R.load_report()
 
 #: recompiled in CI, per arch: the dK/dV kernel at the two tiers where sm120 used to spill,
-#: the variants with the most registers (64-bit offsets, unaligned, ragged, block-major),
-#: and with the score modifiers the dK/dV and dBias kernels (aligned: gfx942 serves no
-#: unaligned modifier variant)
-CI_SUBSET = ("dkdv/d64/head-major/vec8/narrow/dense",
-             "dkdv/d128/head-major/vec8/narrow/dense",
-             "dk/d128/head-major/vec1/wide/ragged",
-             "dq/d256/block-major/vec1/wide/ragged",
-             "dkdv/d128/head-major/vec8/wide/dense/mods",
+#: the variants with the most registers (64-bit offsets, unaligned, ragged), and with the
+#: score modifiers the dK/dV and dBias kernels (aligned: gfx942 serves no unaligned modifier
+#: variant)
+CI_SUBSET = ("dkdv/d64/vec8/narrow/dense",
+             "dkdv/d128/vec8/narrow/dense",
+             "dk/d128/vec1/wide/ragged",
+             "dq/d256/vec1/wide/ragged",
+             "dkdv/d128/vec8/wide/dense/mods",
              "dbias/d64/vec8/wide/dense")
-#: and per arch, what only that arch compiles (sm90's TMA descriptor loads, both kernels)
-#: and its name of the block-major dK pass (sm90 has a banded D<=128 config)
-CI_SUBSET_OF = {"sm90": ("dkdv/d128/head-major/vec8/narrow/dense/tma",
-                         "dq/d128/banded/head-major/vec8/narrow/dense/tma",
-                         "dk/d128/banded/block-major/vec1/wide/ragged"),
-                "sm120": ("dk/d128/block-major/vec1/wide/ragged",),
-                "gfx942": ("dk/d128/block-major/vec1/wide/ragged",)}
+#: and per arch, what only that arch compiles (sm90's TMA descriptor loads, both kernels,
+#: and its banded D<=128 config)
+CI_SUBSET_OF = {"sm90": ("dkdv/d128/vec8/narrow/dense/tma",
+                         "dq/d128/banded/vec8/narrow/dense/tma",
+                         "dk/d128/banded/vec1/wide/ragged")}
 
 
 def _in_subprocess(code: str):
@@ -93,10 +91,10 @@ def test_report_covers_the_launcher_and_matches_a_fresh_compile(arch):
 
 def _choice(**overrides) -> R.Choice:
     cfg = configs.ARCHS["sm120"].for_block_d(128)
-    cons = dict(HAS_LEFT=False, HAS_RIGHT=True, BLOCK_MAJOR=False, COMPUTE_DK=True,
+    cons = dict(HAS_LEFT=False, HAS_RIGHT=True, COMPUTE_DK=True,
                 COMPUTE_DV=True, UPCAST=False, WIDE=False, VEC=8, BLOCK_M=cfg.block_m1,
                 BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
-                BOTTOM_RIGHT=False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, KV_SHARED=True,
+                CU_Q=None, CU_KV=None, T_q=None, T_kv=None, KV_SHARED=True,
                 HAS_BIAS=False, SOFTCAP=False, BLOCK_DQK2=0, BLOCK_DV2=0, EVEN=False,
                 **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ,
                 **aot.no_tma("bwd_dkdv"))
@@ -110,7 +108,7 @@ def test_a_choice_the_report_lacks_is_found():
     it never saw (VEC=4), and a constexpr it has no rule for (refused outright)."""
     reported = REPORT["archs"]["sm120"]["variants"]
     name, var = R.variant_of("sm120", _choice())
-    assert name == "dkdv/d128/head-major/vec8/narrow/dense"
+    assert name == "dkdv/d128/vec8/narrow/dense"
     assert var["constexprs"]["HAS_LEFT"] and var["io"] == "bf16"   # represented by the band
     fresh = {name: var}
     if R.uncovered(fresh, reported):   # the configs may have moved on; the rule has not
@@ -135,7 +133,7 @@ def test_any_modifier_maps_to_the_variant_with_all_of_them():
     softcap_only = _runtime(_choice(SOFTCAP=True), ("softcap",))
     bias_only = _runtime(_choice(HAS_BIAS=True), R.MODIFIER_ARGS[:-1])
     names = {R.variant_of("sm120", c)[0] for c in (softcap_only, bias_only)}
-    assert names == {"dkdv/d128/head-major/vec8/narrow/dense/mods"}
+    assert names == {"dkdv/d128/vec8/narrow/dense/mods"}
     for choice in (softcap_only, bias_only):
         cons = R.variant_of("sm120", choice)[1]["constexprs"]
         assert cons["HAS_BIAS"] and cons["SOFTCAP"]
@@ -145,7 +143,7 @@ def test_any_modifier_maps_to_the_variant_with_all_of_them():
 
 
 def test_check_fails_on_a_spill_on_shared_memory_and_on_occupancy():
-    name = "dkdv/d128/head-major/vec8/narrow/dense"
+    name = "dkdv/d128/vec8/narrow/dense"
     for arch in R.ARCHS:
         good = REPORT["archs"][arch]["variants"][name]
         assert R.check(arch, name, good) == []

@@ -73,7 +73,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                 vec: int = 8, compiled: dict | None = None) -> dict[str, int]:
     """Compile the kernel variants the launcher uses for (arch, D_qk, D_v) with the arch's
     table config (band mask on, the most code; vec=8 is the aligned-layout variant), dense
-    and ragged (BOTTOM_RIGHT: the per-sequence shift, the most code).
+    and ragged (the per-sequence shift, chosen at run time, is compiled into every ragged
+    variant).
     Returns shared memory bytes per variant; fills `registers` (NVIDIA only) with each
     variant's register and spill-stack usage, and `compiled` with the compiled kernels."""
     import triton
@@ -86,7 +87,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     target = GPUTarget(*TARGETS[arch])
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v), BLOCK_DQK2=0,
                  BLOCK_DV2=0)
-    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, BLOCK_MAJOR=False, UPCAST=False, WIDE=False,
+    masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False,
                  EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, **{a: None for a in MODIFIER_ARGS})
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
@@ -104,8 +105,6 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                                                   **tiles))
     for label, (fn, cons) in list(variants.items()):
         ragged = dict(RAGGED=True)
-        if fn is not kernels.bwd_preprocess:
-            ragged["BOTTOM_RIGHT"] = True
         dense = {name: False for name in ragged}
         dense.update({a: None for a in _RAGGED_ARGS if a in fn.arg_names})
         variants[label] = (fn, dict(cons, **dense))

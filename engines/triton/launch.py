@@ -155,7 +155,7 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     is per sequence, from its own lengths (the kernels form it; 0 here)."""
     a = graph.attributes
     shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)
-    if graph.ragged is not None:   # per sequence (ragged_flags' BOTTOM_RIGHT)
+    if graph.ragged is not None:   # per sequence (ragged_flags' bottom_right)
         shift = 0
     reach = graph.S_q + graph.S_kv + 1
     left = min(a.left_bound, reach) if a.left_bound is not None else 0
@@ -329,7 +329,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     if not descriptors and cfg.pointer_loads is not None:
         cfg = cfg.pointer_loads
     flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
-                 BLOCK_MAJOR=block_major(graph) if order is None else order,
+                 block_major=int(block_major(graph) if order is None else order),
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
@@ -388,11 +388,11 @@ def streams_take_descriptors(dims_and_strides) -> bool:
 
 
 def ragged_flags(graph: Graph) -> dict:
-    """RAGGED, and BOTTOM_RIGHT (the kernels shift each sequence's diagonal by its own
-    S_kv_b - S_q_b); both False for a padded graph, whose shift comes from _bounds."""
+    """RAGGED, and bottom_right (a run-time 1: the kernels shift each sequence's diagonal by
+    its own S_kv_b - S_q_b); both off for a padded graph, whose shift comes from _bounds."""
     ragged = graph.ragged is not None
     return dict(RAGGED=ragged,
-                BOTTOM_RIGHT=ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT")
+                bottom_right=int(ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT"))
 
 
 def run_preprocess(L: Launch) -> None:

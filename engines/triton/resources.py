@@ -97,8 +97,7 @@ LIMITS: dict[str, NvidiaLimits | AmdLimits] = {
 
 #: spills accepted on an arch whose configs are tuned on hardware: (arch, label glob) ->
 #: (most spill bytes accepted, reason). Only sm90 has entries: its rows are the H200's
-#: measured fastest (bench/tune_triton.py) and are not changed for the other variants' sake;
-#: and sm120's two 8-byte spills no row tried removes (configs.py, next to the sm120 row).
+#: measured fastest (bench/tune_triton.py) and are not changed for the other variants' sake.
 KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
     ("sm90", "*/vec1/*"): (3_584, "unaligned (VEC=1) layouts address every element with its own "
                                   "strides; the H200-tuned tiles (e.g. D<=256 dK/dV 32x32, 4 "
@@ -108,16 +107,16 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                 "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
                                 "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
                                 "measured speed"),
-    ("sm90", "*/d[0-9][0-9]/*/vec8/*/mods*"): (872, "the H200-tuned tiles with the score modifiers (bias and "
+    ("sm90", "*/d[0-9][0-9]/*vec8/*/mods*"): (872, "the H200-tuned tiles with the score modifiers (bias and "
                                       "softcap tiles on top of the plain kernels' 255 "
                                       "registers): dK/dV up to 872 bytes at D<=64; untimed"),
-    ("sm90", "*/d256/*/vec8/*/mods*"): (1408, "the split dK and dV passes' wide D<=256 tiles "
+    ("sm90", "*/d256/*vec8/*/mods*"): (1408, "the split dK and dV passes' wide D<=256 tiles "
                                              "(128 rows, 8 warps; configs.py, sm90) with the "
                                              "bias and softcap tiles on top, at 2 stages "
                                              "(launch.SPLIT_MODIFIER_STAGES): dK/dV up to 1.4 "
                                              "KB; ran every D256 modifier case of the H200 "
                                              "round, untimed"),
-    ("sm90", "*/d128/*/vec8/wide/*/mods/tma"): (704, "D<=128's dK/dV tiles with TMA "
+    ("sm90", "*/d128/*vec8/wide/*/mods/tma"): (704, "D<=128's dK/dV tiles with TMA "
                                                      "descriptors (64 x 128, 8 warps: the "
                                                      "fastest measured, bench/results/h200/"
                                                      "round10) with the bias and softcap tiles "
@@ -125,7 +124,7 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                                      "untimed"),
     ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
                                       "softcap tiles on top: dV up to 3.6 KB at D<=256"),
-    ("sm90", "dv/d256/*/vec8/wide/*[ed]"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
+    ("sm90", "dv/d256/*vec8/wide/*[ed]"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
                                              "tiles 64 x 128, 8 warps, 1 stage: the fastest "
                                              "measured dV pass) with 64-bit tile offsets, only "
                                              "for tiles spanning 2^31 elements or more"),
@@ -136,10 +135,10 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                            "warps), up to 1 KB with the score modifiers and "
                                            "64-bit offsets; an opt-in engine, slower than the "
                                            "deterministic one (bench/results/h200/round9)"),
-    ("sm90", "dv/d128/atomic-config/*/vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
+    ("sm90", "dv/d128/atomic-config/*vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
                                                                "with the atomic-dQ tiles, the "
                                                                "score modifiers and 64-bit offsets"),
-    ("sm90", "d*-2c/d192/*/vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
+    ("sm90", "d*-2c/d192/*vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
                                                         "bias and softcap tiles and 64-bit "
                                                         "tile offsets (only for tiles spanning "
                                                         "2^31 elements or more): dV up to 712 "
@@ -193,7 +192,7 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 # ----------------------------------------------------------------------------- variants
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
-SWEPT = frozenset({"BLOCK_MAJOR", "COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
+SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
@@ -221,8 +220,6 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     "HAS_RIGHT": (lambda c: True, "as HAS_LEFT"),
     "EVEN": (lambda c: False, "the masked loads and stores: the whole-tile variant is the same "
                               "code without the masks"),
-    "BOTTOM_RIGHT": (lambda c: c["RAGGED"], "the per-sequence shift is code on top of a zero "
-                                            "shift (only a ragged launch can choose it)"),
     "BLOCK_DQK": (lambda c: configs.CHUNK if c.get("BLOCK_DQK2") else configs.block_d(c["_tier"]),
                   "the tier's config with its widest head-dim tile: narrower tiles are the "
                   "same code on smaller tensors (two chunks: the first, always CHUNK wide)"),
@@ -287,8 +284,10 @@ class _Recorder:
             raise ValueError(f"{fn.__name__}: launch passes {sorted(unknown)}, neither a "
                              f"parameter nor a known compile option")
         cons = {n: a for n, a in zip(names, args) if a is None}
-        cons.update({k: v for k, v in kwargs.items() if k in names})
         declared = {p.name for p in fn.params if p.is_constexpr}
+        # keyword arguments: constexprs, or None (a constexpr to Triton); a run-time value
+        # passed by keyword (kernels._CHOICE_INTS) is no part of the variant
+        cons.update({k: v for k, v in kwargs.items() if k in declared or (k in names and v is None)})
         missing = declared - set(cons)
         if missing:
             raise ValueError(f"{fn.__name__}: constexprs {sorted(missing)} not passed")
@@ -393,7 +392,7 @@ def _tier(arch: str, block_d: int) -> int:
 def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
           banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
-    kernel/d<tier>[/banded][/atomic-config][/order]/vec<n>/<offsets>/<dense|ragged>[/mods]
+    kernel/d<tier>[/banded][/atomic-config]/vec<n>/<offsets>/<dense|ragged>[/mods]
     [/atomic-dq][/tma] (banded, atomic-config: from the tier's config for graphs with a band,
     for atomic-dQ launches, configs.config_for; mods: with the score modifiers; atomic-dq:
     the dK pass adds dQ with atomics; tma: streamed tiles through tensor descriptors); the
@@ -411,8 +410,6 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
     width = cons["BLOCK_DV"] + cons.get("BLOCK_DV2", 0) if "BLOCK_DV" in cons else tier
     parts = [name, f"d{width}"] + (["banded"] if banded else []) + (
         ["atomic-config"] if atomic_config else [])
-    if "BLOCK_MAJOR" in cons:
-        parts.append("block-major" if cons["BLOCK_MAJOR"] else "head-major")
     parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
               "ragged" if cons.get("RAGGED") else "dense"]
     if cons.get("HAS_BIAS"):

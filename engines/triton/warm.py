@@ -2,17 +2,19 @@
 them in Triton's cache instead of compiling them one after the other on first use.
 
 A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
-dK/dV passes, RAGGED and its BOTTOM_RIGHT, the score modifiers and the dBias / dSinks
-kernels): no integer argument is specialised. So each case has a tiny twin with the
-same variant; the twins are deduplicated, their launches recorded (not run), and each
-distinct kernel launch (kernel, constexprs, compile options, argument kinds) compiled once,
-by --jobs processes (Triton's `warmup`: compiled, not run). Twins share many kernels (the
-dQ kernel does not depend on K/V head sharing, dBias or dSinks; preprocess on little):
-720 twins launch 1767 distinct kernel launches (quick..full on sm90). Launches that differ
-only in the kinds of integers Triton does not specialise (a kernel's do_not_specialize) are
-one kernel to Triton: they are compiled in one process, so that all but the first find it
-in Triton's in-process cache (1411 such groups of the 1767). The groups go to the processes
-one at a time, heaviest first, as each process becomes free.
+dK/dV passes, RAGGED, the score modifiers and the dBias / dSinks kernels): no integer
+argument is specialised. So each case has a tiny twin with the same variant; the twins are
+deduplicated, their launches recorded (not run), and each distinct kernel launch (kernel,
+constexprs, compile options, argument kinds) compiled once, by --jobs processes (Triton's
+`warmup`: compiled, not run). Twins share many kernels (the dQ kernel does not depend on
+K/V head sharing, dBias or dSinks; preprocess on little): 720 twins launch 1767 distinct
+kernel launches (quick..full on sm90). Launches that differ only in integers Triton does
+not specialise (a kernel's do_not_specialize: the kinds of sizes and strides, and the
+run-time choices kernels._CHOICE_INTS, the program order and a ragged batch's diagonal
+alignment) are one kernel to Triton: they are compiled in one process, so that all but the
+first find it in Triton's in-process cache (1217 such groups of the 1767; 1411 while those
+choices were constexprs). The groups go to the processes one at a time, heaviest first, as
+each process becomes free.
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
 Triton (clearing the cache clears the markers with it).
@@ -278,7 +280,8 @@ def twin_launches(keys: list[tuple], arch: str) -> dict[tuple, tuple]:
 def launch_key(name: str, args: tuple, kwargs: dict) -> tuple:
     """A recorded launch's compile key: never the same for two launches Triton compiles
     apart (tests/test_engine_prepare.py checks it against Triton's own key). Keyword
-    arguments are constexprs and compile options: their values, exactly."""
+    arguments (constexprs, compile options, a few run-time integers): their values, exactly
+    (compile_groups then merges what Triton does not specialise)."""
     return (name, tuple(map(_arg_kind, args)), tuple(sorted(kwargs.items())))
 
 
@@ -309,28 +312,31 @@ _COMPILE_WEIGHT = {"bwd_dkdv": 3.0, "bwd_dq": 2.0, "bwd_dbias": 2.0}
 
 
 @functools.lru_cache(maxsize=None)
-def _unspecialised(name: str) -> frozenset[int]:
-    """Positions of the kernel's arguments Triton does not specialise (do_not_specialize)."""
+def _unspecialised(name: str) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and names of the kernel's arguments Triton does not specialise
+    (do_not_specialize)."""
     from bundlegen.engines.triton.launch import kernels_module
     fn = getattr(kernels_module(), name)
     listed = getattr(fn, "do_not_specialize", None)
     if listed is None:   # the interpreter's function keeps triton.jit's arguments as given
         listed = fn.kwargs.get("do_not_specialize") or ()
-    return frozenset(a if isinstance(a, int) else fn.arg_names.index(a) for a in listed)
+    positions = frozenset(a if isinstance(a, int) else fn.arg_names.index(a) for a in listed)
+    return positions, frozenset(fn.arg_names[i] for i in positions)
 
 
 def compile_groups(launches: list[tuple]) -> list[list[tuple]]:
     """The launches grouped by what Triton compiles apart as far as its specialisation shows
-    (an integer argument of do_not_specialize is one kernel for every value), heaviest group
-    first. Should Triton compile two launches of a group apart after all, both are still
-    compiled, in the same process."""
+    (an integer argument of do_not_specialize, positional or by keyword, is one kernel for
+    every value), heaviest group first. Should Triton compile two launches of a group apart
+    after all, both are still compiled, in the same process."""
     groups: dict[tuple, list[tuple]] = {}
     for name, args, kwargs in launches:
-        plain = _unspecialised(name)
-        kinds = tuple("int" if i in plain and type(a) is int else _arg_kind(a)
+        positions, names = _unspecialised(name)
+        kinds = tuple("int" if i in positions and type(a) is int else _arg_kind(a)
                       for i, a in enumerate(args))
-        groups.setdefault((name, kinds, tuple(sorted(kwargs.items()))), []).append(
-            (name, args, kwargs))
+        named = tuple(sorted((k, "int" if k in names and type(v) is int else v)
+                             for k, v in kwargs.items()))
+        groups.setdefault((name, kinds, named), []).append((name, args, kwargs))
     return sorted(groups.values(), key=lambda g: -_COMPILE_WEIGHT.get(g[0][0], 0.5))
 
 

@@ -1,0 +1,44 @@
+"""Workers keep bytecode under a cache prefix where the environment writes none
+(harness/pycache.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bundlegen.harness import pycache
+from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.worker import WorkerSpec, worker_environment
+
+
+def test_no_bytecode_becomes_a_cache_prefix(tmp_path):
+    env = pycache.with_bytecode({"PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(tmp_path),
+                                 "PATH": "/bin"})
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PATH"] == "/bin"
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bundlegen" / "pycache")
+
+
+def test_an_environment_that_writes_bytecode_or_chose_a_prefix_or_opted_out_is_kept():
+    for env in ({}, {"PYTHONDONTWRITEBYTECODE": ""},
+                {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/elsewhere"},
+                {"PYTHONDONTWRITEBYTECODE": "1", pycache.OPT_OUT: "0"}):
+        assert pycache.with_bytecode(env) == env
+
+
+def test_a_worker_started_without_bytecode_keeps_it_under_the_prefix(tmp_path, monkeypatch):
+    """The environment a worker gets makes a real interpreter write the bytecode of what it
+    imports under the prefix, and none beside the source."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.delenv(pycache.OPT_OUT, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    env = worker_environment(WorkerSpec("torch-math", "cpu", EngineConfig()))
+    source = tmp_path / "src" / "probe_module.py"
+    source.parent.mkdir()
+    source.write_text("VALUE = 1\n")
+    subprocess.run([sys.executable, "-c", "import probe_module"], cwd=source.parent, env=env,
+                   check=True)
+    prefix = tmp_path / "cache" / "bundlegen" / "pycache"
+    written = [p for p in prefix.rglob("probe_module*.pyc")]
+    assert len(written) == 1 and str(source.parent).lstrip(os.sep) in str(written[0])
+    assert not (source.parent / "__pycache__").exists()
