@@ -47,13 +47,5 @@ if wanted targets; then
     --peers ${PEERS:-torch-flash torch-cudnn} --out "$OUT/engine_speed_targets.json" > "$OUT/engine_speed_targets.log" 2>&1
   echo "targets: exit $?"; tail -n 16 "$OUT/engine_speed_targets.log"
 fi
-full_run() {   # name, level: bundlegen run into $OUT/name, keeping its log, run.json and results
-  timeout "$(left)" bundlegen run --level "$2" --engine triton --device cuda --workers-per-device 8 \
-    --mps --out "$OUT/$1" > "$OUT/$1.log" 2>&1
-  echo "$1: exit $?"; tail -n 14 "$OUT/$1.log"
-  cp "$OUT/$1/run.json" "$OUT/$1.run.json" 2>/dev/null
-  gzip -c "$OUT/$1/results.jsonl" > "$OUT/$1.results.jsonl.gz" 2>/dev/null
-  rm -rf "${OUT:?}/$1"
-}
 if wanted full; then full_run full full; fi
 if wanted again; then full_run full-again full; full_run quick-again quick; fi

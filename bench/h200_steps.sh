@@ -10,3 +10,11 @@ in_time() {   # step name: true while there is time to start it
 }
 wanted() { [[ " $STEPS " == *" $1 "* ]] && in_time "$1"; }
 left() { echo $(( LIMIT_S + 50 - SECONDS > 30 ? LIMIT_S + 50 - SECONDS : 30 )); }
+full_run() {   # name, level: bundlegen run into $OUT/name, keeping its log, run.json and results
+  timeout "$(left)" bundlegen run --level "$2" --engine triton --device cuda --workers-per-device 8 \
+    --mps --out "$OUT/$1" > "$OUT/$1.log" 2>&1
+  echo "$1: exit $?"; tail -n 14 "$OUT/$1.log"
+  cp "$OUT/$1/run.json" "$OUT/$1.run.json" 2>/dev/null
+  gzip -c "$OUT/$1/results.jsonl" > "$OUT/$1.results.jsonl.gz" 2>/dev/null
+  rm -rf "${OUT:?}/$1"
+}
