@@ -23,20 +23,12 @@ source bench/h200_steps.sh
 
 if wanted start; then
   python3 -c 'import sys, os, torch; d = os.path.dirname(torch.__file__); print("torch at", d, "writable", os.access(d, os.W_OK), "dont_write_bytecode", sys.flags.dont_write_bytecode, "pycache dirs", sum(n == "__pycache__" for _, ds, _ in os.walk(d) for n in ds))' 2>&1 | tee "$OUT/start_env.log"
-  for env in host worker; do
-    timeout "$(left)" python3 bench/worker_start.py --engine triton --device cuda --repeat 2 --workers 8 \
-      $([ $env = host ] && echo --host-env) --json "$OUT/start_worker_start_w8_$env.json" \
-      > "$OUT/start_worker_start_w8_$env.log" 2>&1
-    echo "worker_start ($env environment): exit $?"; tail -n 3 "$OUT/start_worker_start_w8_$env.log"
-  done
+  worker_start_w8 host --host-env
+  worker_start_w8 worker
 fi
 if wanted full; then full_run full full; fi
 if wanted again; then full_run full-again full; full_run quick-again quick; fi
-if wanted targets; then
-  timeout "$(left)" python3 bench/engine_speed.py --quick --rounds ${TARGET_ROUNDS:-5} \
-    --peers ${PEERS:-torch-flash torch-cudnn} --out "$OUT/engine_speed_targets.json" > "$OUT/engine_speed_targets.log" 2>&1
-  echo "targets: exit $?"; tail -n 16 "$OUT/engine_speed_targets.log"
-fi
+if wanted targets; then engine_targets "${TARGET_ROUNDS:-5}"; fi
 if wanted profile; then
   timeout "$(left)" python3 bench/case_profile.py --level full --engine triton --device cuda --every 4 \
     --threads 1 --out "$OUT/case_profile.json" > "$OUT/case_profile.log" 2>&1

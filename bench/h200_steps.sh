@@ -10,11 +10,22 @@ in_time() {   # step name: true while there is time to start it
 }
 wanted() { [[ " $STEPS " == *" $1 "* ]] && in_time "$1"; }
 left() { echo $(( LIMIT_S + 50 - SECONDS > 30 ? LIMIT_S + 50 - SECONDS : 30 )); }
-full_run() {   # name, level: bundlegen run into $OUT/name, keeping its log, run.json and results
-  timeout "$(left)" bundlegen run --level "$2" --engine triton --device cuda --workers-per-device 8 \
+full_run() {   # name, level: bundlegen run into $OUT/name (WORKERS per GPU, default 8), keeping its log, run.json and results
+  timeout "$(left)" bundlegen run --level "$2" --engine triton --device cuda --workers-per-device "${WORKERS:-8}" \
     --mps --out "$OUT/$1" > "$OUT/$1.log" 2>&1
   echo "$1: exit $?"; tail -n 14 "$OUT/$1.log"
   cp "$OUT/$1/run.json" "$OUT/$1.run.json" 2>/dev/null
   gzip -c "$OUT/$1/results.jsonl" > "$OUT/$1.results.jsonl.gz" 2>/dev/null
   rm -rf "${OUT:?}/$1"
+}
+worker_start_w8() {   # name, extra flags: bench/worker_start.py, 8 workers at once, twice, into $OUT/start_worker_start_w8_name.*
+  local name=$1; shift
+  timeout "$(left)" python3 bench/worker_start.py --engine triton --device cuda --repeat 2 --workers 8 \
+    "$@" --json "$OUT/start_worker_start_w8_$name.json" > "$OUT/start_worker_start_w8_$name.log" 2>&1
+  echo "worker_start ($name): exit $?"; tail -n 3 "$OUT/start_worker_start_w8_$name.log"
+}
+engine_targets() {   # rounds: bench/engine_speed.py --quick against PEERS (default torch-flash torch-cudnn)
+  timeout "$(left)" python3 bench/engine_speed.py --quick --rounds "$1" \
+    --peers ${PEERS:-torch-flash torch-cudnn} --out "$OUT/engine_speed_targets.json" > "$OUT/engine_speed_targets.log" 2>&1
+  echo "targets: exit $?"; tail -n 16 "$OUT/engine_speed_targets.log"
 }

@@ -5,7 +5,8 @@ its warm-up, the software versions, the harness modules a case needs. Run twice:
 first pays for a cold page cache. --workers N starts N at once (--workers-per-device N):
 the steps that slow down side by side are the ones a shared start would save.
 
-    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--workers 4] [--host-env] [--json PATH]
+    python bench/worker_start.py --engine triton --device cuda [--repeat 2] [--workers 4] [--host-env]
+        [--no-early-context] [--json PATH]
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def mark(name):
 from bundlegen.harness import worker; mark("harness worker module")
 device = sys.argv[2]
 driver = worker.ask_driver() if device.startswith("cuda") else None   # as the worker does
+from bundlegen.harness import gpu_early; gpu_early.open_in_background(device)
 import torch; mark("import torch")
 if device.startswith("cuda"):
     torch.cuda.init(); torch.empty(1, device=device); mark("cuda context")
@@ -63,9 +65,16 @@ def main(argv=None) -> int:
     ap.add_argument("--host-env", action="store_true",
                     help="start them in this environment as it is, not as a worker's "
                          "(harness/pycache.py: bytecode under a cache prefix where it writes none)")
+    ap.add_argument("--no-early-context", action="store_true",
+                    help="open the CUDA context after import torch, not beside it "
+                         "(harness/gpu_early.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    from bundlegen.harness import gpu_early
+
     env = dict(os.environ) if args.host_env else pycache.with_bytecode(os.environ)
+    if args.no_early_context:
+        env[gpu_early.SWITCH] = "0"
     runs = []
     for i in range(args.repeat):
         start = time.perf_counter()
@@ -93,6 +102,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"engine": args.engine, "device": args.device,
                                                "workers": args.workers, "host_env": args.host_env,
+                                               "early_context": not args.no_early_context,
                                                "runs": runs}, indent=1) + "\n")
     return 0
 

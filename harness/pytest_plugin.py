@@ -279,7 +279,7 @@ def _writer(config):
         name = f"results-{worker}.jsonl" if worker else RESULTS_NAME
         (out / name).unlink(missing_ok=True)
         writer = config.stash[_WRITER] = ResultsWriter(out / name)
-        config.add_cleanup(writer.close)
+        config.add_cleanup(writer.wait_synced)
     return writer
 
 

@@ -1,14 +1,15 @@
 """What a run leaves behind (CONTRACTS "Results"): results.jsonl appended and flushed
 per case (so a killed run keeps every finished case and `--resume` can skip them; fsynced
-at most once a second and at the end, for a host that goes down), a JUnit XML file, and the
+in the background at most once a second and at the end, for a host that goes down), a JUnit XML file, and the
 per-level summary table."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import re
-import time
+import threading
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -74,9 +75,12 @@ def write_run_times(path: Path | str, times: RunTimes) -> None:
 # ----------------------------------------------------------------------------- jsonl
 class ResultsWriter:
     """Appends one line per case, handed to the OS before the next case starts (a killed
-    process loses none); fsynced every SYNC_INTERVAL_S and on close (an fsync per case took
-    0.5 ms of the parent's time per case on the H200 host, under the lock its workers
-    record through)."""
+    process loses none). A thread of its own fsyncs the file, at most once every
+    SYNC_INTERVAL_S while lines come in and once after close, for a host that goes down: an
+    fsync took 0.5 s on an H200 host (bench/results/h200/round16), and made in `write`, under
+    the lock the workers record through, it held every worker up. close returns at once;
+    wait_synced waits for the last fsync (the thread is not a daemon: the interpreter waits
+    for it at exit too)."""
     SYNC_INTERVAL_S = 1.0
 
     def __init__(self, path: Path | str):
@@ -84,23 +88,47 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_partial_last_line(self.path)
         self._fh = open(self.path, "a", encoding="utf-8")
-        self._synced = time.monotonic()
+        self._written = threading.Event()
+        self._closing = threading.Event()
+        self._sync_error: OSError | None = None
+        self._syncer = threading.Thread(target=self._sync_loop, name="bundlegen-results-sync",
+                                        daemon=True)
+        self._syncer.start()
+        atexit.register(self.wait_synced)
 
     def write(self, result: CaseResult) -> None:
+        if self._closing.is_set():
+            raise ValueError(f"{self.path}: written after close")
         self._fh.write(json.dumps(result.to_json(), sort_keys=True, allow_nan=False) + "\n")
         self._fh.flush()
-        if time.monotonic() - self._synced >= self.SYNC_INTERVAL_S:
-            self._sync()
+        self._written.set()
 
-    def _sync(self) -> None:
-        os.fsync(self._fh.fileno())
-        self._synced = time.monotonic()
+    def _sync_loop(self) -> None:
+        closing = False
+        while not closing:
+            closing = self._closing.wait(self.SYNC_INTERVAL_S)
+            if self._written.is_set() or closing:
+                self._written.clear()
+                try:
+                    os.fsync(self._fh.fileno())
+                except OSError as exc:
+                    self._sync_error = exc
+                    return
 
     def close(self) -> None:
-        if not self._fh.closed:
+        """Every line to the OS now; the last fsync follows in the background."""
+        if not self._closing.is_set():
             self._fh.flush()
-            self._sync()
-            self._fh.close()
+            self._closing.set()
+
+    def wait_synced(self) -> None:
+        """Close, and wait until the file is on disk; OSError when an fsync failed."""
+        self.close()
+        self._syncer.join()
+        self._fh.close()
+        atexit.unregister(self.wait_synced)
+        if self._sync_error is not None:
+            raise self._sync_error
 
     def __enter__(self) -> "ResultsWriter":
         return self

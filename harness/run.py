@@ -562,7 +562,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     new_records = []
     interrupted = False
     prepare_problem, todo, ran, reruns = None, [], 0, 0
-    ready = prepared = cases_done = None
+    ready = prepared = cases_done = writer = None
     try:
         loaded = B.load_level(root, level, manifest.plan)
         selected = selection(pattern)
@@ -658,6 +658,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels, engine_spec=engine)
+    if writer is not None:
+        writer.wait_synced()   # its last fsync ran beside the workers' exits
     times = run_times(complete=not interrupted)
     R.write_run_times(run_path, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),

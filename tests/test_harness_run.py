@@ -250,7 +250,7 @@ def test_the_summary_reads_records_without_phase_fields():
 
 def test_each_record_reaches_the_os_before_the_next_case_and_close_syncs(tmp_path, monkeypatch):
     """A killed process loses no finished case: each line is flushed on write (fsync only
-    once a second); close syncs what is left."""
+    once a second, in the writer's thread); the last fsync follows close."""
     import os
 
     from bundlegen.harness.results import CaseResult, ResultsWriter
@@ -263,4 +263,34 @@ def test_each_record_reaches_the_os_before_the_next_case_and_close_syncs(tmp_pat
         assert [r["case_id"] for r in read_results(path)] == [f"c{i}" for i in range(n + 1)]
     assert synced == []          # three writes inside a second: no fsync yet
     writer.close()
+    writer.wait_synced()
     assert len(synced) == 1
+    with pytest.raises(ValueError, match="written after close"):
+        writer.write(CaseResult("r", "late", "quick", "g", "claim", (), "e", "cpu", "cpu", "pass"))
+
+
+def test_a_slow_fsync_holds_no_write_up(tmp_path, monkeypatch):
+    """The workers record through one lock: an fsync (0.5 s on an H200 host) made in write
+    would stall them all. Here fsync blocks until released, and the writes go on meanwhile."""
+    import os
+    import threading
+
+    from bundlegen.harness.results import CaseResult, ResultsWriter
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking_fsync(fd):
+        entered.set()
+        assert release.wait(30)
+
+    monkeypatch.setattr(os, "fsync", blocking_fsync)
+    monkeypatch.setattr(ResultsWriter, "SYNC_INTERVAL_S", 0.01)
+    path = tmp_path / "results.jsonl"
+    writer = ResultsWriter(path)
+    writer.write(CaseResult("r", "c0", "quick", "g", "claim", (), "e", "cpu", "cpu", "pass"))
+    assert entered.wait(30)      # the writer's thread is inside fsync
+    for n in range(1, 4):
+        writer.write(CaseResult("r", f"c{n}", "quick", "g", "claim", (), "e", "cpu", "cpu", "pass"))
+    assert [r["case_id"] for r in read_results(path)] == ["c0", "c1", "c2", "c3"]
+    writer.close()               # returns with the fsync still blocked
+    release.set()
+    writer.wait_synced()
