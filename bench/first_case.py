@@ -6,14 +6,16 @@ In a fresh process, started and built as a worker is (harness/worker.py: the eng
 and warmed up), the level's first --cases cases run in-process in the order a run hands
 them out (longest predicted first), each timed by phase; the first one under cProfile,
 whose top entries say where its extra time goes (torch's lazily loaded modules, cuBLAS,
-Python imports).
+Python imports). A GPU worker warms the case path first (harness/warm_path.py), timed here
+on its own; --no-warm-path leaves that to the first case, as before.
 
-    python bench/first_case.py --level quick --engine triton --device cuda [--cases 6] [--json PATH]
+    python bench/first_case.py --level quick --engine triton --device cuda [--cases 6] [--no-warm-path] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +35,12 @@ loaded = load_level(default_bundle_root(), level)
 config = load_engine_config(engine_config_dir(engine_name), loaded.manifest)
 engine = build_engine(WorkerSpec(engine_name, device, config))
 started = time.perf_counter() - t0
+from bundlegen.harness import warm_path
+t = time.perf_counter()
+warming = warm_path.start(device)   # as the worker does; the worker's prepare would run beside it
+if warming is not None:
+    warming.join()
+warm_s = round(time.perf_counter() - t, 3) if warming is not None else None
 cases = [c for c in _longest_first(loaded.cases, device, loaded.manifest) if c.expected_rejection is None]
 rows, profile_text = [], ""
 for i, case in enumerate(cases[:count]):
@@ -50,7 +58,7 @@ for i, case in enumerate(cases[:count]):
                  "wall_s": round(time.perf_counter() - t, 4),
                  **{k: getattr(outcome, k, None) for k in ("materialize_s", "oracle_s", "engine_s", "check_s")}})
 print(profile_text, file=sys.stderr)
-print(json.dumps({"start_s": round(started, 3), "cases": rows}))
+print(json.dumps({"start_s": round(started, 3), "warm_path_s": warm_s, "cases": rows}))
 """
 
 
@@ -60,15 +68,24 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", default="triton")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--cases", type=int, default=6)
+    ap.add_argument("--no-warm-path", action="store_true",
+                    help="without the worker's warm-up of the case path (harness/warm_path.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    from bundlegen.harness import warm_path
+
+    env = dict(os.environ)
+    if args.no_warm_path:
+        env[warm_path.SWITCH] = "0"
     done = subprocess.run([sys.executable, "-c", CHILD, args.level, args.device, args.engine,
-                           str(args.cases)], capture_output=True, text=True)
+                           str(args.cases)], capture_output=True, text=True, env=env)
     print(done.stderr[-8000:], file=sys.stderr)
     if done.returncode != 0:
         return 1
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"worker start in-process {data['start_s']:.2f} s")
+    warmed = data["warm_path_s"]
+    print(f"worker start in-process {data['start_s']:.2f} s; the case path's warm-up "
+          + (f"{warmed:.2f} s" if warmed is not None else "off"))
     for row in data["cases"]:
         phases = ", ".join(f"{k[:-2]} {row[k]:.3f}" for k in ("materialize_s", "oracle_s", "engine_s", "check_s")
                            if isinstance(row.get(k), (int, float)))

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
 from bundlegen.graph import Case
-from bundlegen.harness import gpu_early, mps, pycache
+from bundlegen.harness import gpu_early, mps, pycache, warm_path
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
 
@@ -476,6 +476,7 @@ def _worker_main(fd: int) -> None:
     warm_up(engine)
     from bundlegen.harness.run import run_case
 
+    warming = warm_path.start(spec.device)   # beside prepare; the first case waits for it
     conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver))))
     while True:
         try:
@@ -492,6 +493,9 @@ def _worker_main(fd: int) -> None:
             spec = dataclasses.replace(spec, config=config, repeat=repeat)
             conn.send(("configured", None))
             continue
+        if warming is not None:
+            warming.join()
+            warming = None
         try:
             outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker

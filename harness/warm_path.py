@@ -1,0 +1,79 @@
+"""The harness's own first-use costs on a GPU, paid in a worker's idle time.
+
+On an H200 each fresh worker's first case took 0.34-0.48 s against 10-90 ms for the later
+ones (the oracle 0.2-0.3 s, the checks 0.1-0.15 s: cuBLAS's start for the float64 oracle,
+and the kernels torch loads on their first use; bench/first_case.py). A worker pays them
+once, in a thread started when its engine is built, on tiny cases of each I/O dtype run
+through the harness's real case path (`run._execute`: materialize with the oracle, the
+checks, the determinism re-run), with an engine that writes zeros and a tolerance that
+takes any finite error, so every check runs to the end. The worker's first case waits for the
+thread, but its prepare (and a joining worker's wait for the first one's) does not.
+
+GPU workers only; anything that goes wrong here is met again, and charged, by a real case.
+BUNDLEGEN_WARM_PATH=0 turns it off (to compare the two: bench/first_case.py
+--no-warm-path).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+#: the environment variable that turns the warm-up off ("0")
+SWITCH = "BUNDLEGEN_WARM_PATH"
+#: the dtypes warmed: each loads conversion and arithmetic kernels of its own
+DTYPES = ("fp16", "bf16", "fp32")
+
+
+def enabled(env=os.environ) -> bool:
+    return env.get(SWITCH, "1") != "0"
+
+
+class ZeroEngine:
+    """Writes zeros into the outputs: the case path without an engine's kernels (an empty
+    Triton cache would have it compile them here, beside prepare)."""
+    name = "harness-warm-up"
+    deterministic = True
+
+    def __init__(self, device):
+        import torch
+        self.device = torch.device(device)
+
+    def run(self, graph, tensors) -> None:
+        for port in graph.output_ports:
+            tensors[port].zero_()
+
+
+def warm_cases():
+    """One tiny case per dtype in DTYPES, as the harness builds cases."""
+    from bundlegen.graph import Case, DataSpec, dense_graph
+
+    return [Case(id=f"warm-up-{dtype}", purpose="claim", items=(),
+                 graph=dense_graph(B=1, H_q=2, S_q=32, D_qk=32, dtype=dtype), data=DataSpec(seed=0))
+            for dtype in DTYPES]
+
+
+def warm(device: str) -> list[str]:
+    """The case path once per warm case on `device`: the verdicts (each `pass` when every
+    check ran to the end), up to the first that raised; never raises."""
+    from bundlegen.harness.config import Tolerance
+    from bundlegen.harness.run import _execute
+
+    finite_errors = Tolerance(rtol=0.0, atol=math.inf, source="harness warm-up")
+    engine = ZeroEngine(device)
+    verdicts = []
+    for case in warm_cases():
+        try:
+            verdicts.append(_execute(case, engine, finite_errors, runs=2).verdict)
+        except Exception:  # noqa: BLE001 - a real case meets it again and records it
+            break
+    return verdicts
+
+
+def start(device: str) -> threading.Thread | None:
+    """warm(device) in a daemon thread, for a GPU worker (None: another device, or off)."""
+    if not device.startswith("cuda") or not enabled():
+        return None
+    thread = threading.Thread(target=warm, args=(device,), name="bundlegen-warm-path", daemon=True)
+    thread.start()
+    return thread
