@@ -27,6 +27,7 @@ from bundlegen.harness import gpu_early
 gpu_early.open_in_background(sys.argv[2])
 from bundlegen.harness.bundles import load_level
 from bundlegen.harness.config import load_engine_config
+from bundlegen.harness.results import PHASES
 from bundlegen.harness.run import _longest_first, run_case
 from bundlegen.harness.worker import WorkerSpec, build_engine
 from bundlegen.workspace import default_bundle_root, engine_config_dir
@@ -56,7 +57,7 @@ for i, case in enumerate(cases[:count]):
         profile_text = out.getvalue()
     rows.append({"case": case.id, "group": case.group, "verdict": outcome.verdict,
                  "wall_s": round(time.perf_counter() - t, 4),
-                 **{k: getattr(outcome, k, None) for k in ("materialize_s", "oracle_s", "engine_s", "check_s")}})
+                 **{k: getattr(outcome, k, None) for k in PHASES}})
 print(profile_text, file=sys.stderr)
 print(json.dumps({"start_s": round(started, 3), "warm_path_s": warm_s, "cases": rows}))
 """
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from bundlegen.harness import warm_path
+    from bundlegen.harness.results import PHASES
 
     env = dict(os.environ)
     if args.no_warm_path:
@@ -87,8 +89,7 @@ def main(argv=None) -> int:
     print(f"worker start in-process {data['start_s']:.2f} s; the case path's warm-up "
           + (f"{warmed:.2f} s" if warmed is not None else "off"))
     for row in data["cases"]:
-        phases = ", ".join(f"{k[:-2]} {row[k]:.3f}" for k in ("materialize_s", "oracle_s", "engine_s", "check_s")
-                           if isinstance(row.get(k), (int, float)))
+        phases = ", ".join(f"{k[:-2]} {row[k]:.3f}" for k in PHASES if isinstance(row.get(k), (int, float)))
         print(f"{row['case']} {row['group']:<14} {row['verdict']:<8} {row['wall_s']:.3f} s ({phases})")
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n")

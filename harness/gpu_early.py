@@ -15,15 +15,12 @@ compare the two: bench/worker_start.py --no-early-context).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
+
+from bundlegen.harness import switches
 
 #: the environment variable that turns the early context off ("0")
 SWITCH = "BUNDLEGEN_EARLY_CONTEXT"
-
-
-def enabled(env=os.environ) -> bool:
-    return env.get(SWITCH, "1") != "0"
 
 
 def device_ordinal(device: str) -> int | None:
@@ -40,7 +37,7 @@ def open_in_background(device: str) -> threading.Thread | None:
     device, or turned off). Nothing waits for the thread: torch's own start meets the
     context, finished or still being made, through the driver's lock."""
     ordinal = device_ordinal(device)
-    if ordinal is None or not enabled():
+    if ordinal is None or switches.turned_off(SWITCH):
         return None
     thread = threading.Thread(target=_retain_primary_context, args=(ordinal,),
                               name="bundlegen-cuda-context", daemon=True)

@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from bundlegen.harness import switches
+
 OPT_OUT = "BUNDLEGEN_PYCACHE"
 
 
@@ -30,7 +32,7 @@ def with_bytecode(env: Mapping[str, str]) -> dict[str, str]:
     PYTHONPYCACHEPREFIX where it is set and neither the opt-out nor a prefix is."""
     out = dict(env)
     if (not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX")
-            or env.get(OPT_OUT) == "0"):
+            or switches.turned_off(OPT_OUT, env)):
         return out
     del out["PYTHONDONTWRITEBYTECODE"]
     out["PYTHONPYCACHEPREFIX"] = str(cache_prefix(env))

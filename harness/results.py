@@ -1,7 +1,7 @@
 """What a run leaves behind (CONTRACTS "Results"): results.jsonl appended and flushed
 per case (so a killed run keeps every finished case and `--resume` can skip them; fsynced
-in the background at most once a second and at the end, for a host that goes down), a JUnit XML file, and the
-per-level summary table."""
+in the background at most once a second and at the end, for a host that goes down), a JUnit
+XML file, and the per-level summary table."""
 from __future__ import annotations
 
 import atexit
@@ -79,8 +79,8 @@ class ResultsWriter:
     SYNC_INTERVAL_S while lines come in and once after close, for a host that goes down: an
     fsync took 0.5 s on an H200 host (bench/results/h200/round16), and made in `write`, under
     the lock the workers record through, it held every worker up. close returns at once;
-    wait_synced waits for the last fsync (the thread is not a daemon: the interpreter waits
-    for it at exit too)."""
+    wait_synced waits for the last fsync and closes the file, and so does the interpreter's
+    exit (atexit) for a writer nobody waited for."""
     SYNC_INTERVAL_S = 1.0
 
     def __init__(self, path: Path | str):

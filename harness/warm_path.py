@@ -16,17 +16,14 @@ BUNDLEGEN_WARM_PATH=0 turns it off (to compare the two: bench/first_case.py
 from __future__ import annotations
 
 import math
-import os
 import threading
+
+from bundlegen.harness import switches
 
 #: the environment variable that turns the warm-up off ("0")
 SWITCH = "BUNDLEGEN_WARM_PATH"
 #: the dtypes warmed: each loads conversion and arithmetic kernels of its own
 DTYPES = ("fp16", "bf16", "fp32")
-
-
-def enabled(env=os.environ) -> bool:
-    return env.get(SWITCH, "1") != "0"
 
 
 class ZeroEngine:
@@ -72,7 +69,7 @@ def warm(device: str) -> list[str]:
 
 def start(device: str) -> threading.Thread | None:
     """warm(device) in a daemon thread, for a GPU worker (None: another device, or off)."""
-    if not device.startswith("cuda") or not enabled():
+    if not device.startswith("cuda") or switches.turned_off(SWITCH):
         return None
     thread = threading.Thread(target=warm, args=(device,), name="bundlegen-warm-path", daemon=True)
     thread.start()

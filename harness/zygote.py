@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from bundlegen.harness import pycache
+from bundlegen.harness import pycache, switches
 
 #: the most bytes of one message (a spawn request holds the worker's whole environment)
 PACKET_BYTES = 1 << 20
@@ -47,7 +47,7 @@ EXIT_UNKNOWN = -(1 << 16)
 def enabled() -> bool:
     """Whether workers are forked from a zygote: where fork and fd passing exist, unless
     BUNDLEGEN_ZYGOTE=0 (the plain start, e.g. to compare the two: bench/worker_start.py)."""
-    return (os.environ.get("BUNDLEGEN_ZYGOTE", "1") != "0" and hasattr(os, "fork")
+    return (not switches.turned_off("BUNDLEGEN_ZYGOTE") and hasattr(os, "fork")
             and hasattr(socket, "send_fds") and sys.platform == "linux")
 
 

@@ -59,3 +59,17 @@ class CannotBuild(S.TorchMathEngine):
 def test_an_engine_that_cannot_be_built_stops_the_run_with_its_error():
     with pytest.raises(WorkerStartError, match="no such device support"):
         CaseExecutor(S.engine_ref(CannotBuild), "cpu", config=S.LOOSE)
+
+
+def test_prepare_graphs_are_pickled_once_for_every_worker():
+    """A run hands one graphs list to each worker's prepare: one pickling serves them all,
+    and another list gets its own."""
+    import pickle
+
+    from bundlegen.graph import dense_graph
+    from bundlegen.harness.worker import _prepare_message
+    graphs, others = [dense_graph(), dense_graph(D_qk=32)], [dense_graph(S_q=64)]
+    first = _prepare_message(graphs)
+    assert _prepare_message(graphs) is first
+    assert pickle.loads(first) == ("prepare", graphs)
+    assert pickle.loads(_prepare_message(others)) == ("prepare", others)
