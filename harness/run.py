@@ -22,7 +22,7 @@ from bundlegen.graph import BundleError, Case, Graph
 from bundlegen.manifest import Manifest, manifest_path
 from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED,
                                RAGGED_OFFSETS, code_of)
-from bundlegen.harness import verdicts as V
+from bundlegen.harness import switches, verdicts as V
 from bundlegen.harness.config import EngineConfig, load_engine_config
 
 if TYPE_CHECKING:
@@ -125,6 +125,10 @@ def _sync(device: "torch.device") -> None:
 #: runs of a case whose graph asks for a deterministic backward (FlashAttention's own
 #: determinism tests re-run 50 and 250 times)
 DETERMINISTIC_MODE_RUNS = 50
+#: the environment variable that turns off stopping each worker as soon as no case is left
+#: for it, and leaving the workers to exit while the run writes its files ("0": every worker
+#: is stopped after the last case, and the run waits for their exits; see _run_spread)
+RELEASE_SWITCH = "BUNDLEGEN_EARLY_RELEASE"
 
 
 def repeat_count(engine, repeat: int | None, graph: Graph | None = None) -> int:
@@ -411,12 +415,13 @@ class CaseExecutor:
                           device=str(self.device), verdict=V.ERROR_BUNDLE, detail=str(error),
                           file=error.file)
 
-    def release(self) -> None:
-        """Stop the worker process until the next case (an in-process runner has none)."""
-        getattr(self.runner, "release", lambda: None)()
+    def release(self, wait: bool = True) -> None:
+        """Stop the worker process until the next case (an in-process runner has none);
+        `wait` False: without waiting for its exit (worker.IsolatedRunner.close)."""
+        getattr(self.runner, "release", lambda wait: None)(wait)
 
-    def close(self) -> None:
-        self.runner.close()
+    def close(self, wait: bool = True) -> None:
+        self.runner.close(wait)
 
     def __enter__(self) -> "CaseExecutor":
         return self
@@ -562,7 +567,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     new_records = []
     interrupted = False
     prepare_problem, todo, ran, reruns = None, [], 0, 0
-    ready = prepared = cases_done = writer = None
+    ready = prepared = cases_done = writer = last_recorded = None
+    idle = False   # every worker is between cases (the run was not cut short)
+    early_exits = not switches.turned_off(RELEASE_SWITCH)
     try:
         loaded = B.load_level(root, level, manifest.plan)
         selected = selection(pattern)
@@ -619,8 +626,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             prepared = time.perf_counter()
             with R.ResultsWriter(results_path) as writer, _progress(progress, len(todo)) as advance:
                 def record(result) -> None:
+                    nonlocal last_recorded
                     writer.write(result)
                     new_records.append(result.to_json())
+                    last_recorded = time.perf_counter()
 
                 for error in loaded.errors:
                     result = executor.bundle_error(error)
@@ -640,7 +649,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         ran += 1
                     joining = _Joining(executor, starting, graphs if prepare_problem is None else [])
                     held = _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
-                                       count, advance, hold_crashes=mps, join=joining)
+                                       count, advance, hold_crashes=mps, join=joining,
+                                       # a served worker is the server's to keep
+                                       release_idle=session is None and early_exits)
                     prepare_problem = prepare_problem or joining.problem
                     if held:
                         reruns = len(held)
@@ -648,13 +659,16 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 advance(None)
         except KeyboardInterrupt:
             interrupted = True   # what finished is recorded; junit and run.json still follow
-        cases_done = time.perf_counter()
+        # the cases end with the last one recorded: the workers' exits after it are the finish
+        cases_done = last_recorded if last_recorded is not None else time.perf_counter()
+        idle = not interrupted
     finally:
-        _close_all(executors)
+        # idle workers exit while the files are written, and the MPS server after them
+        _close_all(executors, wait=not (idle and early_exits))
         if session:
             session.close()
         if daemon:
-            daemon.stop()
+            daemon.stop(wait=not (idle and early_exits))
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels, engine_spec=engine)
@@ -767,12 +781,13 @@ class _Joining:
             self.problem = problem
 
 
-def _close_all(executors: list[CaseExecutor]) -> None:
+def _close_all(executors: list[CaseExecutor], wait: bool = True) -> None:
     """Close every worker, all at once (a worker busy with a case gets a few seconds to
-    answer the stop before it is killed)."""
-    if len(executors) <= 1:
+    answer the stop before it is killed). `wait` False, when every worker is idle: told to
+    stop, and left to exit while the run writes its files (worker.IsolatedRunner.close)."""
+    if len(executors) <= 1 or not wait:
         for ex in executors:
-            ex.close()
+            ex.close(wait)
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -782,14 +797,17 @@ def _close_all(executors: list[CaseExecutor]) -> None:
 
 def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], cases: list[Case],
                 record: Callable, advance: Callable, hold_crashes: bool = False,
-                join: Callable[[CaseExecutor], None] | None = None) -> list[Case]:
+                join: Callable[[CaseExecutor], None] | None = None,
+                release_idle: bool = False) -> list[Case]:
     """One thread per executor (each drives its own worker process) takes the next case
     from the shared queue; results are recorded in the order they finish, under one lock
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
     (their workers are killed when the executors close). `hold_crashes`: a crashed case is
     not recorded but returned, in the order the crashes came (under MPS a neighbour's fault
     crashes it too). `join`: what each executor does before its first case (one may still be
-    starting)."""
+    starting). `release_idle`: a worker is stopped as soon as no case is left to hand it, so
+    that its exit (0.47 s for eight GPU workers at the end of a run on an H200) overlaps the
+    others' last cases instead of following them; a case held for a rerun starts a fresh one."""
     import threading
 
     lock = threading.Lock()
@@ -804,10 +822,13 @@ def _run_spread(executors: list[CaseExecutor], tallies: list[_DeviceTally], case
                 join(ex)
             while not stop.is_set():
                 with lock:
-                    if not queue:
-                        return
-                    case = queue.pop()
-                    advance(f"{case.level}/{case.group}/{case.id} [{ex.device}]")
+                    case = queue.pop() if queue else None
+                    if case is not None:
+                        advance(f"{case.level}/{case.group}/{case.id} [{ex.device}]")
+                if case is None:
+                    if release_idle:
+                        ex.release(wait=False)
+                    return
                 start = time.perf_counter()
                 result = ex.execute(case)
                 with lock:
@@ -846,9 +867,12 @@ def _rerun_alone(executors: list[CaseExecutor], tallies: list[_DeviceTally], cas
     workers of that GPU, the server does not say whose fault it was, and it takes no new
     client until every client it served has gone: alone, a case that crashes again crashed
     by itself, and one that passes was only a neighbour's victim."""
+    from bundlegen.harness.worker import wait_exits
+
     first = executors[0]
     for ex in executors[1:]:
         ex.release()
+    wait_exits()   # and every worker stopped without waiting (_run_spread's release_idle)
     for case in cases:
         advance(f"{case.level}/{case.group}/{case.id} [{first.device}, alone]")
         start = time.perf_counter()

@@ -138,17 +138,17 @@ class RemoteRunner:
             self._go_local()   # the server went away: this case and the rest run here
         return self._local.run(case)
 
-    def release(self) -> None:
+    def release(self, wait: bool = True) -> None:
         if self._local is not None:
-            self._local.release()
+            self._local.release(wait)
         else:   # a server gone away has no worker left to stop
             self._ask(("release", None), "released")
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         if self._conn is not None:
             self._conn.close()
         if self._local is not None:
-            self._local.close()
+            self._local.close(wait)
 
 
 def stop_servers(folder: Path | None = None) -> list[dict]:

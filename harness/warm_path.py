@@ -3,11 +3,12 @@
 On an H200 each fresh worker's first case took 0.34-0.48 s against 10-90 ms for the later
 ones (the oracle 0.2-0.3 s, the checks 0.1-0.15 s: cuBLAS's start for the float64 oracle,
 and the kernels torch loads on their first use; bench/first_case.py). A worker pays them
-once, in a thread started when its engine is built, on tiny cases of each I/O dtype run
-through the harness's real case path (`run._execute`: materialize with the oracle, the
-checks, the determinism re-run), with an engine that writes zeros and a tolerance that
-takes any finite error, so every check runs to the end. The worker's first case waits for the
-thread, but its prepare (and a joining worker's wait for the first one's) does not.
+once, in a thread started as soon as torch is imported (beside the engine's own imports,
+its build and prepare), on tiny cases of each I/O dtype run through the harness's real case
+path (`run._execute`: materialize with the oracle, the checks, the determinism re-run), with
+an engine that writes zeros and a tolerance that takes any finite error, so every check runs
+to the end. The worker's first case waits for the thread, but its prepare (and a joining
+worker's wait for the first one's) does not.
 
 GPU workers only; anything that goes wrong here is met again, and charged, by a real case.
 BUNDLEGEN_WARM_PATH=0 turns it off (to compare the two: bench/first_case.py
@@ -68,9 +69,13 @@ def warm(device: str) -> list[str]:
 
 
 def start(device: str) -> threading.Thread | None:
-    """warm(device) in a daemon thread, for a GPU worker (None: another device, or off)."""
+    """warm(device) in a daemon thread, for a GPU worker (None: another device, or off).
+    torch and the case path's modules are imported here, in the caller's thread, so that the
+    worker's main thread and this one never import the same modules side by side."""
     if not device.startswith("cuda") or switches.turned_off(SWITCH):
         return None
+    import torch  # noqa: F401
+    from bundlegen.harness import checks, materialize, oracle, run  # noqa: F401
     thread = threading.Thread(target=warm, args=(device,), name="bundlegen-warm-path", daemon=True)
     thread.start()
     return thread

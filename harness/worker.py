@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -30,6 +31,8 @@ from bundlegen.harness.config import EngineConfig
 STARTUP_TIMEOUT_S = 180.0
 #: seconds an engine may take to prepare a run (compile its variants in parallel)
 PREPARE_TIMEOUT_S = 1800.0
+#: seconds a worker told to stop gets to exit before its process group is killed
+STOP_GRACE_S = 5.0
 
 
 class WorkerStartError(RuntimeError):
@@ -191,7 +194,7 @@ class InProcessRunner:
 
         return run_case(case, self.engine, self.spec.config, self.spec.repeat)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         pass
 
 
@@ -314,19 +317,29 @@ class IsolatedRunner:
             return f"; the engine could not be rebuilt: {exc}"
         return ""
 
-    def release(self) -> None:
+    def release(self, wait: bool = True) -> None:
         """Stop the worker process now; the next case starts a fresh one (an MPS server takes
         no new client while a client it served before a fault is still alive)."""
-        self.close()
+        self.close(wait)
         self._ready, self._released = False, True
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Tell the worker to stop; one still busy with a case gets STOP_GRACE_S to answer
+        before its process group is killed. `wait` False, for an idle worker: the caller goes
+        on while the worker exits (a GPU worker's exit, its context's teardown, took 0.3-0.5 s
+        on an H200 host), and a thread of its own reaps it (wait_exits)."""
         if self._proc is not None and self._proc.poll() is None:
             try:
                 self._conn.send(("stop", None))
-                self._proc.wait(5)
+                if wait:
+                    self._proc.wait(STOP_GRACE_S)
             except (OSError, subprocess.TimeoutExpired):
                 pass
+            if not wait:
+                _reap_in_background(self._proc)
+                self._conn.close()
+                self._proc = self._conn = None
+                return
         self._kill()
 
     # -- the run's set-up
@@ -391,6 +404,43 @@ class IsolatedRunner:
             if broken:
                 outcome = dataclasses.replace(outcome, detail=outcome.detail + broken)
         return outcome
+
+
+_exiting: set[threading.Thread] = set()
+_exiting_lock = threading.Lock()
+
+
+def _reap_in_background(proc) -> None:
+    """Wait for a stopped worker in a daemon thread: STOP_GRACE_S, then its process group
+    is killed (helpers the engine started die with it) and it is reaped."""
+    def reap() -> None:
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        with _exiting_lock:
+            _exiting.discard(thread)
+
+    thread = threading.Thread(target=reap, name="bundlegen-reap", daemon=True)
+    with _exiting_lock:
+        _exiting.add(thread)
+    thread.start()
+
+
+def wait_exits() -> None:
+    """Wait until every worker stopped without waiting (close(wait=False)) has exited."""
+    with _exiting_lock:
+        threads = list(_exiting)
+    for thread in threads:
+        thread.join()
 
 
 #: the graphs list last sent to prepare, and its pickled message
@@ -466,6 +516,7 @@ def _worker_main(fd: int) -> None:
         driver = ask_driver() if spec.device.split(":")[0] == "cuda" else None
         gpu_early.open_in_background(spec.device)   # beside import torch (harness.gpu_early)
         sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+        warming = warm_path.start(spec.device)   # beside the engine's build and prepare
         engine = construct_engine(spec)
     except BaseException as exc:
         summary = f"--device {exc}" if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
@@ -476,7 +527,6 @@ def _worker_main(fd: int) -> None:
     warm_up(engine)
     from bundlegen.harness.run import run_case
 
-    warming = warm_path.start(spec.device)   # beside prepare; the first case waits for it
     conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver))))
     while True:
         try:
@@ -493,7 +543,7 @@ def _worker_main(fd: int) -> None:
             spec = dataclasses.replace(spec, config=config, repeat=repeat)
             conn.send(("configured", None))
             continue
-        if warming is not None:
+        if warming is not None:   # the first case waits for the warm-up
             warming.join()
             warming = None
         try:

@@ -73,3 +73,50 @@ def test_prepare_graphs_are_pickled_once_for_every_worker():
     assert _prepare_message(graphs) is first
     assert pickle.loads(first) == ("prepare", graphs)
     assert pickle.loads(_prepare_message(others)) == ("prepare", others)
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid is a live process or a zombie nobody has reaped."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_worker_stopped_without_waiting_is_reaped_in_the_background():
+    from bundlegen.harness.worker import IsolatedRunner, WorkerSpec, wait_exits
+
+    runner = IsolatedRunner(WorkerSpec(engine=S.engine_ref(S.TorchMathEngine), device="cpu",
+                                       config=S.LOOSE))
+    pid = runner.pid
+    runner.close(wait=False)
+    assert runner.pid is None
+    wait_exits()
+    assert not _alive(pid)
+
+
+def test_a_stopped_worker_that_does_not_exit_has_its_group_killed(monkeypatch):
+    import subprocess
+
+    from bundlegen.harness import worker
+
+    class Stuck:
+        pid, waits = 4242, []
+
+        def wait(self, timeout=None):
+            self.waits.append(timeout)
+            if len(self.waits) == 1:   # deaf to the stop until its group is killed
+                raise subprocess.TimeoutExpired("worker", timeout)
+            return -9
+
+    killed = []
+    monkeypatch.setattr(worker.os, "killpg", lambda pgid, sig: killed.append((pgid, sig)))
+    proc = Stuck()
+    worker._reap_in_background(proc)
+    worker.wait_exits()
+    assert killed == [(4242, worker.signal.SIGKILL)]
+    assert proc.waits[0] == worker.STOP_GRACE_S and len(proc.waits) == 2
+    assert not worker._exiting

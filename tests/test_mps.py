@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -60,8 +61,10 @@ def control(tmp_path, monkeypatch):
     bin_dir.mkdir()
     program = bin_dir / mps.CONTROL
     program.write_text(f"""#!/usr/bin/env python3
-import json, os, sys
+import json, os, sys, time
 stdin = "" if sys.argv[1:] == ["-d"] else sys.stdin.read()
+if stdin:   # a quit returns once every client has gone
+    time.sleep(float(os.environ.get("FAKE_MPS_QUIT_S", "0")))
 with open({str(log)!r}, "a") as f:
     f.write(json.dumps({{"args": sys.argv[1:], "stdin": stdin,
                         "pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
@@ -77,6 +80,18 @@ def calls(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def calls_once_stopped(log: Path, within_s: float = 20.0) -> list[dict]:
+    """calls(log) once the daemon was told to quit and its folder is gone (a run that ends
+    as it should leaves both to a process of their own: MpsDaemon.stop(wait=False))."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        got = calls(log)
+        if got and got[-1]["stdin"] == "quit\n" and not Path(got[0]["pipe"]).parent.exists():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon was not stopped within {within_s} s: {calls(log)}")
+
+
 def test_the_daemon_gets_private_folders_and_is_told_to_quit(control):
     daemon = mps.start_mps(["cuda:0", "cuda:0"])
     pipe, logs = Path(daemon.env["CUDA_MPS_PIPE_DIRECTORY"]), Path(daemon.env["CUDA_MPS_LOG_DIRECTORY"])
@@ -88,6 +103,16 @@ def test_the_daemon_gets_private_folders_and_is_told_to_quit(control):
     other = mps.start_mps(["cuda:1"])
     assert other.root != daemon.root   # each run its own daemon
     other.stop()
+
+
+def test_a_daemon_stopped_without_waiting_quits_after_this_returns(control, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_QUIT_S", "2")   # the clients take that long to go
+    daemon = mps.start_mps(["cuda:0"])
+    start = time.monotonic()
+    daemon.stop(wait=False)
+    assert time.monotonic() - start < 1.5 and daemon.root.exists()
+    assert calls_once_stopped(control)[1]["stdin"] == "quit\n"
+    assert not daemon.root.exists()
 
 
 def test_without_the_control_program_the_error_says_where_it_comes_from(monkeypatch, tmp_path):
@@ -143,7 +168,7 @@ def test_a_case_that_crashed_beside_others_is_run_again_alone(tmp_path, monkeypa
     assert times.mps and times.mps_reruns == 2 and times.cases == len(cases)
     assert sum(d["cases"] for d in times.per_device) == len(cases)
     # every worker was a client of the run's daemon, which was told to quit at the end
-    started, stopped = calls(control)
+    started, stopped = calls_once_stopped(control)
     assert started["args"] == ["-d"] and stopped["stdin"] == "quit\n"
     seen = set((tmp_path / "crash.env").read_text().split())
     assert seen == {started["pipe"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import types
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -263,3 +264,63 @@ def test_cases_begin_as_soon_as_the_first_worker_is_ready(tmp_path, monkeypatch)
     # 8 cases of 0.3 s: the worker that started at once runs most of them while the other
     # is still in its 5 s warm-up (waiting for both would split them about evenly)
     assert split[-1] >= 6 and sum(split) == 8, times.per_device
+
+
+class _SpreadExecutor:
+    """A CaseExecutor stand-in for _run_spread: runs `seconds` per case, logs its release."""
+
+    def __init__(self, name: str, seconds: float, log: list):
+        self.device, self.name, self.seconds, self.log = "cuda:0", name, seconds, log
+
+    def execute(self, case):
+        time.sleep(self.seconds)
+        self.log.append((self.name, "done", case.id))
+        return types.SimpleNamespace(verdict=V.PASS)
+
+    def release(self, wait=True):
+        self.log.append((self.name, "released", wait))
+
+
+@pytest.mark.parametrize("release_idle", [True, False])
+def test_a_worker_with_no_case_left_is_stopped_while_the_others_finish(release_idle):
+    from bundlegen.harness.run import _DeviceTally, _run_spread
+
+    log = []
+    slow, quick = _SpreadExecutor("slow", 0.6, log), _SpreadExecutor("quick", 0.05, log)
+    cases = [types.SimpleNamespace(id=c, level="quick", group="a") for c in "abc"]
+    _run_spread([slow, quick], [_DeviceTally("cuda:0", i) for i in range(2)], cases,
+                lambda result: None, lambda label: None, release_idle=release_idle)
+    if not release_idle:
+        assert all(event != "released" for _, event, _ in log)
+        return
+    # the quick worker runs b and c and is stopped before the slow one's case a is done
+    # (without waiting for its exit)
+    assert log.index(("quick", "released", False)) < log.index(("slow", "done", "a")), log
+    assert log[-1] == ("slow", "released", False)
+
+
+@pytest.mark.parametrize("switch", [None, "0"])
+def test_a_run_stops_its_idle_workers_before_the_end_unless_turned_off(tmp_path, monkeypatch, switch):
+    from bundlegen.harness import run as run_module
+
+    if switch is None:
+        monkeypatch.delenv(run_module.RELEASE_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(run_module.RELEASE_SWITCH, switch)
+    alive_at_close, waits = [], []
+    close_all = run_module._close_all
+
+    def note_then_close(executors, wait=True):
+        alive_at_close.extend(ex.runner.pid is not None for ex in executors)
+        waits.append(wait)
+        close_all(executors, wait)
+
+    monkeypatch.setattr(run_module, "_close_all", note_then_close)
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 4)])
+    summary = _run(tmp_path, Paced)
+    assert summary.exit_code == V.EXIT_OK and len(read_results(summary.results_path)) == 3
+    assert alive_at_close == ([False, False] if switch is None else [True, True])
+    # idle at the end: left to exit while the files are written (with the switch, waited for)
+    assert waits == ([False] if switch is None else [True])
+    times = read_run_times(tmp_path / "out")
+    assert times.cases_s > 0 and times.finish_s >= 0
