@@ -32,9 +32,13 @@ if wanted exit; then
     --repeat 2 --json "$OUT/worker_exit.json" > "$OUT/worker_exit.log" 2>&1
   echo "exit: exit $?"; cat "$OUT/worker_exit.log"
 fi
+leftovers() {   # what of a run is still alive: its workers, the MPS daemon and server
+  ps -eo pid,etimes,args | grep -E "bundlegen.harness.worker|nvidia-cuda-mps" | grep -v grep || echo "(none)"
+}
 if wanted again; then
   full_run full-again full
   for n in 1 2 3; do full_run "quick-again-$n" quick; done
+  echo "left right after the last run:"; leftovers; sleep 2; echo "2 s later:"; leftovers
 fi
 if wanted norelease; then
   BUNDLEGEN_EARLY_RELEASE=0 full_run full-again-norelease full
