@@ -45,16 +45,5 @@ if wanted first; then
     echo "first (warm-up $warm): exit $?"; tail -n 40 "$OUT/first_case_warm_$warm.log"
   done
 fi
-if wanted finish; then
-  timeout "$(left)" python3 -m cProfile -o "$OUT/finish_quick.prof" -m bundlegen run --level quick \
-    --engine triton --device cuda --workers-per-device 8 --mps --quiet --out "$OUT/finish-quick" \
-    > "$OUT/finish_quick.log" 2>&1
-  echo "finish: exit $?"; tail -n 2 "$OUT/finish_quick.log"
-  python3 -c '
-import pstats, sys
-stats = pstats.Stats(sys.argv[1]); stats.sort_stats("cumulative")
-stats.print_stats(r"harness/(run|mps|results|worker)\.py|cli\.py|rich", 40)' "$OUT/finish_quick.prof" \
-    > "$OUT/finish_quick_stats.txt" 2>&1
-  sed -n 1,70p "$OUT/finish_quick_stats.txt"; rm -rf "$OUT/finish-quick"
-fi
+if wanted finish; then finish_profile 70; fi
 if wanted targets; then engine_targets "${TARGET_ROUNDS:-5}"; fi

@@ -49,18 +49,7 @@ if wanted workers; then
   for n in 4 6 12; do WORKERS=$n full_run "quick-again-w$n" quick; done
   WORKERS=12 full_run full-again-w12 full
 fi
-if wanted finish; then
-  timeout "$(left)" python3 -m cProfile -o "$OUT/finish_quick.prof" -m bundlegen run --level quick \
-    --engine triton --device cuda --workers-per-device 8 --mps --quiet --out "$OUT/finish-quick" \
-    > "$OUT/finish_quick.log" 2>&1
-  echo "finish: exit $?"; tail -n 2 "$OUT/finish_quick.log"
-  python3 -c '
-import pstats, sys
-stats = pstats.Stats(sys.argv[1]); stats.sort_stats("cumulative")
-stats.print_stats(r"harness/(run|mps|results|worker)\.py|cli\.py|rich", 40)' "$OUT/finish_quick.prof" \
-    > "$OUT/finish_quick_stats.txt" 2>&1
-  sed -n 1,50p "$OUT/finish_quick_stats.txt"; rm -rf "$OUT/finish-quick"
-fi
+if wanted finish; then finish_profile 50; fi
 if wanted priority; then
   timeout "$(left)" python3 bench/overlap_probe.py --d 64 128 256 --seqs 4096 --rounds 5 --priorities \
     --out "$OUT/overlap_priority.json" > "$OUT/overlap_priority.log" 2>&1

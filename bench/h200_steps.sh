@@ -29,3 +29,15 @@ engine_targets() {   # rounds: bench/engine_speed.py --quick against PEERS (defa
     --peers ${PEERS:-torch-flash torch-cudnn} --out "$OUT/engine_speed_targets.json" > "$OUT/engine_speed_targets.log" 2>&1
   echo "targets: exit $?"; tail -n 16 "$OUT/engine_speed_targets.log"
 }
+finish_profile() {   # lines: the quick level under cProfile, 8 workers with --mps; the first lines of where the parent's time goes
+  timeout "$(left)" python3 -m cProfile -o "$OUT/finish_quick.prof" -m bundlegen run --level quick \
+    --engine triton --device cuda --workers-per-device 8 --mps --quiet --out "$OUT/finish-quick" \
+    > "$OUT/finish_quick.log" 2>&1
+  echo "finish: exit $?"; tail -n 2 "$OUT/finish_quick.log"
+  python3 -c '
+import pstats, sys
+stats = pstats.Stats(sys.argv[1]); stats.sort_stats("cumulative")
+stats.print_stats(r"harness/(run|mps|results|worker)\.py|cli\.py|rich", 40)' "$OUT/finish_quick.prof" \
+    > "$OUT/finish_quick_stats.txt" 2>&1
+  sed -n "1,${1}p" "$OUT/finish_quick_stats.txt"; rm -rf "$OUT/finish-quick"
+}

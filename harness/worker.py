@@ -516,6 +516,7 @@ def _worker_main(fd: int) -> None:
         driver = ask_driver() if spec.device.split(":")[0] == "cuda" else None
         gpu_early.open_in_background(spec.device)   # beside import torch (harness.gpu_early)
         sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+        check_device(spec.device)   # (again in construct_engine) before the warm-up uses it
         warming = warm_path.start(spec.device)   # beside the engine's build and prepare
         engine = construct_engine(spec)
     except BaseException as exc:
