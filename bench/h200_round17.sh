@@ -10,6 +10,9 @@
 #              and the run not waiting for their exits
 #   exit       bench/worker_exit.py: 8 MPS clients stopped, waiting for their exits or not,
 #              and the MPS server's quit after
+#   shared     all four levels and quick, twice each, in turns with every worker preparing
+#              (BUNDLEGEN_SHARED_PREPARE=0) and with the joiners skipping the Triton
+#              engine's host-shared prepare (Engine.prepare_shared)
 #   nowarm     the quick level without the workers' warm-up of the case path
 #              (BUNDLEGEN_WARM_PATH=0, harness/warm_path.py)
 #   workers    the quick level with 4, 6 and 12 workers, and all four levels with 12
@@ -23,7 +26,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/h200-round17}
 LIMIT_S=${LIMIT_S:-540}
-STEPS=${STEPS:-full exit again norelease nowarm workers finish priority targets}
+STEPS=${STEPS:-full exit again norelease shared nowarm workers finish priority targets}
 source bench/h200_steps.sh
 
 if wanted full; then full_run full full; fi
@@ -43,6 +46,12 @@ fi
 if wanted norelease; then
   BUNDLEGEN_EARLY_RELEASE=0 full_run full-again-norelease full
   for n in 1 2 3; do BUNDLEGEN_EARLY_RELEASE=0 full_run "quick-again-norelease-$n" quick; done
+fi
+if wanted shared; then
+  for n in 1 2; do
+    BUNDLEGEN_SHARED_PREPARE=0 full_run "full-again-prepare-all-$n" full; full_run "full-again-shared-$n" full
+    BUNDLEGEN_SHARED_PREPARE=0 full_run "quick-again-prepare-all-$n" quick; full_run "quick-again-shared-$n" quick
+  done
 fi
 if wanted nowarm; then BUNDLEGEN_WARM_PATH=0 full_run quick-again-nowarm quick; fi
 if wanted workers; then

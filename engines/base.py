@@ -48,6 +48,10 @@ class Engine(abc.ABC):
     #: tensors['dbias'|'dsinks'] (outputs, to be written whole) when the graph has them,
     #: and the cap in graph.attributes.softcap.
     score_modifiers: frozenset[str] = frozenset()
+    #: what prepare() builds is shared by every process of the host on the same arch (a disk
+    #: cache, as Triton's): once a run's first worker has prepared, the run's other workers
+    #: of that arch do not repeat it
+    prepare_shared: bool = False
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)

@@ -129,6 +129,9 @@ DETERMINISTIC_MODE_RUNS = 50
 #: for it, and leaving the workers to exit while the run writes its files ("0": every worker
 #: is stopped after the last case, and the run waits for their exits; see _run_spread)
 RELEASE_SWITCH = "BUNDLEGEN_EARLY_RELEASE"
+#: the environment variable that makes every worker of a run prepare ("0"), even where the
+#: first worker's prepare serves the host (Engine.prepare_shared; see _Joining)
+SHARED_PREPARE_SWITCH = "BUNDLEGEN_SHARED_PREPARE"
 
 
 def repeat_count(engine, repeat: int | None, graph: Graph | None = None) -> int:
@@ -415,6 +418,13 @@ class CaseExecutor:
                           device=str(self.device), verdict=V.ERROR_BUNDLE, detail=str(error),
                           file=error.file)
 
+    def prepared_by(self, other: "CaseExecutor") -> bool:
+        """Whether `other`'s Engine.prepare serves this executor's engine too: the engine
+        says its prepare is shared by the host (Engine.prepare_shared), and both run on the
+        same arch. Both workers must be ready."""
+        return (getattr(self.runner, "prepare_shared", False)
+                and getattr(other.runner, "prepare_shared", False) and self.arch == other.arch)
+
     def release(self, wait: bool = True) -> None:
         """Stop the worker process until the next case (an in-process runner has none);
         `wait` False: without waiting for its exit (worker.IsolatedRunner.close)."""
@@ -647,7 +657,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         nonlocal ran
                         record(result)
                         ran += 1
-                    joining = _Joining(executor, starting, graphs if prepare_problem is None else [])
+                    joining = _Joining(executor, starting, graphs if prepare_problem is None else [],
+                                       skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
                     held = _run_spread(executors, per_device, _longest_first(todo, workers[0], manifest),
                                        count, advance, hold_crashes=mps, join=joining,
                                        # a served worker is the server's to keep
@@ -767,15 +778,21 @@ class _Joining:
     compiling the same variants side by side); `problem` is the first that went wrong. A
     prepare that failed in the first worker is not repeated in the others (`graphs` empty):
     it would fail there too, each time after its own share of the work (the run goes on
-    unprepared)."""
+    unprepared). Nor is one the first worker has done for the host (Engine.prepare_shared,
+    same arch; `skip_shared`): a Triton joiner's prepare took 0.4 s of all four levels'
+    graphs, all of it finding every kernel compiled."""
 
-    def __init__(self, first: CaseExecutor, started: dict, graphs: list[Graph]):
+    def __init__(self, first: CaseExecutor, started: dict, graphs: list[Graph],
+                 skip_shared: bool = True):
         self.first, self.started, self.graphs, self.problem = first, started, graphs, None
+        self.skip_shared = skip_shared
 
     def __call__(self, ex: CaseExecutor) -> None:
         if ex is self.first:
             return
         self.started[id(ex)].result()
+        if self.skip_shared and ex.prepared_by(self.first):
+            return
         problem = ex.prepare_graphs(self.graphs)
         if problem and self.problem is None:
             self.problem = problem

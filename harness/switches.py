@@ -1,7 +1,7 @@
 """The one rule for the environment variables that turn a harness speed-up off
 (BUNDLEGEN_ZYGOTE, BUNDLEGEN_PYCACHE, BUNDLEGEN_EARLY_CONTEXT, BUNDLEGEN_WARM_PATH,
-BUNDLEGEN_EARLY_RELEASE): each is on unless its variable is "0", so that a benchmark can run
-the same thing without it."""
+BUNDLEGEN_EARLY_RELEASE, BUNDLEGEN_SHARED_PREPARE): each is on unless its variable is "0", so
+that a benchmark can run the same thing without it."""
 from __future__ import annotations
 
 import os

@@ -210,6 +210,8 @@ class IsolatedRunner:
         self._ready = False
         self._engine_name: str | None = None
         self._arch: str | None = None
+        #: the engine's Engine.prepare_shared (known once the worker is ready)
+        self.prepare_shared = False
         self._versions: dict[str, str] | None = None
         self.restarts = 0
         self._spawns = 0
@@ -286,7 +288,7 @@ class IsolatedRunner:
                 self._kill()
                 summary, details = payload
                 raise WorkerStartError(f"engine {self.spec.engine!r} cannot be built: {summary}", details)
-        self._engine_name, self._arch, self._versions = payload
+        self._engine_name, self._arch, self._versions, self.prepare_shared = payload
         self._ready = True
         if restarts_fork(worker_environment(self.spec)):
             from bundlegen.harness import zygote
@@ -528,7 +530,8 @@ def _worker_main(fd: int) -> None:
     warm_up(engine)
     from bundlegen.harness.run import run_case
 
-    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver))))
+    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver),
+                         bool(getattr(engine, "prepare_shared", False)))))
     while True:
         try:
             kind, payload = conn.recv()

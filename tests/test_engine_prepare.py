@@ -412,6 +412,33 @@ def test_a_prepare_failed_in_the_first_worker_is_not_repeated_in_the_others(tmp_
     assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
 
 
+class LogsSharedPrepare(LogsPrepare):
+    """A prepare whose work every process of the host shares (as Triton's disk cache)."""
+    name = "logs-shared-prepare"
+    prepare_shared = True
+
+
+@pytest.mark.parametrize("engine, switch, prepares", [
+    (LogsSharedPrepare, None, 1),    # the first worker's prepare serves the host
+    (LogsSharedPrepare, "0", 3),     # BUNDLEGEN_SHARED_PREPARE=0: every worker prepares
+    (LogsPrepare, None, 3),          # a prepare of the worker's own: every worker
+])
+def test_workers_repeat_a_prepare_unless_the_first_one_did_it_for_the_host(tmp_path, monkeypatch,
+                                                                          engine, switch, prepares):
+    from bundlegen.harness.run import SHARED_PREPARE_SWITCH
+
+    monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
+    if switch is None:
+        monkeypatch.delenv(SHARED_PREPARE_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(SHARED_PREPARE_SWITCH, switch)
+    _level(tmp_path)
+    summary = _run(tmp_path, engine, workers_per_device=3)
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    assert [line for line in lines if line.startswith("prepare")] == ["prepare 3 4"] * prepares
+    assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
+
+
 _KEY_CHECK = r"""
 import collections, torch
 from triton.backends.compiler import GPUTarget

@@ -82,6 +82,7 @@ class TritonEngine(Engine):
     #: served natively (kernels: HAS_BIAS, SOFTCAP, bwd_dbias, bwd_dsinks); the capabilities
     #: rows say which combinations each arch serves
     score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
+    prepare_shared = True   # prepare compiles into Triton's disk cache (warm.compile_missing)
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"
     kernels_module = "bundlegen.engines.triton.kernels"
