@@ -59,6 +59,9 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bundlegen.harness import pycache
+
+    pycache.keep_bytecode_in_this_process()   # the subcommand's imports, as a worker's
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in SUBCOMMANDS else None).parse_args(argv)

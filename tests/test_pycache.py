@@ -42,3 +42,27 @@ def test_a_worker_started_without_bytecode_keeps_it_under_the_prefix(tmp_path, m
     written = [p for p in prefix.rglob("probe_module*.pyc")]
     assert len(written) == 1 and str(source.parent).lstrip(os.sep) in str(written[0])
     assert not (source.parent / "__pycache__").exists()
+
+
+def _cli_bytecode(tmp_path, extra_env: dict) -> list:
+    """The bytecode a `bundlegen run --help` process without bytecode writes under the prefix."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", pycache.OPT_OUT)}
+    env.update(PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"), **extra_env)
+    subprocess.run([sys.executable, "-m", "bundlegen", "run", "--help"], env=env, check=True,
+                   capture_output=True)
+    return list((tmp_path / "cache" / "bundlegen" / "pycache").rglob("*.pyc"))
+
+
+def test_the_cli_keeps_the_bytecode_of_its_imports_under_the_prefix(tmp_path):
+    import bundlegen.harness.command as command
+
+    written = _cli_bytecode(tmp_path, {})
+    mirrored = os.path.dirname(command.__file__).lstrip(os.sep)
+    assert any(p.name.startswith("command.") and mirrored in str(p) for p in written), written
+    assert _cli_bytecode(tmp_path / "off", {pycache.OPT_OUT: "0"}) == []
+
+
+def test_this_process_is_left_alone_where_bytecode_is_written(monkeypatch):
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert not pycache.keep_bytecode_in_this_process() and sys.pycache_prefix is None
