@@ -18,7 +18,7 @@ def one_round(engine: str, device: str, workers: int, mps: bool, wait: bool) -> 
     from bundlegen.harness import worker
     from bundlegen.harness.bundles import manifest_of
     from bundlegen.harness.mps import start_mps
-    from bundlegen.harness.run import CaseExecutor
+    from bundlegen.harness.run import CaseExecutor, _close_all
     from bundlegen.harness.warm_path import warm_cases
 
     manifest = manifest_of()
@@ -30,13 +30,7 @@ def one_round(engine: str, device: str, workers: int, mps: bool, wait: bool) -> 
     for ex in executors:   # every worker has run a tiny case, as at the end of a run
         ex.execute(warm_cases()[0])
     start = time.perf_counter()
-    if wait:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda ex: ex.close(), executors))
-    else:
-        for ex in executors:
-            ex.close(wait=False)
+    _close_all(executors, wait=wait)   # as run_level stops them
     stopped = time.perf_counter()
     if daemon:
         daemon.stop(wait=wait)
