@@ -578,8 +578,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     interrupted = False
     prepare_problem, todo, ran, reruns = None, [], 0, 0
     ready = prepared = cases_done = writer = last_recorded = None
-    idle = False   # every worker is between cases (the run was not cut short)
     early_exits = not switches.turned_off(RELEASE_SWITCH)
+    wait_for_exits = True   # False once the run ends as it should (every worker idle)
     try:
         loaded = B.load_level(root, level, manifest.plan)
         selected = selection(pattern)
@@ -672,14 +672,14 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             interrupted = True   # what finished is recorded; junit and run.json still follow
         # the cases end with the last one recorded: the workers' exits after it are the finish
         cases_done = last_recorded if last_recorded is not None else time.perf_counter()
-        idle = not interrupted
+        wait_for_exits = interrupted or not early_exits
     finally:
         # idle workers exit while the files are written, and the MPS server after them
-        _close_all(executors, wait=not (idle and early_exits))
+        _close_all(executors, wait=wait_for_exits)
         if session:
             session.close()
         if daemon:
-            daemon.stop(wait=not (idle and early_exits))
+            daemon.stop(wait=wait_for_exits)
 
     records = previous + new_records
     R.write_junit(junit_path, records, levels, engine_spec=engine)

@@ -296,11 +296,7 @@ class IsolatedRunner:
 
     def _kill(self) -> None:
         if self._proc is not None:
-            try:   # the whole group: helpers the engine started die with the worker
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except OSError:   # gone already, or never forked (zygote.ForkedWorker.pid)
-                pass
-            self._proc.wait(10)
+            _kill_group(self._proc)
         if self._conn is not None:
             self._conn.close()
         self._proc = self._conn = None
@@ -412,20 +408,25 @@ _exiting: set[threading.Thread] = set()
 _exiting_lock = threading.Lock()
 
 
+def _kill_group(proc) -> None:
+    """Kill a worker's whole process group (helpers the engine started die with it) and
+    reap the worker."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:   # gone already, or never forked (zygote.ForkedWorker.pid)
+        pass
+    proc.wait(10)
+
+
 def _reap_in_background(proc) -> None:
-    """Wait for a stopped worker in a daemon thread: STOP_GRACE_S, then its process group
-    is killed (helpers the engine started die with it) and it is reaped."""
+    """Wait for a stopped worker in a daemon thread: STOP_GRACE_S, then _kill_group."""
     def reap() -> None:
         try:
             proc.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.wait(10)
+            _kill_group(proc)
         except subprocess.TimeoutExpired:
             pass
         with _exiting_lock:

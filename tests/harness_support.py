@@ -204,3 +204,12 @@ def engine_ref(cls: type) -> str:
 def skip_row(filters: dict, reason: str, archs: tuple[str, ...] | None = None):
     from bundlegen.harness.config import SkipRow
     return SkipRow(filters=filters, reason=reason, archs=archs)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether `pid` is a process: running, or a zombie its parent has not reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -75,17 +75,6 @@ def test_prepare_graphs_are_pickled_once_for_every_worker():
     assert pickle.loads(_prepare_message(others)) == ("prepare", others)
 
 
-def _alive(pid: int) -> bool:
-    """Whether pid is a live process or a zombie nobody has reaped."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_worker_stopped_without_waiting_is_reaped_in_the_background():
     from bundlegen.harness.worker import IsolatedRunner, WorkerSpec, wait_exits
 
@@ -95,7 +84,7 @@ def test_a_worker_stopped_without_waiting_is_reaped_in_the_background():
     runner.close(wait=False)
     assert runner.pid is None
     wait_exits()
-    assert not _alive(pid)
+    assert not S.pid_exists(pid)   # exited and reaped: not even a zombie is left
 
 
 def test_a_stopped_worker_that_does_not_exit_has_its_group_killed(monkeypatch):

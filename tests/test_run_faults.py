@@ -113,9 +113,7 @@ def test_a_timeout_ends_the_engines_helper_processes_too(tmp_path, marks):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not S.pid_exists(pid):
         return False
     with open(f"/proc/{pid}/stat") as fh:   # a zombie has exited; its parent just did not reap it
         return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
