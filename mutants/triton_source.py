@@ -119,8 +119,8 @@ TOP_LEFT = Patch("launch", (
 ))
 
 LEFT_OFF_BY_ONE = Patch("launch", (Edit(
-    "    left = min(a.left_bound, reach) if a.left_bound is not None else 0\n",
-    "    left = min(a.left_bound, reach) + 1 if a.left_bound is not None else 0\n"),))
+    "    left = min(a.left_bound, far) if a.left_bound is not None else far\n",
+    "    left = min(a.left_bound, far) + 1 if a.left_bound is not None else far\n"),))
 
 # ----------------------------------------------------------------------------- kernels
 #: input tiles (O, dO, Q, K, V; outputs keep _tile) read through _tile_early

@@ -12,7 +12,7 @@ import pytest
 
 from bundlegen import reasons as R
 from bundlegen.engines.registry import engine_class
-from bundlegen.graph import Rejection
+from bundlegen.graph import Rejection, dense_graph
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import RUN_NAME, read_results, read_run_times
 from bundlegen.harness.run import run_level
@@ -178,8 +178,13 @@ def test_compile_missing_compiles_each_variant_once(warm, monkeypatch):
     assert _names(warm.compiled) == ["bwd_dkdv"] * 3 + ["bwd_dq"] * 3 + ["bwd_preprocess"] * 2
     assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (0, 3, 0)
     assert len(warm.compiled) == 8
-    more = _graphs() + [replace(_graphs()[0], attributes=replace(_graphs()[0].attributes, left_bound=4))]
-    assert warm.compile_missing("cuda", "sm90", more, jobs=2, announce=False) == (1, 3, 0)
+    # a left bound alone is a band kind of its own, yet the causal twin's variant
+    left_only = replace(_graphs()[0], attributes=replace(_graphs()[0].attributes, left_bound=4))
+    assert warm.compile_missing("cuda", "sm90", _graphs() + [left_only], jobs=2,
+                                announce=False) == (0, 3, 0)
+    wider = dense_graph(S_q=16, D_qk=32)
+    assert warm.compile_missing("cuda", "sm90", _graphs() + [wider], jobs=2,
+                                announce=False) == (1, 3, 0)
     # changed kernel sources (another fingerprint): everything again
     monkeypatch.setattr(warm, "fingerprint", lambda arch: f"{arch}-sources-v2")
     assert warm.compile_missing("cuda", "sm90", _graphs(), jobs=2, announce=False) == (3, 0, 0)

@@ -411,3 +411,34 @@ def test_deterministic(engine):
     engine.run(graph, prep.views)
     for p, t in first.items():
         assert torch.equal(t.view(torch.int16), prep.views[p].view(torch.int16)), p
+
+
+@pytest.mark.parametrize("mask, lone", [(dict(right=0), 2), (dict(left=7), 1),
+                                        (dict(left=7, right=3), 0)],
+                         ids=["causal", "left-only", "window"])
+def test_every_band_kind_launches_the_kernels_of_both_bounds(mask, lone):
+    """launch.band_flags: one kernel (both bounds) for every band kind, an absent bound passed
+    as `far`; the two-chunk kernels keep each kind's own constexprs; lone_bound says which
+    bound a band has alone (the program order's)."""
+    graph = dense_graph(S_q=64, S_kv=80, D_qk=64, **mask)
+    shift, left, right = launch._bounds(graph)
+    far = 2 * (64 + 80 + 1)
+    assert launch.band_flags(graph, dict(BLOCK_DQK2=0)) == dict(HAS_LEFT=True, HAS_RIGHT=True,
+                                                                lone_bound=lone)
+    assert (left, right) == (mask.get("left", far), mask.get("right", far))
+    assert launch.band_flags(graph, dict(BLOCK_DQK2=64)) == dict(
+        HAS_LEFT="left" in mask, HAS_RIGHT="right" in mask, lone_bound=lone)
+    none = dense_graph(S_q=64, D_qk=64)
+    assert launch.band_flags(none, dict(BLOCK_DQK2=0)) == dict(HAS_LEFT=False, HAS_RIGHT=False,
+                                                               lone_bound=0)
+
+
+@pytest.mark.parametrize("mask", [dict(right=0), dict(left=9), dict(left=40, right=2)],
+                         ids=["causal", "left-only", "window"])
+@pytest.mark.parametrize("alignment", ["TOP_LEFT", "BOTTOM_RIGHT"])
+def test_the_kernel_of_both_bounds_serves_each_band_kind(mask, alignment):
+    """Gradients against the oracle for each band kind through the one kernel, with the
+    sequences longer than a tile on both sides and S_q != S_kv (a shift either way)."""
+    graph = dense_graph(H_q=2, H_k=1, H_v=1, S_q=45, S_kv=70, D_qk=16, alignment=alignment,
+                        **mask)
+    check(prepare(graph, seed=11), SmallTileEngine("cpu"))

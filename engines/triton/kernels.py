@@ -48,7 +48,9 @@ no head-dim mask. With 0 (every other launch) the chunk code is not compiled.
 
 Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
 (not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
-and blocks the band keeps whole skip the mask.
+and blocks the band keeps whole skip the mask. Each formula holds unchanged for a bound
+past every |j - i - shift|, so the launcher serves every band kind with the kernel of both
+bounds where it can (launch.band_flags).
 
 Score modifiers (docs/CONTRACTS.md, "Score modifiers"), each behind a constexpr so that a
 launch without them compiles the code it had before (the launcher then passes None for their
@@ -75,10 +77,12 @@ _INPUT_INTS = ["q_off", "sq_b", "sq_h", "sq_s", "sq_d", "k_off", "sk_b", "sk_h",
                "v_off", "sv_b", "sv_h", "sv_s", "sv_d", "do_off", "sdo_b", "sdo_h", "sdo_s",
                "sdo_d", "l_off", "sl_b", "sl_h", "sl_s"]
 _SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"]
-# Run-time choices of 0 or 1 that were constexprs (one compile per value) until they were
-# measured to cost nothing at run time: the program order and a ragged batch's diagonal
-# alignment. A test run compiles 14 % fewer kernels (engines/triton/warm.py).
-_CHOICE_INTS = ["block_major", "bottom_right"]
+# Run-time choices that were constexprs (one compile per value) until they were measured to
+# cost nothing at run time: the program order, a ragged batch's diagonal alignment (0 or 1;
+# a test run compiles 14 % fewer kernels for these two, engines/triton/warm.py), and which
+# bound a band has alone (launch.band_flags: 0, 1 left, 2 right), which puts the heaviest
+# programs first.
+_CHOICE_INTS = ["block_major", "bottom_right", "lone_bound"]
 # Ragged launches only; a dense launch passes None for CU_Q, CU_KV, T_q and T_kv, which Triton
 # makes constexprs, so the dense variants compile to the code they had before RAGGED.
 _RAGGED_INTS = ["T_q", "T_kv"]
@@ -245,15 +249,15 @@ def _dot_rows(a_at, ra, a_ok, sa_s, sa_d, b_at, rb, b_ok, sb_s, sb_d, rd, d,
 
 
 @triton.jit
-def _block_batch_head(num_blocks, heads, block_major, REVERSE: tl.constexpr):
+def _block_batch_head(num_blocks, heads, block_major, reverse, BAND: tl.constexpr):
     """(block index, batch b, head h) of this program, b and h 64-bit; `heads` per batch.
     Head-major (each head's blocks are consecutive programs, so the ones running together
     share that head's tensors in L2) unless block_major: then block by block across all
     heads, so that under a one-sided band, whose blocks differ in work, every head's
     heaviest block starts in the first wave and none is left to run alone at the end.
     block_major is a run-time value (0 or 1), not a constexpr: the two orders differ in a few
-    integer operations per program, and one compile serves both. REVERSE numbers the
-    blocks from the last."""
+    integer operations per program, and one compile serves both. `reverse` (run-time, read
+    only when BAND) numbers the blocks from the last."""
     pid = tl.program_id(0)
     # one division for both orders: pid = outer * inner + rest, where the inner count is the
     # blocks per head (head-major) or the batch-heads (block-major)
@@ -262,8 +266,8 @@ def _block_batch_head(num_blocks, heads, block_major, REVERSE: tl.constexpr):
     rest = pid - outer * inner
     blk = tl.where(block_major != 0, outer, rest)
     bh = tl.where(block_major != 0, rest, outer)
-    if REVERSE:
-        blk = num_blocks - 1 - blk
+    if BAND:
+        blk = tl.where(reverse, num_blocks - 1 - blk, blk)
     return blk, (bh // heads).to(tl.int64), (bh % heads).to(tl.int64)
 
 
@@ -306,7 +310,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q,
                    BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
                    VEC: tl.constexpr, WIDE: tl.constexpr, RAGGED: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
-    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False)
+    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False, False)
     bq, n_q = b, S_q          # the q ports' "batch" index and the sequence length
     if RAGGED:                # sequence b's first token and its own length
         bq, n_q = _sequence(CU_Q, b, T_q, S_q)
@@ -339,7 +343,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              scale, shift, left, right, T_q, T_kv,
              BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
              DQA, sqa_b, sqa_h, sqa_s, QD, DOD,
-             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major,
+             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -368,7 +372,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
     pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, block_major,
-                                    HAS_LEFT and not HAS_RIGHT)
+                                    lone_bound == 1, HAS_LEFT or HAS_RIGHT)
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:
@@ -555,7 +559,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
            scale, shift, left, right, T_q, T_kv,
            BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, KD, VD,
-           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major,
+           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -568,7 +572,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     descriptors KD and VD."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, block_major,
-                                    HAS_RIGHT and not HAS_LEFT)
+                                    lone_bound == 2, HAS_LEFT or HAS_RIGHT)
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:

@@ -150,16 +150,19 @@ def offsets(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
 
 
 def _bounds(graph: Graph) -> tuple[int, int, int]:
-    """(shift, left, right) for the kernels. A bound beyond every |j - i - shift| changes
-    nothing, so bounds are clipped to that range to keep them 32-bit. A ragged graph's shift
-    is per sequence, from its own lengths (the kernels form it; 0 here)."""
+    """(shift, left, right) for the kernels. A bound at `far` or beyond keeps every (i, j),
+    so bounds are clipped to it (keeping them 32-bit), and an absent bound is passed as
+    `far`: the kernel of both bounds then serves every band kind (band_flags).
+    `far` is past every |j - i - shift| by more than a tile's rows, so that no bound formula
+    of the kernels finds a partial block at it. A ragged graph's shift is per sequence, from
+    its own lengths (the kernels form it; 0 here)."""
     a = graph.attributes
     shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)
     if graph.ragged is not None:   # per sequence (ragged_flags' bottom_right)
         shift = 0
-    reach = graph.S_q + graph.S_kv + 1
-    left = min(a.left_bound, reach) if a.left_bound is not None else 0
-    right = min(a.right_bound, reach) if a.right_bound is not None else 0
+    far = 2 * (graph.S_q + graph.S_kv + 1)
+    left = min(a.left_bound, far) if a.left_bound is not None else far
+    right = min(a.right_bound, far) if a.right_bound is not None else far
     return shift, left, right
 
 
@@ -328,7 +331,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                    and not atomic_dq)
     if not descriptors and cfg.pointer_loads is not None:
         cfg = cfg.pointer_loads
-    flags = dict(HAS_LEFT=a.left_bound is not None, HAS_RIGHT=a.right_bound is not None,
+    flags = dict(**band_flags(graph, tiles),
                  block_major=int(block_major(graph) if order is None else order),
                  # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
@@ -385,6 +388,25 @@ def streams_take_descriptors(dims_and_strides) -> bool:
     """The streamed ports' part of descriptor_loads, from their (dims, strides) as the
     kernels address them: every dim and stride positive (no empty axis, no broadcast)."""
     return all(min(dims) > 0 and min(strides) > 0 for dims, strides in dims_and_strides)
+
+
+def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
+    """HAS_LEFT and HAS_RIGHT: a band of any kind (causal, a window, a left bound alone)
+    launches the kernels of both bounds (_bounds passes an absent one as `far`), so the
+    three kinds compile as one kernel, not three; except the two-chunk kernels (BLOCK_DQK2),
+    where each kind keeps its own: the code of both bounds made them 3 % slower causal on the
+    H200 at every S, for 46 kernels of the four levels' 902. D 64 causal lost 1-3 % at S 4096
+    and under; keeping its kinds apart too would compile 152 more kernels
+    (bench/results/h200/round18). lone_bound, a run-time 1 (a left bound alone) or 2 (a
+    right bound alone: causal), else 0, puts the programs with the most work first: the dK/dV
+    kernel's last KV blocks under a left bound alone, the dQ kernel's last Q blocks under a
+    right bound alone."""
+    a = graph.attributes
+    left, right = a.left_bound is not None, a.right_bound is not None
+    lone = 1 if left and not right else 2 if right and not left else 0
+    if (left or right) and not tiles["BLOCK_DQK2"]:
+        left = right = True
+    return dict(HAS_LEFT=left, HAS_RIGHT=right, lone_bound=lone)
 
 
 def ragged_flags(graph: Graph) -> dict:

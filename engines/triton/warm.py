@@ -1,20 +1,21 @@
 """Compile, in parallel, every kernel variant some cases will need, so that the cases find
 them in Triton's cache instead of compiling them one after the other on first use.
 
-A variant depends only on constexprs (dtype, mask kinds, head-dim tiles, VEC, WIDE, the
-dK/dV passes, RAGGED, the score modifiers and the dBias / dSinks kernels): no integer
-argument is specialised. So each case has a tiny twin with the same variant; the twins are
-deduplicated, their launches recorded (not run), and each distinct kernel launch (kernel,
-constexprs, compile options, argument kinds) compiled once, by --jobs processes (Triton's
-`warmup`: compiled, not run). Twins share many kernels (the dQ kernel does not depend on
-K/V head sharing, dBias or dSinks; preprocess on little): 720 twins launch 1767 distinct
-kernel launches (quick..full on sm90). Launches that differ only in integers Triton does
-not specialise (a kernel's do_not_specialize: the kinds of sizes and strides, and the
-run-time choices kernels._CHOICE_INTS, the program order and a ragged batch's diagonal
-alignment) are one kernel to Triton: they are compiled in one process, so that all but the
-first find it in Triton's in-process cache (1217 such groups of the 1767; 1411 while those
-choices were constexprs). The groups go to the processes one at a time, heaviest first, as
-each process becomes free.
+A variant depends only on constexprs (dtype, the band constexprs, head-dim tiles, VEC,
+WIDE, the dK/dV passes, RAGGED, the score modifiers and the dBias / dSinks kernels): no
+integer argument is specialised. So each case has a tiny twin with the same variant; the
+twins are deduplicated, their launches recorded (not run), and each distinct kernel launch
+(kernel, constexprs, compile options, argument kinds) compiled once, by --jobs processes
+(Triton's `warmup`: compiled, not run). Twins share many kernels (the dQ kernel does not
+depend on K/V head sharing, dBias or dSinks; preprocess on little): 564 twins launch 1423
+distinct kernel launches (quick..full on sm90). Launches that differ only in integers Triton
+does not specialise (a kernel's do_not_specialize: the kinds of sizes and strides, and the
+run-time choices kernels._CHOICE_INTS: the program order, a ragged batch's diagonal
+alignment, a band's lone bound) are one kernel to Triton: they are compiled in one process,
+so that all but the first find it in Triton's in-process cache (902 such groups of the
+1423; 1217 while each band kind had kernels of its own, 1411 while the program order and
+the diagonal alignment were constexprs). The groups go to the processes one at a time,
+heaviest first, as each process becomes free.
 A marker file per variant, kept in Triton's cache directory under a fingerprint of the
 kernel sources and versions, lets a later run skip what was compiled without asking
 Triton (clearing the cache clears the markers with it).
@@ -70,9 +71,9 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
-    from bundlegen.engines.triton.launch import (STREAMED_PORTS, TILE_OFFSET_LIMIT, head_tiles,
-                                                 streams_take_descriptors, tile_span,
-                                                 whole_tiles)
+    from bundlegen.engines.triton.launch import (STREAMED_PORTS, TILE_OFFSET_LIMIT, band_flags,
+                                                 head_tiles, streams_take_descriptors,
+                                                 tile_span, whole_tiles)
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
@@ -86,16 +87,18 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     streams = streams_take_descriptors(_as_launched(graph.tensors[p], ragged)
                                        for p in STREAMED_PORTS)   # (the rest is in the key)
+    tiles = head_tiles(graph, cfg)
+    flags = band_flags(graph, tiles)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
-            a.right_bound is not None, graph.H_k == graph.H_v,
-            graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged, bottom_right, mods,
-            whole_tiles(graph, cfg, head_tiles(graph, cfg)), streams, atomic)
+            a.right_bound is not None, (flags["HAS_LEFT"], flags["HAS_RIGHT"]),
+            graph.H_k == graph.H_v, graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged,
+            bottom_right, mods, whole_tiles(graph, cfg, tiles), streams, atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    (dtype, d_qk, d_v, has_left, has_right, same_kv_heads, grouped, vec, ragged, br, mods, even,
-     streams, _) = key
+    (dtype, d_qk, d_v, has_left, has_right, _, same_kv_heads, grouped, vec, ragged, br, mods,
+     even, streams, _) = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -112,9 +115,11 @@ def twin_graph(key: tuple) -> Graph:
 
 
 def variant_of(key: tuple) -> tuple:
-    """The variant a twin key compiles: its head dims as the tiles they are padded to."""
+    """The variant a twin key compiles: its head dims as the tiles they are padded to, its
+    bounds as the band constexprs they launch with (launch.band_flags: most kernels serve
+    every band kind)."""
     return (key[0], configs.block_d(key[1]), configs.block_d(key[2]),
-            configs.two_chunk_tiles(key[1], key[2]), *key[3:])
+            configs.two_chunk_tiles(key[1], key[2]), *key[5:])
 
 
 def twin_keys(graphs: Iterable[Graph], arch: str = "sm90",
