@@ -7,9 +7,13 @@ strided (BSHD) layout at the target shape B=4 H=16 S=4096 D=128 bf16.
 FLOPs = 2.5 x 4 B H S_q S_kv D, halved for causal.
 
 Each engine is timed through its `run(graph, tensors)` (triton.testing.do_bench, median).
---rounds N times every engine N times per shape, in turns (triton, the peers, triton, ...),
-so that a drift of the GPU's clocks during the run touches every engine alike; a cell is
-the median of its rounds, and the target lines give the spread of the per-round ratios.
+--rounds N times every engine N times per shape, in turns, each round starting one engine
+later than the round before (triton, peer 1, peer 2; peer 1, peer 2, triton; ...), so that
+neither a drift of the GPU's clocks during the run nor an engine's place in the turn favours
+one engine (two copies of the same Triton engine read 1.00-1.04x apart on the D 128 rows
+when the first was always timed first, 0.99-1.02x with the turns; bench/results/h200/round19).
+A cell is the median of its rounds, and the target lines give the spread of the per-round
+ratios.
 The torch peers' runs include their adapter's copies (O into the op's layout, LSE, the
 gradients into the declared outputs), so the peers are also timed on their aten op alone
 with the arguments their adapter built; the ratios use that op time (the strict basis).
@@ -323,9 +327,10 @@ def measure_shape(shape: Shape, engines: Mapping[str, object], timer: Timer, dev
                 cell = Cell(**{**asdict(cell), "max_rel_diff": max_rel_diff(reference, tensors)})
         cells[name] = cell
     timed = {name: list(cell.rounds) for name, cell in cells.items() if cell.rounds}
-    for _ in range(1, rounds):   # the engines in turns again (see --rounds)
-        for name, times in timed.items():
-            times.append(timed_calls(engines[name], graph, tensors, timer))
+    names = list(timed)
+    for r in range(1, rounds):   # the engines in turns again, from the r-th (see --rounds)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            timed[name].append(timed_calls(engines[name], graph, tensors, timer))
     if rounds > 1:
         cells.update({name: with_rounds(cells[name], times) for name, times in timed.items()})
     del tensors, reference
