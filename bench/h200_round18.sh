@@ -26,13 +26,6 @@ BEFORE=${BEFORE:-before}
 source bench/h200_steps.sh
 BEFORE_PEER=triton_before.engine_before:BeforeEngine
 
-compile_all() {   # name, module: the module's warm.py over the four levels in an empty cache
-  local cache; cache=$(mktemp -d)
-  TRITON_CACHE_DIR=$cache PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" \
-    python3 -m "$2" --jobs 15 --bundles bundles > "$OUT/compile_$1.log" 2>&1
-  echo "compile ($1): exit $?"; grep -v "kernels compiled (" "$OUT/compile_$1.log" | tail -n 3
-  rm -rf "$cache"
-}
 if wanted compile; then
   compile_all before triton_before.warm
   compile_all after bundlegen.engines.triton.warm
@@ -42,13 +35,7 @@ if wanted again; then
   full_run full-again full
   for n in 1 2 3; do full_run "quick-again-$n" quick; done
 fi
-if wanted speed; then
-  PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
-    --dtypes bf16 --head-dims 64 128 192 256 --seqs 4000 4096 16384 --rounds 3 \
-    --peers torch-flash torch-cudnn "$BEFORE_PEER" --out "$OUT/engine_speed_band.json" \
-    > "$OUT/engine_speed_band.log" 2>&1
-  echo "speed: exit $?"; tail -n 40 "$OUT/engine_speed_band.log"
-fi
+if wanted speed; then band_speed torch-flash torch-cudnn "$BEFORE_PEER"; fi
 if wanted targets; then
   PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" PEERS="torch-flash torch-cudnn $BEFORE_PEER" \
     engine_targets "${TARGET_ROUNDS:-7}"

@@ -7,12 +7,6 @@
 # engine as committed before the change (package triton_before). STEPS picks what a call runs
 # (default: all, in this order), and a step that would start after LIMIT_S seconds is
 # skipped, saying so:
-#   compile    the four levels' variants compiled in an empty Triton cache, by the engine
-#              before (python -m triton_before.warm) and then by the current one
-#              (python -m bundlegen.engines.triton.warm), 15 processes each
-#   full       all four levels against triton, 8 workers through MPS, in the Triton cache as
-#              the host has it (empty on a fresh host: the cold run)
-#   again      the same again (warm), then the quick level alone three times
 #   speed      bench/engine_speed.py over bf16 D 64-256 at S 4000 (tiles not whole), 4096 and
 #              16384, causal and not, with the engine before and torch-cudnn and torch-flash
 #              as peers, 3 rounds
@@ -24,39 +18,17 @@
 #              time), then the four levels' variants compiled in an empty cache, 15 processes
 # Results go to $OUT (default bench/results/h200-round19).
 #   python bench/before_engine.py --rev REV --out before
-#   STEPS="compile full again" OUT=/some/dir bash bench/h200_round19.sh
+#   STEPS="targets speed" OUT=/some/dir bash bench/h200_round19.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/h200-round19}
 LIMIT_S=${LIMIT_S:-540}
-STEPS=${STEPS:-compile full again speed targets tune atomic stages}
+STEPS=${STEPS:-speed targets tune atomic stages}
 BEFORE=${BEFORE:-before}
 source bench/h200_steps.sh
 BEFORE_PEER=triton_before.engine_before:BeforeEngine
 
-compile_all() {   # name, module: the module's warm.py over the four levels in an empty cache
-  local cache; cache=$(mktemp -d)
-  TRITON_CACHE_DIR=$cache PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" \
-    python3 -m "$2" --jobs 15 --bundles bundles > "$OUT/compile_$1.log" 2>&1
-  echo "compile ($1): exit $?"; grep -v "kernels compiled (" "$OUT/compile_$1.log" | tail -n 3
-  rm -rf "$cache"
-}
-if wanted compile; then
-  compile_all before triton_before.warm
-  compile_all after bundlegen.engines.triton.warm
-fi
-if wanted full; then full_run full full; fi
-if wanted again; then
-  full_run full-again full
-  for n in 1 2 3; do full_run "quick-again-$n" quick; done
-fi
-if wanted speed; then
-  PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
-    --dtypes bf16 --head-dims 64 128 192 256 --seqs 4000 4096 16384 --rounds 3 \
-    --peers torch-flash torch-cudnn "$BEFORE_PEER" --out "$OUT/engine_speed_band.json" \
-    > "$OUT/engine_speed_band.log" 2>&1
-  echo "speed: exit $?"; tail -n 40 "$OUT/engine_speed_band.log"
-fi
+if wanted speed; then band_speed torch-flash torch-cudnn "$BEFORE_PEER"; fi
 if wanted targets; then
   PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" PEERS="torch-flash torch-cudnn $BEFORE_PEER" \
     engine_targets "${TARGET_ROUNDS:-7}"

@@ -41,3 +41,16 @@ stats.print_stats(r"harness/(run|mps|results|worker)\.py|cli\.py|rich", 40)' "$O
     > "$OUT/finish_quick_stats.txt" 2>&1
   sed -n "1,${1}p" "$OUT/finish_quick_stats.txt"; rm -rf "$OUT/finish-quick"
 }
+compile_all() {   # name, module: the module's warm.py over the four levels in an empty cache, 15 processes (PYTHONPATH gets BEFORE, default before)
+  local cache; cache=$(mktemp -d)
+  TRITON_CACHE_DIR=$cache PYTHONPATH="${BEFORE:-before}${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" \
+    python3 -m "$2" --jobs 15 --bundles bundles > "$OUT/compile_$1.log" 2>&1
+  echo "compile ($1): exit $?"; grep -v "kernels compiled (" "$OUT/compile_$1.log" | tail -n 3
+  rm -rf "$cache"
+}
+band_speed() {   # peers: bench/engine_speed.py over bf16 D 64-256 at S 4000, 4096 and 16384, causal and not, 3 rounds, into $OUT/engine_speed_band.*
+  PYTHONPATH="${BEFORE:-before}${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
+    --dtypes bf16 --head-dims 64 128 192 256 --seqs 4000 4096 16384 --rounds 3 \
+    --peers "$@" --out "$OUT/engine_speed_band.json" > "$OUT/engine_speed_band.log" 2>&1
+  echo "speed: exit $?"; tail -n 40 "$OUT/engine_speed_band.log"
+}
