@@ -18,6 +18,12 @@ choice to the variant the sweep compiles for it: a constexpr is either SWEPT (ke
 or REPRESENTED by a value with at least its code (the band with both sides for every mask
 kind, the tier's widest head-dim tile); a constexpr in neither raises, so a new one cannot be
 forgotten.
+
+The figures are of one compile, not of every one: Triton 3.9's gfx942 code for a kernel
+depends on what the same process compiled before it (a dBias variant has 75 or 76 VGPRs by
+that alone), and the sweep's processes take variants in no fixed order. No verdict is that
+close (the worst gfx942 variant at D <= 128 holds 235 of the 256 VGPRs two waves allow); the
+CI test compiles its subset in one fixed order, into an empty cache.
 """
 from __future__ import annotations
 
