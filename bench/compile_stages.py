@@ -5,9 +5,9 @@ A cold run compiles every distinct kernel its cases launch before the first case
 (engines/triton/warm.py: the cases' twins, their launches, and the groups Triton compiles
 as one kernel). This counts those kernels for sm90, then compiles sample kernels for sm90
 (engines/triton/aot.py: the dQ and dK/dV variants of the table configs with the band on,
-dense and ragged, at D 64, 128 and 256 or --dims; no GPU needed) into an empty Triton cache with each
-stage of Triton's NVIDIA backend timed. It prints each stage's share and the least time the
-compile of a cold run can take here: kernels x seconds per kernel / processes.
+dense and ragged, at D 64, 128 and 256 or --dims; no GPU needed) into an empty Triton cache,
+each stage of Triton's NVIDIA backend timed. It prints each stage's share and the least time
+the compile of a cold run can take here: kernels x seconds per kernel / processes.
 
     python bench/compile_stages.py [--levels quick pr nightly full] [--jobs N] [--dims D ...]
         [--json PATH]
