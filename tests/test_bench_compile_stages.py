@@ -3,10 +3,11 @@ backend stage of each sample compile is timed, and the floor is kernels x second
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.compile_env import gpu_compile_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(REPO_ROOT / "bench" / "compile_stages.py")
@@ -15,8 +16,7 @@ SCRIPT = str(REPO_ROOT / "bench" / "compile_stages.py")
 def _run(args: list[str], cwd: Path, interpret: bool = False) -> subprocess.CompletedProcess:
     """The script in a process of its own: Triton is imported in one mode per process, and
     the engine tests import it under the interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"   # silences Triton 3.9's notice
+    env = gpu_compile_env()
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,

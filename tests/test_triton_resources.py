@@ -14,6 +14,7 @@ import pytest
 
 from bundlegen.engines.triton import aot, configs
 from bundlegen.engines.triton import resources as R
+from tests.compile_env import gpu_compile_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = R.load_report()
@@ -39,11 +40,7 @@ def _in_subprocess(code: str, cache_dir=None):
     """Triton is imported in one mode per process and the engine tests import it under the
     interpreter: enumerating and compiling for a GPU target needs a process of its own.
     `cache_dir`: Triton's cache there (an empty folder: a compile, not a cache hit)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silences triton 3.9's notice
-    if cache_dir is not None:
-        env["TRITON_CACHE_DIR"] = str(cache_dir)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], env=gpu_compile_env(cache_dir), capture_output=True, text=True,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
