@@ -2,7 +2,7 @@
 (engines/triton/resources.py enumerates them from launch.py), compiled for sm90, sm120 and
 gfx942 without a GPU, measured, checked, and written to engines/triton/resources.json.
 
-    python bench/triton_resources.py                    # every arch (about 10 minutes, 2 jobs)
+    python bench/triton_resources.py                    # every arch (about 25 minutes, 2 jobs)
     python bench/triton_resources.py --arch sm120       # one arch; the others' entries are kept
     python bench/triton_resources.py --no-write         # measure and check only
 
@@ -13,10 +13,10 @@ problems in it. Run it without TRITON_INTERPRET (it is removed from the environm
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
@@ -30,7 +30,7 @@ from bundlegen.engines.triton import resources as R  # noqa: E402
 
 def _measure(job: tuple) -> tuple:
     arch, name, var = job
-    entry = dict(R.measure(arch, var), **var)
+    entry = dict(R.measure_alone(arch, var), **var)
     entry["problems"] = R.check(arch, name, entry)
     return arch, name, entry
 
@@ -44,8 +44,8 @@ def sweep(archs: list[str], jobs: int) -> dict:
     print(f"{len(work)} variants for {' '.join(archs)}, {jobs} process(es)", flush=True)
     out: dict = {arch: {} for arch in archs}
     start = time.perf_counter()
-    with mp.get_context("spawn").Pool(jobs) as pool:
-        for i, (arch, name, entry) in enumerate(pool.imap_unordered(_measure, work, chunksize=2)):
+    with ThreadPoolExecutor(jobs) as pool:   # each variant compiles in a process of its own
+        for i, (arch, name, entry) in enumerate(pool.map(_measure, work)):
             out[arch][name] = entry
             if entry["problems"] or (i + 1) % 50 == 0:
                 print(f"[{i + 1}/{len(work)} {time.perf_counter() - start:.0f}s] {arch} {name}"
@@ -55,7 +55,7 @@ def sweep(archs: list[str], jobs: int) -> dict:
 
 def summary(report: dict) -> str:
     """Per arch and tier: the worst registers / VGPRs, spills, shared memory / LDS, lowest
-    occupancy, largest binary, and the failing variants."""
+    occupancy, largest code, and the failing variants."""
     lines = []
     for arch, sec in sorted(report["archs"].items()):
         nv = sec["limits"]["kind"] == "nvidia"
@@ -73,7 +73,7 @@ def summary(report: dict) -> str:
                 f"occupancy min {occ[1]['occupancy']['warps_per_sm' if nv else 'waves_per_simd']}"
                 f" {'warps/SM' if nv else 'waves/SIMD'} ({occ[0]})  spills {len(spills)}"
                 f"{' max ' + str(max(spills.values())) + ' B' if spills else ''}  "
-                f"binary max {max(e['binary_bytes'] for e in rows.values())} B")
+                f"code max {max(e['code_bytes'] for e in rows.values())} B")
             for n, e in rows.items():
                 if e["problems"]:
                     lines.append(f"    FAIL {n}: {'; '.join(e['problems'])}")

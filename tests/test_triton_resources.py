@@ -36,12 +36,13 @@ CI_SUBSET_OF = {"sm90": ("dkdv/d128/vec8/narrow/dense/tma",
                          "dk/d128/banded/vec1/wide/ragged")}
 
 
-def _in_subprocess(code: str, cache_dir=None):
+def _in_subprocess(code: str, cache_dir=None, **env):
     """Triton is imported in one mode per process and the engine tests import it under the
     interpreter: enumerating and compiling for a GPU target needs a process of its own.
-    `cache_dir`: Triton's cache there (an empty folder: a compile, not a cache hit)."""
-    out = subprocess.run([sys.executable, "-c", code], env=gpu_compile_env(cache_dir), capture_output=True, text=True,
-                         cwd=ROOT)
+    `cache_dir`: Triton's cache there (an empty folder: a compile, not a cache hit); `env`:
+    more of its environment."""
+    out = subprocess.run([sys.executable, "-c", code], env=dict(gpu_compile_env(cache_dir), **env),
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -67,29 +68,48 @@ def test_every_reported_variant_passes_the_check(arch):
 
 
 @pytest.mark.parametrize("arch", R.ARCHS)
-def test_report_covers_the_launcher_and_matches_a_fresh_compile(arch, tmp_path):
+def test_report_covers_the_launcher_and_matches_a_fresh_compile(arch):
     """Every variant launch.py chooses (probe grid and every bundle's graphs) is in the
     report with the same constexprs and options, and nothing else is; the CI subset,
-    compiled now into an empty cache, has the reported resources (exactly, with the report's
-    Triton version) and passes the check. Not through the user's cache: Triton 3.9's gfx942
-    code for a kernel depends on what its process compiled before (the dBias variant of the
-    subset: 76 VGPRs right after the D 128 dK/dV kernel with score modifiers, 75 otherwise),
-    so a cache that holds part of the subset changes the figures of the rest."""
+    each variant compiled alone as the sweep compiles it (`measure_alone`), has the reported
+    resources (exactly, with the report's Triton version) and passes the check."""
     subset = CI_SUBSET + CI_SUBSET_OF.get(arch, ())
     code = ("import json; from bundlegen.engines.triton import resources as R; "
             f"v = R.sweep_variants({arch!r}, R.launcher_choices({arch!r}, R.bundle_graphs())); "
-            f"m = {{n: R.measure({arch!r}, v[n]) for n in {subset!r}}}; "
-            "print(json.dumps({'variants': v, 'measured': m, 'triton': R.triton_version()}))")
-    got = _in_subprocess(code, cache_dir=tmp_path / "triton-cache")
+            "print(json.dumps({'variants': v, 'triton': R.triton_version()}))")
+    got = _in_subprocess(code)
     reported = REPORT["archs"][arch]["variants"]
-    failing = {n: R.check(arch, n, e) for n, e in got["measured"].items() if R.check(arch, n, e)}
-    assert not failing, failing
     assert R.uncovered(got["variants"], reported) == []
     assert set(reported) == set(got["variants"]), "the report has variants the launcher never chooses"
-    for name, fresh in got["measured"].items():
+    measured = {n: R.measure_alone(arch, got["variants"][n]) for n in subset}
+    failing = {n: R.check(arch, n, e) for n, e in measured.items() if R.check(arch, n, e)}
+    assert not failing, failing
+    for name, fresh in measured.items():
         if got["triton"] == REPORT["triton_version"]:
             stored = {k: reported[name][k] for k in fresh}
             assert fresh == stored, (name, fresh, stored)
+
+
+@pytest.mark.parametrize("arch", ["sm90", "gfx942"])
+def test_figures_do_not_depend_on_where_the_checkout_is(arch, tmp_path):
+    """The kernel source's path is in a binary's debug sections (line info), so the file grows
+    with the checkout's folder: compiled with line info and without, a variant's figures are
+    the same, though its binary is not (CI's checkout sits in another folder than the one the
+    report was made in)."""
+    code = ("import json; from bundlegen.engines.triton import resources as R; "
+            f"v = R.sweep_variants({arch!r}, R.launcher_choices({arch!r})); "
+            f"k = R.compile_variant({arch!r}, v['dkdv/d64/vec8/narrow/dense']); "
+            f"print(json.dumps([R.measure({arch!r}, None, k), len(k.asm[{'cubin' if arch.startswith('sm') else 'hsaco'!r}])]))")
+    (with_lines, with_size), (without_lines, without_size) = (
+        _in_subprocess(code, cache_dir=tmp_path / f"cache-{off}", TRITON_DISABLE_LINE_INFO=off)
+        for off in ("0", "1"))
+    assert with_size > without_size, "no debug sections: the check below proves nothing"
+    assert with_lines == without_lines
+
+
+def test_code_bytes_refuses_what_is_not_a_64_bit_elf():
+    with pytest.raises(ValueError, match="64-bit little-endian ELF"):
+        R.code_bytes(b"\x7fELF\x01\x01" + bytes(58))   # a 32-bit one
 
 
 def _choice(**overrides) -> R.Choice:

@@ -1,5 +1,5 @@
 """Every kernel variant the launcher can choose, compiled for every target arch without a GPU,
-with its resources (registers / VGPRs, spills, shared memory / LDS, occupancy, binary size)
+with its resources (registers / VGPRs, spills, shared memory / LDS, occupancy, code size)
 checked against each arch's limits. The report is engines/triton/resources.json, written by
 
     python bench/triton_resources.py [--arch ARCH ...]      # the whole sweep (minutes)
@@ -19,11 +19,10 @@ or REPRESENTED by a value with at least its code (the band with both sides for e
 kind, the tier's widest head-dim tile); a constexpr in neither raises, so a new one cannot be
 forgotten.
 
-The figures are of one compile, not of every one: Triton 3.9's gfx942 code for a kernel
-depends on what the same process compiled before it (a dBias variant has 75 or 76 VGPRs by
-that alone), and the sweep's processes take variants in no fixed order. No verdict is that
-close (the worst gfx942 variant at D <= 128 holds 235 of the 256 VGPRs two waves allow); the
-CI test compiles its subset in one fixed order, into an empty cache.
+Each figure is of the variant compiled alone (`measure_alone`: a process of its own, an empty
+Triton cache), by the sweep and by the CI test alike. Not several in one process: Triton
+3.9's gfx942 code for a kernel depends on what the same process compiled before it (a dBias
+variant has 75 or 76 VGPRs by that alone), and a cache hit returns whatever process made it.
 """
 from __future__ import annotations
 
@@ -34,7 +33,9 @@ import itertools
 import json
 import os
 import re
+import struct
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -489,6 +490,23 @@ def _cuobjdump(cubin: bytes, *args: str) -> str:
                               text=True, check=True).stdout
 
 
+#: ELF section flag of machine code
+_SHF_EXECINSTR = 0x4
+
+
+def code_bytes(elf: bytes) -> int:
+    """The bytes of machine code in a cubin or hsaco (64-bit little-endian ELF): the sizes of
+    its executable sections. Not the file's length: its debug sections hold the kernel
+    source's path, so a checkout in a longer folder makes a longer binary of the same code."""
+    if elf[:6] != b"\x7fELF\x02\x01":
+        raise ValueError("not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+    flags = (struct.unpack_from("<Q", elf, shoff + i * shentsize + 8)[0] for i in range(shnum))
+    sizes = (struct.unpack_from("<Q", elf, shoff + i * shentsize + 32)[0] for i in range(shnum))
+    return sum(size for flag, size in zip(flags, sizes) if flag & _SHF_EXECINSTR)
+
+
 def _amd_notes(asm: str) -> dict:
     """The AMDGPU metadata notes of the (one) kernel in an AMDGCN assembly."""
     keys = {"vgpr_count": r"\.vgpr_count:\s+(\d+)", "agpr_count": r"\.agpr_count:\s+(\d+)",
@@ -520,16 +538,33 @@ def measure(arch: str, var: Mapping, kernel=None) -> dict:
                      local_bytes=int(fields["LOCAL"]),
                      spill_stores=len(re.findall(r"\bSTL(\.\w+)*\b", sass)),
                      spill_loads=len(re.findall(r"\bLDL(\.\w+)*\b", sass)),
-                     binary_bytes=len(cubin))
+                     code_bytes=code_bytes(cubin))
         entry["spill_bytes"] = entry["stack_bytes"] + entry["local_bytes"]
         entry["occupancy"] = nvidia_occupancy(limits, entry["registers"], shared, warps)
     else:
         notes = _amd_notes(kernel.asm["amdgcn"])
-        entry.update(notes, binary_bytes=len(kernel.asm["hsaco"]))
+        entry.update(notes, code_bytes=code_bytes(kernel.asm["hsaco"]))
         entry["spill_bytes"] = notes["scratch_bytes"]
         entry["occupancy"] = amd_occupancy(limits, notes["vgpr_count"], notes["sgpr_count"],
                                            shared, warps)
     return entry
+
+
+_MEASURE_ALONE = ("import json, sys; from bundlegen.engines.triton import resources as R; "
+                  "print(json.dumps(R.measure(sys.argv[1], json.load(sys.stdin))))")
+
+
+def measure_alone(arch: str, var: Mapping) -> dict:
+    """`measure`, in a process of its own with an empty Triton cache: the figures of the
+    variant compiled alone (the module's docstring says why)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory(prefix="bundlegen-triton-cache-") as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", _MEASURE_ALONE, arch], input=json.dumps(var),
+                             env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"compiling {var['kernel']} for {arch} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def check(arch: str, name: str, entry: Mapping) -> list[str]:
