@@ -2,7 +2,7 @@
 (engines/triton/resources.py enumerates them from launch.py), compiled for sm90, sm120 and
 gfx942 without a GPU, measured, checked, and written to engines/triton/resources.json.
 
-    python bench/triton_resources.py                    # every arch (about 25 minutes, 2 jobs)
+    python bench/triton_resources.py                    # every arch (about 20 minutes, 2 jobs)
     python bench/triton_resources.py --arch sm120       # one arch; the others' entries are kept
     python bench/triton_resources.py --no-write         # measure and check only
 
