@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.compile_env import gpu_compile_env
+from bundlegen.engines.triton.aot import compile_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(REPO_ROOT / "bench" / "compile_stages.py")
@@ -16,7 +16,7 @@ SCRIPT = str(REPO_ROOT / "bench" / "compile_stages.py")
 def _run(args: list[str], cwd: Path, interpret: bool = False) -> subprocess.CompletedProcess:
     """The script in a process of its own: Triton is imported in one mode per process, and
     the engine tests import it under the interpreter."""
-    env = gpu_compile_env()
+    env = compile_env()
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import RUN_NAME, read_results, read_run_times
 from bundlegen.harness.run import run_level
 from tests import harness_support as S
-from tests.compile_env import gpu_compile_env
+from bundlegen.engines.triton.aot import compile_env
 from tests.graph_factory import make_case, make_graph
 
 pytest_plugins = ["pytester"]
@@ -490,7 +490,7 @@ def test_launch_keys_never_merge_launches_triton_compiles_apart():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _KEY_CHECK], env=gpu_compile_env(), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _KEY_CHECK], env=compile_env(), capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     twins, launches, merged, groups, kernels, split = map(int, out.stdout.split())

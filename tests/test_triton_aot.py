@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bundlegen.engines.triton import configs
-from tests.compile_env import gpu_compile_env
+from bundlegen.engines.triton.aot import compile_env
 
 CASES = [("sm120", 128), ("sm120", 256), ("gfx942", 128), ("gfx942", 256)]
 
@@ -19,7 +19,7 @@ def _compile_in_subprocess(arch: str, d: int, only=("dkdv", "dkdv-ragged"),
                            expr: str = "aot.compile_all({arch!r}, {d}, {d}, only={only!r})") -> dict:
     """Triton is imported in one mode per process, and the engine tests import it under the
     interpreter: compiling for a GPU target needs a process of its own."""
-    env = gpu_compile_env()
+    env = compile_env()
     code = ("import json; from bundlegen.engines.triton import aot; "
             f"print(json.dumps({expr.format(arch=arch, d=d, only=tuple(only))}))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

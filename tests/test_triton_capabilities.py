@@ -15,7 +15,7 @@ from bundlegen.engines.triton import configs  # noqa: E402
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS, Capabilities  # noqa: E402
 from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
 from bundlegen.engines.triton.selfcheck import permuted  # noqa: E402
-from tests.compile_env import gpu_compile_env
+from bundlegen.engines.triton.aot import compile_env  # noqa: E402
 
 GPU_ARCHS = ("sm90", "sm120", "gfx942")
 
@@ -125,7 +125,7 @@ def test_on_the_cpu_the_engine_selects_the_interpreter_itself(tmp_path):
     still runs the kernels (through the interpreter), it does not decline them all."""
     import subprocess
     import sys
-    env = gpu_compile_env()
+    env = compile_env()
     out = subprocess.run([sys.executable, "-m", "bundlegen", "run", "--level", "quick", "--engine", "triton",
                           "--device", "cpu", "-k", "AX-HEAD-DIMS-D64 and AX-MASK-CAUSAL-TL and AX-BIAS-NONE and AX-SINKS-OFF "
                           "and AX-SOFTCAP-OFF", "--quiet",

@@ -14,7 +14,7 @@ import pytest
 
 from bundlegen.engines.triton import aot, configs
 from bundlegen.engines.triton import resources as R
-from tests.compile_env import gpu_compile_env
+from bundlegen.engines.triton.aot import compile_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = R.load_report()
@@ -41,7 +41,7 @@ def _in_subprocess(code: str, cache_dir=None, **env):
     interpreter: enumerating and compiling for a GPU target needs a process of its own.
     `cache_dir`: Triton's cache there (an empty folder: a compile, not a cache hit); `env`:
     more of its environment."""
-    out = subprocess.run([sys.executable, "-c", code], env=dict(gpu_compile_env(cache_dir), **env),
+    out = subprocess.run([sys.executable, "-c", code], env=dict(compile_env(cache_dir), **env),
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -13,6 +13,7 @@ constexprs there and the dense variant has none of them).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from bundlegen.engines.triton import configs
@@ -33,6 +34,17 @@ NO_ATOMIC_DQ = dict(ATOMIC_DQ=False, **{a: None for a in ATOMIC_DQ_ARGS})
 #: the constexprs that are its block's rows and columns (launch.Launch.descriptors)
 DESCRIPTOR_ARGS = {"bwd_dkdv": {"QD": ("BLOCK_M", "BLOCK_DQK"), "DOD": ("BLOCK_M", "BLOCK_DV")},
                    "bwd_dq": {"KD": ("BLOCK_N", "BLOCK_DQK"), "VD": ("BLOCK_N", "BLOCK_DV")}}
+
+
+def compile_env(cache_dir=None) -> dict[str, str]:
+    """The environment of a process that compiles for a GPU target: os.environ without
+    TRITON_INTERPRET (Triton is imported in one mode per process); `cache_dir`: Triton's
+    cache there (an empty folder: a compile, not a cache hit)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"   # silences Triton 3.9's notice (its default)
+    if cache_dir is not None:
+        env["TRITON_CACHE_DIR"] = str(cache_dir)
+    return env
 
 
 def no_tma(kernel: str) -> dict:

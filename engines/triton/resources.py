@@ -557,11 +557,9 @@ _MEASURE_ALONE = ("import json, sys; from bundlegen.engines.triton import resour
 def measure_alone(arch: str, var: Mapping) -> dict:
     """`measure`, in a process of its own with an empty Triton cache: the figures of the
     variant compiled alone (the module's docstring says why)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory(prefix="bundlegen-triton-cache-") as cache:
-        env["TRITON_CACHE_DIR"] = cache
         out = subprocess.run([sys.executable, "-c", _MEASURE_ALONE, arch], input=json.dumps(var),
-                             env=env, capture_output=True, text=True)
+                             env=aot.compile_env(cache), capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"compiling {var['kernel']} for {arch} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
