@@ -35,14 +35,19 @@ from bundlegen.engines.triton.configs import BlockConfig, config_for  # noqa: E4
 ARCH = "sm90"
 # Candidates per head dim: (M, N, warps, stages[, flags]) of the dK/dV kernel and of the dQ
 # kernel; flags: "split" (dK and dV in two passes, BlockConfig.split_dkdv), "2c" (the
-# two-chunk kernels, BlockConfig.two_chunks: D 192 as 128 + 64 columns, not padded to 256).
+# two-chunk kernels, BlockConfig.two_chunks: D 192 as 128 + 64 columns, not padded to 256),
+# "dpf" (the dK pass's dP^T multiplied right after S^T, BlockConfig.dp_first).
 TILES = {
-    64: ([(32, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3)],
+    64: ([(32, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3),
+          (32, 128, 4, 3, "dpf"), (32, 128, 4, 4, "dpf"), (64, 64, 4, 3, "dpf"),
+          (32, 64, 4, 3, "dpf")],
          [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 8, 3)]),
     128: ([(32, 64, 4, 3), (32, 64, 4, 2), (32, 64, 4, 4), (32, 128, 8, 3), (64, 128, 8, 2),
            (64, 64, 4, 3), (64, 64, 8, 3), (32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 8, 3),
            (32, 128, 4, 4), (32, 128, 4, 2), (32, 64, 4, 5), (16, 64, 4, 3), (16, 128, 4, 3),
            (32, 64, 8, 4), (32, 128, 8, 4),
+           (64, 128, 8, 3, "dpf"), (64, 128, 8, 2, "dpf"), (32, 64, 4, 3, "dpf"),
+           (32, 64, 4, 4, "dpf"), (32, 128, 8, 3, "dpf"),
            (32, 64, 4, 3, "split"), (64, 64, 4, 2, "split"), (64, 64, 4, 3, "split"),
            (32, 128, 8, 2, "split"), (32, 128, 8, 3, "split"), (64, 128, 8, 2, "split")],
           [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 8, 2),
@@ -52,7 +57,8 @@ TILES = {
            (32, 64, 4, 2, "2c", "split"), (32, 64, 4, 3, "2c", "split"),
            (64, 64, 4, 2, "2c", "split"), (64, 64, 8, 2, "2c", "split"),
            (32, 128, 8, 2, "2c", "split"), (32, 128, 8, 3, "2c", "split"),
-           (64, 128, 8, 2, "2c", "split"), (32, 64, 4, 1, "2c", "split")],
+           (64, 128, 8, 2, "2c", "split"), (32, 64, 4, 1, "2c", "split"),
+           (32, 128, 8, 2, "2c", "dpf"), (32, 128, 8, 3, "2c", "split", "dpf")],
           [(128, 32, 8, 3), (128, 32, 8, 3, "2c"), (128, 32, 8, 2, "2c"),
            (128, 64, 8, 2, "2c"), (128, 64, 8, 1, "2c"), (64, 64, 4, 2, "2c"),
            (64, 64, 4, 3, "2c"), (64, 32, 4, 3, "2c")]),
@@ -60,7 +66,9 @@ TILES = {
            (32, 64, 4, 1, "split"), (32, 64, 4, 2, "split"), (32, 64, 4, 3, "split"),
            (64, 64, 4, 1, "split"), (64, 64, 4, 2, "split"), (64, 64, 8, 1, "split"),
            (64, 64, 8, 2, "split"), (32, 128, 8, 1, "split"), (32, 128, 8, 2, "split"),
-           (64, 128, 8, 1, "split"), (64, 128, 8, 2, "split"), (16, 64, 4, 2, "split")],
+           (64, 128, 8, 1, "split"), (64, 128, 8, 2, "split"), (16, 64, 4, 2, "split"),
+           (32, 128, 8, 3, "split"), (32, 128, 8, 3, "split", "dpf"),
+           (32, 128, 8, 2, "split", "dpf")],
           [(128, 32, 8, 3), (128, 32, 8, 2), (128, 64, 8, 1), (128, 64, 8, 2), (64, 32, 4, 3),
            (64, 64, 4, 2)]),
 }
@@ -102,7 +110,8 @@ def candidates(d: int, kernel: str) -> list[BlockConfig]:
         two = "2c" in flags
         if kernel == "dkdv":
             out.append(replace(base, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages,
-                               split_dkdv="split" in flags, two_chunks=two))
+                               split_dkdv="split" in flags, two_chunks=two,
+                               dp_first="dpf" in flags))
         else:
             out.append(replace(base, block_m2=m, block_n2=n, num_warps_dq=warps,
                                num_stages_dq=stages, two_chunks=two))
@@ -114,7 +123,9 @@ def describe(cfg: BlockConfig, kernel: str) -> str:
     tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk", "atomic")
              else tuple(c["dv_pass"]) if kernel == "dv"
              else (c["block_m2"], c["block_n2"], c["num_warps_dq"], c["num_stages_dq"]))
-    flags = (["split"] if cfg.split_dkdv and kernel == "dkdv" else []) + (["2c"] if cfg.two_chunks else [])
+    flags = ((["split"] if cfg.split_dkdv and kernel == "dkdv" else [])
+             + (["2c"] if cfg.two_chunks else [])
+             + (["dpf"] if cfg.dp_first and kernel in ("dkdv", "dk", "atomic") else []))
     return f"(M, N, warps, stages) = {tiles} {' '.join(flags)}".rstrip()
 
 
@@ -302,7 +313,7 @@ def main(argv=None) -> int:
             causal = mask == "causal"
             graph = shape(d, causal)
             t = tensors_for(graph, "cuda")
-            table = config_for(ARCH, d, d)
+            table = config_for(ARCH, d, d, banded=causal)   # what the engine runs
             best = {}
             for kernel in kernels(d):   # a pass is compared with the table's whole dK/dV
                 if kernel == "atomic":   # against the deterministic dK/dV + dQ kernels

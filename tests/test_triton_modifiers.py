@@ -219,3 +219,29 @@ def test_two_chunks_with_every_modifier(split):
                            bias="head", dbias=True, sinks=True, dsinks=True, softcap=4.0)
     assert launch.head_tiles(graph, cfg)["BLOCK_DQK2"] == 64
     check(prepare(graph, seed=11), engine)
+
+
+def _dkdv_dp_first(graph, arch: str) -> set:
+    """DP_FIRST of every dK/dV launch the engine makes for `graph` with `arch`'s table
+    config, recorded on meta tensors (nothing runs)."""
+    from bundlegen.dtypes import TORCH_DTYPES
+    from bundlegen.engines.triton import configs, launch, warm
+    from bundlegen.engines.triton.engine import banded
+
+    tensors = {p: torch.empty(s.storage_elements, device="meta", dtype=TORCH_DTYPES[s.dtype])
+               .as_strided(s.dims, s.strides, s.offset) for p, s in graph.tensors.items()}
+    cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
+    recorder = warm._Launches()
+    launch.run(dataclasses.replace(launch.prepare(graph, tensors, cfg), kernels=recorder))
+    return {kwargs["DP_FIRST"] for name, _, kwargs in recorder.calls if name == "bwd_dkdv"}
+
+
+@pytest.mark.parametrize("mods", [dict(bias="full"), dict(softcap=1.0),
+                                  dict(bias="head", softcap=2.0)])
+def test_score_modifiers_keep_dp_after_dv(mods):
+    """A config's dp_first holds only without score modifiers: with their tiles dP^T first
+    spilled in sm90's aligned D 128 and D 192 variants (launch.dp_first)."""
+    for d in (128, 192):
+        graph = dense_graph(B=1, H_q=2, S_q=256, D_qk=d, dtype="bf16")
+        assert _dkdv_dp_first(graph, "sm90") == {True}
+        assert _dkdv_dp_first(with_modifiers(graph, **mods), "sm90") == {False}

@@ -119,7 +119,7 @@ def _choice(**overrides) -> R.Choice:
                 BLOCK_N=cfg.block_n1, BLOCK_DQK=64, BLOCK_DV=64, RAGGED=False,
                 CU_Q=None, CU_KV=None, T_q=None, T_kv=None, KV_SHARED=True,
                 HAS_BIAS=False, SOFTCAP=False, BLOCK_DQK2=0, BLOCK_DV2=0, EVEN=False,
-                **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ,
+                DP_FIRST=cfg.dp_first, **{a: None for a in R.MODIFIER_ARGS}, **aot.NO_ATOMIC_DQ,
                 **aot.no_tma("bwd_dkdv"))
     cons.update(overrides)
     return R.Choice("bwd_dkdv", tuple(sorted(cons.items())),

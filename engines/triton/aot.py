@@ -113,6 +113,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
         variants[label] = (kernels.bwd_dkdv, dict(masks, **NO_ATOMIC_DQ, **no_tma("bwd_dkdv"),
                                                   COMPUTE_DK=dk,
                                                   COMPUTE_DV=dv, KV_SHARED=dk and dv,
+                                                  DP_FIRST=cfg.dp_first,
                                                   BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                                                   **tiles))
     for label, (fn, cons) in list(variants.items()):

@@ -53,6 +53,10 @@ class BlockConfig:
     #: false: ragged, unaligned, ...), when it differs: without descriptors the offset and mask
     #: tiles take registers that larger tiles need (launch.prepare switches to it)
     pointer_loads: "BlockConfig | None" = None
+    #: the dK pass multiplies dP^T = V dO^T right after S^T = K Q^T, before the exp2 and dV
+    #: (kernels.bwd_dkdv DP_FIRST), not after them: faster with some tiles, slower with others
+    #: (never with score modifiers: launch.dp_first)
+    dp_first: bool = False
 
     @property
     def most_rows(self) -> int:
@@ -108,8 +112,9 @@ ARCHS: dict[str, ArchConfigs] = {
     # Triton runs on mma.sync, not wgmma (64 rows per warpgroup); split into a dK pass and a
     # dV pass, 128-row tiles on 8 warps run wgmma: D256 dK/dV 10.4 -> 6.5 ms non-causal and
     # 5.9 -> 3.9 ms causal. D 129..192 runs the two-chunk kernels (128 + 64 columns, not 256):
-    # split 10.4 -> 5.4 ms non-causal; under a band the one-pass kernel with 32 x 128 tiles
-    # is faster there (2.75 ms against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
+    # split 10.4 -> 5.4 ms non-causal (the one-pass kernel with dp_first is faster still,
+    # below); under a band the one-pass kernel with 32 x 128 tiles is faster there (2.75 ms
+    # against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
     # with 64 (3.0 against 3.2 ms at D 192) Triton 3.9 needs more shared memory than an SM
     # has when V is reloaded per query head (H_k != H_v); such passes run 1 stage.
     # Every tier loads the streamed tiles through TMA descriptors where the launch allows
@@ -119,9 +124,21 @@ ARCHS: dict[str, ArchConfigs] = {
     # pointers those tiles are slower (2.65 against 2.42 ms), so such launches keep 32 x 64
     # (pointer_loads). Atomic-dQ launches keep pointer loads (launch.prepare; untimed with
     # descriptors).
+    # dp_first (bench/results/h200/round20, `python bench/tune_triton.py --d 64 128 192 256`):
+    # the dK pass's dP^T multiplied beside S^T is faster with some tiles and slower with
+    # others, so each config says. D 64: 32 x 128 tiles on 4 stages 1.185 against 1.232 ms
+    # (3 stages, dP^T after dV) non-causal; under a band 64 x 64 tiles 0.727 against 0.826 ms
+    # (the table's 32 x 128). D 128: 2.10 against 2.17 ms non-causal; under a band neutral
+    # (1.270 against 1.277 ms), left off. D 192 non-causal: the one-pass kernel (32 x 128, 2
+    # stages) 4.82 ms against 5.08 split, where dP^T after dV runs it in 5.62; under a band it
+    # is slower (2.74 against 2.52 ms), left off. D 256 (split): within 2 % either way, off.
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
-        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=3, tma=True)),
+        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
+                         dp_first=True,
+                         banded=BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=3, tma=True,
+                                            dp_first=True))),
         (128, BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
+                          dp_first=True,
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,
@@ -132,8 +149,8 @@ ARCHS: dict[str, ArchConfigs] = {
                                              num_warps_dq=8, num_stages_dq=3, tma=True,
                                              atomic_dq=_SM90_ATOMIC_D128),
                           atomic_dq=_SM90_ATOMIC_D128)),
-        (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
-                          num_stages_dq=3, split_dkdv=True, two_chunks=True,
+        (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2, num_warps_dq=8,
+                          num_stages_dq=3, two_chunks=True, dp_first=True,
                           dv_pass=(64, 128, 8, 2), unshared_stages=1, tma=True,
                           banded=BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2,
                                              num_warps_dq=8, num_stages_dq=3, two_chunks=True,
@@ -178,9 +195,10 @@ ARCHS: dict[str, ArchConfigs] = {
     # of programs and loop trips, so 64-wide tiles are about 3x faster than 32-wide ones.
     # Its 192 row runs the two-chunk kernels (D in (128, 192]), so that the CPU tests run them.
     # Descriptor loads (tma) as on sm90, so that the CPU tests run both kinds of loads: the
-    # aligned padded graphs through descriptors, the others through pointers.
+    # aligned padded graphs through descriptors, the others through pointers. dp_first at
+    # D <= 128 only, so that they run both orders of the dK pass's products.
     "cpu": ArchConfigs("cpu", 1 << 40, atomic_dq=True, tiers=(
-        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True)),
+        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True, dp_first=True)),
         (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True,
                           tma=True)),
         (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True)),

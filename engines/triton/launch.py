@@ -462,7 +462,15 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             *(L.dq_scratch.kernel_args if atomic else (None,) * 4),
             *L.descriptors(("q", "do"), cfg.block_m1), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
-            KV_SHARED=g.H_k == g.H_v, **L.flags, **L.tiles, **cfg.launch_kwargs())
+            KV_SHARED=g.H_k == g.H_v, DP_FIRST=dp_first(cfg, L.flags), **L.flags, **L.tiles,
+            **cfg.launch_kwargs())
+
+
+def dp_first(cfg: BlockConfig, flags: Mapping[str, Any]) -> bool:
+    """The dK pass's DP_FIRST: the config's, never with score modifiers (with their tiles
+    dP^T first spilled 568-928 bytes in sm90's aligned D 128 and D 192 variants,
+    engines/triton/resources.json)."""
+    return cfg.dp_first and not (flags["HAS_BIAS"] or flags["SOFTCAP"])
 
 
 def run_dq(L: Launch) -> None:

@@ -200,7 +200,7 @@ def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: in
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
-                   "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA",
+                   "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA", "DP_FIRST",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
                    # None without TMA, runtime (tensor descriptors) with it
