@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Round 20 on one H200: two kernel changes timed against the engine as committed
-# (bench/results/h200/round20/README.md). Each is a patch of engines/triton/kernels.py in
-# bench/results/h200/round20: even_dq.patch (the dQ kernel's mask branch left out where every
-# block is whole: EVEN and no band) and dp_early.patch (even_dq, and dP issued right after S in
-# both kernels, before the exp2). STEPS picks what a call runs (default: all, in this order):
+# Round 20 on one H200: kernel and config changes timed against the engine as committed
+# before them (bench/results/h200/round20/README.md). Each probe is a patch in
+# bench/results/h200/round20, applied to the files the call started with: even_dq.patch (the
+# dQ kernel's mask branch left out where every block is whole: EVEN and no band),
+# dp_early.patch (even_dq, and dP issued right after S in both kernels, before the exp2),
+# banded_A.patch and banded_B.patch (configs.py). STEPS picks what a call runs (default: all,
+# in this order):
 #   tune       bench/tune_triton.py at D 128, causal and not, with the kernels as committed,
 #              then each patch, twice over in turns
 #   targets    bench/engine_speed.py --quick --rounds 7 with each patch applied, against the
 #              engine as committed (BEFORE, package triton_before) and torch-cudnn
-# and, with the kernels of the working tree (call 2 on: the changes taken):
+# and, with the files the call started with (call 2 on: the changes taken):
 #   tuneall    bench/tune_triton.py at D 64, 128, 192 and 256, causal and not (the "dpf" tiles)
 #   speed      bench/engine_speed.py over bf16 D 64-256 at S 4000, 4096 and 16384, causal and
 #              not, against BEFORE, torch-flash and torch-cudnn, 3 rounds
@@ -33,12 +35,14 @@ PATCHES=bench/results/h200/round20
 source bench/h200_steps.sh
 BEFORE_PEER=triton_before.engine_before:BeforeEngine
 
-with_kernels() {   # name: the kernels and configs as the call found them ("committed") or with PATCHES/name.patch
+# name: kernels.py and configs.py as the call found them ("committed"), or with
+# PATCHES/name.patch. Not from git: the device's copy has the repository, whose HEAD may not
+# hold the working tree's changes.
+with_kernels() {
   cp "$OUT/kernels.committed.py" engines/triton/kernels.py
   cp "$OUT/configs.committed.py" engines/triton/configs.py
   if [ "$1" = committed ]; then return 0; fi
-  if command -v patch >/dev/null; then patch -s -p1 < "$PATCHES/$1.patch"
-  else cp "probe_kernels/$1.py" engines/triton/kernels.py; fi   # (a host without patch(1))
+  patch -s -p1 < "$PATCHES/$1.patch"
 }
 cp engines/triton/kernels.py "$OUT/kernels.committed.py"
 cp engines/triton/configs.py "$OUT/configs.committed.py"
