@@ -450,7 +450,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             cfg = replace(cfg, block_m1=m, block_n1=n, num_warps=warps, num_stages=stages)
         if g.H_k != g.H_v and cfg.unshared_stages is not None:
             cfg = replace(cfg, num_stages=cfg.unshared_stages)
-        if cfg.split_dkdv and (L.flags["HAS_BIAS"] or L.flags["SOFTCAP"]):
+        if cfg.split_dkdv and modified(L.flags):
             cfg = replace(cfg, num_stages=min(cfg.num_stages, SPLIT_MODIFIER_STAGES))
         grid = math.ceil(g.S_kv / cfg.block_n1) * g.B * H_grp
         if grid == 0:   # a ragged batch whose kv sequences are all empty
@@ -466,11 +466,17 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             **cfg.launch_kwargs())
 
 
+def modified(flags: Mapping[str, Any]) -> bool:
+    """A launch with score modifiers (a bias or a softcap): the stage and dp_first limits
+    below hold for either, since both compile as one variant (resources.REPRESENTED)."""
+    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"])
+
+
 def dp_first(cfg: BlockConfig, flags: Mapping[str, Any]) -> bool:
     """The dK pass's DP_FIRST: the config's, never with score modifiers (with their tiles
     dP^T first spilled 568-928 bytes in sm90's aligned D 128 and D 192 variants,
     engines/triton/resources.json)."""
-    return cfg.dp_first and not (flags["HAS_BIAS"] or flags["SOFTCAP"])
+    return cfg.dp_first and not modified(flags)
 
 
 def run_dq(L: Launch) -> None:
@@ -493,7 +499,7 @@ def dq_options(L: Launch) -> dict:
     """The dQ kernel's compile options: the config's, at most DQ_MODIFIER_STAGES with score
     modifiers."""
     kw = L.cfg.launch_kwargs(dq=True)
-    if L.flags["HAS_BIAS"] or L.flags["SOFTCAP"]:
+    if modified(L.flags):
         kw["num_stages"] = min(kw["num_stages"], DQ_MODIFIER_STAGES)
     return kw
 
