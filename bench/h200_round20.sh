@@ -33,40 +33,18 @@ STEPS=${STEPS:-tune targets levels tune64 banded tuneall speed final}
 BEFORE=${BEFORE:-before}
 PATCHES=bench/results/h200/round20
 source bench/h200_steps.sh
-BEFORE_PEER=triton_before.engine_before:BeforeEngine
-
-# name: kernels.py and configs.py as the call found them ("committed"), or with
-# PATCHES/name.patch. Not from git: the device's copy has the repository, whose HEAD may not
-# hold the working tree's changes.
-with_kernels() {
-  cp "$OUT/kernels.committed.py" engines/triton/kernels.py
-  cp "$OUT/configs.committed.py" engines/triton/configs.py
-  if [ "$1" = committed ]; then return 0; fi
-  patch -s -p1 < "$PATCHES/$1.patch"
-}
-cp engines/triton/kernels.py "$OUT/kernels.committed.py"
-cp engines/triton/configs.py "$OUT/configs.committed.py"
+save_committed
 
 if wanted tune; then
   for turn in 1 2; do
     for name in committed even_dq dp_early; do
-      in_time "tune $name" || break
-      with_kernels "$name" || continue
-      timeout "$(left)" python3 bench/tune_triton.py --d 128 --masks full causal \
-        --out "$OUT/tune128_${name}_$turn.json" > "$OUT/tune128_${name}_$turn.log" 2>&1
-      echo "tune $name $turn: exit $?"
-      grep -E "table config|best dK/dV" "$OUT/tune128_${name}_$turn.log"
+      patched_tune "tune128_${name}_$turn" "$name" full causal || break
     done
   done
 fi
 if wanted targets; then
   for name in dp_early even_dq; do
-    in_time "targets $name" || break
-    with_kernels "$name" || continue
-    PYTHONPATH="$BEFORE${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
-      --quick --rounds "${TARGET_ROUNDS:-7}" --peers torch-cudnn "$BEFORE_PEER" \
-      --out "$OUT/engine_speed_targets_$name.json" > "$OUT/engine_speed_targets_$name.log" 2>&1
-    echo "targets $name: exit $?"; tail -n 8 "$OUT/engine_speed_targets_$name.log"
+    patched_targets "engine_speed_targets_$name" "$name" "${TARGET_ROUNDS:-7}" || break
   done
 fi
 with_kernels committed

@@ -54,3 +54,35 @@ band_speed() {   # peers: bench/engine_speed.py over bf16 D 64-256 at S 4000, 40
     --peers "$@" --out "$OUT/engine_speed_band.json" > "$OUT/engine_speed_band.log" 2>&1
   echo "speed: exit $?"; tail -n 40 "$OUT/engine_speed_band.log"
 }
+# Patch probes (rounds 20 and 21): PATCHES names the folder of the round's patches; a kernels
+# name is "committed" (kernels.py and configs.py as the call found them, saved by
+# save_committed; not from git: the device's copy may hold a HEAD without the working tree's
+# changes) or patch names joined by "+", each PATCHES/<name>.patch applied to those files.
+BEFORE_PEER=triton_before.engine_before:BeforeEngine
+save_committed() {
+  cp engines/triton/kernels.py "$OUT/kernels.committed.py"
+  cp engines/triton/configs.py "$OUT/configs.committed.py"
+}
+with_kernels() {   # kernels name
+  cp "$OUT/kernels.committed.py" engines/triton/kernels.py
+  cp "$OUT/configs.committed.py" engines/triton/configs.py
+  if [ "$1" = committed ]; then return 0; fi
+  local part
+  for part in ${1//+/ }; do patch -s -p1 < "$PATCHES/$part.patch" || return 1; done
+}
+# patched_tune and patched_targets return 1 (stop the loop) once a step would start too late
+patched_tune() {   # out name, kernels name, masks...: bench/tune_triton.py at D 128 with those kernels, into $OUT/<out name>.*
+  local name=$1 kernels=$2; shift 2
+  in_time "$name" || return 1
+  with_kernels "$kernels" || { echo "$name: a patch did not apply"; return 0; }
+  timeout "$(left)" python3 bench/tune_triton.py --d 128 --masks "$@" --out "$OUT/$name.json" \
+    > "$OUT/$name.log" 2>&1
+  echo "$name: exit $?"; grep -E "table config|best dK/dV" "$OUT/$name.log"
+}
+patched_targets() {   # out name, kernels name, rounds: bench/engine_speed.py --quick with those kernels against torch-cudnn and the engine before (BEFORE, default before), into $OUT/<out name>.*
+  in_time "$1" || return 1
+  with_kernels "$2" || { echo "$1: a patch did not apply"; return 0; }
+  PYTHONPATH="${BEFORE:-before}${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
+    --quick --rounds "$3" --peers torch-cudnn "$BEFORE_PEER" --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1
+  echo "$1: exit $?"; grep -E "^B4|at or over" "$OUT/$1.log" | tail -n 4
+}

@@ -62,6 +62,9 @@ CASES = {
     "mqa": dict(H_q=4, H_k=1, S_q=20, D_qk=16, right=0),
     "hk-eq-hq-gt-hv": dict(H_q=4, H_k=4, H_v=2, S_q=16, D_qk=16, dtype="bf16"),
     "hv-gt-hk": dict(H_q=4, H_k=1, H_v=2, S_q=16, D_qk=16),
+    # a dK pass and a dV pass under a band: each pass's form of the edge blocks' branch
+    "hk-ne-hv-causal-br": dict(H_q=4, H_k=2, H_v=1, S_q=21, S_kv=30, D_qk=16, right=0,
+                               alignment="BOTTOM_RIGHT"),
     # head dims
     "dqk-40-dv-24": dict(H_q=2, S_q=17, S_kv=33, D_qk=40, D_v=24, dtype="bf16"),
     "d-8": dict(H_q=2, S_q=16, D_qk=8),
@@ -123,6 +126,7 @@ WHOLE_TILE_CASES = {
     "mha": dict(H_q=2, S_q=64, D_qk=32),
     "gqa-4-kv-64": dict(H_q=8, H_k=2, S_q=32, S_kv=64, D_qk=16, dtype="bf16"),
     "hk-ne-hv": dict(H_q=4, H_k=4, H_v=2, S_q=32, D_qk=32, D_v=16),   # a dK pass and a dV pass
+    "hk-ne-hv-band": dict(H_q=4, H_k=4, H_v=2, S_q=64, D_qk=32, D_v=16, left=9, right=3),
     "causal-br": dict(H_q=2, S_q=32, S_kv=96, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),
     "band": dict(H_q=2, S_q=64, D_qk=16, left=9, right=3, dtype="bf16"),
     "masked-rows": dict(H_q=2, S_q=96, S_kv=32, D_qk=16, right=0, alignment="BOTTOM_RIGHT"),

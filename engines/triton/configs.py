@@ -129,9 +129,10 @@ ARCHS: dict[str, ArchConfigs] = {
     # others, so each config says. D 64: 32 x 128 tiles on 4 stages 1.185 against 1.232 ms
     # (3 stages, dP^T after dV) non-causal; under a band 64 x 64 tiles 0.727 against 0.826 ms
     # (the table's 32 x 128). D 128: 2.10 against 2.17 ms non-causal; under a band neutral
-    # (1.270 against 1.277 ms), left off. D 192 non-causal: the one-pass kernel (32 x 128, 2
-    # stages) 4.82 ms against 5.08 split, where dP^T after dV runs it in 5.62; under a band it
-    # is slower (2.74 against 2.52 ms), left off. D 256 (split): within 2 % either way, off.
+    # (1.270 against 1.277 ms), left off until the kernels' select-only edge branch (round
+    # 21: 3 stages with it). D 192 non-causal: the one-pass kernel (32 x 128, 2 stages) 4.82
+    # ms against 5.08 split, where dP^T after dV runs it in 5.62; under a band it is slower
+    # (2.74 against 2.52 ms), left off. D 256 (split): within 2 % either way, off.
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
         (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
                          dp_first=True,
@@ -144,10 +145,12 @@ ARCHS: dict[str, ArchConfigs] = {
                           unshared_stages=2,
                           pointer_loads=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
                                                     num_warps_dq=8),
-                          # under a band 32 x 64 tiles, 4 stages (round10, calls 2 and 3)
-                          banded=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=4,
+                          # under a band 32 x 64 tiles (round10, calls 2 and 3); 3 stages
+                          # and dp_first with the select-only edge branch (round 21: 1.03x
+                          # the 4 stages without dp_first of rounds 10-20, at D 128 causal)
+                          banded=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
                                              num_warps_dq=8, num_stages_dq=3, tma=True,
-                                             atomic_dq=_SM90_ATOMIC_D128),
+                                             dp_first=True, atomic_dq=_SM90_ATOMIC_D128),
                           atomic_dq=_SM90_ATOMIC_D128)),
         (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2, num_warps_dq=8,
                           num_stages_dq=3, two_chunks=True, dp_first=True,

@@ -120,8 +120,14 @@ def _ranges(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexp
 
 
 @triton.jit
-def _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """Bool tile: (i, j) inside both sequences and inside the band (i, j broadcast)."""
+def _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+          EVEN: tl.constexpr = False):
+    """Bool tile: (i, j) inside both sequences and inside the band (i, j broadcast). EVEN
+    (launch.whole_tiles: every tile inside both sequences) leaves the sequences' compares out.
+    Only the kernel of both bounds is ever EVEN (launch.band_flags)."""
+    if EVEN:
+        tl.static_assert(HAS_LEFT and HAS_RIGHT, "an EVEN launch with a band has both bounds")
+        return (j - i - shift <= right) & (i - j + shift < left)
     keep = (i < S_q) & (j < S_kv)
     if HAS_RIGHT:
         keep = keep & (j - i - shift <= right)
@@ -493,15 +499,26 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
             s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                           rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
-        if HAS_LEFT or HAS_RIGHT:
+        # A band's edge blocks: P first, then only the select in a branch. With _keep's EVEN
+        # form and D 128's band config (3 stages, dp_first) 1.03x the kernels before at D 128
+        # causal on the H200; P first alone 1.00x, the EVEN form and the config without it
+        # 1.01x (bench/results/h200/round21). The two-chunk kernels keep an exp2 in each
+        # branch (P first made D 192 causal 0.73-0.75x there), and so does a dV-only pass (P
+        # first spilled 8-16 bytes in sm120's, engines/triton/resources.json).
+        if (HAS_LEFT or HAS_RIGHT) and (TWO or not COMPUTE_DK):
             if (start_m < mid_lo) | (start_m >= mid_hi):
                 keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left, right,
-                              HAS_LEFT, HAS_RIGHT)
+                              HAS_LEFT, HAS_RIGHT, EVEN)
                 pT = _p(keepT, s2T, lse2[None, :])
             else:
                 pT = tl.exp2(s2T - lse2[None, :])
         else:
             pT = tl.exp2(s2T - lse2[None, :])
+            if HAS_LEFT or HAS_RIGHT:
+                if (start_m < mid_lo) | (start_m >= mid_hi):
+                    keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left,
+                                  right, HAS_LEFT, HAS_RIGHT, EVEN)
+                    pT = tl.where(keepT, pT, 0.0)
         if COMPUTE_DV:
             dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
             if TWO:
@@ -665,12 +682,19 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         # never taken, cost this kernel 5 % on the H200 (bench/results/h200/round20)
         if EVEN and not (HAS_LEFT or HAS_RIGHT):
             p = tl.exp2(s2 - lse2[:, None])
-        elif (start_n < mid_lo) | (start_n >= mid_hi):
-            keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
-                         HAS_LEFT, HAS_RIGHT)
-            p = _p(keep, s2, lse2[:, None])
+        elif TWO:   # an exp2 in each branch, P first below (as in bwd_dkdv)
+            if (start_n < mid_lo) | (start_n >= mid_hi):
+                keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
+                             HAS_LEFT, HAS_RIGHT, EVEN)
+                p = _p(keep, s2, lse2[:, None])
+            else:
+                p = tl.exp2(s2 - lse2[:, None])
         else:
             p = tl.exp2(s2 - lse2[:, None])
+            if (start_n < mid_lo) | (start_n >= mid_hi):
+                keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
+                             HAS_LEFT, HAS_RIGHT, EVEN)
+                p = tl.where(keep, p, 0.0)
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         if TWO:
             dp = _dot(do2, tl.trans(v2), dp, UPCAST)
