@@ -123,7 +123,8 @@ CATALOG: tuple[Mutant, ...] = (
            "the last partial block of each sequence loop is skipped (S mod BLOCK != 0)",
            SOURCE_PATCH, T.DROP_TAIL, ("REG-TAIL-S-MOD-128-64", "AX-SEQ-EQ-17")),
     Mutant("masked-rows-nan", "fully masked rows",
-           "P formed as exp(S_masked - LSE): a row with no kept key gives -inf - (-inf) = NaN",
+           "P formed with the LSE as given: a row with no kept key gives -inf - (-inf) = NaN, "
+           "or inf x 0 where the mask multiplies P",
            SOURCE_PATCH, T.MASKED_ROWS_NAN, ("REG-BR-SQ-GT-SKV", "AX-MASK-STRICT-*")),
     # --- ragged batches (offsets only the device sees)
     Mutant("ragged-token-base-unbounded", "unbounded THD token base",
