@@ -35,13 +35,7 @@ PATCHES=bench/results/h200/round20
 source bench/h200_steps.sh
 save_committed
 
-if wanted tune; then
-  for turn in 1 2; do
-    for name in committed even_dq dp_early; do
-      patched_tune "tune128_${name}_$turn" "$name" full causal || break
-    done
-  done
-fi
+if wanted tune; then patched_tune_turns "full causal" committed even_dq dp_early; fi
 if wanted targets; then
   for name in dp_early even_dq; do
     patched_targets "engine_speed_targets_$name" "$name" "${TARGET_ROUNDS:-7}" || break

@@ -39,13 +39,7 @@ PATCHES=bench/results/h200/round21
 source bench/h200_steps.sh
 save_committed
 
-if wanted tune; then
-  for turn in 1 2; do
-    for name in committed select_only keep_even; do
-      patched_tune "tune128_${name}_$turn" "$name" causal || break
-    done
-  done
-fi
+if wanted tune; then patched_tune_turns "causal" committed select_only keep_even; fi
 if wanted targets; then
   for name in select_only keep_even; do
     patched_targets "engine_speed_targets_$name" "$name" "${TARGET_ROUNDS:-7}" || break

@@ -68,7 +68,12 @@ with_kernels() {   # kernels name
   cp "$OUT/configs.committed.py" engines/triton/configs.py
   if [ "$1" = committed ]; then return 0; fi
   local part
-  for part in ${1//+/ }; do patch -s -p1 < "$PATCHES/$part.patch" || return 1; done
+  for part in ${1//+/ }; do
+    if ! patch -s -p1 --no-backup-if-mismatch -r - < "$PATCHES/$part.patch"; then
+      with_kernels committed   # no half-patched files left behind
+      return 1
+    fi
+  done
 }
 # patched_tune and patched_targets return 1 (stop the loop) once a step would start too late
 patched_tune() {   # out name, kernels name, masks...: bench/tune_triton.py at D 128 with those kernels, into $OUT/<out name>.*
@@ -78,6 +83,15 @@ patched_tune() {   # out name, kernels name, masks...: bench/tune_triton.py at D
   timeout "$(left)" python3 bench/tune_triton.py --d 128 --masks "$@" --out "$OUT/$name.json" \
     > "$OUT/$name.log" 2>&1
   echo "$name: exit $?"; grep -E "table config|best dK/dV" "$OUT/$name.log"
+  return 0
+}
+patched_tune_turns() {   # masks, kernels names...: patched_tune over the names, twice over in turns, into $OUT/tune128_<name>_<turn>.*
+  local masks=$1 turn name; shift
+  for turn in 1 2; do
+    for name in "$@"; do
+      patched_tune "tune128_${name}_$turn" "$name" $masks || return 1
+    done
+  done
 }
 patched_targets() {   # out name, kernels name, rounds: bench/engine_speed.py --quick with those kernels against torch-cudnn and the engine before (BEFORE, default before), into $OUT/<out name>.*
   in_time "$1" || return 1
@@ -85,4 +99,5 @@ patched_targets() {   # out name, kernels name, rounds: bench/engine_speed.py --
   PYTHONPATH="${BEFORE:-before}${PYTHONPATH:+:$PYTHONPATH}" timeout "$(left)" python3 bench/engine_speed.py \
     --quick --rounds "$3" --peers torch-cudnn "$BEFORE_PEER" --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1
   echo "$1: exit $?"; grep -E "^B4|at or over" "$OUT/$1.log" | tail -n 4
+  return 0
 }

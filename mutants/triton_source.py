@@ -146,14 +146,16 @@ DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
     " axis=1)\n"),))
 
 # LSE kept at -inf, and P masked after the exp2: by _p (exp2 of the masked S, then - LSE), and
-# in the kernels that form P before the band's branch by a multiply (inf x 0)
+# where _p_block forms P before its branch, by a multiply (inf x 0)
 MASKED_ROWS_NAN = Patch("kernels", (
     Edit('    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2E)\n',
          "    return lse * LOG2E\n"),
     Edit('    return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))\n',
          '    return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)\n'),
-    Edit("pT = tl.where(keepT, pT, 0.0)", "pT = pT * keepT.to(tl.float32)"),
-    Edit("p = tl.where(keep, p, 0.0)", "p = p * keep.to(tl.float32)"),
+    Edit("""            p = tl.where(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
+                         p, 0.0)""",
+         """            p = p * _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                          EVEN).to(tl.float32)"""),
 ))
 
 DROP_TAIL = Patch("kernels", (

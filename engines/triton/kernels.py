@@ -159,6 +159,31 @@ def _p(keep, s2, lse2):
 
 
 @triton.jit
+def _p_block(s2, lse2, start, mid_lo, mid_hi, i, j, S_q, S_kv, shift, left, right,
+             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, EVEN: tl.constexpr,
+             P_FIRST: tl.constexpr):
+    """P of the block starting at `start` along the loop, masked by _keep unless the block
+    starts in [mid_lo, mid_hi) (whole: inside the band and the sequences; uniform per
+    program). P_FIRST: P before the branch, which holds only the select; else an exp2 in each
+    branch (_p on an edge block). P_FIRST with _keep's EVEN form and D 128's band config (3
+    stages, dp_first) ran 1.03x the kernels before at D 128 causal on the H200; P first alone
+    1.00x, the EVEN form and the config without it 1.01x (bench/results/h200/round21). The
+    launch sites say where it is off."""
+    if P_FIRST:
+        p = tl.exp2(s2 - lse2)
+        if (start < mid_lo) | (start >= mid_hi):
+            p = tl.where(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
+                         p, 0.0)
+    else:
+        if (start < mid_lo) | (start >= mid_hi):
+            p = _p(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN), s2,
+                   lse2)
+        else:
+            p = tl.exp2(s2 - lse2)
+    return p
+
+
+@triton.jit
 def _tanh(x):
     """tanh(x) from exp2 (every backend and the interpreter have it; no libdevice):
     sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, so nothing overflows."""
@@ -499,26 +524,14 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
             s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                           rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
-        # A band's edge blocks: P first, then only the select in a branch. With _keep's EVEN
-        # form and D 128's band config (3 stages, dp_first) 1.03x the kernels before at D 128
-        # causal on the H200; P first alone 1.00x, the EVEN form and the config without it
-        # 1.01x (bench/results/h200/round21). The two-chunk kernels keep an exp2 in each
-        # branch (P first made D 192 causal 0.73-0.75x there), and so does a dV-only pass (P
-        # first spilled 8-16 bytes in sm120's, engines/triton/resources.json).
-        if (HAS_LEFT or HAS_RIGHT) and (TWO or not COMPUTE_DK):
-            if (start_m < mid_lo) | (start_m >= mid_hi):
-                keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left, right,
-                              HAS_LEFT, HAS_RIGHT, EVEN)
-                pT = _p(keepT, s2T, lse2[None, :])
-            else:
-                pT = tl.exp2(s2T - lse2[None, :])
+        if HAS_LEFT or HAS_RIGHT:
+            # P first but in the two-chunk kernels (it made D 192 causal 0.73-0.75x there) and
+            # a dV-only pass (it spilled 8-16 bytes in sm120's, engines/triton/resources.json)
+            pT = _p_block(s2T, lse2[None, :], start_m, mid_lo, mid_hi, offs_m[None, :],
+                          offs_n[:, None], n_q, n_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                          EVEN, COMPUTE_DK and not TWO)
         else:
             pT = tl.exp2(s2T - lse2[None, :])
-            if HAS_LEFT or HAS_RIGHT:
-                if (start_m < mid_lo) | (start_m >= mid_hi):
-                    keepT = _keep(offs_m[None, :], offs_n[:, None], n_q, n_kv, shift, left,
-                                  right, HAS_LEFT, HAS_RIGHT, EVEN)
-                    pT = tl.where(keepT, pT, 0.0)
         if COMPUTE_DV:
             dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
             if TWO:
@@ -682,19 +695,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         # never taken, cost this kernel 5 % on the H200 (bench/results/h200/round20)
         if EVEN and not (HAS_LEFT or HAS_RIGHT):
             p = tl.exp2(s2 - lse2[:, None])
-        elif TWO:   # an exp2 in each branch, P first below (as in bwd_dkdv)
-            if (start_n < mid_lo) | (start_n >= mid_hi):
-                keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
-                             HAS_LEFT, HAS_RIGHT, EVEN)
-                p = _p(keep, s2, lse2[:, None])
-            else:
-                p = tl.exp2(s2 - lse2[:, None])
-        else:
-            p = tl.exp2(s2 - lse2[:, None])
-            if (start_n < mid_lo) | (start_n >= mid_hi):
-                keep = _keep(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right,
-                             HAS_LEFT, HAS_RIGHT, EVEN)
-                p = tl.where(keep, p, 0.0)
+        else:   # P first but in the two-chunk kernels (as bwd_dkdv)
+            p = _p_block(s2, lse2[:, None], start_n, mid_lo, mid_hi, offs_m[:, None],
+                         offs_n[None, :], n_q, n_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                         EVEN, not TWO)
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         if TWO:
             dp = _dot(do2, tl.trans(v2), dp, UPCAST)
