@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "calibrate": ("bundlegen.generator.calibrate_command", "fit the cost model to measured case times"),
     "repro": ("bundlegen.harness.repro_command", "run one case in-process and explain its verdict"),
     "shrink": ("bundlegen.generator.shrink_command", "shrink a failing case to a minimal graph and a Regression"),
+    "tolerances": ("bundlegen.tolerances_command", "write the tolerance classes into an engine TOML's generated block"),
 }
 
 
@@ -59,9 +60,6 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bundlegen.harness import pycache
-
-    pycache.keep_bytecode_in_this_process()   # the subcommand's imports, as a worker's
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in SUBCOMMANDS else None).parse_args(argv)

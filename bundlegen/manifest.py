@@ -5,9 +5,10 @@ never import the plan or the generator.
 `bundlegen generate` writes one per plan, canonical JSON, at
 `<bundle root>/<plan>.manifest.json`, beside `<bundle root>/<level>/<plan>/*.json`:
 
-    {"version": 1, "plan": "sdpa_bwd", "digest": "sha256:<hex>",
+    {"version": 2, "plan": "sdpa_bwd", "digest": "sha256:<hex>",
      "levels": [{"name": "quick", "per_case_seconds": 0.25, ...}, ...],   # lowest first
-     "tolerance_classes": {"bf16-r256": {"rtol": 0.03125, "atol": 1e-05}, ...},
+     "tolerances": {"file": "sdpa_bwd.tolerances.toml", "digest": "sha256:<hex>",
+                    "classes": ["bf16-r16k", "bf16-r1k", ...]},
      "cost_model": {"h200": {<CostCoefficients fields>}, "cpu": {...}},
      "min_claim_margin": 1.5, "cpu_case_limit_s": 30.0,
      "axes": [{"name": "dtype", "title": "...", "core": true, "default": "bf16",
@@ -17,6 +18,9 @@ never import the plan or the generator.
 
 `digest` is the sha256 of the plan's generated bundle files (their paths relative to the
 bundle root and their texts, in path order): it changes exactly when a bundle does.
+`tolerances` names the plan's tolerance TOML beside it (bundlegen.tolerances), the only
+place the classes' numbers live, with the sha256 of its text and the class names; loading
+the manifest reads the numbers from it and refuses a TOML whose digest differs.
 """
 from __future__ import annotations
 
@@ -27,8 +31,10 @@ from typing import Any, Mapping
 
 from bundlegen.cost import COEFFICIENT_FIELDS, CostCoefficients
 from bundlegen.graph import BundleError, canonical_json
+from bundlegen.tolerance import Tolerance
+from bundlegen.tolerances import read_tolerances, text_digest, tolerances_name
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -41,12 +47,6 @@ class LevelLimits:
     per_case_bytes: int
     budget_seconds: float
     per_case_cpu_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    rtol: float
-    atol: float
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,8 @@ class Manifest:
     plan: str
     digest: str
     levels: tuple[LevelLimits, ...]
-    tolerance_classes: Mapping[str, Tolerance]
+    tolerance_classes: Mapping[str, Tolerance]    # read from the tolerance TOML
+    tolerances_digest: str                        # the sha256 of that TOML's text
     cost_model: Mapping[str, CostCoefficients]
     min_claim_margin: float
     cpu_case_limit_s: float
@@ -115,8 +116,8 @@ class Manifest:
             "levels": [{"name": lv.name, "per_case_seconds": lv.per_case_seconds,
                         "per_case_bytes": lv.per_case_bytes, "budget_seconds": lv.budget_seconds,
                         "per_case_cpu_seconds": lv.per_case_cpu_seconds} for lv in self.levels],
-            "tolerance_classes": {name: {"rtol": t.rtol, "atol": t.atol}
-                                  for name, t in sorted(self.tolerance_classes.items())},
+            "tolerances": {"file": tolerances_name(self.plan), "digest": self.tolerances_digest,
+                           "classes": sorted(self.tolerance_classes)},
             "cost_model": {name: {f: getattr(k, f) for f in COEFFICIENT_FIELDS}
                            for name, k in sorted(self.cost_model.items())},
             "min_claim_margin": self.min_claim_margin, "cpu_case_limit_s": self.cpu_case_limit_s,
@@ -164,12 +165,15 @@ def manifest_path(root: Path | str, plan: str | None = None) -> Path:
 
 
 def load_manifest(root: Path | str, plan: str | None = None) -> Manifest:
-    """Read the manifest of `plan` (default: the only plan) in bundle root `root`.
+    """Read the manifest of `plan` (default: the only plan) in bundle root `root`, with the
+    numbers of its tolerance classes from the tolerance TOML beside it.
     Raises BundleError naming the file and the field at fault."""
     return read_manifest(manifest_path(root, plan))
 
 
-def read_manifest(path: Path | str, text: str | None = None) -> Manifest:
+def read_manifest(path: Path | str, text: str | None = None, tolerances_text: str | None = None) -> Manifest:
+    """The manifest at `path` (or of `text`) with its tolerance classes from the TOML it names,
+    read beside `path` (or from `tolerances_text`)."""
     file = str(path)
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
@@ -192,10 +196,7 @@ def read_manifest(path: Path | str, text: str | None = None) -> Manifest:
         for w, lv in r.items(top, "levels"))
     if not levels or len({lv.name for lv in levels}) != len(levels):
         raise _fail(file, "levels", "expected distinct level names, lowest first")
-    classes = r.obj(r.get(top, "tolerance_classes", dict, ""), "tolerance_classes")
-    tolerances = {name: Tolerance(rtol=r.num(t, "rtol", f"tolerance_classes.{name}"),
-                                  atol=r.num(t, "atol", f"tolerance_classes.{name}"))
-                  for name, t in classes.items()}
+    tolerances, tolerances_digest = _tolerances(r, top, plan, Path(path), tolerances_text)
     model = r.get(top, "cost_model", dict, "")
     cost_model = {name: CostCoefficients(**{f: r.num(k, f, f"cost_model.{name}") for f in COEFFICIENT_FIELDS})
                   for name, k in model.items()}
@@ -216,10 +217,35 @@ def read_manifest(path: Path | str, text: str | None = None) -> Manifest:
                        gate=r.get(g, "gate", str, w), planned_cases=r.get(g, "planned_cases", int, w))
                   for w, g in r.items(top, "gates"))
     return Manifest(plan=plan, digest=r.get(top, "digest", str, ""), levels=levels,
-                    tolerance_classes=tolerances, cost_model=cost_model,
+                    tolerance_classes=tolerances, tolerances_digest=tolerances_digest, cost_model=cost_model,
                     min_claim_margin=r.num(top, "min_claim_margin", ""),
                     cpu_case_limit_s=r.num(top, "cpu_case_limit_s", ""),
                     axes=axes, sections=sections, gates=gates)
+
+
+def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
+                text: str | None) -> tuple[dict[str, Tolerance], str]:
+    """The classes of the tolerance TOML the manifest names, checked against its digest and
+    class names, and that digest."""
+    entry = r.obj(r.get(top, "tolerances", dict, ""), "tolerances")
+    name = r.get(entry, "file", str, "tolerances")
+    if name != tolerances_name(plan):
+        raise _fail(r.file, "tolerances.file", f"is {name!r}, expected {tolerances_name(plan)!r}")
+    digest = r.get(entry, "digest", str, "tolerances")
+    names = r.strings(entry, "classes", "tolerances")
+    toml_path = path.parent / name
+    if text is None:
+        try:
+            text = toml_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(r.file, "tolerances.file", f"cannot read {toml_path}: {exc}") from None
+    if text_digest(text) != digest:
+        raise _fail(r.file, "tolerances.digest", f"{toml_path} is not the tolerance TOML the manifest "
+                    "records (its sha256 differs): regenerate both with `bundlegen generate`")
+    classes = read_tolerances(toml_path, text, plan)
+    if sorted(classes) != sorted(names):
+        raise _fail(r.file, "tolerances.classes", f"names {sorted(names)}, {toml_path} holds {sorted(classes)}")
+    return classes, digest
 
 
 def _fail(file: str, fieldname: str, message: str) -> BundleError:

@@ -1,10 +1,15 @@
-"""`bundlegen run`: a thin layer over bundlegen.harness.run.run_level."""
+"""`bundlegen run`: a thin layer over bundlegen.harness.level.run_level."""
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
 from pathlib import Path
+
+from bundlegen.harness.workers import pycache
+
+# the harness is imported in main, after the bytecode prefix is set (workers.pycache), and
+# so that `bundlegen --help` (which imports every command module) stays light
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +82,7 @@ LIST_FAILING = 40
 def print_failing(out, records, args: argparse.Namespace) -> None:
     """Each failing case: verdict, where, items, detail, and the command that re-runs it."""
     from bundlegen.harness import verdicts as V
-    from bundlegen.harness.repro_command import repro_command
+    from bundlegen.harness.results import repro_command
 
     failing = [r for r in records if r.get("verdict") in V.FAILING]
     if not failing:
@@ -162,16 +167,19 @@ def _stderr():
 
 
 def main(args: argparse.Namespace) -> int:
+    # bytecode kept as a worker keeps it (workers.pycache), before the harness is imported
+    pycache.keep_bytecode_in_this_process()
     # only what starts the workers is imported before run_level (rich, the results module
     # and lanes after, or where needed): each millisecond here delays the workers' start
     from bundlegen.engines.registry import EngineNotFound
+    from bundlegen.harness import verdicts as V
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
-    from bundlegen.harness.run import DEVICE_RE, NothingSelected, resolve_devices, run_level
-    from bundlegen.harness import verdicts as V
+    from bundlegen.harness.level import NothingSelected, run_level
     from bundlegen.harness.selection import parse_shard, selection
-    from bundlegen.harness.mps import MpsError
-    from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
+    from bundlegen.harness.workers.devices import DEVICE_RE, DeviceUnavailable, resolve_devices
+    from bundlegen.harness.workers.mps import MpsError
+    from bundlegen.harness.workers.worker import WorkerStartError
 
     lane = None
     try:

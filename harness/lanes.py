@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from bundlegen.harness.config import EngineConfigError, SkipRow, _skip_row
+import yaml
+
+from bundlegen.engines.registry import EngineNotFound, registered_name
+from bundlegen.graph import BundleError
+from bundlegen.workspace import find_workspace
+from bundlegen.harness import bundles as B
+from bundlegen.harness.config import EngineConfigError, SkipRow, skip_row
+from bundlegen.harness.workers.devices import DEVICE_RE, device_list
+from bundlegen.harness.workers.mps import mps_devices_problem
 
 #: what a ticket looks like where a skip names one: PROJECT-123, owner/repo#123 or a URL
 TICKET_RE = re.compile(r"\b[A-Z][A-Z0-9_]*-\d+\b|\b[\w.-]+/[\w.-]+#\d+\b|https?://\S+")
@@ -93,8 +101,6 @@ def lanes_path(explicit: Path | str | None = None) -> Path:
     """`explicit`, else the current workspace's lanes file; LanesError outside a workspace."""
     if explicit is not None:
         return Path(explicit)
-    from bundlegen.workspace import find_workspace
-
     workspace = find_workspace()
     if workspace is None:
         raise LanesError(f"{Path.cwd()} is not inside a bundlegen workspace, so it has no lanes file "
@@ -103,8 +109,6 @@ def lanes_path(explicit: Path | str | None = None) -> Path:
 
 
 def load_lanes(path: Path | str) -> LanesFile:
-    import yaml
-
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -157,8 +161,6 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     keep = body.get("keep", list(DEFAULT_KEEP))
     if not isinstance(keep, list) or not all(isinstance(k, str) and k in KEEP for k in keep):
         raise LanesError(f"{where}.keep: expected a list of {', '.join(KEEP)}, got {keep!r}")
-    from bundlegen.harness.run import DEVICE_RE, device_list
-
     if not DEVICE_RE.fullmatch(text("device")):
         raise LanesError(f"{where}.device: {body['device']!r}: expected cpu, cuda or cuda:N")
     devices = text("devices")
@@ -168,8 +170,6 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
     except ValueError as exc:
         raise LanesError(f"{where}.devices: {str(exc).removeprefix('--devices ')}") from None
     if mps:
-        from bundlegen.harness.mps import mps_devices_problem
-
         problem = mps_devices_problem((device_list(devices) or ["cuda"]) if devices else [text("device")])
         if problem:
             raise LanesError(f"{where}.mps: {problem.removeprefix('--mps: ')}")
@@ -194,10 +194,9 @@ def _skips(path: Path, name: str, rows: Any) -> tuple[SkipRow, ...]:
     out = []
     for i, row in enumerate(rows):
         try:
-            out.append(_skip_row(path, i, row))
+            out.append(skip_row(path, f"lanes.{name}.skips[{i}]", row))
         except EngineConfigError as exc:
-            inner = str(exc).removeprefix(f"{path}: test_skips[{i}]")
-            raise LanesError(f"{path}: lanes.{name}.skips[{i}]{inner}") from None
+            raise LanesError(str(exc)) from None
     return tuple(out)
 
 
@@ -206,11 +205,6 @@ def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str
     """What `bundlegen lanes --check` reports, one line each: an engine that does not
     exist, a level the bundles do not have, a skip that matches no case of the lane's
     levels or names no ticket."""
-    from bundlegen.engines.registry import EngineNotFound, registered_name
-    from bundlegen.graph import BundleError
-    from bundlegen.harness import bundles as B
-    from bundlegen.harness.config import filters_match
-
     problems = []
     root = Path(bundles) if bundles is not None else B.default_bundle_root()
     try:
@@ -231,10 +225,10 @@ def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str
             continue
         cases = B.load_level(root, lane.level, manifest.plan).cases
         for i, row in enumerate(lane.skips):
-            if not names_ticket(row.reason):
-                problems.append(f"{where}.skips[{i}].reason: names no ticket ({row.reason!r}; "
+            if not names_ticket(row.detail):
+                problems.append(f"{where}.skips[{i}].reason: names no ticket ({row.detail!r}; "
                                 "expected PROJECT-123, owner/repo#123 or a URL)")
-            if not any(filters_match(row.filters, c, manifest.plan) for c in cases):
+            if not any(row.selects(c, manifest.plan) for c in cases):
                 problems.append(f"{where}.skips[{i}].filters: match no case of level {lane.level} "
                                 "(the cases it skipped are gone: drop the row)")
     return problems
@@ -289,8 +283,6 @@ def github_actions(lanes: LanesFile, python: str = "3.12") -> dict:
 
 
 def workflow_yaml(lanes: LanesFile) -> str:
-    import yaml
-
     class Dumper(yaml.SafeDumper):
         pass
 

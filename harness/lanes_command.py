@@ -5,6 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
+# the harness is imported inside the functions that use it: `bundlegen --help` imports every
+# command module, and should not pay for what only this command runs
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)

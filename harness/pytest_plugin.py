@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from bundlegen.harness import verdicts as V
+
+# the rest of the harness is imported inside the hooks that use it: every pytest session of
+# this environment loads the plugin (the pytest11 entry point), most of them never active.
+
 _EXECUTOR = pytest.StashKey()
 _MANIFEST = pytest.StashKey()
 _WRITER = pytest.StashKey()
@@ -99,8 +104,7 @@ def _check_device(device: str | None) -> None:
     """The same rules as `bundlegen run --device`: the name, then this machine has it."""
     if device is None:
         return
-    from bundlegen.harness.run import DEVICE_RE
-    from bundlegen.harness.worker import DeviceUnavailable, check_device
+    from bundlegen.harness.workers.devices import DEVICE_RE, DeviceUnavailable, check_device
 
     if not DEVICE_RE.fullmatch(device):
         raise pytest.UsageError(f"--bundlegen-device: {device!r}: expected cpu, cuda or cuda:N")
@@ -122,7 +126,6 @@ class NothingTestedGuard:
     def pytest_runtest_logreport(self, report) -> None:
         verdict = dict(report.user_properties).get("verdict") if report.when == "call" else None
         if verdict is not None:
-            from bundlegen.harness import verdicts as V
             self.run += 1
             self.tested += verdict not in V.NOT_RUN
 
@@ -131,8 +134,6 @@ class NothingTestedGuard:
         if (hasattr(self.config, "workerinput") or exitstatus != 0 or not self.run or self.tested
                 or self.config.getoption("bundlegen_allow_empty")):
             return
-        from bundlegen.harness import verdicts as V
-
         session.exitstatus = V.EXIT_NOTHING_TESTED
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -246,8 +247,6 @@ class BundleCaseItem(pytest.Item):
         self.extra_keyword_matches.update({case.group, *case.items})
 
     def runtest(self) -> None:
-        from bundlegen.harness import verdicts as V
-
         result = _executor(self.config, self.session).execute(self.case)
         _writer(self.config).write(result)
         for name in ("verdict", "reason", "detail", "margin", "wall_s"):
@@ -284,7 +283,7 @@ def _writer(config):
 
 
 def _device(config) -> str:
-    from bundlegen.harness.run import default_device
+    from bundlegen.harness.workers.devices import default_device
 
     device = config.getoption("bundlegen_device") or default_device()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -302,7 +301,8 @@ def _executor(config, session):
     selected case then (like `bundlegen run`), and a failed prepare is only a warning."""
     executor = config.stash.get(_EXECUTOR, None)
     if executor is None:
-        from bundlegen.harness.run import CaseExecutor, default_timeout
+        from bundlegen.harness.executor import CaseExecutor
+        from bundlegen.harness.workers.devices import default_timeout
 
         device = _device(config)
         timeout = config.getoption("bundlegen_timeout") or default_timeout(device)

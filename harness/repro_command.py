@@ -6,6 +6,9 @@ import argparse
 import shlex
 import sys
 
+# the harness is imported inside the functions that use it: `bundlegen --help` imports every
+# command module, and should not pay for what only this command runs
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bundlegen.harness.repro import add_case_arguments
@@ -16,14 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write inputs, outputs and reference as .pt files and a standalone "
                              "reproduce.py into DIR")
     parser.add_argument("--worst", type=int, default=8, metavar="N", help="worst elements to print (default 8)")
-
-
-def repro_command(case_id: str, engine: str, device: str | None = None) -> str:
-    """The command line that reproduces one case (for run summaries, JUnit and reports)."""
-    words = ["bundlegen", "repro", case_id, "--engine", engine]
-    if device and device != "cpu":
-        words += ["--device", device]
-    return " ".join(shlex.quote(w) for w in words)
 
 
 def report_lines(repro) -> list[str]:

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import threading
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -17,10 +18,17 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.repro_command import repro_command
 from bundlegen.results_file import RESULTS_NAME, RUN_NAME, RunTimes, read_results, read_run_times  # noqa: F401 (re-exported)
 
 JUNIT_NAME = "junit.xml"
+
+
+def repro_command(case_id: str, engine: str, device: str | None = None) -> str:
+    """The command line that reproduces one case (for run summaries, JUnit and reports)."""
+    words = ["bundlegen", "repro", case_id, "--engine", engine]
+    if device and device != "cpu":
+        words += ["--device", device]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,8 @@ class ResultsWriter:
     """Appends one line per case, handed to the OS before the next case starts (a killed
     process loses none). A thread of its own fsyncs the file, at most once every
     SYNC_INTERVAL_S while lines come in and once after close, for a host that goes down: an
-    fsync took 0.5 s on an H200 host (bench/results/h200/round16), and made in `write`, under
-    the lock the workers record through, it held every worker up. close returns at once;
+    fsync can take a large part of a second, and made in `write`, under the lock the workers
+    record through, it would hold every worker up. close returns at once;
     wait_synced waits for the last fsync and closes the file, and so does the interpreter's
     exit (atexit) for a writer nobody waited for."""
     SYNC_INTERVAL_S = 1.0

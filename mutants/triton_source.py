@@ -8,8 +8,9 @@ instead of leaving a mutant that mutates nothing. Applied, the patched source is
 a file in a per-user folder of the temporary directory (Triton's @jit reads a function's
 source from its file), named by a hash of that source, and importable under that name.
 
-The mutant engine is a subclass of the correct engine class naming that module instead of
-its own (`TritonEngine.launch_module` / `kernels_module`). The engine's prepare warms only
+The mutant engine is `Patched(engine, patch)`: a plain wrapper of the correct engine, which
+it tells to launch that module instead of its own (`TritonEngine.launch_module` /
+`kernels_module`, the engine's seam for other modules). The engine's prepare warms only
 the package's own modules (warm.py), so a mutant's variants compile on use, and the
 product's compile markers are neither written nor read for it.
 """
@@ -24,6 +25,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from bundlegen.mutants.wrappers import WholeEngineWrapper
 
 PACKAGE = "bundlegen.engines.triton"
 MODULE_PREFIX = "bundlegen_mutant_"
@@ -43,7 +46,7 @@ class Edit:
 
 @dataclass(frozen=True)
 class Patch:
-    """A (correct engine class, device) -> mutant engine builder (catalog.Build)."""
+    """Edits of one module of the Triton engine (put into an engine by `Patched`)."""
     module: str                  # launch | kernels
     edits: tuple[Edit, ...]
 
@@ -73,13 +76,22 @@ class Patch:
         _install_finder()
         return name
 
-    def __call__(self, engine_cls, device):
-        attr = f"{self.module}_module"
-        if not hasattr(engine_cls, attr):
-            raise TypeError(f"{engine_cls.__name__} has no {attr} to patch")
-        cls = type(f"{engine_cls.__name__}Patched[{self.module}]", (engine_cls,),
-                   {attr: self.load(), "__module__": __name__})
-        return cls(device)
+    @property
+    def attr(self) -> str:
+        """The engine's attribute naming the module this patch edits."""
+        return f"{self.module}_module"
+
+
+class Patched(WholeEngineWrapper):
+    """`inner` launching the patched module instead of its own: the defect is in the
+    engine's own code, so it is the whole engine (everything it serves) otherwise."""
+
+    def __init__(self, inner, patch: Patch):
+        if not hasattr(inner, patch.attr):
+            raise TypeError(f"{type(inner).__name__} has no {patch.attr} to patch")
+        super().__init__(inner)
+        self.patch = patch
+        setattr(inner, patch.attr, patch.load())
 
 
 def cache_dir() -> Path:

@@ -15,7 +15,7 @@ from bundlegen import ids
 from bundlegen.graph import Rejection, _Reader, graph_from_json, load_bundle
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results
-from bundlegen.harness.run import run_level
+from bundlegen.harness.level import run_level
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 

@@ -76,10 +76,14 @@ def test_check_detects_drift(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert matrix_command.main(_args(check=True)) == 1
     out = capsys.readouterr().out
-    assert "has drifted" in out and f"+| torch-flash | sm90 | {len(claimable)} | 0 | 0 | 1 | 1 |" in out
+    assert "has drifted" in out and f"+| torch-flash | sm90 | quick | {len(claimable)} | 0 | 0 | 1 | 1 |" in out
+    assert "+Levels covered: quick of quick, pr, nightly, full; the cases of the other levels are not counted." in out
     assert "claims:" not in out                                   # the evidence holds
 
     matrix_command.main(_args())
+    # every quick case passed: no cell is partial for the levels the run did not cover
+    grid = [line for line in output.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    assert any("✅" in line for line in grid) and not [line for line in grid if "🟡" in line]
     output.write_text(output.read_text(encoding="utf-8") + "hand edit\n", encoding="utf-8")
     assert matrix_command.main(_args(check=True)) == 1
     assert "-hand edit" in capsys.readouterr().out
@@ -166,7 +170,7 @@ def test_the_checked_in_claims_fail_without_their_evidence(tmp_path, capsys, mon
     matrix_command.main(_args())
     assert _check(capsys)[0] == 0
     fresh = [s.path for s in claims.evidence["sm90"].results if s.level == "full"]
-    assert fresh and all(path.startswith("bench/results/") for path in fresh)
+    assert fresh and all(path.startswith("evidence/") for path in fresh)
     (tmp_path / fresh[0]).unlink()
     rc, out = _check(capsys)
     assert rc == 1 and f"torch-math sm90: cites {fresh[0]}, which is missing" in out

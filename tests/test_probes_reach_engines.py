@@ -8,7 +8,7 @@ from bundlegen import reasons as R
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.graph import Rejection, ragged_graph
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from tests.graph_factory import make_case, make_graph
 from tests.harness_support import PLAIN
 

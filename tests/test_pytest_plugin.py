@@ -16,8 +16,9 @@ from bundlegen.results_file import read_results
 # Imported here, before any pytester in-process run: modules first imported inside such a
 # run are dropped after it while their package keeps the stale attribute, and a later
 # isolated run in this process could then not pickle their classes.
-import bundlegen.harness.run  # noqa: F401
-import bundlegen.harness.worker  # noqa: F401
+import bundlegen.harness.case  # noqa: F401
+import bundlegen.harness.executor  # noqa: F401
+import bundlegen.harness.workers.worker  # noqa: F401
 from bundlegen import reasons as R
 from bundlegen.graph import Rejection
 from bundlegen.workspace import builtin_bundle_root

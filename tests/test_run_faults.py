@@ -18,8 +18,9 @@ import torch
 from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import RESULTS_NAME, read_results, read_run_times
-from bundlegen.harness.run import CaseExecutor, run_level
-from bundlegen.harness.worker import WorkerStartError
+from bundlegen.harness.executor import CaseExecutor
+from bundlegen.harness.level import run_level
+from bundlegen.harness.workers.worker import WorkerStartError
 from tests import harness_support as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +201,7 @@ def test_the_driver_version_is_asked_in_the_background(tmp_path, monkeypatch):
     imports torch); software_versions reads the answer; None where it fails or is missing."""
     from types import SimpleNamespace
 
-    from bundlegen.harness import worker
+    from bundlegen.harness.workers import worker
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\nsleep 1\necho 550.54.15\n")

@@ -1,23 +1,20 @@
 """The Triton engine's score modifiers (bias and dBias, ALiBi, sinks and dSinks, softcap)
-against the float64 autograd reference (selfcheck.reference), in the Triton interpreter:
+against the float64 autograd reference (tests/triton_reference.py), in the Triton interpreter:
 each bias broadcast with its dBias, masks, GQA / MQA, odd bias and dBias layouts, both VEC
 variants, fully masked rows and tiles, and bitwise re-runs. Each case also checks canaries
-around every output (dBias, dSinks included), untouched inputs and no NaN (selfcheck.check)."""
+around every output (dBias, dSinks included), untouched inputs and no NaN (triton_reference.check)."""
 import dataclasses
-import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers  # noqa: E402
-from bundlegen.engines.triton.capabilities import ROWS  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.launch import vec_for  # noqa: E402
-from bundlegen.engines.triton.selfcheck import alibi, check, permuted, prepare  # noqa: E402
-from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
+from bundlegen import reasons as R
+from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers
+from bundlegen.engines.triton.capabilities import ROWS
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.engines.triton.launch import vec_for
+from tests.triton_reference import alibi, check, permuted, prepare
+from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: F401  (fixture)
 
 
 CASES = {
@@ -172,13 +169,13 @@ MUTANT_GRAPHS = {
 
 @pytest.mark.parametrize("name", sorted(MUTANT_GRAPHS))
 def test_modifier_mutants_fail_the_checks(name):
-    """The modifier mutants fail selfcheck.check (the same graph passes with the correct
+    """The modifier mutants fail triton_reference.check (the same graph passes with the correct
     engine in test_gradients-style runs above)."""
     from bundlegen.mutants import catalog
     sizes, mods = MUTANT_GRAPHS[name]
     graph = with_modifiers(dense_graph(**sizes), **mods)
     check(prepare(graph, seed=3), SmallTileEngine("cpu"))
-    mutant = catalog.by_name(name).build(SmallTileEngine, "cpu")
+    mutant = catalog.by_name(name).wrap(SmallTileEngine("cpu"))
     with pytest.raises(AssertionError):
         check(prepare(graph, seed=3), mutant)
 

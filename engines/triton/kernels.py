@@ -166,9 +166,9 @@ def _p_block(s2, lse2, start, mid_lo, mid_hi, i, j, S_q, S_kv, shift, left, righ
     starts in [mid_lo, mid_hi) (whole: inside the band and the sequences; uniform per
     program). P_FIRST: P before the branch, which holds only the select; else an exp2 in each
     branch (_p on an edge block). P_FIRST with _keep's EVEN form and D 128's band config (3
-    stages, dp_first) ran 1.03x the kernels before at D 128 causal on the H200; P first alone
-    1.00x, the EVEN form and the config without it 1.01x (bench/results/h200/round21). The
-    launch sites say where it is off."""
+    stages, dp_first) ran 1.03x an exp2 in each branch with the general _keep and 4 stages
+    without dp_first, at D 128 causal on the H200; P first alone 1.00x, the EVEN form and the
+    config without it 1.01x. The launch sites say where it is off."""
     if P_FIRST:
         p = tl.exp2(s2 - lse2)
         if (start < mid_lo) | (start >= mid_hi):
@@ -692,7 +692,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
             s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                          rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
         # With every block whole (EVEN, no band) the loop has no branch: the branch alone,
-        # never taken, cost this kernel 5 % on the H200 (bench/results/h200/round20)
+        # never taken, cost this kernel 5 % on the H200
         if EVEN and not (HAS_LEFT or HAS_RIGHT):
             p = tl.exp2(s2 - lse2[:, None])
         else:   # P first but in the two-chunk kernels (as bwd_dkdv)

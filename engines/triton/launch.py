@@ -302,7 +302,7 @@ def block_major(graph: Graph) -> bool:
     under a one-sided band (causal, or a left bound alone) with K/V heads shared by a group
     of Q heads: a dK/dV program then does a group's work, and head-major order leaves the
     heaviest programs of the last heads for the end. Measured on the H200, bf16 causal
-    (`python bench/tune_triton.py --orders`, bench/results/h200/orders.log): GQA gains
+    (`python bench/tune_triton.py --orders`): GQA gains
     8-32 % (1 % lost at S16384), while MHA gains or loses up to 4 % at D <= 128 and loses
     3-13 % at D >= 192, so MHA stays head-major."""
     a = graph.attributes
@@ -396,11 +396,10 @@ def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
     three kinds compile as one kernel, not three; except the two-chunk kernels (BLOCK_DQK2),
     where each kind keeps its own: the code of both bounds made them 3 % slower causal on the
     H200 at every S, for 46 kernels of the four levels' 902. D 64 causal lost 1-3 % at S 4096
-    and under; keeping its kinds apart too would compile 152 more kernels
-    (bench/results/h200/round18). lone_bound, a run-time 1 (a left bound alone) or 2 (a
-    right bound alone: causal), else 0, puts the programs with the most work first: the dK/dV
-    kernel's last KV blocks under a left bound alone, the dQ kernel's last Q blocks under a
-    right bound alone."""
+    and under; keeping its kinds apart too would compile 152 more kernels. lone_bound, a
+    run-time 1 (a left bound alone) or 2 (a right bound alone: causal), else 0, puts the
+    programs with the most work first: the dK/dV kernel's last KV blocks under a left bound
+    alone, the dQ kernel's last Q blocks under a right bound alone."""
     a = graph.attributes
     left, right = a.left_bound is not None, a.right_bound is not None
     lone = 1 if left and not right else 2 if right and not left else 0

@@ -97,7 +97,7 @@ LIMITS: dict[str, NvidiaLimits | AmdLimits] = {
     # at most 99 KiB per block. Floor: 4 warps per SM, as sm90.
     "sm120": NvidiaLimits(max_warps_per_sm=48, smem_per_sm=102_400, smem_per_block=101_376,
                           min_warps_per_sm=4),
-    # MI300X: floor 2 waves per SIMD at D <= 128 (issue 18); at D 256 one wave (see the
+    # MI300X: floor 2 waves per SIMD at D <= 128; at D 256 one wave (see the
     # gfx942 row of configs.py for why two do not fit there).
     "gfx942": AmdLimits(min_waves_per_simd=((128, 2), (256, 1))),
 }
@@ -121,12 +121,12 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                              "(128 rows, 8 warps; configs.py, sm90) with the "
                                              "bias and softcap tiles on top, at 2 stages "
                                              "(launch.SPLIT_MODIFIER_STAGES): dK/dV up to 1.4 "
-                                             "KB; ran every D256 modifier case of the H200 "
-                                             "round, untimed"),
+                                             "KB; ran every D256 modifier case on the H200, "
+                                             "untimed"),
     ("sm90", "*/d128/*vec8/wide/*/mods/tma"): (704, "D<=128's dK/dV tiles with TMA "
                                                      "descriptors (64 x 128, 8 warps: the "
-                                                     "fastest measured, bench/results/h200/"
-                                                     "round10) with the bias and softcap tiles "
+                                                     "fastest measured on the H200) with the bias "
+                                                     "and softcap tiles "
                                                      "and 64-bit offsets: dK/dV 680 bytes; "
                                                      "untimed"),
     ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
@@ -137,11 +137,11 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
                                              "for tiles spanning 2^31 elements or more"),
     ("sm90", "*/vec8/*/atomic-dq"): (1856, "atomic dQ (TritonAtomicDqEngine): the dK pass also "
                                            "holds this block's dQ share ([M, D] fp32): about 200 "
-                                           "bytes in the plain dK/dV variant with the tiles "
-                                           "bench/atomic_dq_probe.py timed fastest (64 x 128, 8 "
+                                           "bytes in the plain dK/dV variant with its fastest "
+                                           "measured tiles (64 x 128, 8 "
                                            "warps), up to 1 KB with the score modifiers and "
                                            "64-bit offsets; an opt-in engine, slower than the "
-                                           "deterministic one (bench/results/h200/round9)"),
+                                           "deterministic one on the H200"),
     ("sm90", "dv/d128/atomic-config/*vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
                                                                "with the atomic-dQ tiles, the "
                                                                "score modifiers and 64-bit offsets"),
