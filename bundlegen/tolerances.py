@@ -23,7 +23,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from bundlegen.graph import BundleError
+from bundlegen.graph import DTYPES, BundleError
+from bundlegen.tolerance_bounds import TOLERANCE_KEYS, tolerance_problem
 from bundlegen.tolerance import Tolerance
 
 TOLERANCES_SUFFIX = ".tolerances.toml"
@@ -81,6 +82,9 @@ def read_tolerances(path: Path | str, text: str, plan: str | None = None) -> dic
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _fail(file, "-", f"bad TOML: {exc}") from None
+    unknown = sorted(set(raw) - {"plan", "classes"})
+    if unknown:
+        raise _fail(file, unknown[0], "unknown key (known: plan, classes)")
     if plan is not None and raw.get("plan") != plan:
         raise _fail(file, "plan", f"is {raw.get('plan')!r}, expected {plan!r}")
     classes = raw.get("classes")
@@ -96,12 +100,12 @@ def _read_class(file: str, name: str, row: Any) -> Tolerance:
     unknown = sorted(set(row) - {"dtype", "max_reduction", "rtol", "atol"})
     if unknown:
         raise _fail(file, f"{where}.{unknown[0]}", "unknown key")
-    for key in ("rtol", "atol"):
-        value = row.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise _fail(file, f"{where}.{key}", f"expected a number >= 0, got {value!r}")
-    if not isinstance(row.get("dtype"), str):
-        raise _fail(file, f"{where}.dtype", f"expected a string, got {row.get('dtype')!r}")
+    for key in TOLERANCE_KEYS:
+        problem = tolerance_problem(key, row.get(key))
+        if problem is not None:
+            raise _fail(file, f"{where}.{key}", problem)
+    if row.get("dtype") not in DTYPES:
+        raise _fail(file, f"{where}.dtype", f"expected one of {', '.join(DTYPES)}, got {row.get('dtype')!r}")
     reduction = row.get("max_reduction")
     if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
         raise _fail(file, f"{where}.max_reduction", f"expected a whole number >= 1, got {reduction!r}")

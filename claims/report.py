@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import matplotlib
-
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
 
@@ -113,6 +111,10 @@ def engine_ran(record: Mapping) -> bool:
 
 
 def _pyplot():
+    from bundlegen.extras import require
+
+    matplotlib = require("matplotlib")   # imported here: only the plots need it, not the command's import
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -216,6 +216,13 @@ def offer_to_engine(engine, graph: Graph, frontend: str) -> CaseOutcome:
     return CaseOutcome(V.REJECTED, reason=frontend, detail=f"engine declined it too: {said}")
 
 
+def modifiers_held(graph: Graph) -> frozenset[str]:
+    """The score modifiers whose ports or attributes a graph holds: Graph.modifiers, and
+    sinks for a dsinks port without its sinks (a frontend probe's graph). An engine that does
+    not list one of them is never offered the graph (decline_reason), probes included."""
+    return graph.modifiers | (frozenset({"sinks"}) if "dsinks" in graph.tensors else frozenset())
+
+
 def decline_reason(engine, graph: Graph) -> str | None:
     """engine.is_applicable's answer for the graph as launched, held to its contract: None
     or a reason string. A ragged graph is declined for an engine that does not say it
@@ -223,7 +230,7 @@ def decline_reason(engine, graph: Graph) -> str | None:
     (Engine.score_modifiers)."""
     if graph.ragged is not None and not getattr(engine, "ragged", False):
         return f"{RAGGED_NOT_SERVED}: the engine does not set ragged = True"
-    unlisted = graph.modifiers - frozenset(getattr(engine, "score_modifiers", ()))
+    unlisted = modifiers_held(graph) - frozenset(getattr(engine, "score_modifiers", ()))
     if unlisted:
         return (f"{MODIFIER_NOT_SERVED}: {', '.join(sorted(unlisted))} "
                 "(not in the engine's score_modifiers)")
@@ -298,6 +305,11 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     for again in range(2, runs + 1):
         M.reset_outputs(m)
         run_engine(f"engine.run (repeat {again})", engine, case.graph, m.tensors)
+        # inputs and canaries are judged after every run, before its outputs are compared:
+        # a write there is that fault on whichever run it happens, never nondeterminism
+        memory = memory_after_run(m)
+        if memory is not None:
+            return outcome(memory[0], detail=f"{memory[1]} (run {again} of {runs})", **result)
         differ.add(again, m.storages)
         # an ordinary re-run stops at the first difference; a case that asked for the
         # deterministic mode runs them all and counts every element that ever differed
@@ -306,3 +318,13 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     if runs > 1 and differ.any():
         return outcome(V.FAIL_NONDETERMINISTIC, detail=differ.describe(), **result)
     return outcome(V.PASS, **result)
+
+
+def memory_after_run(m) -> tuple[str, str] | None:
+    """The guard bands and the inputs of a materialized case after an engine run, read back
+    at once: checks.judge_memory's (verdict, detail), or None when both hold."""
+    from bundlegen.harness import checks, materialize as M   # torch: see the top of this module
+
+    guard, modified = M.guard_flags(m), M.modified_flags(m)
+    read = checks.read_back([checks.stacked(guard), checks.stacked(modified)])
+    return checks.judge_memory(checks.set_ports(guard, read[0]), checks.set_ports(modified, read[1]))

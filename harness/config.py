@@ -9,23 +9,29 @@ manifest (bundlegen.manifest)."""
 from __future__ import annotations
 
 import fnmatch
-import json
-import math
+import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from bundlegen import safe_read, strict_json
 from bundlegen.graph import Case, Graph
 from bundlegen.harness.library_versions import (LIBRARIES, SPECIFIER_PATTERN, BadSpecifier, Specifier,
                                                 parse_specifier, present_on, running_version)
 from bundlegen.manifest import Manifest
 from bundlegen.tolerance import Tolerance
+from bundlegen.tolerance_bounds import tolerance_problem
+from bundlegen.workspace import is_engine_name
 
 FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item", "purpose", "feature")
 GLOB_KEYS = frozenset({"id", "item"})
 #: the keys of a [[test_skips]] row
 SKIP_KEYS = ("ticket", "reason", "archs", "seen_with", "filters")
+#: the keys of engine.toml, of its [meta] table and of a [[tolerance_overrides]] row
+ENGINE_TOML_KEYS = ("meta", "tolerance_overrides", "test_skips")
+META_KEYS = ("name",)
+OVERRIDE_KEYS = ("filters", "rtol", "atol")
 
 
 def _ports_differ_in_strides(graph: Graph, a: str, b: str) -> bool:
@@ -181,18 +187,39 @@ def load_engine_config(directory: Path | str | None, manifest: Manifest | None =
     toml_path, claims_path = directory / "engine.toml", directory / "claims.json"
     overrides: tuple[OverrideRow, ...] = ()
     skips: tuple[SkipRow, ...] = ()
-    if toml_path.is_file():
+    if os.path.lexists(toml_path):     # a folder, FIFO or dangling link there is an error, not "absent"
         try:
-            doc = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+            doc = tomllib.loads(safe_read.read_text(toml_path))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise EngineConfigError(f"{toml_path}: {exc}") from exc
+            raise EngineConfigError(f"{toml_path}: {exc}") from None
+        _only_keys(toml_path, "", doc, ENGINE_TOML_KEYS)
+        _meta(toml_path, doc.get("meta"))
         overrides = tuple(_override_row(toml_path, i, row)
                           for i, row in enumerate(_table_list(toml_path, doc, "tolerance_overrides")))
         skips = tuple(skip_row(toml_path, f"test_skips[{i}]", row)
                       for i, row in enumerate(_table_list(toml_path, doc, "test_skips")))
-    claims = _load_claims(claims_path) if claims_path.is_file() else {}
+    claims = _load_claims(claims_path) if os.path.lexists(claims_path) else {}
     return EngineConfig(overrides=overrides, skips=skips, claims=claims, source=str(toml_path),
                         manifest=manifest)
+
+
+def _only_keys(path: Path, where: str, table: dict, keys: tuple[str, ...]) -> None:
+    """Refuse a key the table does not have: a misspelt one (`rtl`) would be ignored."""
+    for key in table:
+        if key not in keys:
+            raise EngineConfigError(f"{path}: {where}{key}: unknown key (known: {', '.join(keys)})")
+
+
+def _meta(path: Path, meta: Any) -> None:
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise EngineConfigError(f"{path}: meta: expected a table ([meta])")
+    _only_keys(path, "meta.", meta, META_KEYS)
+    name = meta.get("name")
+    if name is not None and not is_engine_name(name):
+        raise EngineConfigError(f"{path}: meta.name: expected an engine name (lower-case letters, digits "
+                                f"and '-'), got {name!r}")
 
 
 def _table_list(path: Path, doc: dict, key: str) -> list:
@@ -230,11 +257,10 @@ def _filter_table(path: Path, where: str, raw: dict) -> Filter:
 
 
 def _number(path: Path, where: str, row: dict, key: str) -> float:
-    value = row.get(key)
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value < 0):
-        raise EngineConfigError(f"{path}: {where}.{key}: expected a finite number >= 0, got {value!r}")
-    return float(value)
+    problem = tolerance_problem(key, row.get(key))
+    if problem is not None:
+        raise EngineConfigError(f"{path}: {where}.{key}: {problem}")
+    return float(row[key])
 
 
 def _narrowing_filters(path: Path, where: str, row: dict) -> tuple[Filter, ...]:
@@ -267,6 +293,7 @@ def _narrowing_filters(path: Path, where: str, row: dict) -> tuple[Filter, ...]:
 
 def _override_row(path: Path, i: int, row: dict) -> OverrideRow:
     where = f"tolerance_overrides[{i}]"
+    _only_keys(path, f"{where}.", row, OVERRIDE_KEYS)
     return OverrideRow(filters=_filters(path, where, row), rtol=_number(path, where, row, "rtol"),
                        atol=_number(path, where, row, "atol"), index=i)
 
@@ -344,9 +371,9 @@ def _seen_with(path: Path, where: str, raw: Any) -> dict[str, Specifier]:
 
 def _load_claims(path: Path) -> dict[str, frozenset[str]]:
     try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EngineConfigError(f"{path}: {exc}") from exc
+        raw: Any = strict_json.loads(safe_read.read_text(path))
+    except (OSError, UnicodeDecodeError, strict_json.JSONError) as exc:
+        raise EngineConfigError(f"{path}: {exc}") from None
     claims = raw.get("claims") if isinstance(raw, dict) else None
     if not isinstance(claims, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in claims.values()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -17,7 +17,8 @@ from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
                                         longest_first, prepared_graphs, rerun_alone, run_spread)
 from bundlegen.harness.progress import Progress
-from bundlegen.harness.selection import in_shard, selection
+from bundlegen.harness.selection import in_shard, selection, shuffled
+from bundlegen.harness.stale_skips import stale_skips, without_skips
 from bundlegen.harness.workers import mps as mps_control, switches
 from bundlegen.harness.workers.devices import default_device, default_timeout, worker_devices
 from bundlegen.harness.workers.pool import close_all, cpu_share
@@ -59,6 +60,7 @@ class RunSummary:
     interrupted: bool = False   # Ctrl-C: the cases finished until then are recorded
     planned: int = 0            # cases this invocation set out to run
     server_note: str = ""       # why a matching `bundlegen serve` was not used, when one answered
+    stale_skips: tuple[str, ...] = ()   # --run-skipped: a line per skip row whose cases all pass
 
 
     @property
@@ -67,8 +69,10 @@ class RunSummary:
 
     @property
     def tested(self) -> int:
-        """Cases whose verdict tested something (all but declined and skipped)."""
-        return sum(n for verdict, n in self.counts().items() if verdict not in V.NOT_RUN)
+        """Cases judged on their gradients and found right: exit 0 needs one. A run of
+        probes alone (rejected, contained), its other cases declined or skipped, checked
+        nothing an engine computes (and any failing verdict exits 1 before this counts)."""
+        return self.counts().get(V.PASS, 0)
 
     @property
     def exit_code(self) -> int:
@@ -94,7 +98,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               config: EngineConfig | None = None, progress: str | bool | None = None,
               devices: Sequence[str] | None = None, lane: str = "",
               workers_per_device: int = 1, server: bool = False,
-              allow_empty: bool = True, mps: bool = False) -> RunSummary:
+              allow_empty: bool = True, mps: bool = False, shuffle: int | None = None,
+              run_skipped: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
@@ -104,7 +109,11 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     one and it is free; the results are the same. `allow_empty` False: a selection that holds
     no case raises NothingSelected before `out` is touched. `mps`: the GPU workers are clients
     of a private CUDA MPS server (workers.mps; a matching server's own when served), and each
-    case that crashed beside other workers is run again alone (rerun_alone)."""
+    case that crashed beside other workers is run again alone (rerun_alone). `shuffle`: the
+    cases run in the order this seed shuffles them to (selection.shuffled; run.json records
+    the seed and the order), not in the bundles' order nor longest first. `run_skipped`: the
+    cases the engine config's skip rows select are run too, and each row whose cases all
+    pass is reported stale (harness.stale_skips)."""
     started = time.perf_counter()
     before = process_age_s()
     if devices is not None and device is not None:
@@ -122,6 +131,15 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             raise ValueError(problem)
     root = Path(bundles) if bundles else B.default_bundle_root()
     manifest = B.manifest_of(root, plan)
+    skip_config = None   # --run-skipped: the config whose skip rows are re-examined
+    if run_skipped:
+        if config is None:
+            from bundlegen.engines.registry import registered_name
+            from bundlegen.harness.config import load_engine_config
+            from bundlegen.workspace import engine_config_dir
+
+            config = load_engine_config(engine_config_dir(registered_name(engine)))
+        skip_config, config = config.with_manifest(manifest), without_skips(config)
     levels = manifest.levels_upto(level)
     session, server_note = None, ""
     if server and isolation:
@@ -180,6 +198,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                                           f"{' | '.join(daemon.log_tail().splitlines()) or 'nothing'})",
                                           exc.details) from None
         ready = time.perf_counter()
+        config_digest = R.engine_config_digest(executor.config)
 
         def run_times(complete: bool) -> "RunTimes":
             now = time.perf_counter()
@@ -195,7 +214,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 complete=complete, versions=executor.versions,
                 per_device=tuple(t.to_json() for t in per_device), lane=lane,
                 workers_per_device=workers_per_device,
-                served_by=session.record() if session else None, mps=mps, mps_reruns=reruns)
+                served_by=session.record() if session else None, mps=mps, mps_reruns=reruns,
+                engine_config_digest=config_digest, tolerances_digest=manifest.tolerances_digest,
+                shuffle_seed=shuffle, order=tuple(c.id for c in todo) if shuffle is not None else (),
+                run_skipped=run_skipped)
 
         if resume and results_path.exists():
             why = R.resume_mismatch(R.read_run_times(run_path), run_times(False))
@@ -207,6 +229,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         previous = R.read_results(results_path) if resume else []
         done = R.finished_keys(previous)
         todo = [c for c in cases if c.id not in done]
+        if shuffle is not None:
+            todo = shuffled(todo, shuffle)
         R.write_run_times(run_path, run_times(False))
         try:
             graphs = prepared_graphs(todo)
@@ -237,7 +261,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         ran += 1
                     joining = JoiningWorker(executor, starting, graphs if prepare_problem is None else [],
                                             skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
-                    held = run_spread(executors, per_device, longest_first(todo, workers[0], manifest),
+                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest)
+                    held = run_spread(executors, per_device, order,
                                       count, advance, hold_crashes=mps, join=joining,
                                       # a served worker is the server's to keep
                                       release_idle=session is None and early_exits)
@@ -264,11 +289,17 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     if writer is not None:
         writer.wait_synced()   # its last fsync ran beside the workers' exits
     times = run_times(complete=not interrupted)
+    stale = ()
+    if skip_config is not None:
+        stale = stale_skips(skip_config, cases, {r.get("case_id"): r.get("verdict") for r in records},
+                            executor.arch, executor.versions)
+        times = replace(times, stale_skips=tuple(row.to_json() for row in stale))
     R.write_run_times(run_path, times)
     return RunSummary(level=level, levels=tuple(R.summarize(records, levels)),
                       results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
-                      times=times, interrupted=interrupted, planned=len(todo), server_note=server_note)
+                      times=times, interrupted=interrupted, planned=len(todo), server_note=server_note,
+                      stale_skips=tuple(row.line(skip_config.source) for row in stale))
 
 
 

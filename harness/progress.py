@@ -1,8 +1,10 @@
-"""Progress of a run on stderr, one case at a time."""
+"""Progress of a run on stderr, one case at a time, and why the cases not run were not."""
 from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
+from typing import Any, Iterable, Mapping
 
 
 class Progress:
@@ -58,3 +60,28 @@ class Progress:
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+#: the decline and skip reasons a summary lists; the rest are counted (all with --verbose)
+TOP_REASONS = 5
+
+
+def not_run_reasons(records: Iterable[Mapping[str, Any]], top: int | None = TOP_REASONS) -> list[str]:
+    """Why cases were not run, most frequent first: one line per (verdict, reason) with its
+    count, e.g. "42 declined: head-dim-not-served"; `top` None lists all, else the first
+    `top` and a line counting the rest."""
+    from bundlegen.harness import verdicts as V
+
+    counts: Counter[tuple[str, str]] = Counter()
+    for record in records:
+        verdict = record.get("verdict")
+        if verdict in V.NOT_RUN:
+            why = record.get("reason") or " ".join(str(record.get("detail") or "no reason given").split())
+            counts[(verdict, why)] += 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ranked if top is None else ranked[:top]
+    lines = [f"{n} {verdict}: {why}" for (verdict, why), n in shown]
+    if len(ranked) > len(shown):
+        rest = sum(n for _, n in ranked[len(shown):])
+        lines.append(f"... {len(ranked) - len(shown)} more reasons ({rest} cases); --verbose lists all")
+    return lines

@@ -16,6 +16,7 @@ from bundlegen.workspace import default_bundle_root, engine_config_dir
 from bundlegen.harness.bundles import load_level, manifest_of
 from bundlegen.harness.case import CaseOutcome, run_case, run_engine
 from bundlegen.harness.config import EngineConfig, EngineConfigError, Tolerance, load_engine_config
+from bundlegen.harness.stale_skips import skipping_row, stale_skips, without_skips
 from bundlegen.harness.workers.devices import DeviceUnavailable
 from bundlegen.harness.workers.worker import WorkerSpec, WorkerStartError, build_engine
 
@@ -67,14 +68,16 @@ class RunnerError(ValueError):
 
 
 def open_runner(engine: str, device: str = "cpu", *, engine_config: Path | str | None = None,
-                bundles: Path | str | None = None, plan: str | None = None, claims: bool = True) -> "CaseRunner":
+                bundles: Path | str | None = None, plan: str | None = None, claims: bool = True,
+                run_skipped: bool = False) -> "CaseRunner":
     """A CaseRunner; RunnerError for an unknown engine, a bad engine config folder, an
     engine that cannot be built or a device this machine lacks."""
     try:
         if engine_config is not None and not Path(engine_config).is_dir():
             raise EngineConfigError(f"--engine-config {engine_config}: not a folder")
         config = load_engine_config(engine_config) if engine_config is not None else None
-        return CaseRunner(engine, device, config=config, bundles=bundles, plan=plan, claims=claims)
+        return CaseRunner(engine, device, config=config, bundles=bundles, plan=plan, claims=claims,
+                          run_skipped=run_skipped)
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, BundleError) as exc:
         raise RunnerError(str(exc)) from exc
 
@@ -84,14 +87,18 @@ class CaseRunner:
 
     def __init__(self, engine: str, device: str = "cpu", *, config: EngineConfig | None = None,
                  bundles: Path | str | None = None, plan: str | None = None, claims: bool = True,
-                 repeat: int | None = None):
+                 repeat: int | None = None, run_skipped: bool = False):
         """`claims=False` judges every case as unclaimed (shrinking compares verdict classes,
-        and a claim belongs to one case id only)."""
+        and a claim belongs to one case id only). `run_skipped`: a case a skip row selects is
+        run too (`skip_config` keeps the rows, to say which one and whether it is stale)."""
         if config is None:
             config = load_engine_config(engine_config_dir(registered_name(engine)))
         config = config.with_manifest(manifest_of(bundles, plan))
         if not claims:
             config = dataclasses.replace(config, claims={})
+        self.skip_config = config if run_skipped else None
+        if run_skipped:
+            config = without_skips(config)
         self.spec_name, self.device, self.config, self.repeat = engine, str(device), config, repeat
         self.engine = build_engine(WorkerSpec(engine=engine, device=str(device), config=config))
         self.runs = 0
@@ -128,6 +135,21 @@ class Repro:
     worst: tuple["WorstElement", ...] = ()
     patterns: tuple["PortPattern", ...] = ()
     captured: Captured | None = None
+    skip_note: tuple[str, ...] = ()  # --run-skipped: the row that would skip the case, stale or not
+
+
+def skip_note(case: Case, runner: CaseRunner, outcome: CaseOutcome) -> tuple[str, ...]:
+    """--run-skipped: which skip row would have skipped the case, and whether it is stale
+    (its one case here passes now)."""
+    config = runner.skip_config
+    index = None if config is None else skipping_row(config, case, runner.engine.arch)
+    if index is None:
+        return ()
+    lines = [f"skipped by: {config.source} test_skips[{index}] ({config.skips[index].detail}); "
+             "run anyway (--run-skipped)"]
+    lines += [row.line(config.source) for row in
+              stale_skips(config, [case], {case.id: outcome.verdict}, runner.engine.arch)]
+    return tuple(lines)
 
 
 def reproduce(case: Case, runner: CaseRunner, worst: int = 8) -> Repro:
@@ -136,7 +158,8 @@ def reproduce(case: Case, runner: CaseRunner, worst: int = 8) -> Repro:
 
     outcome = runner.verdict(case)
     base = dict(case=case, engine=runner.spec_name, engine_name=runner.engine.name,
-                arch=runner.engine.arch, device=runner.device, outcome=outcome)
+                arch=runner.engine.arch, device=runner.device, outcome=outcome,
+                skip_note=skip_note(case, runner, outcome))
     if outcome.tolerance is None:    # set only once the engine ran the case (case.execute_case)
         return Repro(**base)
     captured = runner.capture(case)

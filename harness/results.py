@@ -15,9 +15,12 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from bundlegen import safe_read
 from bundlegen.harness import verdicts as V
+if TYPE_CHECKING:
+    from bundlegen.harness.config import EngineConfig
 from bundlegen.results_file import RESULTS_NAME, RUN_NAME, RunTimes, read_results, read_run_times  # noqa: F401 (re-exported)
 
 JUNIT_NAME = "junit.xml"
@@ -170,7 +173,7 @@ def bundles_digest(files: Iterable[Path], root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(f) for f in files):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
+        digest.update(safe_read.digest_bytes(path))   # never blocks on a FIFO
     return digest.hexdigest()[:16]
 
 
@@ -178,11 +181,36 @@ def resume_mismatch(previous: RunTimes | None, current: RunTimes) -> str | None:
     """Why results recorded under `previous` cannot be resumed by `current`, else None."""
     if previous is None:
         return "it has no readable run.json, so what its results were run on is unknown"
-    for name in ("engine_spec", "device", "arch", "level", "selection", "bundles_digest"):
+    for name in ("engine_spec", "device", "arch", "level", "selection"):
         have, want = getattr(previous, name), getattr(current, name)
         if have != want:
             return f"its {name.replace('_', ' ')} is {have!r}, this run's is {want!r}"
+    # before the bundles' digest, which covers the manifest too: the tolerance file is named
+    for name, what in (("engine_config_digest", "engine config (engine.toml and claims.json)"),
+                       ("tolerances_digest", "tolerance file"), ("bundles_digest", "bundles")):
+        have, want = getattr(previous, name), getattr(current, name)
+        if have != want:
+            if not have:
+                return f"it does not record the digest of its {what}"
+            return f"its {what} differ{'' if what == 'bundles' else 's'} from this run's " \
+                   f"(digest {have[:12]}, this run's {want[:12]})"
     return None
+
+
+def engine_config_digest(config: EngineConfig) -> str:
+    """sha256 of what an engine config decides verdicts by: its override and skip rows and
+    its claims (not where it was read from, nor the manifest, which has its own digests)."""
+    def plain(value):
+        if isinstance(value, (frozenset, set)):
+            return sorted(value)
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise TypeError(f"{type(value).__name__} in an engine config")
+
+    content = {"overrides": [asdict(row) for row in config.overrides],
+               "skips": [asdict(row) for row in config.skips],
+               "claims": {arch: sorted(ids) for arch, ids in config.claims.items()}}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=plain).encode()).hexdigest()
 
 
 def finished_keys(records: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -135,21 +135,21 @@ LEFT_OFF_BY_ONE = Patch("launch", (Edit(
     "    left = min(a.left_bound, far) + 1 if a.left_bound is not None else far\n"),))
 
 # ----------------------------------------------------------------------------- kernels
-#: input tiles (O, dO, Q, K, V; outputs keep _tile) read through _tile_early
+#: input tiles (O, dO, Q, K, V; outputs keep tile_offsets) read through _tile_early
 ROW_PITCH_EARLY = Patch("kernels", (
-    Edit("@triton.jit\ndef _ranges(",
+    Edit("@triton.jit\ndef _ld_rows(",
          "@triton.jit\n"
          "def _tile_early(rows, cols, s_row, s_col, VEC: tl.constexpr):\n"
-         "    tile = _tile(rows, cols, s_row, s_col, VEC)\n"
+         "    tile = tile_offsets(rows, cols, s_row, s_col, VEC)\n"
          "    return tile - ((rows % 2) * ((s_row * VEC) % 2))[:, None]\n\n\n"
-         "@triton.jit\ndef _ranges("),
-    Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
-    Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
+         "@triton.jit\ndef _ld_rows("),
+    Edit("tile_offsets(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
+    Edit("tile_offsets(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
     # Q, dO (both kernels) and the dQ kernel's K, V: the pointer loads of _ld_rows
-    Edit("    return _ld(base + _tile(rows, cols, s_row, s_col, VEC),\n",
-         "    return _ld(base + _tile_early(rows, cols, s_row, s_col, VEC),\n"),
-    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
-    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
+    Edit("    return load_tile(base + tile_offsets(rows, cols, s_row, s_col, VEC),\n",
+         "    return load_tile(base + _tile_early(rows, cols, s_row, s_col, VEC),\n"),
+    Edit("tile_offsets(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
+    Edit("tile_offsets(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
@@ -164,10 +164,10 @@ MASKED_ROWS_NAN = Patch("kernels", (
          "    return lse * LOG2E\n"),
     Edit('    return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))\n',
          '    return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)\n'),
-    Edit("""            p = tl.where(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
-                         p, 0.0)""",
-         """            p = p * _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
-                          EVEN).to(tl.float32)"""),
+    Edit("""            p = tl.where(keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                                   EVEN), p, 0.0)""",
+         """            p = p * keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                              EVEN).to(tl.float32)"""),
 ))
 
 DROP_TAIL = Patch("kernels", (
@@ -182,8 +182,8 @@ NO_SCALE_DK = Patch("kernels", (Edit("(dk * scale).to(io)", "dk.to(io)"),
                                 Edit("(dk2 * scale).to(io)", "dk2.to(io)")))
 
 DQ_FP16 = Patch("kernels", (Edit(
-    "        dq = _dot(ds, k, dq, UPCAST)",
-    "        dq = _dot(ds, k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
+    "        dq = dot_acc(ds, k, dq, UPCAST)",
+    "        dq = dot_acc(ds, k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
 
 NO_GROUP_REDUCE = Patch("kernels", (Edit(
     "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))
@@ -290,5 +290,5 @@ DSINKS_SIGN = Patch("kernels", (Edit(
 #: the bias of the dK/dV kernel indexed by the group's K head instead of the query head:
 #: right for MHA and for a head-broadcast bias, wrong under GQA / MQA with a per-head bias
 BIAS_KV_HEAD = Patch("kernels", (Edit(
-    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h,",
-    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))
+    "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h,",
+    "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))

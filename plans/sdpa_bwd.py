@@ -18,6 +18,7 @@ from bundlegen.plans.records import (
 )
 
 from bundlegen.plans.peers import PEERS
+from bundlegen.tolerance_rule import class_for, longest_reduction  # noqa: F401 (the plan's rule)
 
 PLAN_NAME = "sdpa_bwd"
 
@@ -867,30 +868,10 @@ TOLERANCE_CLASSES = {
 }
 
 
-def longest_reduction(graph) -> int:
-    """The longest sum any gradient element takes: over keys (dQ), over query rows of a
-    whole GQA group (dK, dV), over the head dims (dP, Delta), over the batches and heads a
-    dBias sums (its broadcast axes) and over every query row of a head (dSinks)."""
-    group = max(graph.H_q // graph.H_k, graph.H_q // graph.H_v)
-    longest = max(graph.S_q * group, graph.S_kv, graph.D_qk, graph.D_v)
-    t = graph.tensors
-    if "dbias" in t and len(t["dbias"].dims) == 4:
-        summed = [n for n, kept in zip((graph.B, graph.H_q), t["dbias"].dims[:2]) if kept == 1]
-        longest = max(longest, 1 if not summed else summed[0] * (summed[1] if len(summed) > 1 else 1))
-    if "dsinks" in t:
-        longest = max(longest, graph.B * graph.S_q)
-    return longest
-
-
 def tolerance_class_for(graph) -> str:
     if graph.dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"no tolerance class for dtype {graph.dtype!r} (fp32 waits on GATE-FP32)")
-    length = longest_reduction(graph)
-    for limit, suffix, _factor in REDUCTION_BUCKETS:
-        if length <= limit:
-            return f"{graph.dtype}-{suffix}"
-    raise ValueError(f"no tolerance class for a reduction of {length} (longest bucket "
-                     f"{REDUCTION_BUCKETS[-1][0]})")
+    return class_for(graph, TOLERANCE_CLASSES)    # the rule the bundle loader applies again
 
 
 PADDED = Space(

@@ -155,17 +155,13 @@ class MyMath(TorchMathEngine):
 '''
 
 
-def test_repro_command_uses_the_spec_the_run_was_given_and_works_as_printed(tmp_path, monkeypatch):
-    """A `module:Class` engine's records carry its short name, which `bundlegen repro` cannot
-    find; the report prints the spec from run.json, and that command runs as printed (here,
-    from the adopter's folder holding the module), with the case's graph in one line."""
+def _report_of_a_failing_case(tmp_path, monkeypatch, spec):
+    """A run of `spec` (engine name my-math) whose first quick case failed, and its report:
+    the case, the report's text (unescaped) and how to call bundlegen."""
     import html as html_lib
-    import shlex
     import shutil
-    import subprocess
     import sys
 
-    from bundlegen.claims.cases import graph_lines
     from bundlegen.harness.bundles import load_level
     from bundlegen.workspace import builtin_bundle_root
 
@@ -176,21 +172,57 @@ def test_repro_command_uses_the_spec_the_run_was_given_and_works_as_printed(tmp_
     failing = rec(case.id, engine="my-math", verdict="fail:numeric", items=case.items, margin=0.5) | {
         "device": "cpu", "arch": "cpu"}
     (run_dir / "results.jsonl").write_text(json.dumps(failing) + "\n", encoding="utf-8")
-    (run_dir / "run.json").write_text(json.dumps({"engine": "my-math", "engine_spec": "mykernels:MyMath",
-                                                  "level": "quick"}), encoding="utf-8")
+    (run_dir / "run.json").write_text(json.dumps({"engine": "my-math", "engine_spec": spec, "level": "quick"}),
+                                      encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(results=[str(run_dir)], html=tmp_path / "r.html", bundles=builtin_bundle_root(),
                               plan=None)
     assert report_command.main(args) == 0
     page = html_lib.unescape((tmp_path / "r.html").read_text(encoding="utf-8"))
+    command = [shutil.which("bundlegen")] if shutil.which("bundlegen") else [sys.executable, "-m", "bundlegen"]
+    return case, page, command
+
+
+def _run_as_printed(printed, command, cwd, env=None):
+    import shlex
+    import subprocess
+
+    return subprocess.run(command + shlex.split(printed)[1:], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_repro_command_uses_the_spec_the_run_was_given_and_works_as_printed(tmp_path, monkeypatch):
+    """A `module:Class` engine's records carry its short name, which `bundlegen repro` cannot
+    find; the report prints the spec from run.json, and that command runs as printed (here,
+    from the adopter's folder holding the module), with the case's graph in one line."""
+    from bundlegen.claims.cases import graph_lines
+    from bundlegen.workspace import builtin_bundle_root
+
+    case, page, command = _report_of_a_failing_case(tmp_path, monkeypatch, "mykernels:MyMath")
     printed = f"bundlegen repro {case.id} --engine mykernels:MyMath --device cpu"
     assert printed in page and "--engine my-math" not in page
     assert graph_lines(builtin_bundle_root(), "sdpa_bwd", [case.id])[case.id] in page
-    words = shlex.split(printed)
-    command = [shutil.which("bundlegen")] if shutil.which("bundlegen") else [sys.executable, "-m", "bundlegen"]
-    done = subprocess.run(command + words[1:], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run_as_printed(printed, command, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"case {case.id}" in done.stdout and "verdict: pass" in done.stdout
-    short = subprocess.run(command + ["repro", case.id, "--engine", "my-math", "--device", "cpu"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
+    short = _run_as_printed(f"bundlegen repro {case.id} --engine my-math --device cpu", command, tmp_path)
     assert short.returncode != 0 and "unknown engine" in short.stdout + short.stderr
+
+
+def test_repro_command_of_an_entry_point_engine_works_as_printed(tmp_path, monkeypatch):
+    """An engine registered by an entry point (a package's `bundlegen.engines` group) runs
+    under its name: the printed command names it, and runs as printed."""
+    import os
+
+    site = tmp_path / "site"
+    dist = site / "mykernels-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mykernels\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text("[bundlegen.engines]\nmy-math = mykernels:MyMath\n", encoding="utf-8")
+    case, page, command = _report_of_a_failing_case(tmp_path, monkeypatch, "my-math")
+    printed = f"bundlegen repro {case.id} --engine my-math --device cpu"
+    assert printed in page
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path)])}
+    done = _run_as_printed(printed, command, tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"case {case.id}" in done.stdout and "verdict: pass" in done.stdout

@@ -131,12 +131,57 @@ def test_missing_files_give_an_empty_config(tmp_path):
     ("[[tolerance_overrides]]\nrtol = nan\natol = 1\n", "tolerance_overrides[0].rtol: expected a finite"),
     ("[[tolerance_overrides]]\nrtol = 1\natol = inf\n", "tolerance_overrides[0].atol: expected a finite"),
     ("[[test_skips]\n", "engine.toml"),
+    # a loosened or misspelt row is refused, not applied or ignored
+    ("[[tolerance_overrides]]\nrtol = 1e6\natol = 1e-5\n", "tolerance_overrides[0].rtol: 1000000.0 is more than 1"),
+    ("[[tolerance_overrides]]\nrtol = 0.03\natol = 5.0\n", "tolerance_overrides[0].atol: 5.0 is more than 1"),
+    ("[[tolerance_overrides]]\nrtol = 0\natol = 1e-5\n", "tolerance_overrides[0].rtol: expected a finite number > 0"),
+    ("[[tolerance_overrides]]\nrtl = 0.5\nrtol = 0.03\natol = 1e-5\n", "tolerance_overrides[0].rtl: unknown key"),
+    ("[[tolerance_override]]\nrtol = 0.03\natol = 1e-5\n", "tolerance_override: unknown key"),
+    ("[meta]\nnmae = 'demo'\n", "meta.nmae: unknown key"),
+    ("[meta]\nname = '../x'\n", "meta.name: expected an engine name"),
+    ("meta = 3\n", "meta: expected a table"),
 ])
 def test_malformed_toml_names_file_and_row(tmp_path, text, where):
     (tmp_path / "engine.toml").write_text(text)
     with pytest.raises(EngineConfigError, match=r"engine\.toml") as info:
         load_engine_config(tmp_path)
     assert where in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["engine.toml", "claims.json"])
+@pytest.mark.parametrize("kind", ["folder", "fifo", "dangling link"])
+def test_an_engine_file_that_is_not_a_regular_file_is_refused_not_passed_by(tmp_path, name, kind):
+    """Before, a folder, FIFO or dangling link named engine.toml was taken for an absent
+    file: the engine's skips and overrides silently dropped."""
+    import os
+    import threading
+
+    path = tmp_path / name
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "nowhere")
+    outcome = {}
+
+    def load():
+        try:
+            load_engine_config(tmp_path)
+            outcome["error"] = None
+        except EngineConfigError as exc:
+            outcome["error"] = str(exc)
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "loading the engine config blocked"
+    assert outcome["error"] is not None and outcome["error"].startswith(f"{path}: "), outcome
+
+
+def test_claims_with_a_duplicate_key_are_refused(tmp_path):
+    (tmp_path / "claims.json").write_text('{"claims": {"cpu": ["a"]}, "claims": {"cpu": ["a", "b"]}}')
+    with pytest.raises(EngineConfigError, match="claims.json: duplicate key 'claims'"):
+        load_engine_config(tmp_path)
 
 
 # ----------------------------------------------------------------------------- skip rows

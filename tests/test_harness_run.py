@@ -96,7 +96,8 @@ def test_engine_probe_declined_with_another_code_is_rejected_with_a_note(tmp_pat
     summary = run(tmp_path, engine=S.DeclinesEverything)
     (record,) = by_id(summary).values()
     assert record["verdict"] == V.REJECTED and R.HEAD_DIM_NOT_SERVED in record["detail"]
-    assert summary.exit_code == 0
+    assert summary.failing == 0   # not a failure; a run of probes alone tested nothing (exit 5)
+    assert summary.exit_code == V.EXIT_NOTHING_TESTED
 
 
 def test_a_failing_claimed_case_is_claim_broken_and_keeps_the_check(tmp_path):

@@ -145,14 +145,15 @@ def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
 #: floor or of a floor below it, never above. Speed and process machinery (workers/) sits
 #: above the one-case path, which must run, and judge, without it.
 HARNESS_FLOORS = (
-    ("front end", ("command", "lanes_command", "repro_command", "serve_command", "pytest_plugin")),
+    ("front end", ("command", "lanes_command", "repro_command", "serve_command", "pytest_plugin",
+                   "schema_files")),
     ("level", ("level", "lanes", "repro", "repro_dump", "progress")),
     ("executor", ("executor",)),
     ("workers", ("workers",)),
     ("case", ("case",)),
     ("judging", ("materialize", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
-                 "results", "bundles", "selection", "distributions", "library_versions", "selfcheck",
-                 "__init__")),
+                 "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
+                 "job_summary", "__init__")),
 )
 HARNESS = ROOT / "harness"
 

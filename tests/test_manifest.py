@@ -63,6 +63,26 @@ def test_the_checked_in_manifest_reads_back_to_its_text():
     (lambda r: r.update(min_claim_margin=True), "min_claim_margin", "expected a number"),
     (lambda r: r.update(version=1), "version", "unsupported version 1"),
     (lambda r: r.update(plan="other"), "plan", "is 'other' but the file is named"),
+    # a misspelt key is refused, not ignored
+    (lambda r: r.update(left_bnd=1), "left_bnd", "unknown key"),
+    (lambda r: r["levels"][0].update(per_case_byts=1), "levels[0].per_case_byts", "unknown key"),
+    (lambda r: r["cost_model"]["cpu"].update(bytes_per_sec=1e9), "cost_model.cpu.bytes_per_sec", "unknown key"),
+    (lambda r: r["cost_model"].update(tpu=r["cost_model"]["cpu"]), "cost_model.tpu", "unknown key"),
+    (lambda r: r["tolerances"].update(rtol=1e9), "tolerances.rtol", "unknown key"),
+    (lambda r: r["gates"][0].update(planned=1), "gates[0].planned", "unknown key"),
+    # limits and rates that would skip every case
+    (lambda r: r["levels"][0].update(per_case_bytes=0), "levels[0].per_case_bytes", "whole number > 0"),
+    (lambda r: r["levels"][0].update(per_case_bytes=-1), "levels[0].per_case_bytes", "whole number > 0"),
+    (lambda r: r["levels"][0].update(per_case_seconds=0), "levels[0].per_case_seconds", "number > 0"),
+    (lambda r: r["levels"][0].update(per_case_cpu_seconds=0), "levels[0].per_case_cpu_seconds", "number > 0"),
+    (lambda r: r.update(cpu_case_limit_s=0), "cpu_case_limit_s", "number > 0"),
+    (lambda r: r.update(cpu_case_limit_s=10 ** 400), "cpu_case_limit_s", "finite"),
+    (lambda r: r["cost_model"]["cpu"].update(bytes_per_s=0), "cost_model.cpu.bytes_per_s", "below the floor"),
+    (lambda r: r["cost_model"]["cpu"].update(engine_flops_per_s=1e-9), "cost_model.cpu.engine_flops_per_s",
+     "below the floor"),
+    (lambda r: r["cost_model"]["h200"].update(oracle_flops_per_s=0.5), "cost_model.h200.oracle_flops_per_s",
+     "below the floor"),
+    (lambda r: r["cost_model"].pop("cpu"), "cost_model.cpu", "missing"),
 ])
 def test_malformed_manifest_names_file_and_field(tmp_path, raw, change, field, message):
     change(raw)
@@ -71,6 +91,24 @@ def test_malformed_manifest_names_file_and_field(tmp_path, raw, change, field, m
         load_manifest(tmp_path)
     assert info.value.field == field and info.value.file == str(path)
     assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # the standard decoder keeps the last of two equal keys: a looser second value would hide
+    (lambda t: t.replace('"cpu_case_limit_s": 30.0', '"cpu_case_limit_s": 30.0, "cpu_case_limit_s": 1e-9'),
+     "duplicate key 'cpu_case_limit_s'"),
+    (lambda t: t.replace('"cpu_case_limit_s": 30.0', '"cpu_case_limit_s": NaN'), "NaN is not a JSON number"),
+    (lambda t: t.replace('"gates": [', '"gates": ' + "[" * 100_000 + "]" * 100_000 + ', "x": ['),
+     "nested too deep"),
+])
+def test_a_manifest_text_the_standard_decoder_would_take_loosely_is_refused(tmp_path, raw, edit, message):
+    write(tmp_path, raw)
+    text = json.dumps(raw)
+    assert '"cpu_case_limit_s": 30.0' in text and '"gates": [' in text
+    (tmp_path / NAME).write_text(edit(text), encoding="utf-8")
+    with pytest.raises(BundleError, match=message) as info:
+        load_manifest(tmp_path)
+    assert info.value.file == str(tmp_path / NAME) and "\n" not in str(info.value)
 
 
 def test_unreadable_manifest_names_the_file(tmp_path):
@@ -165,12 +203,21 @@ def test_the_harness_numbers_come_from_the_toml(tmp_path, raw):
 
 
 @pytest.mark.parametrize("old, new, field, message", [
-    ("rtol = 0.03125", 'rtol = "x"', "classes.bf16-r256.rtol", "expected a number"),
-    ("atol = 1e-05", "atol = -1.0", "classes.bf16-r256.atol", "expected a number"),
-    ('dtype = "bf16"', "dtype = 16", "classes.bf16-r256.dtype", "expected a string"),
+    ("rtol = 0.03125", 'rtol = "x"', "classes.bf16-r256.rtol", "expected a finite number"),
+    ("atol = 1e-05", "atol = -1.0", "classes.bf16-r256.atol", "expected a finite number"),
+    ('dtype = "bf16"', "dtype = 16", "classes.bf16-r256.dtype", "expected one of"),
     ("max_reduction = 256", "max_reduction = 0", "classes.bf16-r256.max_reduction", "whole number"),
     ('plan = "sdpa_bwd"', 'plan = "other"', "plan", "expected 'sdpa_bwd'"),
     ("[classes.bf16-r256]", "[classes.bf16-r256", "-", "bad TOML"),
+    # numbers that would pass a wrong gradient, or nothing
+    ("rtol = 0.03125", "rtol = 1e9", "classes.bf16-r256.rtol", "more than 1"),
+    ("rtol = 0.03125", "rtol = nan", "classes.bf16-r256.rtol", "expected a finite number"),
+    ("rtol = 0.03125", "rtol = inf", "classes.bf16-r256.rtol", "expected a finite number"),
+    ("rtol = 0.03125", "rtol = 0.0", "classes.bf16-r256.rtol", "expected a finite number > 0"),
+    ("atol = 1e-05", "atol = nan", "classes.bf16-r256.atol", "expected a finite number"),
+    ("atol = 1e-05", "atol = 2.0", "classes.bf16-r256.atol", "more than 1"),
+    ('dtype = "bf16"', 'dtype = "bf8"', "classes.bf16-r256.dtype", "expected one of"),
+    ('plan = "sdpa_bwd"', 'plan = "sdpa_bwd"\nrtol = 1e9', "rtol", "unknown key"),
 ])
 def test_a_malformed_toml_names_its_file_and_field(tmp_path, raw, old, new, field, message):
     text = (builtin_bundle_root() / TOML).read_text(encoding="utf-8")

@@ -158,6 +158,27 @@ def test_check_fails_when_claims_come_from_an_incomplete_run(tmp_path, capsys, m
     assert "| quick -k 'AX-*' |" in text
 
 
+def test_a_whole_run_of_bundles_that_grew_since_still_backs_its_claims(tmp_path, capsys, monkeypatch):
+    """Cases added to the plan after a run: the run's own run.json says it ran the whole
+    level and counted the records it holds, so its claims stay backed; a run.json that
+    counted more cases than the file holds (a record lost) is still incomplete."""
+    workspace(tmp_path, monkeypatch)
+    results, _ = quick_run(tmp_path / "runs" / "flash.results.jsonl.gz", drop=1)
+    held = sum(1 for _ in gzip.open(results, "rt", encoding="utf-8"))
+    run_json = tmp_path / "runs" / "flash.run.json"
+
+    def ran(cases):
+        run_json.write_text(json.dumps({"level": "quick", "complete": True, "selection": "all",
+                                        "cases": cases, "versions": {"torch": "2.11.0"}}))
+        _harvest([results])
+        matrix_command.main(_args())
+        return _check(capsys)
+
+    assert ran(held)[0] == 0
+    rc, out = ran(held + 1)
+    assert rc == 1 and "claims quick cases but no cited results file is a complete run of quick" in out
+
+
 def test_the_checked_in_claims_fail_without_their_evidence(tmp_path, capsys, monkeypatch):
     """This repository's torch-math claims, in a workspace of their own: backed while the
     results files they cite are there, not once one of them is removed."""

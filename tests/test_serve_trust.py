@@ -63,19 +63,21 @@ class FakeServer:
                 client, _ = self.sock.accept()
             except (TimeoutError, OSError):
                 continue
-            conn = Connection(client.detach())
-            try:
-                conn.recv_bytes()
-                self.hellos += 1
-                if self.reply is None:
-                    wire.send(conn, "granted", grant(self.path))
-                else:
-                    conn.send_bytes(self.reply)
-                conn.recv_bytes()   # held until the run closes it
-            except (EOFError, OSError):
-                pass
-            finally:
-                conn.close()
+            threading.Thread(target=self._answer, args=(Connection(client.detach()),), daemon=True).start()
+
+    def _answer(self, conn: Connection) -> None:
+        try:
+            conn.recv_bytes()
+            self.hellos += 1
+            if self.reply is None:
+                wire.send(conn, "granted", grant(self.path))
+            else:
+                conn.send_bytes(self.reply)
+            conn.recv_bytes()   # held until the run closes it
+        except (EOFError, OSError):
+            pass
+        finally:
+            conn.close()
 
     def close(self) -> None:
         self.stop.set()

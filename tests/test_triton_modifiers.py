@@ -218,6 +218,40 @@ def test_two_chunks_with_every_modifier(split):
     check(prepare(graph, seed=11), engine)
 
 
+#: one small case per modifier for the two-chunk head dims: (modifiers, mask); "alibi" is a
+#: batch-broadcast bias filled with ALiBi slopes (tests/triton_reference.alibi)
+TWO_CHUNK_MODIFIERS = {
+    "bias-dbias": (dict(bias="full", dbias=True), dict(left=9, right=2)),
+    "alibi": (dict(bias="batch", dbias=True), dict(right=0, alignment="BOTTOM_RIGHT")),
+    "sinks-dsinks": (dict(sinks=True, dsinks=True), dict(right=0)),
+    "softcap": (dict(softcap=2.0), dict()),
+}
+
+
+@pytest.mark.parametrize("mod", list(TWO_CHUNK_MODIFIERS))
+@pytest.mark.parametrize("d", [160, 192])
+def test_two_chunk_head_dims_with_each_modifier(d, mod):
+    """Head dims 160 and 192 held as two column chunks (128 + 32, 128 + 64; kernels.py, "Two
+    chunks"), not padded to 256, with each score modifier alone: the chunk branch of the
+    dK/dV and dQ kernels serves every modifier the one-chunk kernels serve."""
+    from bundlegen.engines.triton import launch
+    cfg = dataclasses.replace(TEST_TILES, two_chunks=True)
+    engine = type("TwoChunks", (TritonEngine,), {"config": lambda self, g: cfg})("cpu")
+    mods, mask = TWO_CHUNK_MODIFIERS[mod]
+    S_q, S_kv, H = 20, 27, 2
+    graph = with_modifiers(dense_graph(B=2, H_q=H, S_q=S_q, S_kv=S_kv, D_qk=d, D_v=d,
+                                       scale=0.1, **mask), **mods)
+    assert launch.head_tiles(graph, cfg)["BLOCK_DQK2"] == d - 128
+    assert engine.is_applicable(graph) is None
+    inputs = None
+    if mod == "alibi":
+        gen = torch.Generator().manual_seed(d)
+        inputs = {p: torch.randn(graph.tensors[p].dims, generator=gen, dtype=torch.float64)
+                  for p in ("q", "k", "v", "do")}
+        inputs["bias"] = alibi(H, S_q, S_kv, shift=S_kv - S_q)
+    check(prepare(graph, seed=d, inputs=inputs), engine)
+
+
 def _dkdv_dp_first(graph, arch: str) -> set:
     """DP_FIRST of every dK/dV launch the engine makes for `graph` with `arch`'s table
     config, recorded on meta tensors (nothing runs)."""

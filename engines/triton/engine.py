@@ -20,11 +20,14 @@ from typing import Mapping
 import torch
 
 from bundlegen import reasons as R
+from bundlegen.extras import require
 from bundlegen.validate import launch_reason
 from bundlegen.graph import Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
+
+require("triton")   # the engine's kernels need it: without the extra, one line says which to install
 
 
 def interpret_enabled() -> bool:

@@ -43,7 +43,7 @@ from bundlegen.graph import (OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_
 from bundlegen.validate import GUARD_ELEMS, frontend_reason
 from bundlegen.engines.triton import configs
 
-SOURCES = ("kernels.py", "launch.py", "configs.py")
+SOURCES = ("kernels.py", "tile_ops.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 

@@ -22,13 +22,13 @@ ANSWER_TIMEOUT_S = 10.0
 def connect(path: Path) -> tuple[Connection | None, str]:
     """A connection to the server at `path` once the socket and the process answering on it
     pass every check of workers.serve_trust; else None and why ('' when none answers)."""
-    why = None and untrusted_socket(path)
+    why = untrusted_socket(path)
     if why:
         return None, why
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
-        why = None and untrusted_peer(sock)
+        why = untrusted_peer(sock)
     except OSError:
         sock.close()
         return None, ""
