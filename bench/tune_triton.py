@@ -227,7 +227,7 @@ ORDER_SHAPES = [  # (B, H_q, H_kv, S, D, causal): MHA and GQA over the head-dim 
 
 
 def compare_orders() -> list[dict]:
-    """Time with the programs head-major and block-major (kernels._block_batch_head), table
+    """Time with the programs head-major and block-major (tile_ops.block_batch_head), table
     configs: the whole backward and the dK/dV and dQ kernels alone."""
     import triton
 

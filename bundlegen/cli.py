@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 SUBCOMMANDS = {
@@ -71,12 +72,10 @@ def version() -> str:
 def configure_logging(verbose: int) -> None:
     """stdlib logging on stderr: warnings by default, -v info (and every decline reason in
     a run's summary), -vv debug."""
-    import logging
-
     logger = logging.getLogger("bundlegen")   # ours only: the root logger is the host's (pytest's too)
     logger.setLevel(logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG)
     if not any(getattr(h, "name", None) == LOG_HANDLER for h in logger.handlers):
-        handler = logging.StreamHandler()   # sys.stderr as it is when a record is written
+        handler = StderrHandler()
         handler.name = LOG_HANDLER
         handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
         logger.addHandler(handler)
@@ -84,6 +83,19 @@ def configure_logging(verbose: int) -> None:
 
 #: the name of the handler configure_logging adds (once) to the `bundlegen` logger
 LOG_HANDLER = "bundlegen-cli"
+
+
+class StderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a record is written: a handler made once keeps
+    following a redirected or captured stderr."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,11 @@ under an id (and claims) that belong to other content.
 A case id is the first 12 hex digits of the sha256 of the case's identity: its purpose,
 graph, input distribution and expected rejection. Items, group, tolerance class, cost and
 level are left out, so recalibrating tolerances or the cost model, or tracing a case to
-one more item, never renames a case (claims are keyed by case id). The data seed is a
-function of the id; a case given any other seed (hand-written bundles, tests) has the
-seed in its identity too.
+one more item, never renames a case (claims are keyed by case id). The tolerance class
+still decides a verdict, so the bundle loader checks it on its own: it applies the plan's
+class rule (bundlegen.tolerance_rule) to the case's graph with the manifest's classes, and
+refuses a case naming another class. The data seed is a function of the id; a case given
+any other seed (hand-written bundles, tests) has the seed in its identity too.
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from bundlegen import safe_read
+
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
 
@@ -101,7 +103,7 @@ def read_run_times(path: Path | str) -> RunTimes | None:
     path = Path(path)
     path = path / RUN_NAME if path.is_dir() else path
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(safe_read.read_text(path))    # a FIFO there must not block a resume
         names = {f for f in RunTimes.__dataclass_fields__}
         return RunTimes(**{k: v for k, v in data.items() if k in names})
     except (OSError, ValueError, TypeError):

@@ -18,6 +18,7 @@ configuration from the installed package, and writes nothing there.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import tomllib
@@ -37,6 +38,9 @@ DEFAULTS: dict[str, Any] = {"plans": ["bundlegen.plans.sdpa_bwd"], "bundles": "b
 ENGINE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 #: what a plan entry may be: an importable dotted module name
 MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+LOG = logging.getLogger(__name__)
 
 
 class WorkspaceError(ValueError):
@@ -102,12 +106,14 @@ def find_workspace(start: Path | str | None = None) -> Workspace | None:
     for folder in (here.resolve(), *here.resolve().parents):
         config = folder / CONFIG_NAME
         if os.path.lexists(config):     # a folder, FIFO or dangling link there is refused, not passed by
+            LOG.debug("workspace: %s", config)
             return _workspace(folder, config, _read_toml(config))
         pyproject = folder / PYPROJECT_NAME
         if pyproject.is_file():
             tool = _read_toml(pyproject).get("tool", {})
             table = tool.get("bundlegen") if isinstance(tool, dict) else None
             if table is not None:
+                LOG.debug("workspace: %s [tool.bundlegen]", pyproject)
                 return _workspace(folder, pyproject, table, prefix="tool.bundlegen.")
     return None
 

@@ -2,9 +2,15 @@
 
 A case becomes a claim (engine, arch, case id) when
 - its purpose is `claim` or `regression` (valid graphs; probes never become claims),
-- it appears in at least `min_runs` of the given results files, and
+- it appears in at least `min_runs` of the given results files,
 - in every file where it appears its verdict is `pass` with margin >= `min_margin`
-  (the plan's, from the bundle manifest's `min_claim_margin`).
+  (the plan's, from the bundle manifest's `min_claim_margin`), and
+- those files ran it in at least `min_orders` different case orders (a verdict that holds
+  only in one order may depend on the case run before it). A run's order is the `order`
+  its run.json records (`bundlegen run --shuffle`); a run that records none (not shuffled,
+  or no run.json) ran in the plan's natural order, so unshuffled runs count as one order.
+Cases whose verdict differs between the given runs are reported as order-dependent, each
+with the case run just before it in the two runs that disagree (order_dependent).
 Claims only grow: existing claims are kept unless `prune`, which drops the claims of each
 (engine, arch) the given runs cover that those runs do not support.
 
@@ -29,9 +35,14 @@ from bundlegen.harness.verdicts import CLAIM_BROKEN, DECLINED, PASS, SKIPPED
 
 CLAIMABLE_PURPOSES = frozenset({"claim", "regression"})
 DEFAULT_MIN_RUNS = 2
+# Two orders: a verdict seen in one order only may hang on its neighbour. Evidence harvested
+# before runs recorded their order holds 1 (store.LEGACY_MIN_ORDERS), and is checked so.
+DEFAULT_MIN_ORDERS = 2
+NATURAL_ORDER: tuple[str, ...] = ()       # the order of a run that records none
 REQUIRED_KEYS = ("case_id", "engine", "arch", "verdict")
 # why an accepted case is not claimed: "<kind>: <detail>" (the matrix groups by kind)
 WHY_SKIPPED, WHY_FAILED, WHY_FEW_RUNS, WHY_MARGIN = "skipped", "failed", "too few runs", "margin"
+WHY_FEW_ORDERS = "too few orders"
 
 
 def why_kind(why: str) -> str:
@@ -42,6 +53,7 @@ def why_kind(why: str) -> str:
 class HarvestRules:
     min_margin: float               # the manifest's min_claim_margin unless given
     min_runs: int = DEFAULT_MIN_RUNS
+    min_orders: int = DEFAULT_MIN_ORDERS   # distinct case orders among the runs it passed in
 
 
 @dataclass(frozen=True)
@@ -109,8 +121,20 @@ def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], 
     return list(out.values()), unusable
 
 
-def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules) -> dict[tuple[str, str], Evidence]:
+def order_classes(orders: Sequence[Sequence[str] | None], count: int) -> list[int]:
+    """For each of `count` runs, a number naming its order: equal numbers, the same order.
+    `orders` (aligned with the runs; missing or empty entries: NATURAL_ORDER)."""
+    seen: dict[tuple[str, ...], int] = {}
+    padded = [*orders, *([None] * (count - len(orders)))][:count]
+    return [seen.setdefault(tuple(order or NATURAL_ORDER), len(seen)) for order in padded]
+
+
+def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules,
+           orders: Sequence[Sequence[str] | None] = ()) -> dict[tuple[str, str], Evidence]:
+    """What the runs say per (engine, arch); `orders`: each run's recorded case order
+    (aligned with `runs`; absent or empty: NATURAL_ORDER)."""
     obs, _ = observations(runs)
+    order_of = order_classes(orders, len(runs))
     by_case: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
     for o in obs:
         by_case[(o.engine, o.arch, o.case_id)].append(o)
@@ -120,7 +144,7 @@ def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules) -> dict[tuple
         seen.sort(key=lambda o: o.run)
         if not all(o.purpose in CLAIMABLE_PURPOSES for o in seen):
             continue
-        why = unqualified_reason(seen, rules)
+        why = unqualified_reason(seen, rules, order_of)
         if why is None:
             qualified[key].add(case_id)
         latest = next((o for o in reversed(seen) if o.verdict != SKIPPED), None)
@@ -140,9 +164,11 @@ def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules) -> dict[tuple
             for key in sorted(runs)}
 
 
-def unqualified_reason(seen: Sequence[Observation], rules: HarvestRules) -> str | None:
+def unqualified_reason(seen: Sequence[Observation], rules: HarvestRules,
+                       order_of: Sequence[int] | None = None) -> str | None:
     """None when the case qualifies: passed with enough margin in every run it appears in,
-    and in enough runs; else why not ("<kind>: <detail>", the latest problem)."""
+    in enough runs and enough orders; else why not ("<kind>: <detail>", the latest problem).
+    `order_of`: run index -> order class (order_classes); None: every run in one order."""
     for o in reversed(seen):
         if o.verdict == SKIPPED:
             return f"{WHY_SKIPPED}: {o.detail or 'no ticket given'}"
@@ -156,11 +182,14 @@ def unqualified_reason(seen: Sequence[Observation], rules: HarvestRules) -> str 
     runs = len({o.run for o in seen})
     if runs < rules.min_runs:
         return f"{WHY_FEW_RUNS}: passed in {runs} of the {rules.min_runs} runs needed"
+    orders = len({order_of[o.run] if order_of is not None else 0 for o in seen})
+    if orders < rules.min_orders:
+        return f"{WHY_FEW_ORDERS}: passed in {orders} of the {rules.min_orders} case orders needed"
     return None
 
 
-def qualifies(seen: Sequence[Observation], rules: HarvestRules) -> bool:
-    return unqualified_reason(seen, rules) is None
+def qualifies(seen: Sequence[Observation], rules: HarvestRules, order_of: Sequence[int] | None = None) -> bool:
+    return unqualified_reason(seen, rules, order_of) is None
 
 
 def merge(existing: ClaimSet, evidence: Iterable[Evidence], prune: bool, rules: HarvestRules | None = None,
@@ -189,6 +218,7 @@ def merge(existing: ClaimSet, evidence: Iterable[Evidence], prune: bool, rules: 
             new = {s.path: s for i, s in enumerate(sources) if s is not None and i in ev.runs}
             old = {} if prune or ev.arch not in cited else {s.path: s for s in cited[ev.arch].results}
             cited[ev.arch] = ArchEvidence(min_runs=rules.min_runs, min_margin=rules.min_margin,
+                                          min_orders=rules.min_orders,
                                           results=tuple(sorted({**old, **new}.values(), key=lambda s: s.path)))
     return ClaimSet(engine=existing.engine, claims=claims,
                     declines={arch: by_id for arch, by_id in declines.items() if by_id},
@@ -198,12 +228,14 @@ def merge(existing: ClaimSet, evidence: Iterable[Evidence], prune: bool, rules: 
 
 def harvest(runs: Sequence[Iterable[Mapping]], existing: Mapping[str, ClaimSet],
             rules: HarvestRules, prune: bool = False,
-            sources: Sequence[RunSource | None] = ()) -> tuple[dict[str, ClaimSet], list[ArchChange]]:
+            sources: Sequence[RunSource | None] = (),
+            orders: Sequence[Sequence[str] | None] = ()) -> tuple[dict[str, ClaimSet], list[ArchChange]]:
     """New claim sets for every engine the runs mention, and what changed per arch;
-    `sources` (aligned with `runs`) become the claims' recorded evidence."""
+    `sources` (aligned with `runs`) become the claims' recorded evidence; `orders` (aligned
+    with `runs`) are their recorded case orders (gather)."""
     runs = [list(r) for r in runs]
     by_engine: dict[str, list[Evidence]] = defaultdict(list)
-    for ev in gather(runs, rules).values():
+    for ev in gather(runs, rules, orders).values():
         by_engine[ev.engine].append(ev)
     updated, changes = {}, []
     for engine, evidence in sorted(by_engine.items()):
@@ -216,6 +248,79 @@ def harvest(runs: Sequence[Iterable[Mapping]], existing: Mapping[str, ClaimSet],
                                       total=len(new), declines=len(after.declined(ev.arch)),
                                       unclaimed=len(after.not_claimed(ev.arch))))
     return updated, changes
+
+
+# ----------------------------------------------------------------------------- order-dependent verdicts
+@dataclass(frozen=True)
+class RunVerdict:
+    """One case's verdict in one run, and the case that run ran just before it (None: first)."""
+    run: int
+    verdict: str
+    neighbour: str | None
+
+
+@dataclass(frozen=True)
+class OrderDependence:
+    """A case whose verdict differs between two runs: the first run's verdict and the first
+    later run that gave another, each with its neighbour."""
+    engine: str
+    arch: str
+    case_id: str
+    first: RunVerdict
+    other: RunVerdict
+
+    def line(self) -> str:
+        def said(v: RunVerdict) -> str:
+            after = f"after {v.neighbour}" if v.neighbour else "run first"
+            return f"{v.verdict} in run {v.run + 1} ({after})"
+        return (f"order-dependent: {self.engine} {self.arch} {self.case_id}: "
+                f"{said(self.first)}, {said(self.other)}")
+
+
+def run_sequence(records: Iterable[Mapping], order: Sequence[str] | None) -> dict[tuple[str, str], list[str]]:
+    """(engine, arch) -> case ids in the order one run ran them: its recorded `order` when
+    it has one, else the order of its records in the results file (each case at its last
+    record, as harvest reads it), which is the run's order for a single worker."""
+    by_key: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
+    for r in records:
+        if all(isinstance(r.get(k), str) and r.get(k) for k in REQUIRED_KEYS):
+            ids = by_key[(r["engine"], r["arch"])]
+            ids.pop(r["case_id"], None)
+            ids[r["case_id"]] = None
+    if order:
+        return {key: [c for c in order if c in ids] for key, ids in by_key.items()}
+    return {key: list(ids) for key, ids in by_key.items()}
+
+
+def order_dependent(runs: Sequence[Iterable[Mapping]],
+                    orders: Sequence[Sequence[str] | None] = ()) -> list[OrderDependence]:
+    """Every case (any purpose) whose verdict differs between the runs it was judged in
+    (skipped is no verdict), with the neighbour that preceded it in each disagreeing run."""
+    runs = [list(r) for r in runs]
+    obs, _ = observations(runs)
+    by_case: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
+    for o in obs:
+        if o.verdict != SKIPPED:
+            by_case[(o.engine, o.arch, o.case_id)].append(o)
+    padded = [*orders, *([None] * (len(runs) - len(orders)))]
+    sequences: dict[int, dict[tuple[str, str], list[str]]] = {}
+
+    def neighbour(o: Observation) -> str | None:
+        if o.run not in sequences:
+            sequences[o.run] = run_sequence(runs[o.run], padded[o.run])
+        ids = sequences[o.run].get((o.engine, o.arch), [])
+        at = ids.index(o.case_id) if o.case_id in ids else 0
+        return ids[at - 1] if at > 0 else None
+
+    found = []
+    for (engine, arch, case_id), seen in sorted(by_case.items()):
+        seen.sort(key=lambda o: o.run)
+        other = next((o for o in seen if o.verdict != seen[0].verdict), None)
+        if other is not None:
+            found.append(OrderDependence(engine, arch, case_id,
+                                         RunVerdict(seen[0].run, seen[0].verdict, neighbour(seen[0])),
+                                         RunVerdict(other.run, other.verdict, neighbour(other))))
+    return found
 
 
 # ----------------------------------------------------------------------------- unclaimed support
@@ -265,6 +370,23 @@ def run_json_of(results: Path | str) -> Path:
     for suffix in (".gz", ".jsonl", ".results"):
         name = name.removesuffix(suffix)
     return path.with_name(f"{name}.{RUN_NAME}")
+
+
+def run_order(results: Path | str) -> tuple[str, ...]:
+    """The case order the run.json beside a results file records (`bundlegen run --shuffle`);
+    NATURAL_ORDER when it records none or cannot be read."""
+    import json
+
+    from bundlegen import safe_read
+
+    try:
+        run = json.loads(safe_read.read_text(run_json_of(results)))
+    except (OSError, ValueError):
+        return NATURAL_ORDER
+    order = run.get("order") if isinstance(run, dict) else None
+    if isinstance(order, list) and all(isinstance(c, str) for c in order):
+        return tuple(order)
+    return NATURAL_ORDER
 
 
 def run_source(results: Path | str, root: Path | str | None = None) -> RunSource:

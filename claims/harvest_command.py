@@ -1,5 +1,6 @@
-"""`bundlegen harvest RESULTS... [--min-runs N] [--prune]`: passing results -> claims.json
-in each engine's config folder of the current workspace."""
+"""`bundlegen harvest RESULTS... [--min-runs N] [--min-orders N] [--prune]`: passing results
+-> claims.json in each engine's config folder of the current workspace; cases whose verdict
+differs between the runs are listed as order-dependent, one line each."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,8 @@ from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
-from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run, run_json_of, run_source
+from bundlegen.claims.harvest import (DEFAULT_MIN_ORDERS, DEFAULT_MIN_RUNS, HarvestRules, harvest, order_dependent,
+                                      read_run, run_json_of, run_order, run_source)
 from bundlegen.claims.provenance import digest_mismatch
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
@@ -20,6 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "first; claims.json cites each (path, sha256, its run.json's level and versions)")
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
                         help=f"runs a case must pass in to be claimed (default {DEFAULT_MIN_RUNS})")
+    parser.add_argument("--min-orders", type=int, default=None,
+                        help="different case orders a case must pass in (default "
+                             f"{DEFAULT_MIN_ORDERS}, or --min-runs when that is less: shuffle the runs, "
+                             "`bundlegen run --shuffle`); a run whose run.json records no order ran in "
+                             "the natural order. 1 harvests runs made before run.json recorded the order")
     parser.add_argument("--min-margin", type=float, default=None,
                         help="least margin in every run (default: the bundle manifest's min_claim_margin)")
     parser.add_argument("--plan", default=None, metavar="NAME",
@@ -37,8 +44,9 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         print(f"harvest: no results file at {', '.join(map(str, missing))}")
         return 2
-    if args.min_runs < 1:
-        print("harvest: --min-runs must be at least 1")
+    min_orders = min(DEFAULT_MIN_ORDERS, args.min_runs) if args.min_orders is None else args.min_orders
+    if args.min_runs < 1 or min_orders < 1:
+        print("harvest: --min-runs and --min-orders must be at least 1")
         return 2
     try:
         workspace = None if args.claims_root is not None else require_workspace("harvest")
@@ -53,8 +61,9 @@ def main(args: argparse.Namespace) -> int:
         for line in mismatches:
             print(f"harvest: {line}")
         return 2
-    rules = HarvestRules(min_runs=args.min_runs, min_margin=min_margin)
+    rules = HarvestRules(min_runs=args.min_runs, min_margin=min_margin, min_orders=min_orders)
     runs = [read_run(p) for p in args.results]
+    orders = [run_order(p) for p in args.results]
     engines = sorted({r.get("engine") for run in runs for r in run if isinstance(r.get("engine"), str)})
     storable = [e for e in engines if ":" not in e]
     for engine in sorted(set(engines) - set(storable)):
@@ -67,13 +76,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     root = workspace.root if workspace is not None else Path.cwd()
     sources = [run_source(p, root) for p in args.results]
-    updated, changes = harvest(runs, existing, rules, prune=args.prune, sources=sources)
-    print(f"harvest: {len(runs)} run(s), min runs {rules.min_runs}, min margin {rules.min_margin:g}"
-          f"{', pruning' if args.prune else ''}")
+    updated, changes = harvest(runs, existing, rules, prune=args.prune, sources=sources, orders=orders)
+    print(f"harvest: {len(runs)} run(s) in {len(set(orders))} case order(s), min runs {rules.min_runs}, "
+          f"min orders {rules.min_orders}, min margin {rules.min_margin:g}{', pruning' if args.prune else ''}")
     for c in changes:
         if c.engine in storable:
             print(f"  {c.engine:16s} {c.arch:8s} claims {c.total:5d} (+{c.added} -{c.dropped}), "
                   f"declines {c.declines}, accepted but unclaimed {c.unclaimed}")
+    for dependence in order_dependent(runs, orders):
+        print(f"  {dependence.line()}")
     if args.dry_run:
         return 0
     for engine in storable:

@@ -4,8 +4,9 @@ its claims.json cites, and comes from a complete run of its level.
 For each engine and arch holding claims:
 - the arch's `evidence` names results files; each must exist (paths relative to the
   workspace root) with the sha256 recorded at harvest;
-- harvesting those files again with the recorded rule (min runs, min margin) must
-  qualify every claimed case (bundlegen.claims.harvest.gather: the one claim rule);
+- harvesting those files again with the recorded rule (min runs, min margin, min orders;
+  each file's case order read from its run.json) must qualify every claimed case
+  (bundlegen.claims.harvest.gather: the one claim rule);
 - every claimed case must be in the bundles;
 - for every level holding a claimed case, one cited file must cover the level: hold a
   record for every case of it and of each lower level, or (a `-k`/`--shard` run) say in
@@ -24,8 +25,8 @@ from typing import Iterable
 from bundlegen.claims.cases import BundleCases
 import json
 
-from bundlegen.claims.harvest import HarvestRules, gather, read_run, run_json_of, sha256_of
-from bundlegen.claims.store import ClaimSet, RunSource
+from bundlegen.claims.harvest import HarvestRules, gather, read_run, run_json_of, run_order, sha256_of
+from bundlegen.claims.store import LEGACY_MIN_ORDERS, ClaimSet, RunSource
 
 SHOWN_IDS = 5
 
@@ -88,7 +89,7 @@ def verify(claim_set: ClaimSet, cases: BundleCases, root: Path | str) -> list[Pr
         if evidence is None or not evidence.results:
             say(f"{len(claimed)} claims cite no results file (harvest them again)")
             continue
-        runs, held = [], []
+        runs, orders, held = [], [], []
         for source in evidence.results:
             path = source_path(source, root)
             if not path.is_file():
@@ -99,13 +100,16 @@ def verify(claim_set: ClaimSet, cases: BundleCases, root: Path | str) -> list[Pr
                 continue
             records = [r for r in read_run(path) if r.get("engine") == engine and r.get("arch") == arch]
             runs.append(records)
+            orders.append(run_order(path))
             held.append((source, frozenset(str(r.get("case_id")) for r in records), cases_counted(path)))
-        rules = HarvestRules(min_runs=evidence.min_runs, min_margin=evidence.min_margin)
-        found = gather(runs, rules).get((engine, arch))
+        rules = HarvestRules(min_runs=evidence.min_runs, min_margin=evidence.min_margin,
+                             min_orders=evidence.min_orders)
+        found = gather(runs, rules, orders).get((engine, arch))
         unbacked = claimed - (found.qualified if found is not None else frozenset())
         if unbacked:
+            rule = f", min orders {rules.min_orders}" if rules.min_orders != LEGACY_MIN_ORDERS else ""
             say(f"{len(unbacked)} claims not backed by the cited results "
-                f"(min runs {rules.min_runs}, min margin {rules.min_margin:g}): {_ids(unbacked)}")
+                f"(min runs {rules.min_runs}, min margin {rules.min_margin:g}{rule}): {_ids(unbacked)}")
         unknown = {c for c in claimed if cases.level_of(c) is None}
         if unknown:
             say(f"{len(unknown)} claims name cases not in the bundles: {_ids(unknown)}")

@@ -6,7 +6,7 @@ Canonical JSON (bundlegen.graph.canonical_json):
      "claims":    {"sm90": ["<case id>", ...]},            # ids sorted
      "declines":  {"sm90": {"<case id>": "<reason>"}},     # what the matrix shows as declined
      "unclaimed": {"sm90": {"<case id>": "<why>"}},        # accepted, not claimed: skipped, failed, ...
-     "evidence":  {"sm90": {"min_runs": 1, "min_margin": 1.5,
+     "evidence":  {"sm90": {"min_runs": 1, "min_margin": 1.5, "min_orders": 2,
                             "results": [{"path": "...", "sha256": "...", "level": "full",
                                          "complete": true, "selection": "all",
                                          "versions": {"torch": "...", "triton": "...",
@@ -14,7 +14,9 @@ Canonical JSON (bundlegen.graph.canonical_json):
 An arch key present in `claims` or `declines` means the engine was run there (an empty
 list is "run, nothing claimed"); an arch in neither is "not run". `evidence` names the
 results files each arch's claims were harvested from and the rule they were harvested
-with: `bundlegen matrix --check` re-derives the claims from them.
+with: `bundlegen matrix --check` re-derives the claims from them. `min_orders` (the case
+orders a claim must have passed in) is absent from evidence harvested before runs recorded
+their order, which was harvested and is checked with 1 (LEGACY_MIN_ORDERS).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ CLAIMS_VERSION = 1
 CLAIMS_NAME = "claims.json"
 VERSION_KEYS = ("torch", "triton", "cudnn", "driver")    # run.json "versions"
 UNKNOWN = "unknown"
+LEGACY_MIN_ORDERS = 1     # evidence without "min_orders": harvested when one order was the rule
 
 
 class ClaimsError(ValueError):
@@ -59,9 +62,13 @@ class ArchEvidence:
     min_runs: int
     min_margin: float
     results: tuple[RunSource, ...] = ()
+    min_orders: int = LEGACY_MIN_ORDERS
 
     def to_json(self) -> dict:
-        return {"min_runs": self.min_runs, "min_margin": self.min_margin,
+        # written only when it is not the legacy rule, so evidence harvested under that rule
+        # reads back (and rewrites) as it was harvested
+        orders = {} if self.min_orders == LEGACY_MIN_ORDERS else {"min_orders": self.min_orders}
+        return {"min_runs": self.min_runs, "min_margin": self.min_margin, **orders,
                 "results": [r.to_json() for r in sorted(self.results, key=lambda r: r.path)]}
 
 
@@ -162,6 +169,7 @@ def _read_evidence(path: Path, raw) -> dict[str, ArchEvidence]:
                                          selection=str(r.get("selection", "")),
                                          versions={k: str(versions.get(k) or UNKNOWN) for k in VERSION_KEYS}))
             out[arch] = ArchEvidence(min_runs=int(ev["min_runs"]), min_margin=float(ev["min_margin"]),
+                                     min_orders=int(ev.get("min_orders", LEGACY_MIN_ORDERS)),
                                      results=tuple(sources))
     except (KeyError, TypeError, ValueError) as exc:
         raise ClaimsError(f"{where}: {arch}: malformed ({exc})") from exc

@@ -31,6 +31,7 @@ bundlegen/schemas/lanes.schema.json is the JSON Schema of the file (lanes_schema
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from bundlegen import safe_read
 from bundlegen.engines.registry import EngineNotFound, registered_name
 from bundlegen.graph import BundleError
 from bundlegen.workspace import find_workspace
@@ -67,6 +69,9 @@ PACKAGE_FILES = ("pyproject.toml", "setup.py")
 #: where Triton keeps compiled kernels, which the workflow caches between runs
 TRITON_CACHE = "~/.triton/cache"
 PIP_CACHE = "~/.cache/pip"
+
+
+LOG = logging.getLogger(__name__)
 
 
 class LanesError(ValueError):
@@ -132,7 +137,7 @@ def lanes_path(explicit: Path | str | None = None) -> Path:
 def load_lanes(path: Path | str) -> LanesFile:
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml.safe_load(safe_read.read_text(path))
     except OSError as exc:
         raise LanesError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -330,7 +335,11 @@ def default_install(lanes: LanesFile) -> tuple[str, ...]:
 
 
 def install_lines(lanes: LanesFile) -> tuple[str, ...]:
-    return lanes.install if lanes.install is not None else default_install(lanes)
+    if lanes.install is not None:
+        return lanes.install
+    lines = default_install(lanes)
+    LOG.info("%s names no install lines; the workflow installs with: %s", lanes.path, "; ".join(lines))
+    return lines
 
 
 def triton_cache_key() -> str:

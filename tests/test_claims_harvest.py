@@ -10,7 +10,7 @@ from bundlegen.claims import harvest_command
 from bundlegen.claims.harvest import HarvestRules, harvest
 from bundlegen.claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
 
-RULES = HarvestRules(min_runs=2, min_margin=1.5)
+RULES = HarvestRules(min_runs=2, min_margin=1.5, min_orders=1)   # runs here record no order
 
 
 def rec(case, verdict="pass", margin=10.0, purpose="claim", engine="triton", arch="sm90", reason=None):
@@ -25,7 +25,7 @@ def claims_of(runs, existing=None, prune=False, rules=RULES, engine="triton", ar
 
 def test_needs_min_runs():
     assert claims_of([[rec("a")]]) == set()
-    assert claims_of([[rec("a")]], rules=HarvestRules(min_runs=1, min_margin=1.5)) == {"a"}
+    assert claims_of([[rec("a")]], rules=HarvestRules(min_runs=1, min_margin=1.5, min_orders=1)) == {"a"}
     assert claims_of([[rec("a")], [rec("a")]]) == {"a"}
     # a case absent from one run still qualifies on the runs it appears in
     assert claims_of([[rec("a")], [rec("b")], [rec("a")]]) == {"a"}
@@ -151,8 +151,8 @@ def _write_run(path, records):
 
 
 def _args(results, root, **kw):
-    base = dict(results=results, min_runs=2, min_margin=None, plan=None, prune=False, claims_root=root,
-                dry_run=False)
+    base = dict(results=results, min_runs=2, min_orders=1, min_margin=None, plan=None, prune=False,
+                claims_root=root, dry_run=False)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -298,3 +298,158 @@ def test_command_refuses_results_run_against_other_bundles(tmp_path, capsys):
     # nothing was written: the claims are still the first harvest's
     held = read_claim_set(root / "torch_flash" / "claims.json", "torch-flash")
     assert held.claimed("sm90") == {"a"} and len(held.evidence["sm90"].results) == 2
+
+
+# ----------------------------------------------------------------------------- case orders
+ORDERED = HarvestRules(min_runs=2, min_margin=1.5)        # the default rule: two orders
+
+
+def test_two_orders_are_the_default_rule(tmp_path, capsys):
+    """Two orders unless --min-runs asks for one run only (then one order: a single run has one)."""
+    assert ORDERED.min_orders == 2
+    parser = argparse.ArgumentParser()
+    harvest_command.add_arguments(parser)
+    run = _write_run(tmp_path / "r.jsonl", [rec("a", engine="torch-flash")])
+    root = tmp_path / "engines"
+    for argv, min_orders, claimed in ((["--min-runs", "1"], 1, ["a"]), ([], 2, [])):
+        args = parser.parse_args([run, run, *argv, "--claims-root", str(root), "--prune"])
+        assert harvest_command.main(args) == 0
+        assert f"min orders {min_orders}," in capsys.readouterr().out
+        assert json.loads((root / "torch_flash" / "claims.json").read_text())["claims"] == {"sm90": claimed}
+
+
+def test_claim_needs_passes_in_two_different_orders():
+    runs = [[rec("a"), rec("b")], [rec("b"), rec("a")]]
+    a_first, b_first = ("a", "b"), ("b", "a")
+    assert claims_of(runs) == {"a", "b"}                                 # orders not asked for
+    updated, _ = harvest(runs, {}, ORDERED)                              # no order recorded: natural, once
+    assert updated["triton"].claimed("sm90") == set()
+    assert updated["triton"].not_claimed("sm90")["a"] == "too few orders: passed in 1 of the 2 case orders needed"
+    updated, _ = harvest(runs, {}, ORDERED, orders=[a_first, a_first])   # the same order twice counts once
+    assert updated["triton"].claimed("sm90") == set()
+    updated, _ = harvest(runs, {}, ORDERED, orders=[a_first, b_first])
+    assert updated["triton"].claimed("sm90") == {"a", "b"}
+    updated, _ = harvest(runs, {}, ORDERED, orders=[None, b_first])      # natural and a shuffled one
+    assert updated["triton"].claimed("sm90") == {"a", "b"}
+    # three runs, two of them in one order: still two orders
+    updated, _ = harvest(runs + [[rec("a"), rec("b")]], {}, HarvestRules(min_runs=3, min_margin=1.5),
+                         orders=[a_first, b_first, a_first])
+    assert updated["triton"].claimed("sm90") == {"a", "b"}
+
+
+def test_command_reads_each_runs_order_and_records_the_rule(tmp_path, capsys):
+    runs = []
+    for i, order in enumerate((["a", "b"], ["b", "a"])):
+        run_dir = tmp_path / f"run{i}"
+        run_dir.mkdir()
+        _write_run(run_dir / "results.jsonl", [rec(c, engine="torch-flash") for c in order])
+        (run_dir / "run.json").write_text(json.dumps({"level": "quick", "shuffle_seed": i, "order": order}))
+        runs.append(str(run_dir))
+    root = tmp_path / "engines"
+    assert harvest_command.main(_args(runs[:1] * 2, root, min_orders=2)) == 0    # one order, twice
+    assert json.loads((root / "torch_flash" / "claims.json").read_text())["claims"] == {"sm90": []}
+    assert harvest_command.main(_args(runs, root, min_orders=2)) == 0
+    raw = json.loads((root / "torch_flash" / "claims.json").read_text())
+    assert raw["claims"] == {"sm90": ["a", "b"]} and raw["evidence"]["sm90"]["min_orders"] == 2
+    assert read_claim_set(root / "torch_flash" / "claims.json", "torch-flash").evidence["sm90"].min_orders == 2
+    assert "2 run(s) in 2 case order(s)" in capsys.readouterr().out
+
+
+def test_evidence_without_min_orders_reads_as_one_order(tmp_path):
+    """Evidence harvested before runs recorded their order has no min_orders: it was harvested
+    with one order, is checked with one, and rewrites unchanged."""
+    from bundlegen.claims.store import LEGACY_MIN_ORDERS, ArchEvidence, RunSource
+
+    assert LEGACY_MIN_ORDERS == 1
+    path = tmp_path / "claims.json"
+    old = ClaimSet("triton", claims={"sm90": frozenset({"a"})},
+                   evidence={"sm90": ArchEvidence(min_runs=2, min_margin=1.5, results=(RunSource("r", "0" * 64),))})
+    write_claim_set(path, old)
+    assert "min_orders" not in path.read_text()
+    back = read_claim_set(path, "triton")
+    assert back.evidence["sm90"].min_orders == 1 and back == old
+
+
+def test_order_dependent_verdicts_named_with_their_neighbours():
+    from bundlegen.claims.harvest import order_dependent
+
+    runs = [[rec("x"), rec("a"), rec("c")],
+            [rec("c"), rec("y"), rec("a", verdict="fail:numeric", margin=0.2), rec("x")],
+            [rec("s", verdict="skipped", margin=None), rec("c")]]
+    # run 1 records no order (its records' order), run 2 its shuffled order, run 3 none
+    found = order_dependent(runs, [None, ("c", "y", "a", "x")])
+    assert [d.case_id for d in found] == ["a"]
+    (a,) = found
+    assert (a.first.run, a.first.verdict, a.first.neighbour) == (0, "pass", "x")
+    assert (a.other.run, a.other.verdict, a.other.neighbour) == (1, "fail:numeric", "y")
+    assert a.line() == "order-dependent: triton sm90 a: pass in run 1 (after x), fail:numeric in run 2 (after y)"
+    # the recorded order decides the neighbour, not where the record sits in the file
+    (moved,) = order_dependent(runs, [("a", "x", "c"), ("c", "y", "a", "x")])
+    assert moved.first.neighbour is None and "pass in run 1 (run first)" in moved.line()
+
+
+def test_command_reports_order_dependent_cases_one_line_each(tmp_path, capsys):
+    runs = [_write_run(tmp_path / "r0.jsonl", [rec("n1", engine="torch-flash"), rec("a", engine="torch-flash"),
+                                               rec("b", engine="torch-flash")]),
+            _write_run(tmp_path / "r1.jsonl", [rec("n2", engine="torch-flash"),
+                                               rec("b", verdict="crashed", margin=None, engine="torch-flash"),
+                                               rec("a", verdict="fail:nan", margin=0.0, engine="torch-flash")])]
+    root = tmp_path / "engines"
+    for dry_run in (True, False):
+        assert harvest_command.main(_args(runs, root, dry_run=dry_run)) == 0
+        lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if "order-dependent" in ln]
+        assert lines == ["order-dependent: torch-flash sm90 a: pass in run 1 (after n1), fail:nan in run 2 (after b)",
+                         "order-dependent: torch-flash sm90 b: pass in run 1 (after a), crashed in run 2 (after n2)"]
+
+
+def test_matrix_check_reapplies_each_archs_order_rule(tmp_path):
+    """integrity.verify reads each cited run's order from its run.json and applies the
+    arch's recorded min_orders: one order backs legacy (min_orders 1) evidence only."""
+    from bundlegen.claims.cases import BundleCases
+    from bundlegen.claims.harvest import run_source
+    from bundlegen.claims.integrity import verify
+    from bundlegen.claims.store import ArchEvidence
+
+    cases = BundleCases(items={"AX-X": frozenset({"a", "b"})},
+                        case_items={"a": frozenset({"AX-X"}), "b": frozenset({"AX-X"})},
+                        levels=(("quick", frozenset({"a", "b"})),))
+    paths = []
+    for i, order in enumerate((["a", "b"], ["b", "a"])):
+        path = tmp_path / f"r{i}.results.jsonl"
+        _write_run(path, [rec(c) for c in order])
+        (tmp_path / f"r{i}.run.json").write_text(json.dumps({"level": "quick", "complete": True, "order": order}))
+        paths.append(path)
+    sources = tuple(run_source(p, tmp_path) for p in paths)
+
+    def problems(min_orders, cited):
+        claim_set = ClaimSet("triton", claims={"sm90": frozenset({"a", "b"})},
+                             evidence={"sm90": ArchEvidence(min_runs=2, min_margin=1.5, min_orders=min_orders,
+                                                            results=cited)})
+        return [str(p) for p in verify(claim_set, cases, tmp_path)]
+
+    assert problems(2, sources) == []
+    assert problems(1, sources) == []
+    (tmp_path / "r1.run.json").write_text(json.dumps({"level": "quick", "complete": True, "order": ["a", "b"]}))
+    assert problems(1, sources) == []                     # legacy rule: one order is enough
+    (unbacked,) = problems(2, sources)
+    assert "2 claims not backed" in unbacked and "min orders 2" in unbacked
+
+
+def test_no_checked_in_claim_is_a_case_its_rows_skip():
+    """A run skips what an engine's [[test_skips]] rows select, so no run can back a claim
+    on such a case: with the versions each arch's evidence was run with, none is claimed."""
+    from bundlegen.harness.config import load_engine_config
+    from tests.record_skipped_cases import ENGINES, every_case, skipped
+
+    cases, manifest = every_case()
+    checked = 0
+    for path in sorted(ENGINES.glob("*/claims.json")):
+        held = read_claim_set(path, path.parent.name)
+        config = load_engine_config(path.parent, manifest)
+        for arch, evidence in held.evidence.items():
+            claimed = [c for c in cases if c.id in held.claimed(arch)]
+            for versions in {tuple(sorted(s.versions.items())) for s in evidence.results}:
+                found = skipped(config, claimed, arch, dict(versions))
+                assert not found, f"{path.parent.name} {arch}: claims skipped cases {sorted(found)}"
+                checked += len(claimed)
+    assert checked, "no claim was checked"

@@ -86,7 +86,8 @@ def test_design_has_the_cited_numbering():
 
 
 def test_every_design_citation_resolves():
-    texts = tracked_texts()
+    # this file's own lines are the scanners' test data, bad citations on purpose
+    texts = {rel: text for rel, text in tracked_texts().items() if rel != THIS}
     sections = design_sections(DESIGN.read_text(encoding="utf-8"))
     cited = [m for t in texts.values() for m in CITATION.finditer(t)]
     assert cited, "no DESIGN citation found: the scan is not looking where the code is"

@@ -170,7 +170,7 @@ def test_version_and_help_import_no_subcommand_nor_torch():
         assert proc.returncode == 0, proc.stderr
 
 
-def test_verbose_switch_turns_on_info_logging():
+def test_verbose_switch_turns_on_info_logging(capsys):
     import logging
 
     from bundlegen.cli import configure_logging
@@ -179,6 +179,8 @@ def test_verbose_switch_turns_on_info_logging():
     try:
         configure_logging(1)
         assert logger.getEffectiveLevel() == logging.INFO
+        logging.getLogger("bundlegen.harness.lanes").info("said once")
+        assert capsys.readouterr().err == "bundlegen.harness.lanes: INFO: said once\n"   # stderr as captured now
         configure_logging(2)
         assert logger.getEffectiveLevel() == logging.DEBUG and len(logger.handlers) == 1
         configure_logging(0)
@@ -186,3 +188,16 @@ def test_verbose_switch_turns_on_info_logging():
     finally:
         logger.handlers.clear()
         logger.setLevel(logging.NOTSET)
+
+
+def test_verbose_lists_every_decline_reason(tmp_path, capsys, monkeypatch):
+    from bundlegen.harness import progress
+
+    monkeypatch.setattr(progress, "TOP_REASONS", 0)
+    root = tmp_path / "bundles"
+    S.write_bundle(root, "quick", "a", [S.case_of(1), S.case_of(2)])
+    assert cli(root, S.DeclinesEverything) == 5
+    out = capsys.readouterr().out
+    assert "not run: ... 1 more reasons (2 cases); --verbose lists all" in out and "head-dim-not-served" not in out
+    assert cli(root, S.DeclinesEverything, "-v") == 5
+    assert "not run: 2 declined: head-dim-not-served" in capsys.readouterr().out

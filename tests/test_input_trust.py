@@ -249,3 +249,21 @@ def test_a_workspace_file_with_a_bad_key_names_file_and_key(tmp_path, text, word
     with pytest.raises(WorkspaceError, match="bundlegen.toml") as info:
         find_workspace(tmp_path)
     assert words in str(info.value)
+
+
+# ----------------------------------------------------------------------------- other readers
+def test_a_run_json_that_is_a_fifo_reads_as_unreadable_without_blocking(tmp_path):
+    """--resume reads the out folder's run.json: a FIFO there hung the run."""
+    from bundlegen.results_file import RUN_NAME, read_run_times
+
+    os.mkfifo(tmp_path / RUN_NAME)
+    outcome = _in_thread(lambda: read_run_times(tmp_path), 10)
+    assert outcome == {"value": None}
+
+
+def test_a_lanes_file_that_is_a_fifo_is_refused_naming_it(tmp_path):
+    from bundlegen.harness.lanes import LanesError, load_lanes
+
+    os.mkfifo(tmp_path / "lanes.yaml")
+    outcome = _in_thread(lambda: load_lanes(tmp_path / "lanes.yaml"), 10)
+    assert isinstance(outcome.get("error"), LanesError) and "a FIFO" in str(outcome["error"]), outcome

@@ -165,3 +165,13 @@ def test_the_lanes_example_of_adopting_md_loads_and_passes_the_schema(tmp_path):
 
     schema = json.loads((schema_dir() / "lanes-yaml.schema.json").read_text(encoding="utf-8"))
     jsonschema.validate(yaml.safe_load(example), schema)
+
+
+def test_dash_v_logs_the_default_install_lines(tmp_path):
+    root = adopter(tmp_path, LANES)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    emit_cmd = [sys.executable, "-m", "bundlegen", "lanes", "--emit", "github-actions"]
+    quiet = subprocess.run(emit_cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    loud = subprocess.run([*emit_cmd, "-v"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == loud.returncode == 0 and quiet.stderr == ""
+    assert "INFO" in loud.stderr and "python -m pip install -e ." in loud.stderr

@@ -33,8 +33,8 @@ def _args(check=False):
 
 def _harvest(results, min_runs=1):
     return harvest_command.main(argparse.Namespace(results=[str(r) for r in results], min_runs=min_runs,
-                                                   min_margin=None, plan=None, prune=True, claims_root=None,
-                                                   dry_run=False))
+                                                   min_orders=1, min_margin=None, plan=None, prune=True,
+                                                   claims_root=None, dry_run=False))
 
 
 def quick_run(path, engine="torch-flash", drop=0, fail=()):

@@ -322,7 +322,7 @@ def test_two_chunk_tiles_only_where_narrower_than_one_padded_tile():
 @pytest.mark.parametrize("order", [False, True], ids=["head-major", "block-major"])
 @pytest.mark.parametrize("mask", [dict(right=0), dict(left=7)], ids=["causal", "left-only"])
 def test_program_orders(monkeypatch, order, mask):
-    """Both program orders (kernels._block_batch_head) give the right gradients on a
+    """Both program orders (tile_ops.block_batch_head) give the right gradients on a
     multi-block GQA case with a one-sided band, whatever the launcher picks by default."""
     from bundlegen.engines.triton import launch
     monkeypatch.setattr(launch, "block_major", lambda graph: order)

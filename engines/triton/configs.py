@@ -47,7 +47,7 @@ class BlockConfig:
     #: its dK/dV kernel also forms dQ, so other tiles fit it best
     atomic_dq: "BlockConfig | None" = None
     #: the streamed tiles (Q, dO in the dK/dV kernel; K, V in the dQ kernel) loaded through
-    #: TMA tensor descriptors where launch.descriptor_loads allows (kernels.py, "TMA")
+    #: TMA tensor descriptors where launch.descriptor_loads allows (tile_ops.py, "TMA")
     tma: bool = False
     #: the config of a launch that loads through pointers after all (descriptor_loads
     #: false: ragged, unaligned, ...), when it differs: without descriptors the offset and mask

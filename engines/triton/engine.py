@@ -27,8 +27,6 @@ from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
 
-require("triton")   # the engine's kernels need it: without the extra, one line says which to install
-
 
 def interpret_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
@@ -98,6 +96,9 @@ class TritonEngine(Engine):
         self._fitted: dict[tuple, configs.BlockConfig] = {}
         if self.device.type != "cuda":
             use_interpreter_unless_told_otherwise()
+        # the kernels need Triton: without the extra, one line says which to install. Here, not
+        # at import: the first import of Triton fixes its interpreter mode, selected just above
+        require("triton")
 
     def archs(self) -> tuple[str, ...]:
         return tuple(ROWS)

@@ -142,7 +142,7 @@ class _Recorder:
         cons = {n: a for n, a in zip(names, args) if a is None}
         declared = {p.name for p in fn.params if p.is_constexpr}
         # keyword arguments: constexprs, or None (a constexpr to Triton); a run-time value
-        # passed by keyword (kernels._CHOICE_INTS) is no part of the variant
+        # passed by keyword (runtime_ints.CHOICE_INTS) is no part of the variant
         cons.update({k: v for k, v in kwargs.items() if k in declared or (k in names and v is None)})
         missing = declared - set(cons)
         if missing:

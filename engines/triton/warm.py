@@ -10,7 +10,7 @@ twins are deduplicated, their launches recorded (not run), and each distinct ker
 depend on K/V head sharing, dBias or dSinks; preprocess on little): 564 twins launch 1423
 distinct kernel launches (quick..full on sm90). Launches that differ only in integers Triton
 does not specialise (a kernel's do_not_specialize: the kinds of sizes and strides, and the
-run-time choices kernels._CHOICE_INTS: the program order, a ragged batch's diagonal
+run-time choices runtime_ints.CHOICE_INTS: the program order, a ragged batch's diagonal
 alignment, a band's lone bound) are one kernel to Triton: they are compiled in one process,
 so that all but the first find it in Triton's in-process cache (902 such groups of the
 1423; 1217 while each band kind had kernels of its own, 1411 while the program order and
