@@ -89,6 +89,7 @@ class RunTimes:
     def __post_init__(self) -> None:   # read back from JSON, per_device is a list
         object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))
         object.__setattr__(self, "order", tuple(self.order))
+        object.__setattr__(self, "stale_skips", tuple(dict(s) for s in self.stale_skips))
 
     @property
     def outside_cases_s(self) -> float:

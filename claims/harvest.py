@@ -279,17 +279,18 @@ class OrderDependence:
 
 def run_sequence(records: Iterable[Mapping], order: Sequence[str] | None) -> dict[tuple[str, str], list[str]]:
     """(engine, arch) -> case ids in the order one run ran them: its recorded `order` when
-    it has one, else the order of its records in the results file (each case at its last
-    record, as harvest reads it), which is the run's order for a single worker."""
+    it holds every case of the file (a resumed run records only its last invocation's), else
+    the order of its records in the results file (each case at its last record, as harvest
+    reads it), which is the run's order for a single worker."""
     by_key: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
     for r in records:
         if all(isinstance(r.get(k), str) and r.get(k) for k in REQUIRED_KEYS):
             ids = by_key[(r["engine"], r["arch"])]
             ids.pop(r["case_id"], None)
             ids[r["case_id"]] = None
-    if order:
-        return {key: [c for c in order if c in ids] for key, ids in by_key.items()}
-    return {key: list(ids) for key, ids in by_key.items()}
+    ranked = {c: i for i, c in enumerate(order or ())}
+    return {key: sorted(ids, key=ranked.__getitem__) if ranked and all(c in ranked for c in ids) else list(ids)
+            for key, ids in by_key.items()}
 
 
 def order_dependent(runs: Sequence[Iterable[Mapping]],

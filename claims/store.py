@@ -16,7 +16,7 @@ list is "run, nothing claimed"); an arch in neither is "not run". `evidence` nam
 results files each arch's claims were harvested from and the rule they were harvested
 with: `bundlegen matrix --check` re-derives the claims from them. `min_orders` (the case
 orders a claim must have passed in) is absent from evidence harvested before runs recorded
-their order, which was harvested and is checked with 1 (LEGACY_MIN_ORDERS).
+their order: such evidence was harvested with 1 and is checked with 1 (LEGACY_MIN_ORDERS).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ CLAIMS_VERSION = 1
 CLAIMS_NAME = "claims.json"
 VERSION_KEYS = ("torch", "triton", "cudnn", "driver")    # run.json "versions"
 UNKNOWN = "unknown"
-LEGACY_MIN_ORDERS = 1     # evidence without "min_orders": harvested when one order was the rule
+LEGACY_MIN_ORDERS = 1     # evidence without "min_orders" asked for one case order
 
 
 class ClaimsError(ValueError):
@@ -171,6 +171,8 @@ def _read_evidence(path: Path, raw) -> dict[str, ArchEvidence]:
             out[arch] = ArchEvidence(min_runs=int(ev["min_runs"]), min_margin=float(ev["min_margin"]),
                                      min_orders=int(ev.get("min_orders", LEGACY_MIN_ORDERS)),
                                      results=tuple(sources))
+            if out[arch].min_orders < 1:     # 0 would let any run back a claim
+                raise ValueError(f"min_orders {out[arch].min_orders} is below 1")
     except (KeyError, TypeError, ValueError) as exc:
         raise ClaimsError(f"{where}: {arch}: malformed ({exc})") from exc
     return out

@@ -8,7 +8,7 @@ import pytest
 from bundlegen.graph import canonical_json
 from bundlegen.claims import harvest_command
 from bundlegen.claims.harvest import HarvestRules, harvest
-from bundlegen.claims.store import ClaimSet, claims_path, read_claim_set, write_claim_set
+from bundlegen.claims.store import ClaimsError, ClaimSet, claims_path, read_claim_set, write_claim_set
 
 RULES = HarvestRules(min_runs=2, min_margin=1.5, min_orders=1)   # runs here record no order
 
@@ -368,6 +368,11 @@ def test_evidence_without_min_orders_reads_as_one_order(tmp_path):
     assert "min_orders" not in path.read_text()
     back = read_claim_set(path, "triton")
     assert back.evidence["sm90"].min_orders == 1 and back == old
+    raw = json.loads(path.read_text())
+    raw["evidence"]["sm90"]["min_orders"] = 0
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ClaimsError, match=r"evidence: sm90: malformed \(min_orders 0 is below 1\)"):
+        read_claim_set(path, "triton")
 
 
 def test_order_dependent_verdicts_named_with_their_neighbours():
@@ -453,3 +458,14 @@ def test_no_checked_in_claim_is_a_case_its_rows_skip():
                 assert not found, f"{path.parent.name} {arch}: claims skipped cases {sorted(found)}"
                 checked += len(claimed)
     assert checked, "no claim was checked"
+
+
+def test_a_recorded_order_missing_cases_gives_way_to_the_files_order():
+    """A resumed run's run.json records only its last invocation's order: where it misses a
+    case of the file, the file's own record order places the neighbours."""
+    from bundlegen.claims.harvest import run_sequence
+
+    records = [rec("x"), rec("y"), rec("a")]
+    assert run_sequence(records, ("a", "y", "x")) == {("triton", "sm90"): ["a", "y", "x"]}
+    assert run_sequence(records, ("a", "y")) == {("triton", "sm90"): ["x", "y", "a"]}
+    assert run_sequence(records + [rec("x")], None) == {("triton", "sm90"): ["y", "a", "x"]}   # its last record
