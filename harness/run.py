@@ -257,11 +257,11 @@ def _run_engine(stage: str, engine, graph: Graph, tensors: Mapping[str, "torch.T
 
 
 def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> CaseOutcome:
-    from bundlegen.harness import checks, materialize as M  # lazy: keeps the plugin and the parent light
+    from bundlegen.harness import checks, drawn_dropout, materialize as M  # lazy: keeps the plugin and the parent light
 
     start = time.perf_counter()
     try:
-        m = _guarded("materialize", M.materialize, case, engine.device)
+        m = _guarded("materialize", drawn_dropout.materialized, case, engine)   # M.materialize, + drawn masks
     except _StepRaised as exc:
         if isinstance(exc.__cause__, M.MaterializeError):
             return CaseOutcome(V.ERROR_BUNDLE, detail=f"field graph: {exc.__cause__}")
@@ -279,6 +279,9 @@ def _execute(case: Case, engine, tol, runs: int, device_probe: bool = False) -> 
     def outcome(verdict: str, **fields) -> CaseOutcome:
         return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
 
+    drawn_mask_problem = drawn_dropout.problem_after_run(m, engine)   # engine-drawn dropout masks
+    if drawn_mask_problem is not None:
+        return outcome(V.FAIL_NUMERIC, detail=drawn_mask_problem)
     # every check of the first run computed on the device, then read back at once
     guard, modified = M.guard_flags(m), M.modified_flags(m)
     errors = checks.PendingErrors(checks.output_pairs(*M.judged_outputs(m)), tol)

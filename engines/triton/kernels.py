@@ -63,6 +63,9 @@ arguments, which Triton makes constexprs):
               atomics, no scratch); tiles outside the band are written as zeros
     sinks     only in the LSE the stats hold, so P, dQ, dK, dV are unchanged; bwd_dsinks:
               dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi, one program per head
+    HAS_DROPOUT  the dropout_mask port (keep 1, drop 0) read like the bias, times drop_scale
+              = 1 / (1 - p): dV += (P keep / (1 - p))^T dO and dS = P (dP keep / (1 - p) -
+              Delta), Delta from the dropped O the harness gives (no dBias kernel variant)
 """
 import triton
 import triton.language as tl
@@ -88,6 +91,8 @@ _CHOICE_INTS = ["block_major", "bottom_right", "lone_bound"]
 _RAGGED_INTS = ["T_q", "T_kv"]
 # HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
 _BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
+# HAS_DROPOUT launches only (None otherwise): the dropout mask's offset and strides
+_DROP_INTS = ["drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j"]
 # ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch, in its rows
 _DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
 
@@ -140,9 +145,13 @@ def _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT
 def _dot(a, b, acc, UPCAST: tl.constexpr):
     """acc + a @ b with fp32 accumulation. UPCAST (the CPU interpreter with bf16 only, whose
     tl.dot multiplies bf16 bit patterns as integers) widens the operands to fp32 first:
-    bf16 products are exact in fp32, so the math is the same as the GPU's."""
+    bf16 products are exact in fp32, so the math is the same as the GPU's. fp32 operands
+    (fp32 io: every operand is an io tile or cast to io) get true fp32 products: tl.dot's
+    default for fp32 is TF32 (10-bit mantissa inputs), past the fp32 tolerance classes."""
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc, input_precision="ieee")
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, acc=acc, input_precision="ieee")
     return tl.dot(a, b, acc=acc)
 
 
@@ -203,6 +212,19 @@ def _bias2(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.co
     else:
         x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
     return x.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def _keep_scaled(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
+                 TRANS: tl.constexpr):
+    """keep[b, h, i0 + ri, j0 + rj] * drop_scale, fp32, 0 where not ok: a tile of the dropout
+    mask, addressed as _bias2 addresses the bias (TRANS: the dK/dV kernel's transpose)."""
+    base = DROP + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
+    if TRANS:
+        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
+    else:
+        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
+    return x.to(tl.float32) * drop_scale
 
 
 @triton.jit
@@ -359,7 +381,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q,
 
 
 @triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _CHOICE_INTS + _RAGGED_INTS + _BIAS_INTS
-            + _DQA_INTS + [
+            + _DROP_INTS + _DQA_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
 def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
@@ -373,6 +395,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
              scale, shift, left, right, T_q, T_kv,
              BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
+             DROP, drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale,
              DQA, sqa_b, sqa_h, sqa_s, QD, DOD,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
              COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
@@ -380,7 +403,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr,
-             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr,
              BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
              EVEN: tl.constexpr, TMA: tl.constexpr, DP_FIRST: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
@@ -532,16 +555,23 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
                           EVEN, COMPUTE_DK and not TWO)
         else:
             pT = tl.exp2(s2T - lse2[None, :])
+        pdT = pT
+        if HAS_DROPOUT:   # keep / (1 - p), as P^T's transpose
+            kT = _keep_scaled(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0, sdrop_j,
+                              rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], drop_scale, True)
+            pdT = pT * kT
         if COMPUTE_DV:
-            dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
+            dv = _dot(pdT.to(io), do, dv, UPCAST)           # dV += P_drop^T dO
             if TWO:
-                dv2 = _dot(pT.to(io), do2, dv2, UPCAST)
+                dv2 = _dot(pdT.to(io), do2, dv2, UPCAST)
         if COMPUTE_DK:
             delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
             if not DP_FIRST:
                 dpT = _dot(v, tl.trans(do), None, UPCAST)   # dP^T = V dO^T
                 if TWO:
                     dpT = _dot(v2, tl.trans(do2), dpT, UPCAST)
+            if HAS_DROPOUT:                                 # dP^T = dP_drop^T keep / (1 - p)
+                dpT = dpT * kT
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
             if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
                 dsT = dsT * (1.0 - tT * tT)
@@ -583,7 +613,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
                      mask=_cols_ok(n_ok, rdv2, d_v, False))
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _CHOICE_INTS + _RAGGED_INTS + _BIAS_INTS + [
+@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _CHOICE_INTS + _RAGGED_INTS + _BIAS_INTS + _DROP_INTS + [
     "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
 def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            q_off, sq_b, sq_h, sq_s, sq_d,
@@ -594,13 +624,14 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
            dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
            H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
            scale, shift, left, right, T_q, T_kv,
-           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, KD, VD,
+           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
+             DROP, drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, KD, VD,
            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
            UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            RAGGED: tl.constexpr, bottom_right,
-           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr,
            BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr,
            TMA: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
@@ -702,6 +733,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         if TWO:
             dp = _dot(do2, tl.trans(v2), dp, UPCAST)
+        if HAS_DROPOUT:                                      # dP = dP_drop keep / (1 - p)
+            dp = dp * _keep_scaled(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0,
+                                   sdrop_j, rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv),
+                                   drop_scale, False)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)
