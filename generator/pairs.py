@@ -25,7 +25,7 @@ def scope_positions(legality: Legality, scope: str) -> tuple[int, ...]:
     if scope not in SCOPES:
         raise PlanError(f"unknown pair scope {scope!r} (known: {', '.join(SCOPES)})")
     if scope == "core":
-        return tuple(p for p, a in enumerate(legality.plan.axes) if a.core)
+        return tuple(p for p, a in enumerate(legality.space.axes) if a.core)
     return tuple(range(len(legality.axes)))
 
 
@@ -37,7 +37,7 @@ def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
     the suite gave before they were added; a second pass, told those rows are tested, adds
     the rows for the pairs the extension axes take part in."""
     scope = scope_positions(legality, suite.scope)
-    extension = [p for p in scope if legality.plan.axes[p].extension]
+    extension = [p for p in scope if legality.space.axes[p].extension]
     first = _proposed(legality, suite, [p for p in scope if p not in extension])
     if not extension:
         return first
@@ -50,7 +50,7 @@ def _proposed(legality: Legality, suite: PairSuite, positions: list[int],
     # already chosen in the row, so this order does the least work (and gives fewer rows)
     scope = tuple(sorted(positions, key=lambda p: (-len(legality.values[p]), p)))
     base: list[int | None] = [None] * len(legality.axes)
-    for p, axis in enumerate(legality.plan.axes):
+    for p, axis in enumerate(legality.space.axes):
         if p not in scope:
             base[p] = axis.values.index(axis.default)
     checks_at: list[list] = [[] for _ in scope]

@@ -12,7 +12,7 @@ from bundlegen.graph import dense_graph
 from bundlegen.engines.torch_math.engine import TorchMathEngine, attention_backward_heads
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.drawn_dropout import mask_problem
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from tests import harness_support as S
 from tests.graph_factory import make_case
 

@@ -1,26 +1,22 @@
 """Dropout through the dropout_mask port (issue 43, item 2): the frontend's rules, the
 drawn mask, the oracle against float64 autograd, and torch-math and the Triton interpreter
 against the oracle."""
-import os
+import dataclasses
+import math
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-import dataclasses  # noqa: E402
-import math  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import dense_graph, with_modifiers  # noqa: E402
-from bundlegen.harness import materialize as M  # noqa: E402
-from bundlegen.harness import oracle  # noqa: E402
-from bundlegen.harness.checks import judge_outputs  # noqa: E402
-from bundlegen.harness.config import Tolerance  # noqa: E402
-from bundlegen.harness.distributions import dropout_keep  # noqa: E402
-from bundlegen.plans import sdpa_bwd as P  # noqa: E402
-from bundlegen.validate import frontend_reason  # noqa: E402
-from tests.graph_factory import make_case  # noqa: E402
+from bundlegen import reasons as R
+from bundlegen.graph import dense_graph, with_modifiers
+from bundlegen.harness import materialize as M
+from bundlegen.harness import oracle
+from bundlegen.harness.checks import judge_outputs
+from bundlegen.harness.config import Tolerance
+from bundlegen.harness.distributions import dropout_keep
+from bundlegen.plans import sdpa_bwd as P
+from bundlegen.validate import frontend_reason
+from tests.graph_factory import make_case
 
 
 def dropped(p=0.5, mask="full", **kw):

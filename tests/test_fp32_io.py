@@ -1,24 +1,20 @@
 """fp32 io (issue 43, item 3): true fp32 products, the fp32 tolerance classes against the
 oracle, the engines that serve or decline fp32, and a TF32 defect caught by the classes."""
-import os
+from dataclasses import replace
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-from dataclasses import replace  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.engines.fp32_products import ieee_fp32  # noqa: E402
-from bundlegen.engines.torch_math.engine import TorchMathEngine  # noqa: E402
-from bundlegen.graph import dense_graph  # noqa: E402
-from bundlegen.harness import materialize as M  # noqa: E402
-from bundlegen.harness.checks import judge_outputs  # noqa: E402
-from bundlegen.harness.config import Tolerance  # noqa: E402
-from bundlegen.mutants.wrappers import Tf32Products, tf32_rounded  # noqa: E402
-from bundlegen.plans import sdpa_bwd as P  # noqa: E402
-from tests.graph_factory import make_case  # noqa: E402
+from bundlegen import reasons as R
+from bundlegen.engines.fp32_products import ieee_fp32
+from bundlegen.engines.torch_math.engine import TorchMathEngine
+from bundlegen.graph import dense_graph
+from bundlegen.harness import materialize as M
+from bundlegen.harness.checks import judge_outputs
+from bundlegen.harness.config import Tolerance
+from bundlegen.mutants.wrappers import Tf32Products, tf32_rounded
+from bundlegen.plans import sdpa_bwd as P
+from tests.graph_factory import make_case
 
 
 @pytest.mark.parametrize("before", [True, False])

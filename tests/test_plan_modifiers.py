@@ -65,9 +65,10 @@ def test_the_extension_axes_leave_earlier_cases_as_they_were(generated):
     axes = tuple(a for a in sdpa_bwd.AXES if a.name not in MODIFIER_AXES)
     axes += tuple(dataclasses.replace(a, values=(a.default,)) for a in sdpa_bwd.AXES if a.name in MODIFIER_AXES)
     rules = tuple(r for r in sdpa_bwd.RULES if not set(r.axes) & set(MODIFIER_AXES))
-    catalog = tuple(c for c in sdpa_bwd.PLAN.catalog if c not in sdpa_bwd.MODIFIER_CATALOG)
-    probes = tuple(p for p in sdpa_bwd.PLAN.probes if p not in sdpa_bwd.MODIFIER_PROBES)
-    before = build(dataclasses.replace(sdpa_bwd.PLAN, axes=axes, rules=rules, catalog=catalog, probes=probes))
+    catalog = tuple(c for c in sdpa_bwd.PLAN.padded.catalog if c not in sdpa_bwd.MODIFIER_CATALOG)
+    probes = tuple(p for p in sdpa_bwd.PLAN.padded.probes if p not in sdpa_bwd.MODIFIER_PROBES)
+    before = build(dataclasses.replace(sdpa_bwd.PLAN, padded=dataclasses.replace(
+        sdpa_bwd.PLAN.padded, axes=axes, rules=rules, catalog=catalog, probes=probes)))
     now = {c.id for c in generated.cases}
     missing = [c.id for c in before.cases if c.id not in now]
     assert not missing, f"{len(missing)} earlier cases changed id, e.g. {missing[:3]}"
