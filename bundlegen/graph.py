@@ -25,8 +25,10 @@ OUTPUT_PORTS = ("dq", "dk", "dv")
 PORTS = INPUT_PORTS + OUTPUT_PORTS
 #: score-modifier ports (docs/CONTRACTS.md, "Score modifiers"), present only in a graph
 #: that has them: bias [B|1-by-stride-0, H_q|.., S_q, S_kv] (io dtype), sinks [H_q] (fp32);
-#: dbias (the bias's dims, 1 on its broadcast axes) and dsinks [H_q] (fp32) need their input
-MODIFIER_INPUT_PORTS = ("bias", "sinks")
+#: dbias (the bias's dims, 1 on its broadcast axes) and dsinks [H_q] (fp32) need their input;
+#: dropout_mask [B|1-by-stride-0, H_q|.., S_q, S_kv] (io dtype, keep = 1, drop = 0) comes
+#: with dropout_probability p in (0, 1): kept entries of P are scaled by 1 / (1 - p)
+MODIFIER_INPUT_PORTS = ("bias", "sinks", "dropout_mask")
 MODIFIER_OUTPUT_PORTS = ("dbias", "dsinks")
 #: every port a bundle may name
 KNOWN_PORTS = INPUT_PORTS + MODIFIER_INPUT_PORTS + OUTPUT_PORTS + MODIFIER_OUTPUT_PORTS
@@ -594,10 +596,13 @@ BIAS_BROADCASTS = {"full": (), "batch": (0,), "head": (1,), "both": (0, 1)}
 
 def with_modifiers(graph: Graph, *, bias: str | None = None, dbias: bool = False,
                    sinks: bool = False, dsinks: bool = False,
-                   softcap: float | None = None) -> Graph:
+                   softcap: float | None = None, dropout: float | None = None,
+                   dropout_mask: str | None = "full") -> Graph:
     """`graph` (padded) with score-modifier ports added, each packed: a bias broadcast as
     BIAS_BROADCASTS[bias] (zero strides on its broadcast axes), its dbias summed over them
-    (dims 1 there), sinks / dsinks [H_q] fp32; `softcap` sets the attribute."""
+    (dims 1 there), sinks / dsinks [H_q] fp32; `softcap` sets the attribute; `dropout` sets
+    dropout_probability and, unless `dropout_mask` is None, adds the dropout_mask port
+    broadcast as BIAS_BROADCASTS[dropout_mask]."""
     B, H_q, S_q, S_kv = graph.B, graph.H_q, graph.S_q, graph.S_kv
     tensors = dict(graph.tensors)
     if bias is not None:
@@ -618,6 +623,14 @@ def with_modifiers(graph: Graph, *, bias: str | None = None, dbias: bool = False
         raise ValueError("dsinks needs sinks")
     attrs = graph.attributes if softcap is None else dataclasses.replace(graph.attributes,
                                                                          softcap=float(softcap))
+    if dropout is not None:
+        attrs = dataclasses.replace(attrs, dropout_probability=float(dropout))
+        if dropout_mask is not None:
+            axes = BIAS_BROADCASTS[dropout_mask]
+            stored = tuple(1 if a in axes else d for a, d in enumerate((B, H_q, S_q, S_kv)))
+            strides = tuple(0 if a in axes else s for a, s in enumerate(packed_strides(stored)))
+            tensors["dropout_mask"] = TensorSpec(dims=(B, H_q, S_q, S_kv), strides=strides,
+                                                 dtype=graph.dtype)
     return dataclasses.replace(graph, tensors=tensors, attributes=attrs)
 
 

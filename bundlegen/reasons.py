@@ -47,6 +47,11 @@ DSINKS_OVERLAP = "dsinks-overlap"                  # dsinks stride 0 with H_q > 
 SOFTCAP_NONPOSITIVE = "softcap-nonpositive"
 SOFTCAP_NONFINITE = "softcap-nonfinite"
 RAGGED_MODIFIER = "ragged-modifier"                # bias, sinks or softcap on a ragged graph
+# dropout (docs/CONTRACTS.md, "Dropout"); the mask's dtype rule reuses DTYPE_MISMATCH
+DROPOUT_PROBABILITY_RANGE = "dropout-probability-range"   # p < 0, p >= 1 or not finite
+DROPOUT_MASK_DIMS_MISMATCH = "dropout-mask-dims-mismatch"  # mask not [B, H_q, S_q, S_kv]
+DROPOUT_MASK_BROADCAST_AXIS = "dropout-mask-broadcast-axis"  # stride 0 on a long S_q or S_kv
+DROPOUT_MASK_WITHOUT_PROBABILITY = "dropout-mask-without-probability"  # a mask, p absent or 0
 
 FRONTEND = frozenset({
     MISSING_TENSOR, BAD_RANK, STRIDE_COUNT, NONPOSITIVE_DIM, NEGATIVE_STRIDE,
@@ -59,6 +64,8 @@ FRONTEND = frozenset({
     BIAS_DIMS_MISMATCH, BIAS_BROADCAST_AXIS, DBIAS_WITHOUT_BIAS, DBIAS_DIMS_MISMATCH,
     DBIAS_OVERLAP, SINKS_DIMS_MISMATCH, SINKS_DTYPE, DSINKS_WITHOUT_SINKS, DSINKS_OVERLAP,
     SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE, RAGGED_MODIFIER,
+    DROPOUT_PROBABILITY_RANGE, DROPOUT_MASK_DIMS_MISMATCH, DROPOUT_MASK_BROADCAST_AXIS,
+    DROPOUT_MASK_WITHOUT_PROBABILITY,
 })
 
 # --- device: bad offset values only device code sees (the seed-001 class) -------------
@@ -89,7 +96,10 @@ SCALE_NOT_SERVED = "scale-not-served"
 SEQ_LEN_NOT_SERVED = "seq-len-not-served"
 MISALIGNED_STRIDE = "misaligned-stride"
 BROADCAST_INPUT_NOT_SERVED = "broadcast-input-not-served"
-GATED_FEATURE = "gated-feature"                    # dropout: not built yet
+GATED_FEATURE = "gated-feature"                    # a feature the engine has not built
+#: dropout the engine cannot take: a mask port it cannot read, or no mask port (the engine
+#: would have to draw its own mask and report it) where it draws none
+DROPOUT_NOT_SERVED = "dropout-not-served"
 RAGGED_NOT_SERVED = "ragged-not-served"            # packed variable-length batches
 DETERMINISM_NOT_SERVED = "determinism-not-served"  # no deterministic backward to ask for
 ARCH_NOT_SERVED = "arch-not-served"
@@ -109,6 +119,7 @@ ENGINE = frozenset({
     SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
     ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED, DETERMINISM_NOT_SERVED,
     MODIFIER_NOT_SERVED, BIAS_LAYOUT_NOT_SERVED, MODIFIER_COMBINATION_NOT_SERVED,
+    DROPOUT_NOT_SERVED,
 })
 
 ALL = FRONTEND | ENGINE | DEVICE

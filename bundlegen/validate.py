@@ -120,7 +120,7 @@ def _spec_finding(port: str, spec: TensorSpec, rank: int) -> Finding | None:
 
 
 #: each modifier port's rank and the input an output needs
-_MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1}
+_MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1, "dropout_mask": 4}
 _NEEDS = {"dbias": ("bias", R.DBIAS_WITHOUT_BIAS), "dsinks": ("sinks", R.DSINKS_WITHOUT_SINKS)}
 
 
@@ -138,7 +138,7 @@ def _modifier_finding(graph: Graph) -> Finding | None:
         if finding is not None:
             return finding
     for port in present:
-        if port in ("bias", "dbias") and t[port].dtype != graph.dtype:
+        if port in ("bias", "dbias", "dropout_mask") and t[port].dtype != graph.dtype:
             return Finding(R.DTYPE_MISMATCH, _at(port, "dtype"))
         if port in ("sinks", "dsinks") and t[port].dtype != "fp32":
             return Finding(R.SINKS_DTYPE, _at(port, "dtype"))
@@ -153,6 +153,14 @@ def _modifier_finding(graph: Graph) -> Finding | None:
                 return Finding(R.DBIAS_DIMS_MISMATCH, _at("dbias", "dims"))
             if overlaps_itself(t["dbias"]):
                 return Finding(R.DBIAS_OVERLAP, _at("dbias", "strides"))
+    if "dropout_mask" in t:
+        mask = t["dropout_mask"]
+        if mask.dims != (graph.B, graph.H_q, graph.S_q, graph.S_kv):
+            return Finding(R.DROPOUT_MASK_DIMS_MISMATCH, _at("dropout_mask", "dims"))
+        if any(s == 0 and d > 1 for d, s in zip(mask.dims[2:], mask.strides[2:])):
+            return Finding(R.DROPOUT_MASK_BROADCAST_AXIS, _at("dropout_mask", "strides"))
+        if not graph.attributes.dropout_probability:
+            return Finding(R.DROPOUT_MASK_WITHOUT_PROBABILITY, "graph.attributes.dropout_probability")
     for port in ("sinks", "dsinks"):
         if port in t and t[port].dims != (graph.H_q,):
             return Finding(R.SINKS_DIMS_MISMATCH, _at(port, "dims"))
@@ -269,6 +277,9 @@ def _attributes_finding(graph: Graph) -> Finding | None:
         return Finding(R.SOFTCAP_NONFINITE, "graph.attributes.softcap")
     if a.softcap is not None and a.softcap <= 0:
         return Finding(R.SOFTCAP_NONPOSITIVE, "graph.attributes.softcap")
+    p = a.dropout_probability
+    if p is not None and not (math.isfinite(p) and 0 <= p < 1):
+        return Finding(R.DROPOUT_PROBABILITY_RANGE, "graph.attributes.dropout_probability")
     return None
 
 

@@ -52,6 +52,12 @@ class Engine(abc.ABC):
     #: cache, as Triton's): once a run's first worker has prepared, the run's other workers
     #: of that arch do not repeat it
     prepare_shared: bool = False
+    #: draws its own dropout mask (a counter-based generator) for a graph with
+    #: dropout_probability > 0 and no dropout_mask port, and tells it through
+    #: drawn_dropout_mask(graph) before and after run(); the harness judges the run against
+    #: the oracle with that mask (docs/CONTRACTS.md, "Dropout"). Optional: an engine that
+    #: draws none declines such graphs.
+    draws_dropout_mask: bool = False
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
@@ -69,6 +75,11 @@ class Engine(abc.ABC):
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         """Compute dq, dk, dv from q, k, v, o, do, stats and write them into
         tensors['dq'|'dk'|'dv'] (views with the declared dims and strides)."""
+
+    def drawn_dropout_mask(self, graph: Graph) -> torch.Tensor | None:
+        """The keep mask ([B, H_q, S_q, S_kv], 1 kept, 0 dropped) run() draws for `graph`
+        from the engine's seed and offset."""
+        return None
 
     def warm_up(self) -> None:
         """Called once per process before the first case, so that no case is billed for

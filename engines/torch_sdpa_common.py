@@ -39,6 +39,7 @@ from bundlegen.graph import Graph, packed_strides
 from bundlegen.mask import is_masked
 from bundlegen.validate import launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
+from bundlegen.engines.fp32_products import ieee_fp32
 
 #: The archs these engines are configured for (the support-matrix columns).
 TARGET_ARCHS = ("sm90", "sm120")
@@ -110,8 +111,13 @@ def capability_between(low: tuple[int, int], high: tuple[int, int], source: str)
 
 
 def no_dropout(graph: Graph, facts: DeviceFacts) -> str | None:
+    """PyTorch's ops take no mask (a dropout_mask port cannot reach them) and draw their own
+    from a Philox seed and offset, which this engine does not yet recover for the oracle
+    (torch.ops.aten._fill_mem_eff_dropout_mask_, the flash forward's debug mask)."""
     if graph.attributes.dropout_probability:
-        return f"{R.GATED_FEATURE}: dropout (no dropout-mask input yet)"
+        if "dropout_mask" in graph.tensors:
+            return f"{R.DROPOUT_NOT_SERVED}: the aten op takes no dropout mask (it draws its own)"
+        return f"{R.DROPOUT_NOT_SERVED}: the mask the op draws is not recovered for the oracle yet"
     return None
 
 
@@ -537,7 +543,7 @@ class TorchSdpaEngine(Engine):
         reason = self.is_applicable(graph)
         if reason is not None:  # a declined graph can fault the GPU (misaligned loads)
             raise ValueError(f"{self.name} cannot serve this graph: {reason}")
-        with deterministic_algorithms(graph.attributes.deterministic_algorithm):
+        with deterministic_algorithms(graph.attributes.deterministic_algorithm), ieee_fp32(graph.dtype == "fp32"):
             if graph.ragged is not None:
                 q_rows, kv_rows = ragged_inputs(graph, tensors)
                 dq, dk, dv = self.ragged_backward(graph, tensors, q_rows, kv_rows)

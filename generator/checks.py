@@ -18,7 +18,8 @@ from bundlegen.plans.records import LEVEL_NAMES, PADDED, RAGGED, Plan, Space, Sp
 ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions", "bias": "biases", "dbias": "switches",
-               "sinks": "switches", "softcap": "softcaps"}
+               "sinks": "switches", "softcap": "softcaps", "dropout": "dropouts",
+               "dropout_mask": "dropout_masks"}
 MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape", "drop")
 ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)

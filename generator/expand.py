@@ -118,7 +118,8 @@ def _with_modifiers(plan: Plan, spec: Spec, graph: Graph) -> Graph:
     graph = with_modifiers(graph, bias=None if kind is None else kind.broadcast,
                            dbias=plan.switches[spec.dbias] and kind is not None,
                            sinks=plan.switches[spec.sinks], dsinks=plan.switches[spec.sinks],
-                           softcap=plan.softcaps[spec.softcap])
+                           softcap=plan.softcaps[spec.softcap], dropout=plan.dropouts[spec.dropout],
+                           dropout_mask=plan.dropout_masks[spec.dropout_mask])
     if plan.switches[spec.dbias] and kind is None:   # a probe's dbias without a bias
         full = (graph.B, graph.H_q, graph.S_q, graph.S_kv)
         graph = dataclasses.replace(graph, tensors={**graph.tensors, "dbias": TensorSpec(

@@ -8,6 +8,6 @@
 - workers/: every process and speed module (worker processes, the zygote, served workers,
   MPS, the early CUDA context, the warm case path, bytecode, the speed switches);
 - case: `case.run_case`, one case from the engine's answer to its verdict;
-- judging: materialize, the oracles, the checks, diagnose, config, verdicts, results,
-  bundles, selection, the input distributions and a junit file's Markdown summary
-  (`job_summary`)."""
+- judging: materialize (with `drawn_dropout`, an engine's own dropout mask), the oracles,
+  the checks, diagnose, config, verdicts, results, bundles, selection, the input
+  distributions and a junit file's Markdown summary (`job_summary`)."""

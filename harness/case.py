@@ -255,11 +255,11 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     """A case the engine takes: materialize (with the oracle), `runs` runs of the engine,
     every check, and the verdict with its timings. `device_probe`: the case's offsets are
     bad on purpose, and the verdict says whether the engine contained them."""
-    from bundlegen.harness import checks, materialize as M   # torch: see the top of this module
+    from bundlegen.harness import checks, drawn_dropout, materialize as M   # torch: see the top of this module
 
     start = time.perf_counter()
     try:
-        m = guarded("materialize", M.materialize, case, engine.device)
+        m = guarded("materialize", drawn_dropout.materialized, case, engine)   # M.materialize, + drawn masks
     except StepRaised as exc:
         if isinstance(exc.__cause__, M.MaterializeError):
             return CaseOutcome(V.ERROR_BUNDLE, detail=f"field graph: {exc.__cause__}")
@@ -277,6 +277,9 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     def outcome(verdict: str, **fields) -> CaseOutcome:
         return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
 
+    drawn_mask_problem = drawn_dropout.problem_after_run(m, engine)   # engine-drawn dropout masks
+    if drawn_mask_problem is not None:
+        return outcome(V.FAIL_NUMERIC, detail=drawn_mask_problem)
     # every check of the first run computed on the device, then read back at once
     guard, modified = M.guard_flags(m), M.modified_flags(m)
     errors = checks.PendingErrors(checks.output_pairs(*M.judged_outputs(m)), tol)

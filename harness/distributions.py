@@ -12,7 +12,8 @@ MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
   (three random bits per element: magnitude, sign, kept).
 - score-modifier inputs (`draw_modifiers`, whatever the distribution): a bias is standard
   normal (port index 4) or ALiBi (`alibi_bias`); sinks are SINK_SCALE * standard normal
-  (port index 5), fp32.
+  (port index 5), fp32; a dropout_mask keeps each entry with probability 1 - p (uniform
+  draws, port index 6; `dropout_keep`).
 - `shifted-logits`: Q and K share an offset along the all-ones direction, opposite in
   sign, with their own parts made orthogonal to it, so every scaled score is about
   -SHIFTED_LOGIT: LSE is below -88.7 for every row (an fp32 exp(s) alone underflows).
@@ -36,7 +37,7 @@ from bundlegen.mask import diagonal_shift
 
 GENERATED_PORTS = ("q", "k", "v", "do")
 #: the chunk-seed port index of each modifier input (after GENERATED_PORTS')
-MODIFIER_PORT_INDEX = {"bias": 4, "sinks": 5}
+MODIFIER_PORT_INDEX = {"bias": 4, "sinks": 5, "dropout_mask": 6}
 #: sink logits are drawn N(0, SINK_SCALE^2): comparable to the scores they compete with
 SINK_SCALE = 2.0
 #: about where every scaled score of a shifted-logits case sits; LSE adds at most
@@ -247,7 +248,21 @@ def draw_modifiers(graph: Graph, bias_values: str, seed: int) -> dict[str, torch
         out["bias"] = values.expand(spec.dims)
     if "sinks" in graph.tensors:
         out["sinks"] = _standard_normal((graph.H_q,), seed, MODIFIER_PORT_INDEX["sinks"]) * SINK_SCALE
+    if "dropout_mask" in graph.tensors:
+        spec = graph.tensors["dropout_mask"]
+        out["dropout_mask"] = dropout_keep(generated_shape(spec.dims, spec.strides), seed,
+                                           graph.attributes.dropout_probability).expand(spec.dims)
     return out
+
+
+def dropout_keep(shape: tuple[int, ...], seed: int, p: float, chunk_elems: int = CHUNK_ELEMS) -> torch.Tensor:
+    """A float32 keep mask (1 kept, 0 dropped), each entry kept with probability 1 - p:
+    chunk c drawn uniform from chunk_seed(seed, dropout_mask's port index, c)."""
+    x = torch.empty(math.prod(shape), dtype=torch.float32)
+    index = MODIFIER_PORT_INDEX["dropout_mask"]
+    for c, a in enumerate(range(0, x.numel(), chunk_elems)):
+        x[a:a + chunk_elems].uniform_(generator=torch.Generator().manual_seed(chunk_seed(seed, index, c)))
+    return (x >= p).to(torch.float32).view(shape)
 
 
 def _standard_normal(shape: tuple[int, ...], seed: int, port_index: int,

@@ -10,8 +10,9 @@ The canary is a quiet NaN with a payload no arithmetic produces, compared bitwis
 write of any value into a guard is caught, NaN included; inputs and outputs have different
 ones, so a NaN read from an input's guard and written into an output's guard is caught too.
 
-Score-modifier ports (bias, sinks in; dbias, dsinks out) get storages, canaries and scans
-like the others; bias and sinks values come from distributions.draw_modifiers.
+Score-modifier ports (bias, sinks, dropout_mask in; dbias, dsinks out) get storages, canaries
+and scans like the others; their values come from distributions.draw_modifiers, and the
+oracle applies the dropout mask it reads back from the port's storage.
 
 Inputs q, k, v, do are drawn on the CPU (bundlegen.harness.distributions) and rounded to the io
 dtype there, so every device holds the same bits; on a GPU only those values travel (through
@@ -80,6 +81,9 @@ class Materialized:
     judged_rows: Mapping[str, torch.Tensor] | None = None
     #: a ragged graph's cu_seqlens tensors as handed to the engine, and their values
     offsets: Mapping[str, tuple[int, ...]] | None = None
+    #: the keep mask an engine that draws its own announced for this case (the oracle's
+    #: dropout mask; harness/drawn_dropout.py), None otherwise
+    dropout_keep: torch.Tensor | None = None
 
 
 # ----------------------------------------------------------------------------- layout
@@ -308,7 +312,11 @@ class _Snapshots(Mapping):
 
 def materialize(case: Case, device: torch.device | str,
                 oracle_device: torch.device | str | None = None, *,
-                max_block_elems: int | None = None) -> Materialized:
+                max_block_elems: int | None = None,
+                dropout_keep: torch.Tensor | None = None) -> Materialized:
+    """`dropout_keep`: for a graph with dropout and no dropout_mask port, the keep mask the
+    engine announced it draws ([B, H_q, S_q, S_kv], 1 kept): the oracle's O and gradients
+    use it as they would the port's."""
     graph, device = case.graph, torch.device(device)
     finding = frontend_finding(graph, offsets_on_device=is_device_probe(case))
     if finding is not None:
@@ -345,7 +353,9 @@ def materialize(case: Case, device: torch.device | str,
     mods = oracle.Modifiers(
         bias=oracle_view("bias") if "bias" in specs else None,
         sinks=oracle_view("sinks") if "sinks" in specs else None,
-        dbias_dims=specs["dbias"].dims if "dbias" in specs else None, dsinks="dsinks" in specs)
+        dbias_dims=specs["dbias"].dims if "dbias" in specs else None, dsinks="dsinks" in specs,
+        dropout_keep=(oracle_view("dropout_mask") if "dropout_mask" in specs
+                      else None if dropout_keep is None else dropout_keep.to(odev)))
     clock = _OracleClock(odev)
     with clock:
         if seqs is None:
@@ -395,7 +405,7 @@ def materialize(case: Case, device: torch.device | str,
         origins={port: GUARD_ELEMS for port in graph.ports},
         unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
         snapshots=_Snapshots(baselines), baselines=baselines, reference=bwd, forward=fwd,
-        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets)
+        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep)
 
 
 def is_device_probe(case: Case) -> bool:

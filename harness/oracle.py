@@ -22,12 +22,17 @@ attributes) and an additive bias act on each block's scores before the mask; a s
 per head joins each row's softmax denominator only (the forward folds it into LSE and O
 after the blocks; the backward reads that LSE). dBias is dS before the softcap's factor,
 summed over dbias's size-1 axes; dSinks = -sum_{b,i} exp(sink_h - LSE_i) D_i.
+
+Dropout (docs/CONTRACTS.md, "Dropout"; `Modifiers.dropout_keep` with the attributes'
+dropout_probability p): the forward's P_drop = P * keep / (1 - p) and O = P_drop V (LSE is
+that of P, undropped); the backward's dV = P_drop^T dO and dP = (dO V^T) * keep / (1 - p)
+before dS = P (dP - Delta), Delta = rowsum(dO * O) of the dropped O.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -59,11 +64,14 @@ class Forward:
 class Modifiers:
     """The score modifiers' tensors (the softcap is an attribute). `bias`: logical
     [B, H_q, S_q, S_kv] (zero strides allowed); `sinks`: [H_q]; `dbias_dims`: the dbias's
-    dims (1 on the axes it sums over), None for no dBias; `dsinks`: compute dSinks."""
+    dims (1 on the axes it sums over), None for no dBias; `dsinks`: compute dSinks;
+    `dropout_keep`: logical [B, H_q, S_q, S_kv] keep mask (1 kept, 0 dropped; zero strides
+    allowed), applied with the attributes' dropout_probability."""
     bias: torch.Tensor | None = None
     sinks: torch.Tensor | None = None
     dbias_dims: tuple[int, ...] | None = None
     dsinks: bool = False
+    dropout_keep: torch.Tensor | None = None
 
 
 NO_MODIFIERS = Modifiers()
@@ -274,6 +282,18 @@ def _scores(qb: torch.Tensor, kb: torch.Tensor, scale: float,
     return s, t
 
 
+def _keep_scale(modifiers: Modifiers, attrs: Attributes,
+                shape: tuple[int, ...]) -> Callable[[tuple], torch.Tensor] | None:
+    """A block's keep / (1 - p) as float64 (the block's index tuple -> [nb, nh, R, W]), or
+    None without a dropout mask. Only a block's slice is ever scaled (never the whole
+    [B, H_q, S_q, S_kv])."""
+    if modifiers.dropout_keep is None:
+        return None
+    keep = _broadcast_f64(modifiers.dropout_keep, shape)
+    scale = 1.0 / (1.0 - attrs.dropout_probability)
+    return lambda index: keep[index] * scale
+
+
 def _broadcast_f64(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """t (broadcastable to `shape`, zero strides allowed) as a float64 view of `shape`:
     converted at its stored size, then expanded (a broadcast axis is never copied)."""
@@ -332,6 +352,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
     dropped = _DroppedMask(S_q, S_kv, attrs, device)
     bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
     todo = [blk for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v))
             if not blk.empty]
     whole = len(todo) == 1 and (todo[0].b0, todo[0].b1, todo[0].h0, todo[0].h1,
@@ -346,6 +367,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
                        None if bias is None else bias[(*rows, slice(blk.c0, blk.c1))])
         row_lse = torch.logsumexp(s, dim=-1)  # -inf for a row with no kept key
         p = s.sub_(_finite_lse(row_lse).unsqueeze(-1)).exp_()
+        if keep_scale is not None:   # P_drop = P * keep / (1 - p)
+            p.mul_(keep_scale((*rows, slice(blk.c0, blk.c1))))
         if whole:  # one block holds everything: its results are O and LSE
             o, lse = torch.matmul(p, v64[kv]), row_lse
         else:
@@ -402,6 +425,7 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     lse = _finite_lse(fwd.lse.to(device)).unsqueeze(-1)
     group_k, group_v = H_q // H_k, H_q // H_v
     bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
     dbias = mag_dbias = None
     if modifiers.dbias_dims is not None:
         dbias = torch.zeros(modifiers.dbias_dims, dtype=F64, device=device)
@@ -420,11 +444,16 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
         del s
         # d(cap * tanh(s / cap)) / ds
         slope = None if t is None else t.square_().neg_().add_(1.0)
-        pt = p.transpose(-1, -2)
+        ks = None if keep_scale is None else keep_scale((*rows, slice(blk.c0, blk.c1)))
+        pt = (p if ks is None else p * ks).transpose(-1, -2)   # P_drop^T under dropout
         _add_group_sums(dv, torch.matmul(pt, dob), blk, group_v)
         _add_group_sums(mag_dv, torch.matmul(pt, adob), blk, group_v)
 
-        ds = torch.matmul(dob, vb.transpose(-1, -2)).sub_(delta[rows]).mul_(p)
+        dp = torch.matmul(dob, vb.transpose(-1, -2))
+        if ks is not None:                                     # dP = dP_drop * keep / (1 - p)
+            dp.mul_(ks)
+        ds = dp.sub_(delta[rows]).mul_(p)
+        del dp
         if dbias is not None:
             _add_reduced(dbias, ds, blk)
         if slope is not None:
@@ -432,8 +461,11 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
         torch.mul(torch.matmul(ds, kb), scale, out=dq[rows])
         _add_group_sums(dk, torch.matmul(ds.transpose(-1, -2), qb), blk, group_k, scale)
         del ds
-        ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2)).add_(abs_delta[rows]).mul_(p)
-        del p, pt
+        ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2))
+        if ks is not None:
+            ds_mag.mul_(ks)
+        ds_mag = ds_mag.add_(abs_delta[rows]).mul_(p)
+        del p, pt, ks
         if mag_dbias is not None:
             _add_reduced(mag_dbias, ds_mag, blk)
         if slope is not None:

@@ -219,6 +219,18 @@ CATALOG: tuple[Mutant, ...] = (
            "the dK/dV kernel reads the bias of the K head of its group instead of each query "
            "head's: right for MHA or a head-broadcast bias, wrong under GQA / MQA",
            SOURCE_PATCH, wrap(T.Patched, T.BIAS_KV_HEAD), ("AX-BIAS-FULL", "AX-BIAS-BATCH", "AX-BIAS-ALIBI")),
+    # --- precision
+    Mutant("tf32-for-fp32", "TF32 used for an fp32 graph",
+           "fp32 products taken in TF32 (10-bit mantissa inputs, as tensor cores do when "
+           "allow_tf32 or tl.dot's default precision is left on): relative errors near 2^-11",
+           WRAPPER, wrap(W.Tf32Products), ("SHP-FP32",)),
+    # --- dropout (the dropout_mask port)
+    Mutant("dropout-dv-unscaled", "dropout scale missing",
+           "the 1 / (1 - p) scale of kept entries left out of the dV product only (dP keeps it)",
+           WRAPPER, wrap(W.DropoutDvUnscaled), ("SHP-DROPOUT",)),
+    Mutant("dropout-dv-mask-missing", "dropout mask missing",
+           "the dropout mask applied to dP but not to P in the dV product (dV = (P / (1 - p))^T dO)",
+           WRAPPER, wrap(W.DropoutDvMaskMissing), ("SHP-DROPOUT",)),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -183,3 +183,62 @@ class WithoutDeclineArm(WholeEngineWrapper):
     def is_applicable(self, graph: Graph) -> str | None:
         reason = self.declines(graph)
         return None if reason is not None and code_of(reason) == self.code else reason
+
+
+# ----------------------------------------------------------------------------- precision
+def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
+    """t's values rounded to TF32 (fp32 with a 10-bit mantissa, to nearest), in a storage
+    of its own addressed with t's dims, strides and offset."""
+    whole = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    bits = whole.detach().clone().view(torch.int32)
+    bits.add_(1 << 12).bitwise_and_(~((1 << 13) - 1))    # drop 13 of fp32's 23 mantissa bits
+    return bits.view(torch.float32).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+class Tf32Products(EngineWrapper):
+    """An fp32 graph computed with TF32 products, as a GPU's tensor cores do when TF32 is
+    allowed: modelled on any device by rounding the products' inputs (Q, K, V, dO) to TF32
+    before the engine reads them. Graphs of other dtypes run as they are."""
+
+    PORTS = ("q", "k", "v", "do")
+
+    def run(self, graph, tensors):
+        if graph.dtype != "fp32":
+            self.inner.run(graph, tensors)
+            return
+        self.inner.run(graph, {**tensors, **{p: tf32_rounded(tensors[p]) for p in self.PORTS}})
+
+
+# ----------------------------------------------------------------------------- dropout
+def ones_like_view(t: torch.Tensor) -> torch.Tensor:
+    """A keep-everything mask addressed like t (t's dims, strides and offset), in a storage
+    of its own."""
+    whole = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    return torch.ones_like(whole).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+class DropoutDvUnscaled(EngineWrapper):
+    """dV = (P * keep)^T dO: the 1 / (1 - p) scale left out of the dV product only (dP, so
+    dQ and dK, keep it). dV is linear in that scale, so the engine's dV times (1 - p) is
+    exactly what such a kernel writes."""
+
+    def run(self, graph, tensors):
+        self.inner.run(graph, tensors)
+        p = graph.attributes.dropout_probability
+        if p and "dropout_mask" in tensors:
+            tensors["dv"].mul_(1.0 - p)
+
+
+class DropoutDvMaskMissing(EngineWrapper):
+    """dV = (P / (1 - p))^T dO: the mask applied to dP (dQ, dK right) but not to P in the dV
+    product. dV comes from a second run with a keep-everything mask; the other outputs from
+    the first."""
+
+    def run(self, graph, tensors):
+        self.inner.run(graph, tensors)
+        if not graph.attributes.dropout_probability or "dropout_mask" not in tensors:
+            return
+        kept = {p: tensors[p].clone() for p in graph.output_ports if p != "dv"}
+        self.inner.run(graph, {**tensors, "dropout_mask": ones_like_view(tensors["dropout_mask"])})
+        for port, values in kept.items():
+            tensors[port].copy_(values)

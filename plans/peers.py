@@ -7,8 +7,8 @@ proves, per level, the share of each peer's distinct value pairs our cases cover
 
 Axes we share: dtype, head_dims, seq, group, mask, layout.
 Mapping rules (every one lives in this module):
-- dtype: the io dtype name (`bf16`, `fp16`). fp32 waits on GATE-FP32 and fp8 has no backward
-  in the peers read: neither is declared.
+- dtype: the io dtype name (`bf16`, `fp16`). fp32 is planned by entries of its own (SHP-FP32*,
+  off the dtype axis) and fp8 has no backward in the peers read: neither is declared.
 - head_dims: `d<D>` when D_qk = D_v, else `d<D_qk>-<D_v>`; a declared range (cuDNN's random
   draws) is its own class, held by every case whose dims fall in it (HEAD_DIM_RANGES).
 - seq: the (S_q, S_kv) relation class (seq_class): `eq`, `q1` (S_q = 1 < S_kv), `kv1`
@@ -221,7 +221,7 @@ FLASH_ATTENTION_3 = PeerGrid(
 )
 
 # PyTorch: test/test_transformers.py, the SDPA grads tests (BHSD tensors from torch.rand,
-# n_heads 4, is_causal top-left). fp32 (mem-efficient) is left out: GATE-FP32.
+# n_heads 4, is_causal top-left). fp32 (mem-efficient) is left out: our fp32 entries are off the dtype axis.
 _PT_SEQ = (4, 8, 64, 128, 256, 512, 1024, 2048)
 _PT_D = tuple((d, d) for d in (8, 16, 32, 64, 72, 96, 128))
 PYTORCH = PeerGrid(
@@ -242,7 +242,7 @@ PYTORCH = PeerGrid(
     ),
     missing=("the GQA variant (enable_gqa, n_heads) of test_flash_attention_vs_math_ref_grads: "
              "the stored version at this commit has none",
-             "fp32 cases: GATE-FP32"),
+             "fp32 cases: our fp32 entries (SHP-FP32*) are not paired with this grid"),
     cases=8517,
 )
 

@@ -192,6 +192,10 @@ class Spec:
     dbias: str = "off"
     sinks: str = "off"       # "on": the sinks input and its dsinks output
     softcap: str = "off"
+    # dropout, by names from Plan.dropouts (p; None: off) and Plan.dropout_masks (the mask
+    # port's broadcast kind; None: no mask port, the engine draws its own)
+    dropout: str = "off"
+    dropout_mask: str = "full"
     storage: str = field(init=False)
 
     def __post_init__(self):
@@ -413,6 +417,9 @@ class Plan:
     biases: Mapping[str, BiasKind | None] = field(default_factory=lambda: {"none": None})
     switches: Mapping[str, bool] = field(default_factory=lambda: {"off": False, "on": True})
     softcaps: Mapping[str, float | None] = field(default_factory=lambda: {"off": None})
+    #: dropout probabilities (None: off) and dropout-mask broadcast kinds (None: no mask port)
+    dropouts: Mapping[str, float | None] = field(default_factory=lambda: {"off": None})
+    dropout_masks: Mapping[str, str | None] = field(default_factory=lambda: {"full": "full"})
 
     def space(self, storage: str) -> Space:
         """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""

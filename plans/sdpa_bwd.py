@@ -23,7 +23,10 @@ from bundlegen.tolerance_rule import class_for, longest_reduction  # noqa: F401 
 PLAN_NAME = "sdpa_bwd"
 
 # ============================================================================ value tables
-DTYPES = ("bf16", "fp16")             # fp32 is declared below as a gated item
+DTYPES = ("bf16", "fp16")             # the dtype axis (its pair suites' rows are fixed)
+#: every io dtype a Spec may name: fp32 is planned by its own entries (FP32_CATALOG), not
+#: as a third dtype-axis value, which would redraw every pair suite's rows
+IO_DTYPES = DTYPES + ("fp32",)
 
 HEADS = {                             # H_k and H_v each divide H_q; H_kv > 1 where it can
     "mha": HeadConfig(2, 2, 2),
@@ -164,6 +167,10 @@ BIASES = {                            # [B, H_q, S_q, S_kv], broadcast by zero s
 }
 SWITCHES = {"off": False, "on": True}
 SOFTCAPS = {"off": None, "cap30": 30.0, "cap5": 5.0}   # 30: Gemma-like, rarely bends; 5 bends most scores
+# dropout (docs/CONTRACTS.md, "Dropout"): p small, a half, close to 1; the mask port's
+# broadcast kinds (zero strides on batch and / or heads), or none (the engine draws its own)
+DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
+DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
 
 # ============================================================================ axes
 AXES = (
@@ -635,6 +642,71 @@ MODIFIER_CATALOG = (
                        sinks="on"),), level="nightly"),
 )
 
+# fp32 io (true fp32 products: no TF32). Every case is also a TF32 detector: TF32 rounds the
+# products' inputs to 10 mantissa bits, a relative error near 2^-11, some 60 times the fp32
+# classes' rtol.
+FP32_CATALOG = (
+    CatalogEntry("SHP-FP32", "fp32 io: MHA, GQA with tails under bottom-right causal, a window, shifted logits",
+                 (Spec(_shape(H=1, S=48, D=32), dtype="fp32"),
+                  Spec(_shape(H=2, H_k=1, S=17, S_kv=33, D=40), dtype="fp32", mask="causal-br"),
+                  Spec(_shape(H=1, S=40, D=16), dtype="fp32", mask="window-tl", layout="bshd"),
+                  Spec(_shape(H=1, S=48, D=32), dtype="fp32", distribution="shifted-logits"))),
+    CatalogEntry("SHP-FP32-PR", "fp32 io at S 256-384: GQA 8/2 d128 causal, MLA head dims, a band, a bias",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=256, D=128), dtype="fp32", mask="causal-tl"),
+                  Spec(_shape(B=1, H=4, S=200, S_kv=384, D=96, D_v=64), dtype="fp32", mask="band-br"),
+                  Spec(_shape(B=2, H=4, S=128, D=64), dtype="fp32", bias="full", dbias="on"),
+                  Spec(_shape(B=1, H=4, H_k=1, S=256, D=128), dtype="fp32", distribution="small-int")),
+                 level="pr"),
+    CatalogEntry("SHP-FP32-LONG", "fp32 io at S = 2048 (several KV blocks), GQA, causal",
+                 (Spec(_shape(B=1, H=8, H_k=2, S=2048, D=128), dtype="fp32", mask="causal-br"),
+                  Spec(_shape(B=2, H=4, S=1024, S_kv=1536, D=64), dtype="fp32")), level="nightly"),
+)
+
+# dropout through the dropout_mask port. fp32 cases judge the mask's arithmetic sharply (the
+# fp32 classes are ~1000 times tighter than bf16's); 16-bit ones the engines' usual path.
+_DROP = dict(dropout="p0.5")
+DROPOUT_CATALOG = (
+    CatalogEntry("SHP-DROPOUT", "dropout p 0.1 / 0.5 / 0.9 through the mask port: GQA with tails under "
+                 "bottom-right causal, a window, a head-broadcast mask, fp32",
+                 (Spec(_shape(H=1, S=32, D=16), dropout="p0.1"),
+                  Spec(_shape(H=2, H_k=1, S=17, S_kv=33, D=16), mask="causal-br", **_DROP),
+                  Spec(_shape(H=1, S=40, D=16), mask="window-tl", dropout="p0.9"),
+                  Spec(_shape(B=2, H=2, S=24, D=16), dropout_mask="head", **_DROP),
+                  Spec(_shape(H=2, H_k=1, S=33, S_kv=20, D=32), dtype="fp32", mask="causal-tl", **_DROP))),
+    CatalogEntry("SHP-DROPOUT-ZERO", "dropout_probability = 0 set explicitly: the plain graph (GATE-DROPOUT-ZERO)",
+                 (Spec(_shape(H=1, S=32, D=16), mutations=(attr("dropout_probability", 0.0),)),)),
+    CatalogEntry("SHP-DROPOUT-PR", "dropout at S 128-384: GQA 8/2 d128 causal, a band, p 0.9 with S_q < S_kv, "
+                 "every modifier, a mask broadcast over batch and heads",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=256, D=128), mask="causal-tl", dropout="p0.1"),
+                  Spec(_shape(B=1, H=4, S=200, S_kv=384, D=64), mask="band-br", dropout="p0.9"),
+                  Spec(_shape(B=2, H=4, H_k=2, S=128, D=64), mask="causal-br", bias="head", sinks="on",
+                       softcap="cap5", **_DROP),
+                  Spec(_shape(B=2, H=4, S=128, S_kv=160, D=64), dropout_mask="both", **_DROP),
+                  Spec(_shape(B=1, H=4, H_k=1, S=256, D=128), dtype="fp32", mask="window-br", **_DROP)),
+                 level="pr"),
+    CatalogEntry("SHP-DROPOUT-LONG", "dropout at S = 1024-2048 (several KV blocks), GQA, causal, a window",
+                 (Spec(_shape(B=1, H=8, H_k=2, S=2048, D=128), mask="causal-br", dropout="p0.1"),
+                  Spec(_shape(B=2, H=4, S=1024, D=64), mask="window-256-br", **_DROP)), level="nightly"),
+)
+
+_DROP_PROBE = dict(shape=_shape(B=2, H=2, S=32, D=16), **_DROP)
+DROPOUT_PROBES = (
+    _probe("PRB-DROPOUT-NEGATIVE", "dropout_probability < 0", "frontend", "dropout-probability-range",
+           attr("dropout_probability", -0.1), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-ONE", "dropout_probability = 1 (every entry dropped, scale 1 / 0)", "frontend",
+           "dropout-probability-range", attr("dropout_probability", 1.0), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-MASK-DIMS", "dropout mask S_kv != S_kv", "frontend", "dropout-mask-dims-mismatch",
+           dims("dropout_mask", 3, 31), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-MASK-DTYPE", "dropout mask dtype != io dtype", "frontend", "dtype-mismatch",
+           dtype("dropout_mask", "fp16"), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-MASK-ROW-BROADCAST", "dropout mask stride 0 on S_q (only batch and heads may broadcast)",
+           "frontend", "dropout-mask-broadcast-axis", stride("dropout_mask", 2, 0), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-MASK-WITHOUT-P", "a dropout mask without dropout_probability", "frontend",
+           "dropout-mask-without-probability", attr("dropout_probability", None), **_DROP_PROBE),
+    _probe("PRB-DROPOUT-MASK-P-ZERO", "a dropout mask with dropout_probability = 0", "frontend",
+           "dropout-mask-without-probability", attr("dropout_probability", 0.0), **_DROP_PROBE),
+)
+
 # ============================================================================ ragged (THD / varlen)
 # A separate axis space, pair-proved on its own (DESIGN section 10): a ragged graph has no
 # padded storage kind, sequence pair or batch size, so "batch kind" as one more padded axis
@@ -784,14 +856,8 @@ RAGGED = Space(
 
 # ============================================================================ gated
 GATED = (
-    Gated("GATE-DROPOUT", "dropout probability > 0", "waiting on a dropout-mask input in the harness "
-          "(the oracle needs the mask the engine drew)", 6),
-    Gated("GATE-DROPOUT-ZERO", "dropout_probability = 0 set explicitly", "waiting on a decision whether "
-          "p = 0 is a plain graph or a dropout graph (engines differ)", 1),
     Gated("GATE-PAGED-KV", "paged K/V with a block table (incl. bad block-table probes)",
           "waiting on paged K/V storage in materialize", 6),
-    Gated("GATE-FP32", "fp32 io dtype", "waiting on engines serving fp32 without TF32 and fp32 tolerance "
-          "classes calibrated against the oracle", 20),
 )
 
 # ============================================================================ levels
@@ -834,7 +900,7 @@ CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph
 # |out - ref| <= atol + rtol * mag (docs/CONTRACTS.md). rtol = unit roundoff x a factor
 # that grows with the longest reduction; every number is derived in this block, and
 # `bundlegen generate` writes them to the tolerance TOML the harness reads them from.
-UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
 REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol factor)
     (256, "r256", 8),
     (1024, "r1k", 10),
@@ -844,20 +910,40 @@ REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol fa
 )
 ATOL = 1e-5
 MIN_CLAIM_MARGIN = 1.5
+# fp32 io: the scores s = scale * Q K^T are formed in fp32 like the inputs, and exp(s - LSE)
+# turns their absolute rounding into a relative error of P, dS and every gradient. |s| and
+# |LSE| each reach about 128 under shifted-logits (harness/distributions.py, SHIFTED_LOGIT
+# 110, plus log S_kv), each rounded to fp32 (u * 128), so an fp32 class adds
+# u * SCORE_MAGNITUDE (both roundings) to u * factor. Under bf16 / fp16 io the same term
+# (2^-24 * 256, scores in fp32) is below a thousandth of u * factor: left out.
+SCORE_MAGNITUDE = 256
+SCORE_ROUNDED_IN_IO = ("fp32",)
 
+
+def _rtol(dt: str, factor: int) -> float:
+    return UNIT_ROUNDOFF[dt] * (factor + (SCORE_MAGNITUDE if dt in SCORE_ROUNDED_IN_IO else 0))
+
+
+def _score_words(dt: str) -> str:
+    """The derivation's words for the score term of a dtype whose scores round in io."""
+    if dt not in SCORE_ROUNDED_IN_IO:
+        return ""
+    return (f" plus {SCORE_MAGNITUDE} x the unit roundoff for the scores: formed in {dt} like the "
+            f"inputs, |s| and |LSE| each reach about 128 under shifted logits, and exp(s - LSE) turns "
+            f"their rounding into a relative error of P, dS and every gradient")
 
 
 def _tolerance_class(dt: str, low: int, limit: int, suffix: str, factor: int) -> Tolerance:
     """One class, with the words the tolerance TOML shows a reviewer."""
     factors = ", ".join(f"{f} up to {n}" for n, _s, f in REDUCTION_BUCKETS)
     return Tolerance(
-        UNIT_ROUNDOFF[dt] * factor, ATOL, name=f"{dt}-{suffix}", dtype=dt, max_reduction=limit,
+        _rtol(dt, factor), ATOL, name=f"{dt}-{suffix}", dtype=dt, max_reduction=limit,
         covers=f"{dt} io graphs whose longest reduction (longest_reduction: the most terms summed into "
                f"one gradient element, over keys, a GQA group's query rows, head dims, the batches and "
                f"heads a dBias sums, a head's query rows for dSinks) is {low} to {limit} terms",
         derivation=f"rtol = unit roundoff of {dt} (2^{math.log2(UNIT_ROUNDOFF[dt]):.0f}) x {factor}, the "
                    f"factor of this reduction bucket (factors grow with the longest reduction: {factors} "
-                   f"terms); atol = {ATOL:g} bounds the elements whose magnitude is zero (rows with no "
+                   f"terms){_score_words(dt)}; atol = {ATOL:g} bounds the elements whose magnitude is zero (rows with no "
                    "kept key)")
 
 
@@ -870,24 +956,25 @@ TOLERANCE_CLASSES = {
 
 def tolerance_class_for(graph) -> str:
     if graph.dtype not in UNIT_ROUNDOFF:
-        raise ValueError(f"no tolerance class for dtype {graph.dtype!r} (fp32 waits on GATE-FP32)")
+        raise ValueError(f"no tolerance class for dtype {graph.dtype!r}")
     return class_for(graph, TOLERANCE_CLASSES)    # the rule the bundle loader applies again
 
 
 PADDED = Space(
     PADDED_STORAGE, axes=AXES, rules=RULES, value_suite_item=VALUE_SUITE_ITEM, pair_suites=PAIR_SUITES,
-    catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG, sweeps=SWEEPS,
-    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS + MODIFIER_PROBES,
+    catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG + FP32_CATALOG + DROPOUT_CATALOG, sweeps=SWEEPS,
+    regressions=REGRESSIONS + GAP_REGRESSIONS,
+    probes=PROBES + PROBE_ARMS + MODIFIER_PROBES + DROPOUT_PROBES,
 )
 
 PLAN = Plan(
     name=PLAN_NAME, padded=PADDED, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
-    distributions=DISTRIBUTIONS, dtypes=DTYPES, gated=GATED,
+    distributions=DISTRIBUTIONS, dtypes=IO_DTYPES, gated=GATED,
     levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
     peers=PEERS,
     boundaries=BOUNDARIES,
-    biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS,
+    biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
 )

@@ -37,6 +37,13 @@ def case_of(seed: int = 1, *, level: str = "", group: str = "", **graph_kwargs) 
     return _placed(case, level, group)
 
 
+def declined_case(seed: int = 1, **graph_kwargs) -> Case:
+    """A valid case every built-in engine declines: dQ written through a zero head stride
+    (H_q = 2), the zero-stride-output decline."""
+    D = graph_kwargs.get("D_qk", 8)
+    return case_of(seed, out_strides={"dq": (2 * 9 * D, 0, D, 1)}, **graph_kwargs)
+
+
 def bad_case(seed: int = 1, **graph_kwargs) -> Case:
     return case_of(seed, **{"S_q": BAD_S_Q, **graph_kwargs})
 
@@ -58,7 +65,7 @@ def write_manifest(root: Path) -> Path:
 
 def _with_class(case: Case) -> Case:
     """The case with the plan's tolerance class when it names none, as a generated case
-    always does (fp32, which no class covers yet, keeps none)."""
+    always does."""
     from dataclasses import replace
 
     from bundlegen.plans.sdpa_bwd import tolerance_class_for

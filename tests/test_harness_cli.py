@@ -22,7 +22,7 @@ def bundles(tmp_path):
     probe = make_case(make_graph(left=0, S_q=9, S_kv=12, D_qk=8, D_v=8), purpose="probe",
                       rejection=Rejection("frontend", R.LEFT_BOUND_NONPOSITIVE))
     S.write_bundle(tmp_path / "bundles", "quick", "a",
-                   [S.case_of(1), S.case_of(2, dtype="fp32"), probe, S.bad_case(3)])
+                   [S.case_of(1), S.declined_case(2), probe, S.bad_case(3)])
     return tmp_path / "bundles"
 
 

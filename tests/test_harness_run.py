@@ -37,8 +37,8 @@ def by_id(summary):
 
 def test_every_verdict_of_a_mixed_level(tmp_path):
     good = S.case_of(1)
-    fp32 = S.case_of(2, dtype="fp32")
-    claimed_fp32 = S.case_of(3, dtype="fp32", D_qk=16)
+    fp32 = S.declined_case(2)
+    claimed_fp32 = S.declined_case(3, D_qk=16)
     skipped = replace(S.case_of(4), items=("AX-SKIPME",))
     not_a_probe = S.case_of(5, left=0)
     frontend_ok = probe("frontend", R.LEFT_BOUND_NONPOSITIVE, left=0)
@@ -57,7 +57,7 @@ def test_every_verdict_of_a_mixed_level(tmp_path):
         skipped.id: V.SKIPPED, not_a_probe.id: V.ERROR_BUNDLE, frontend_ok.id: V.REJECTED,
         frontend_wrong_code.id: V.REJECTION_ACCEPTED, frontend_valid.id: V.REJECTION_ACCEPTED,
         engine_probe.id: V.REJECTED}
-    assert got[fp32.id]["reason"].startswith(R.DTYPE_NOT_SERVED)
+    assert got[fp32.id]["reason"].startswith(R.ZERO_STRIDE_OUTPUT)
     assert "declined" in got[claimed_fp32.id]["detail"]
     assert got[skipped.id]["detail"] == "TICKET-7: flaky"
     assert got[not_a_probe.id]["detail"].startswith(f"quick/sdpa_bwd/mixed.json: case {not_a_probe.id}: field graph.attributes.left_bound: fails frontend validation (left-bound-nonpositive)")

@@ -151,7 +151,7 @@ HARNESS_FLOORS = (
     ("executor", ("executor",)),
     ("workers", ("workers",)),
     ("case", ("case",)),
-    ("judging", ("materialize", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
+    ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
                  "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
                  "job_summary", "__init__")),
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bundlegen.claims import harvest_command, matrix_command
 from bundlegen.claims.cases import bundle_cases
+from bundlegen.claims.harvest import run_json_of
 from bundlegen.claims.store import claims_path, read_claim_set, write_claim_set
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import builtin_bundle_root
@@ -181,13 +182,17 @@ def test_a_whole_run_of_bundles_that_grew_since_still_backs_its_claims(tmp_path,
 
 def test_the_checked_in_claims_fail_without_their_evidence(tmp_path, capsys, monkeypatch):
     """This repository's torch-math claims, in a workspace of their own: backed while the
-    results files they cite are there, not once one of them is removed."""
+    results files they cite are there (each with its run.json, which says how many cases a
+    whole run of bundles that grew since counted), not once one of them is removed."""
     workspace(tmp_path, monkeypatch)
     claims = read_claim_set(REPO_ROOT / "engines" / "torch_math" / "claims.json", "torch-math")
     write_claim_set(tmp_path / "engines" / "torch_math" / "claims.json", claims)
     for source in claims.evidence["sm90"].results:
         (tmp_path / source.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / source.path, tmp_path / source.path)
+        run_json = run_json_of(REPO_ROOT / source.path)
+        if run_json.is_file():
+            shutil.copy(run_json, run_json_of(tmp_path / source.path))
     matrix_command.main(_args())
     assert _check(capsys)[0] == 0
     fresh = [s.path for s in claims.evidence["sm90"].results if s.level == "full"]

@@ -37,9 +37,9 @@ def _probe():
 
 @pytest.fixture
 def bundles(tmp_path):
-    """quick/a.json: a good case, an fp32 case (declined), a probe, a case the bad engines break."""
+    """quick/a.json: a good case, a case every engine declines, a probe, a case the bad engines break."""
     S.write_bundle(tmp_path / "bundles", "quick", "a",
-                   [S.case_of(1), S.case_of(2, dtype="fp32"), _probe(), S.bad_case(3)])
+                   [S.case_of(1), S.declined_case(2), _probe(), S.bad_case(3)])
     return tmp_path / "bundles"
 
 
@@ -143,12 +143,12 @@ def test_verdicts_become_outcomes(bundles, pytester):
     result.assert_outcomes(failed=1, passed=2, skipped=1)
     records = read_results(bundles.parent / "pytest-out" / "results.jsonl")
     assert {r["case_id"]: r["verdict"] for r in records} == {
-        S.case_of(1).id: "pass", S.case_of(2, dtype="fp32").id: "declined", _probe().id: "rejected",
+        S.case_of(1).id: "pass", S.declined_case(2).id: "declined", _probe().id: "rejected",
         S.bad_case(3).id: "fail:nan"}
     result.stdout.fnmatch_lines([f"_* quick/sdpa_bwd/a.json::{S.bad_case(3).id} _*",
                                  "fail:nan: NaN/Inf where the oracle is finite*",
                                  f"PASSED quick/sdpa_bwd/a.json::{S.case_of(1).id}",
-                                 "SKIPPED*declined: dtype-not-served*",
+                                 "SKIPPED*declined: zero-stride-output*",
                                  f"FAILED quick/sdpa_bwd/a.json::{S.bad_case(3).id}*"])
 
 

@@ -103,10 +103,14 @@ def test_outputs_before_everything_graph_specific(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_dropout_gated(name):
+def test_dropout_declined_with_or_without_a_mask_port(name):
+    from bundlegen.graph import with_modifiers
     graph = g()
     dropped = Graph(graph.tensors, Attributes(graph.attributes.attn_scale, dropout_probability=0.1))
-    assert code(name, dropped) == R.GATED_FEATURE
+    assert code(name, dropped) == R.DROPOUT_NOT_SERVED
+    assert code(name, with_modifiers(graph, dropout=0.1)) == R.DROPOUT_NOT_SERVED
+    zero = Graph(graph.tensors, Attributes(graph.attributes.attn_scale, dropout_probability=0.0))
+    assert code(name, zero) == code(name, graph)          # p = 0: the plain graph
 
 
 @pytest.mark.parametrize("name,want", [("torch-flash", R.DTYPE_NOT_SERVED),

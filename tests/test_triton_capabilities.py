@@ -39,7 +39,6 @@ BASE = dict(B=2, H_q=4, H_k=2, H_v=2, S_q=16, S_kv=24, D_qk=64, D_v=64, dtype="b
 
 # (name, the declined graph, the same graph with that one thing fixed, the code)
 DECLINES = [
-    ("fp32", dense_graph(**dict(BASE, dtype="fp32")), dense_graph(**BASE), R.DTYPE_NOT_SERVED),
     ("d-qk-264", dense_graph(**dict(BASE, D_qk=264)), dense_graph(**dict(BASE, D_qk=256)),
      R.HEAD_DIM_TOO_LARGE),
     ("d-v-257", dense_graph(**dict(BASE, D_v=257)), dense_graph(**dict(BASE, D_v=256)),
@@ -54,8 +53,9 @@ DECLINES = [
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
     ("dq-short-rows", with_strides(dense_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
-    ("dropout-0", dense_graph(**dict(BASE, dropout=0.0)), dense_graph(**BASE), R.GATED_FEATURE),
-    ("dropout-0.1", dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**BASE), R.GATED_FEATURE),
+    # no dropout_mask port: no arch draws a mask of its own (p = 0 is the plain graph)
+    ("dropout-0.1-no-mask", dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**dict(BASE, dropout=0.0)),
+     R.DROPOUT_NOT_SERVED),
 ]
 
 
@@ -150,10 +150,12 @@ def test_cpu_with_triton_imported_in_the_other_mode():
         "device-not-served: Triton was imported without TRITON_INTERPRET=1"), out.stdout
 
 
-def test_decline_order_dtype_first():
-    """The first reason wins: an fp32 graph with a zero-stride output is a dtype decline."""
-    graph = with_strides(dense_graph(**dict(BASE, dtype="fp32")), "dq", (0, 16 * 64, 64, 1))
-    assert code(engine_for("sm90").is_applicable(graph)) == R.DTYPE_NOT_SERVED
+def test_decline_order_head_dim_first():
+    """The first reason wins: an fp32 graph past sm90's fp32 head dims with a zero-stride
+    output is a head-dim decline (every dtype is served)."""
+    graph = with_strides(dense_graph(**dict(BASE, dtype="fp32", D_qk=192, D_v=192)), "dq",
+                         (0, 16 * 192, 192, 1))
+    assert code(engine_for("sm90").is_applicable(graph)) == R.HEAD_DIM_TOO_LARGE
 
 
 def test_reason_codes_are_registered():

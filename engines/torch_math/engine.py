@@ -1,7 +1,8 @@
 """torch-math: autograd through the math SDPA (scores, mask, softmax, weighted sum),
 recomputed from Q, K, V and dO. Runs on every device torch runs on; declines only what it
-cannot do: fp32 (gated by the plan), output layouts no engine may write (zero-stride or
-overlapping outputs), dropout. Every score modifier (bias, dbias, sinks, softcap; padded
+cannot do: output layouts no engine may write (zero-stride or overlapping outputs), and
+dropout without a dropout_mask port (it draws no mask of its own). Dropout with the mask
+port: P * keep / (1 - p) before the product with V, by autograd like the rest. Every score modifier (bias, dbias, sinks, softcap; padded
 graphs) by autograd too: the bias is a leaf of its stored size (1 on a broadcast axis), so
 autograd's sum over the broadcast is dBias; the sink is one more logit column.
 
@@ -14,7 +15,8 @@ Precision is PyTorch's math SDPA's (torch.backends.cuda.allow_fp16_bf16_reductio
 is False by default): fp16/bf16 in and out, intermediates in fp32. Computing the scores
 themselves in bf16 is not a fair reference: a score s rounded to bf16 moves exp(s) by
 about |s| * 2^-9, which for peaked attention (|s| ~ 10) exceeds the plan's bf16 tolerance
-(measured: margin 0.87 on a scale-0.9, D=24 case)."""
+(measured: margin 0.87 on a scale-0.9, D=24 case). fp32 io is computed in fp32 with true
+fp32 products (engines/fp32_products.py: no TF32 on a GPU)."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +29,9 @@ from bundlegen.graph import Attributes, Graph
 from bundlegen.mask import keep_mask
 from bundlegen.validate import good_sequences, launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
+from bundlegen.engines.fp32_products import ieee_fp32
 
-SERVED_DTYPES = ("bf16", "fp16")
+SERVED_DTYPES = ("bf16", "fp16", "fp32")
 #: the dtype of every intermediate, as PyTorch's math SDPA upcasts fp16/bf16
 COMPUTE_DTYPE = torch.float32
 
@@ -47,21 +50,26 @@ class TorchMathEngine(Engine):
         if invalid:
             return invalid
         if graph.dtype not in SERVED_DTYPES:
-            return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} is gated"
+            return f"{R.DTYPE_NOT_SERVED}: {graph.dtype} (served: {', '.join(SERVED_DTYPES)})"
         layout = output_layout_reason(graph)
         if layout:
             return layout
-        if graph.attributes.dropout_probability:
-            return f"{R.GATED_FEATURE}: dropout"
+        if graph.attributes.dropout_probability and "dropout_mask" not in graph.tensors:
+            return f"{R.DROPOUT_NOT_SERVED}: no dropout_mask port (torch-math draws no mask of its own)"
         return None
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
+        with ieee_fp32(graph.dtype == "fp32"):
+            self._run(graph, tensors)
+
+    def _run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         if graph.ragged is not None:
             ragged_backward(graph, tensors)
             return
         grads = attention_backward_heads(graph.attributes, tensors["q"], tensors["k"], tensors["v"],
                                          tensors["do"], bias=tensors.get("bias"),
-                                         sinks=tensors.get("sinks"))
+                                         sinks=tensors.get("sinks"),
+                                         dropout_keep=tensors.get("dropout_mask"))
         names = ["dq", "dk", "dv"] + ["dbias"] * ("bias" in tensors) + ["dsinks"] * ("sinks" in tensors)
         for port, grad in zip(names, grads):
             if port in tensors:   # a bias or sinks input without its gradient port: not asked for
@@ -111,10 +119,12 @@ def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.
 
 def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              do: torch.Tensor, bias: torch.Tensor | None = None,
-                             sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                             sinks: torch.Tensor | None = None,
+                             dropout_keep: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """attention_backward on [B, H, S, D] tensors, sizes read from them: dQ, dK, dV, then
     dBias (the bias's stored size: 1 on its broadcast axes) when `bias` is given, then
-    dSinks (fp32) when `sinks` is."""
+    dSinks (fp32) when `sinks` is. `dropout_keep` ([B, H_q, S_q, S_kv], 1 kept, 0 dropped)
+    scales the kept probabilities by 1 / (1 - attrs.dropout_probability)."""
     H_q, H_k, H_v = q.shape[1], k.shape[1], v.shape[1]
     B, S_q, S_kv = q.shape[0], q.shape[2], k.shape[2]
     io_dtype = q.dtype
@@ -155,6 +165,9 @@ def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor
             drop = ~keep & row_has_key
             probs = torch.softmax(scores.masked_fill(drop, float("-inf")), dim=-1)
             probs = probs * row_has_key.to(probs.dtype)
+        if dropout_keep is not None:
+            keep = dropout_keep.detach().to(compute)
+            probs = probs * (keep * (1.0 / (1.0 - attrs.dropout_probability)))
         out = torch.matmul(probs, vv)
         grads = torch.autograd.grad(out, leaves, grad_outputs=do.detach().to(compute))
     dtypes = [io_dtype] * (3 + (bias is not None)) + [torch.float32] * (sinks is not None)

@@ -23,7 +23,7 @@ from bundlegen.graph import MODIFIERS, Graph
 from bundlegen.engines.triton.configs import block_d
 from bundlegen.validate import output_layout_reason
 
-SERVED_DTYPES = frozenset({"fp16", "bf16"})   # fp32 is gated (tl.dot would need ieee precision)
+SERVED_DTYPES = frozenset({"fp16", "bf16", "fp32"})   # fp32: tl.dot with ieee precision (kernels._dot)
 MAX_HEAD_DIM = 256
 
 
@@ -32,7 +32,9 @@ class Capabilities:
     arch: str
     dtypes: frozenset[str] = SERVED_DTYPES
     max_head_dim: int = MAX_HEAD_DIM
-    dropout: bool = False          # gated: waiting on a dropout-mask input
+    #: dropout through the dropout_mask port (kernels' HAS_DROPOUT); off where no dropout
+    #: variant has been compiled and resource-checked (resources.json holds none)
+    dropout: bool = False
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
@@ -45,6 +47,10 @@ class Capabilities:
     #: False: modifiers only where every io port's rows are 16-byte aligned (the VEC 8
     #: variants); the unaligned (VEC 1) modifier variants spill on that arch
     unaligned_modifiers: bool = True
+    #: the largest head dim served with fp32 io; None: every head dim. fp32 tiles take twice
+    #: the bytes of the 16-bit tiles the configs were sized and resource-checked for
+    #: (resources.json holds no fp32 variant), and ieee products run without MMA
+    fp32_max_head_dim: int | None = None
 
     def mismatch(self, graph: Graph) -> str | None:
         if graph.dtype not in self.dtypes:
@@ -52,11 +58,22 @@ class Capabilities:
         if max(graph.D_qk, graph.D_v) > self.max_head_dim:
             return (f"{R.HEAD_DIM_TOO_LARGE}: D_qk={graph.D_qk}, D_v={graph.D_v} "
                     f"(at most {self.max_head_dim})")
+        limit = self.fp32_max_head_dim
+        if graph.dtype == "fp32" and limit is not None and max(graph.D_qk, graph.D_v) > limit:
+            return (f"{R.HEAD_DIM_TOO_LARGE}: D_qk={graph.D_qk}, D_v={graph.D_v} with fp32 io on "
+                    f"{self.arch} (at most {limit}: fp32 tiles are not resource-checked past it)")
         layout = output_layout_reason(graph)
         if layout is not None:
             return layout
-        if graph.attributes.dropout_probability is not None and not self.dropout:
-            return f"{R.GATED_FEATURE}: dropout"
+        if graph.attributes.dropout_probability:   # p = 0 is the plain graph
+            if not self.dropout:
+                return (f"{R.DROPOUT_NOT_SERVED}: dropout on {self.arch} (no dropout kernel variant "
+                        "is resource-checked there: engines/triton/resources.json)")
+            if "dropout_mask" not in graph.tensors:
+                return f"{R.DROPOUT_NOT_SERVED}: no dropout_mask port (the triton engine draws no mask of its own)"
+            if "dbias" in graph.tensors:
+                return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: dbias with dropout (the dBias kernel "
+                        "has no dropout variant)")
         if graph.ragged is not None and not self.ragged:
             return f"{R.RAGGED_NOT_SERVED}: no ragged kernels for {self.arch}"
         used = graph.modifiers
@@ -88,14 +105,14 @@ def _io_rows_aligned(graph: Graph) -> bool:
 
 
 ROWS: dict[str, Capabilities] = {
-    "sm90": Capabilities("sm90"),
+    "sm90": Capabilities("sm90", fp32_max_head_dim=128),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
-    "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64),
+    "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64, fp32_max_head_dim=128),
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
-    "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False),
-    "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
+    "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128),
+    "cpu": Capabilities("cpu", dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

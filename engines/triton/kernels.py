@@ -36,14 +36,18 @@ arguments, which Triton makes constexprs):
               atomics, no scratch); tiles outside the band are written as zeros
     sinks     only in the LSE the stats hold, so P, dQ, dK, dV are unchanged; bwd_dsinks:
               dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi, one program per head
+    HAS_DROPOUT  the dropout_mask port (keep 1, drop 0) read like the bias, times drop_scale
+              = 1 / (1 - p): dV += (P keep / (1 - p))^T dO and dS = P (dP keep / (1 - p) -
+              Delta), Delta from the dropped O the harness gives (no dBias kernel variant)
 """
 import triton
 import triton.language as tl
 
-from bundlegen.engines.triton.runtime_ints import (BIAS_INTS, CHOICE_INTS, DQA_INTS, INPUT_INTS,
-                                                   RAGGED_INTS, SIZE_INTS)
+from bundlegen.engines.triton.runtime_ints import (BIAS_INTS, CHOICE_INTS, DQA_INTS, DROP_INTS,
+                                                   INPUT_INTS, RAGGED_INTS, SIZE_INTS)
 from bundlegen.engines.triton.tile_ops import (LOG2E, bias_tile, block_batch_head, chunk_cols,
                                                cols_ok, dot_acc, dot_rows, keep_mask,
+                                               keep_scaled_tile,
                                                load_desc, load_tile, store_tile, tanh_exp2,
                                                tile_offsets, tile_ranges)
 
@@ -151,20 +155,20 @@ def bwd_preprocess(O, DO, Delta, CU_Q, o_off, so_b, so_h, so_s, so_d, do_off, sd
 
 
 @triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS
-            + DQA_INTS + [
+            + DROP_INTS + DQA_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
 def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off,
              sk_b, sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s,
              sdo_d, l_off, sl_b, sl_h, sl_s, dk_off, sdk_b, sdk_h, sdk_s, sdk_d, dv_off, sdv_b,
              sdv_h, sdv_s, sdv_d, H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v, scale, shift, left,
-             right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, DQA,
-             sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, DROP,
+             drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, DQA, sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
              block_major, lone_bound, COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr, HAS_BIAS: tl.constexpr,
-             SOFTCAP: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
+             SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
              ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
              DP_FIRST: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
@@ -318,16 +322,24 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
                           EVEN, COMPUTE_DK and not TWO)
         else:
             pT = tl.exp2(s2T - lse2[None, :])
+        pdT = pT
+        if HAS_DROPOUT:   # keep / (1 - p), as P^T's transpose
+            kT = keep_scaled_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0,
+                                  sdrop_j, rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :],
+                                  drop_scale, True)
+            pdT = pT * kT
         if COMPUTE_DV:
-            dv = dot_acc(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
+            dv = dot_acc(pdT.to(io), do, dv, UPCAST)           # dV += P_drop^T dO
             if TWO:
-                dv2 = dot_acc(pT.to(io), do2, dv2, UPCAST)
+                dv2 = dot_acc(pdT.to(io), do2, dv2, UPCAST)
         if COMPUTE_DK:
             delta = load_tile(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
             if not DP_FIRST:
                 dpT = dot_acc(v, tl.trans(do), None, UPCAST)   # dP^T = V dO^T
                 if TWO:
                     dpT = dot_acc(v2, tl.trans(do2), dpT, UPCAST)
+            if HAS_DROPOUT:                                 # dP^T = dP_drop^T keep / (1 - p)
+                dpT = dpT * kT
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
             if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
                 dsT = dsT * (1.0 - tT * tT)
@@ -369,17 +381,18 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
                      mask=cols_ok(n_ok, rdv2, d_v, False))
 
 
-@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS + [
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS + DROP_INTS + [
     "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
 def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off, sk_b,
            sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s, sdo_d,
            l_off, sl_b, sl_h, sl_s, dq_off, sdq_b, sdq_h, sdq_s, sdq_d, H_q, G_k, G_v, S_q, S_kv,
            D_qk, D_v, scale, shift, left, right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h,
-           sbias_i, sbias_j, softcap, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           sbias_i, sbias_j, softcap, DROP, drop_off, sdrop_b, sdrop_h, sdrop_i,
+           sdrop_j, drop_scale, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
            block_major, lone_bound, UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
            BLOCK_DV: tl.constexpr, RAGGED: tl.constexpr, bottom_right, HAS_BIAS: tl.constexpr,
-           SOFTCAP: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
+           SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
            EVEN: tl.constexpr, TMA: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
     registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
@@ -481,6 +494,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
         dp = dot_acc(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         if TWO:
             dp = dot_acc(do2, tl.trans(v2), dp, UPCAST)
+        if HAS_DROPOUT:                                      # dP = dP_drop keep / (1 - p)
+            dp = dp * keep_scaled_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i,
+                                       col0, sdrop_j, rm, rn,
+                                       m_ok[:, None] & (offs_n[None, :] < n_kv), drop_scale, False)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)

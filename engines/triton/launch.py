@@ -37,6 +37,7 @@ TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit off
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
+DROPOUT_PORTS = ("dropout_mask",)   # [B|1, H_q|1, S_q, S_kv], io dtype, keep 1 / drop 0
 SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
 DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
@@ -207,7 +208,8 @@ def _plain_addr(t: torch.Tensor | None) -> tuple | None:
 
 def modifier_flags(graph: Graph) -> dict:
     """HAS_BIAS and SOFTCAP, the score-modifier constexprs of the dK/dV and dQ kernels."""
-    return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None)
+    return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None,
+                HAS_DROPOUT="dropout_mask" in graph.tensors)
 
 
 @dataclass(frozen=True)
@@ -267,11 +269,14 @@ class Launch:
 
     @property
     def score_args(self) -> tuple:
-        """(BIAS, bias_off, 4 bias strides, softcap) of the dK/dV and dQ kernels; None for a
-        modifier the graph does not have."""
+        """(BIAS, bias_off, 4 bias strides, softcap, DROP, drop_off, 4 mask strides,
+        drop_scale) of the dK/dV and dQ kernels; None for a modifier the graph does not have."""
         bias = self.mods.get("bias") or (None,) * 6
         cap = self.graph.attributes.softcap
-        return (*bias, None if cap is None else float(cap))
+        drop = self.mods.get("dropout_mask")
+        p = self.graph.attributes.dropout_probability
+        drop = (None,) * 7 if drop is None else (*drop, 1.0 / (1.0 - p))
+        return (*bias, None if cap is None else float(cap), *drop)
 
     @property
     def sizes(self) -> tuple:
@@ -329,7 +334,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged = offsets(graph, tensors)
-    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS}
+    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
@@ -527,7 +532,7 @@ def run_dbias(L: Launch) -> None:
     L.kernels.bwd_dbias[(grid,)](
         *L.pointers, L.mods["bias"][0], dbias[0], *L.addressing, *L.mods["bias"][1:],
         *dbias[1:], g.H_q, g.H_q // g.H_k, g.H_q // g.H_v, g.S_q, g.S_kv, g.D_qk // L.vec,
-        g.D_v // L.vec, float(g.attributes.attn_scale), shift, left, right, L.score_args[-1],
+        g.D_v // L.vec, float(g.attributes.attn_scale), shift, left, right, L.score_args[6],
         g.B if B_db == 1 else 1, g.H_q if H_db == 1 else 1, H_db,
         HAS_LEFT=f["HAS_LEFT"], HAS_RIGHT=f["HAS_RIGHT"], SOFTCAP=f["SOFTCAP"],
         UPCAST=f["UPCAST"], WIDE=f["WIDE"], VEC=L.vec, BLOCK_M=block_m, BLOCK_N=block_n,

@@ -57,6 +57,13 @@ SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_
 #: a REPRESENTED value meaning "not a constexpr": the stand-in takes the argument at run time
 RUNTIME = "<runtime>"
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
+#: the dropout mask's arguments: None (constexprs) in every variant checked here, since the
+#: GPU rows decline dropout (capabilities.Capabilities.dropout)
+DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale")
+#: constexprs added to the kernels after the variants were measured, at their off value (a
+#: static branch the compiler drops, so the variant's code is what it was without them): left
+#: out of a variant's key, put back when the variant is compiled
+ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}}
 
 
 def _dbias_chunk() -> int:
@@ -95,6 +102,9 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     **{a: (lambda c: RUNTIME if _modified(c) else None,
            "None (a constexpr) without modifiers; the modified stand-in takes it at run time")
        for a in MODIFIER_ARGS},
+    **{a: (lambda c, off=off: off, "the GPU rows decline dropout (capabilities.Capabilities."
+                                     "dropout): no launch with it is resource-checked")
+       for a, off in ADDED_OFF.items()},
     **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
            "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
        for a in aot.ATOMIC_DQ_ARGS},
@@ -287,7 +297,7 @@ def variant_of(arch: str, choice: Choice) -> tuple[str, dict]:
                          f"REPRESENTED in engines/triton/resources.py: the sweep would miss them")
     ctx = dict(cons, _tier=choice.tier)
     out = {k: (REPRESENTED[k][0](ctx) if k in REPRESENTED else v) for k, v in cons.items()}
-    out = {k: v for k, v in out.items() if v != RUNTIME}
+    out = {k: v for k, v in out.items() if v != RUNTIME and not (k in ADDED_OFF and v == ADDED_OFF[k])}
     name = label(choice.kernel, out, choice.tier, choice.banded, choice.atomic_config)
     return name, {"kernel": choice.kernel, "constexprs": out, "options": dict(choice.options),
                   "io": REPRESENTED["_io"][0](ctx)}

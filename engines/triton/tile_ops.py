@@ -78,9 +78,13 @@ def keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_R
 def dot_acc(a, b, acc, UPCAST: tl.constexpr):
     """acc + a @ b with fp32 accumulation. UPCAST (the CPU interpreter with bf16 only, whose
     tl.dot multiplies bf16 bit patterns as integers) widens the operands to fp32 first:
-    bf16 products are exact in fp32, so the math is the same as the GPU's."""
+    bf16 products are exact in fp32, so the math is the same as the GPU's. fp32 operands
+    (fp32 io: every operand is an io tile or cast to io) get true fp32 products: tl.dot's
+    default for fp32 is TF32 (10-bit mantissa inputs), past the fp32 tolerance classes."""
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc, input_precision="ieee")
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, acc=acc, input_precision="ieee")
     return tl.dot(a, b, acc=acc)
 
 
@@ -121,6 +125,19 @@ def bias_tile(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl
     else:
         x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
     return x.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
+                     TRANS: tl.constexpr):
+    """keep[b, h, i0 + ri, j0 + rj] * drop_scale, fp32, 0 where not ok: a tile of the dropout
+    mask, addressed as bias_tile addresses the bias (TRANS: the dK/dV kernel's transpose)."""
+    base = DROP + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
+    if TRANS:
+        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
+    else:
+        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
+    return x.to(tl.float32) * drop_scale
 
 
 @triton.jit
