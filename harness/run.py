@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from bundlegen import validate
-from bundlegen.cost import predict, size_text, terms
+from bundlegen.cost import DETERMINISTIC_MODE_RUNS, predict, size_text, terms
 from bundlegen.graph import BundleError, Case, Graph
 from bundlegen.manifest import Manifest, manifest_path
 from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED,
@@ -122,9 +122,8 @@ def _sync(device: "torch.device") -> None:
         torch.cuda.synchronize(device)
 
 
-#: runs of a case whose graph asks for a deterministic backward (FlashAttention's own
-#: determinism tests re-run 50 and 250 times)
-DETERMINISTIC_MODE_RUNS = 50
+#: DETERMINISTIC_MODE_RUNS (bundlegen.cost, which prices them): the runs of a case whose
+#: graph asks for a deterministic backward
 #: the environment variable that turns off stopping each worker as soon as no case is left
 #: for it, and leaving the workers to exit while the run writes its files ("0": every worker
 #: is stopped after the last case, and the run waits for their exits; see _run_spread)

@@ -22,6 +22,7 @@ from typing import Callable
 
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
+from bundlegen.mutants import conditional as C
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -208,6 +209,39 @@ CATALOG: tuple[Mutant, ...] = (
            "the dK/dV kernel reads the bias of the K head of its group instead of each query "
            "head's: right for MHA or a head-broadcast bias, wrong under GQA / MQA",
            SOURCE_PATCH, T.BIAS_KV_HEAD, ("AX-BIAS-FULL", "AX-BIAS-BATCH", "AX-BIAS-ALIBI")),
+    # --- conditional on one gap class of issue 42 each (mutants/conditional.py): correct
+    # off their condition
+    Mutant("interleaved-dq-batch-offset-lost", "degenerate layouts",
+           "dQ in a heads-interleaved layout stored without its batch offset (B >= 2, H >= 2)",
+           WRAPPER, _wrapped(C.InterleavedBatchOffsetLost), ("AX-LAYOUT-BSHD", "AX-LAYOUT-SBHD"), killed_by="pr"),
+    Mutant("interleaved-dk-head-dim-tail-dropped", "degenerate layouts",
+           "dK in a heads-interleaved layout loses its head-dim tail when D_qk % 32 != 0",
+           WRAPPER, _wrapped(C.InterleavedHeadDimTailDropped), ("AX-LAYOUT-*",), killed_by="pr"),
+    Mutant("delta-kept-in-fp8", "gradients range/correlation",
+           "Delta = rowsum(dO * O) kept in fp8 (e5m2): seen in dSinks only where dO is correlated with O",
+           WRAPPER, _wrapped(C.DeltaKeptInFp8), ("SHP-GRAD-RANGE-LONG", "SHP-GRAD-RANGE"),
+           killed_by="pr"),
+    Mutant("dp-saturates-fp16", "gradients range/correlation",
+           "dP held in fp16 in an fp16 graph: inf (then NaN in dQ, dK) where |dP| > 65504",
+           WRAPPER, _wrapped(C.DpSaturatesFp16), ("SHP-GRAD-RANGE",), killed_by="pr"),
+    Mutant("dsinks-last-batch-lost", "tolerance cannot see a lost contribution",
+           "dSinks misses the last batch's contribution (B >= 2)",
+           WRAPPER, _wrapped(C.DsinksLastBatchLost), ("AX-SINKS-ON", "SHP-SINKS-*"), killed_by="pr"),
+    Mutant("nondeterministic-without-gqa", "determinism",
+           "the deterministic backward differs run to run (dK's last bit) when H_q == H_k",
+           WRAPPER, _wrapped(C.NondeterministicWithoutGqa), ("SHP-DETERMINISTIC-*",), killed_by="pr"),
+    Mutant("fp16-dq-tail-row-lost", "fp16",
+           "an fp16 graph with S_q % 16 != 0 never stores dQ's last row",
+           WRAPPER, _wrapped(C.Fp16QueryTailStale), ("AX-DTYPE-FP16",), killed_by="pr"),
+    Mutant("extreme-lse-window-half-tile", "risky values meeting late",
+           "extreme LSE under a window with S_kv off the 64 tile: the last key block's dK, dV zero",
+           WRAPPER, _wrapped(C.ExtremeLseWindowHalfTile), ("REG-EXTREME-LSE",), killed_by="pr"),
+    Mutant("sinks-decode-batch-lse-mixed", "risky values meeting late",
+           "sinks with B >= 2 at S_q <= 16: dSinks reads batch 0's LSE for every batch",
+           WRAPPER, _wrapped(C.SinksDecodeBatchMixed), ("AX-SINKS-ON",), killed_by="pr"),
+    Mutant("rectangle-128-dq-last-row-lost", "risky values meeting late",
+           "S_q != S_kv, both multiples of 128: dQ's last row lost",
+           WRAPPER, _wrapped(C.TiledRectangleLastRowLost), ("SHP-*",), killed_by="pr"),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",
