@@ -4,7 +4,7 @@ the engine before a change runs beside the current one on the same host, in one 
     python bench/before_engine.py --rev HEAD --out before        # writes before/triton_before/
     PYTHONPATH=before python bench/engine_speed.py --quick --rounds 5 \
         --peers torch-cudnn triton_before.engine_before:BeforeEngine
-    PYTHONPATH=before TRITON_CACHE_DIR=/tmp/empty python -m triton_before.warm --jobs 15
+    PYTHONPATH=before TRITON_CACHE_DIR=$(mktemp -d) python -m triton_before.warm --jobs 15
 
 Every file of engines/triton is copied, its imports of the package rewritten to the copy's
 name, so the copy launches its own launcher, kernels and configs, and compiles its own

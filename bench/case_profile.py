@@ -3,7 +3,7 @@ cases, how many kernels, synchronisations and read-backs each case makes, and wh
 several threads of one process (each on its own CUDA stream) run cases faster than one.
 
 Cases of a level (a deterministic sample: every Nth case) run in-process through
-`harness.run.run_case`, exactly as a worker runs them:
+`harness.case.run_case`, exactly as a worker runs them:
 1. once to warm up (Triton compiles, pinned buffers, the allocator's pools);
 2. timed: wall per case and the case records' phases (materialize, oracle, engine, checks);
 3. under torch.profiler: GPU kernel time against the wall, and per case the kernel
@@ -12,7 +12,7 @@ Cases of a level (a deterministic sample: every Nth case) run in-process through
 4. the same cases spread over T threads (--threads), each thread on its own stream.
 
     python bench/case_profile.py --level full --engine triton --device cuda --every 4 \
-        --threads 1 2 4 --out bench/results/h200/round8/case_profile.json
+        --threads 1 2 4 --out out/case_profile.json
     python bench/case_profile.py --level quick --engine torch-math --device cpu --every 8   # smoke
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch  # noqa: E402
 from bundlegen.harness import verdicts as V  # noqa: E402
 from bundlegen.harness.bundles import load_level  # noqa: E402
 from bundlegen.harness.config import load_engine_config  # noqa: E402
-from bundlegen.harness.run import run_case  # noqa: E402
-from bundlegen.harness.worker import WorkerSpec, build_engine, prepare_engine  # noqa: E402
+from bundlegen.harness.case import run_case  # noqa: E402
+from bundlegen.harness.workers.worker import WorkerSpec, build_engine, prepare_engine  # noqa: E402
 from bundlegen.workspace import default_bundle_root, engine_config_dir  # noqa: E402
 
 PHASES = ("materialize_s", "oracle_s", "engine_s", "check_s")

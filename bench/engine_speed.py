@@ -11,7 +11,7 @@ Each engine is timed through its `run(graph, tensors)` (triton.testing.do_bench,
 later than the round before (triton, peer 1, peer 2; peer 1, peer 2, triton; ...), so that
 neither a drift of the GPU's clocks during the run nor an engine's place in the turn favours
 one engine (two copies of the same Triton engine read 1.00-1.04x apart on the D 128 rows
-when the first was always timed first, 0.99-1.02x with the turns; bench/results/h200/round19).
+when the first was always timed first, 0.99-1.02x with the turns, on an H200).
 A cell is the median of its rounds, and the target lines give the spread of the per-round
 ratios.
 The torch peers' runs include their adapter's copies (O into the op's layout, LSE, the
@@ -56,10 +56,12 @@ CPU_PEERS = ("torch-math", "torch-flash")
 DTYPES = ("bf16", "fp16")
 TOKENS_PER_HEAD_BATCH = 4 * 4096        # B * S, so B * H * S stays 64 * 4096 at H = 16
 TARGET_RATIOS = {"torch-flash": 1.0, "torch-cudnn": 0.75}  # triton / peer: at least, goal
-#: issue 18 item 3: triton / torch-flash >= 1.0 on these head dims at these lengths (both
-#: dtypes, causal and not, MHA, BHSD)
+#: the wide head dims' goal: triton / torch-flash >= 1.0 on these head dims at these lengths
+#: (both dtypes, causal and not, MHA, BHSD), where torch-cudnn serves no peer to compare with
 WIDE_HEAD_TARGET = ((192, 256), (4096, 16384), 1.0)
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+#: measurements land under out/, which git ignores: the figures worth keeping are in
+#: docs/PERFORMANCE.md, each with the command that measures it again
+RESULTS_DIR = REPO_ROOT / "out"
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -466,7 +468,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="only the target rows (B4 H16 S4096 D128 bf16)")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke test, tiny shapes)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="JSON output (default bench/results/engine_speed_h200.json on an H200)")
+                        help="JSON output (default out/engine_speed_h200.json on an H200)")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128, 192, 256])
     parser.add_argument("--seqs", nargs="+", type=int, default=[1024, 4096, 8192, 16384])

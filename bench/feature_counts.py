@@ -2,7 +2,7 @@
 ragged batches, which of their cases each engine passed, declined (and why), contained
 (device probes) or failed.
 
-    python bench/feature_counts.py bench/results/h200/round3/*.results.jsonl.gz
+    python bench/feature_counts.py evidence/h200/*.results.jsonl.gz
     python bench/feature_counts.py --feature RAGGED --feature INT64 out/*/results.jsonl
 
 A case belongs to a feature when one of its plan items names it (`AX-RAGGED-...`,

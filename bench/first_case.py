@@ -2,11 +2,11 @@
 first case of a run took 0.34-0.48 s against some 10 ms for the rest (the oracle 0.2-0.3 s,
 the checks 0.1-0.15 s), eight times over in a run of eight workers.
 
-In a fresh process, started and built as a worker is (harness/worker.py: the engine built
+In a fresh process, started and built as a worker is (harness/workers/worker.py: the engine built
 and warmed up), the level's first --cases cases run in-process in the order a run hands
 them out (longest predicted first), each timed by phase; the first one under cProfile,
 whose top entries say where its extra time goes (torch's lazily loaded modules, cuBLAS,
-Python imports). A GPU worker warms the case path first (harness/warm_path.py), timed here
+Python imports). A GPU worker warms the case path first (harness/workers/warm_path.py), timed here
 on its own; --no-warm-path leaves that to the first case, as before.
 
     python bench/first_case.py --level quick --engine triton --device cuda [--cases 6] [--no-warm-path] [--json PATH]
@@ -23,26 +23,27 @@ from pathlib import Path
 CHILD = r"""
 import cProfile, io, json, pstats, sys, time
 t0 = time.perf_counter()
-from bundlegen.harness import gpu_early
+from bundlegen.harness.workers import gpu_early
 gpu_early.open_in_background(sys.argv[2])
 from bundlegen.harness.bundles import load_level
 from bundlegen.harness.config import load_engine_config
 from bundlegen.harness.results import PHASES
-from bundlegen.harness.run import _longest_first, run_case
-from bundlegen.harness.worker import WorkerSpec, build_engine
+from bundlegen.harness.case import run_case
+from bundlegen.harness.executor import longest_first
+from bundlegen.harness.workers.worker import WorkerSpec, build_engine
 from bundlegen.workspace import default_bundle_root, engine_config_dir
 level, engine_name, device, count = sys.argv[1], sys.argv[3], sys.argv[2], int(sys.argv[4])
 loaded = load_level(default_bundle_root(), level)
 config = load_engine_config(engine_config_dir(engine_name), loaded.manifest)
 engine = build_engine(WorkerSpec(engine_name, device, config))
 started = time.perf_counter() - t0
-from bundlegen.harness import warm_path
+from bundlegen.harness.workers import warm_path
 t = time.perf_counter()
 warming = warm_path.start(device)   # as the worker does; the worker's prepare would run beside it
 if warming is not None:
     warming.join()
 warm_s = round(time.perf_counter() - t, 3) if warming is not None else None
-cases = [c for c in _longest_first(loaded.cases, device, loaded.manifest) if c.expected_rejection is None]
+cases = [c for c in longest_first(loaded.cases, device, loaded.manifest) if c.expected_rejection is None]
 rows, profile_text = [], ""
 for i, case in enumerate(cases[:count]):
     profiler = cProfile.Profile() if i == 0 else None
@@ -70,10 +71,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--cases", type=int, default=6)
     ap.add_argument("--no-warm-path", action="store_true",
-                    help="without the worker's warm-up of the case path (harness/warm_path.py)")
+                    help="without the worker's warm-up of the case path (harness/workers/warm_path.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    from bundlegen.harness import warm_path
+    from bundlegen.harness.workers import warm_path
     from bundlegen.harness.results import PHASES
 
     env = dict(os.environ)

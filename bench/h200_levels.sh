@@ -3,11 +3,11 @@
 # self-check, the engine mutants at quick, the GPU-only mutant (32-bit offsets) against the
 # 64-bit-offset cases of full, the cuDNN varlen experiment and the ragged cases' counts per
 # engine. Results and logs go to $OUT (default
-# bench/results/h200-levels): per engine a gzipped results.jsonl, run.json and the log.
+# out/h200-levels): per engine a gzipped results.jsonl, run.json and the log.
 #   OUT=/some/dir bash bench/h200_levels.sh triton torch-flash
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-bench/results/h200-levels}
+OUT=${OUT:-out/h200-levels}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())'
@@ -20,7 +20,7 @@ for engine in "${@:-triton}"; do
   cp "out/$engine-full/run.json" "$OUT/$engine-full.run.json"
 done
 echo "== triton self-check"
-python3 -m bundlegen.engines.triton.selfcheck --device cuda --no-bench > "$OUT/triton_selfcheck.log" 2>&1
+python3 bench/triton_selfcheck.py --device cuda --no-bench > "$OUT/triton_selfcheck.log" 2>&1
 echo "   exit $?"; tail -n 4 "$OUT/triton_selfcheck.log"
 echo "== mutants at quick"
 python3 -m bundlegen mutate --engine triton --level quick --device cuda > "$OUT/mutate-quick.log" 2>&1

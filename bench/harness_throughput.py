@@ -1,4 +1,4 @@
-"""Wall time of `bundlegen run` against one engine, as the issue's targets are stated, in one
+"""Wall time of `bundlegen run` against one engine, as the harness's speed targets are stated, in one
 run of this script: every level asked for (default: quick alone, and full = all four
 levels) on a warm Triton cache on one GPU with one worker and with N worker processes
 sharing it (--workers), on several GPUs of the host when --devices names them (N workers
@@ -16,7 +16,7 @@ printed beside them): on one GPU, warm, all four levels under 12 s and quick alo
 3 s, the oracle under 30 % of the one-worker all-levels run; on two GPUs of one host, all
 four levels under 8 s; cold cache on one GPU under 45 s.
 
-    python bench/harness_throughput.py --workers 4 --out bench/results/harness_throughput_h200.json
+    python bench/harness_throughput.py --workers 4 --out out/harness_throughput_h200.json
     python bench/harness_throughput.py --devices cuda:0,cuda:1 --workers 4   # and two GPUs
     python bench/harness_throughput.py --device cpu --engine torch-math --levels quick -k shapes \
         --workers 2 --devices cpu,cpu --no-cold        # smoke test of the code path
@@ -45,14 +45,16 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 LEVELS = ("quick", "pr", "nightly", "full")
-#: the issue's targets (seconds), and the oracle share
+#: the harness's speed targets (seconds), and the oracle share
 TARGET_WARM_ALL_S = 12.0
 TARGET_WARM_QUICK_S = 3.0
 TARGET_TWO_GPUS_ALL_S = 8.0
 TARGET_COLD_ALL_S = 45.0
 TARGET_ORACLE_SHARE = 0.30
 TARGETS_SET_AT_CASES = 783
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
+#: measurements land under out/, which git ignores: the figures worth keeping are in
+#: docs/PERFORMANCE.md, each with the command that measures it again
+RESULTS_DIR = REPO_ROOT / "out"
 
 from bundlegen.harness.results import PHASES, phase_seconds  # noqa: E402  (needs REPO_ROOT on sys.path)
 
@@ -324,7 +326,7 @@ def print_side_by_side(runs: list[RunStats]) -> None:
 
 
 def target_lines(runs: list[RunStats], judged: bool = True) -> list[str]:
-    """The issue's targets against the runs that answer them. `judged`: the runs are what
+    """The harness's speed targets against the runs that answer them. `judged`: the runs are what
     the targets are about (triton on GPUs, no -k); otherwise the numbers are printed with
     no verdict."""
     def verdict(ok: bool) -> str:
@@ -397,7 +399,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--runs-dir", type=Path, default=REPO_ROOT / "out" / "harness_throughput",
                         help="where each run's results.jsonl and log go (and the Triton cache)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="JSON output (default bench/results/harness_throughput_h200.json on an H200)")
+                        help="JSON output (default out/harness_throughput_h200.json on an H200)")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per bundlegen run process")
     parser.add_argument("--no-one-worker", action="store_true",
                         help="skip the one-worker reference runs (and so the oracle-share figure)")

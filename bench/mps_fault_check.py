@@ -4,7 +4,7 @@ own case?
 Under MPS a fatal fault in one client (here a device-side assert: an index out of range)
 ends the work of every client of that GPU, and the server does not say whose it was. The
 run holds back every case that crashed beside other workers and runs it again with one
-worker alone (harness.run._rerun_alone). This script writes a bundle of small cases, one
+worker alone (harness.executor.rerun_alone). This script writes a bundle of small cases, one
 of which faults, and runs it with N workers sharing the GPU, without and with --mps,
 side by side; it prints each run's verdicts and exits 1 unless, in both, the faulting case
 is the only one that is not a pass.
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         print("mps_fault_check: no CUDA device here; it faults a GPU on purpose", file=sys.stderr)
         return 2
     from bundlegen.harness.results import read_results, read_run_times
-    from bundlegen.harness.run import run_level
+    from bundlegen.harness.level import run_level
 
     faulty = S.case_of(1, S_q=FAULT_S_Q)
     cases = [S.case_of(n) for n in range(10, 10 + args.cases - 1)]

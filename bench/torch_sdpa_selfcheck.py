@@ -2,16 +2,18 @@
 
     python bench/torch_sdpa_selfcheck.py [--device cuda:0] [--only NAME]
 
-For a handful of graphs (layouts, masks, GQA, head dims, odd strides) it builds the
-declared strided tensors itself (each storage with a guard region), derives O and Stats
-from the float64 oracle forward, runs every engine that accepts the graph and prints, per
-engine, the decision, the error against the float64 oracle backward (max |err| and the
-normalised error of CONTRACTS' tolerance rule with a loose dtype rtol; > 1 is suspect),
-and whether anything was written outside the declared outputs. It also prints what PyTorch's
+For a handful of graphs (layouts, masks, GQA, head dims, odd strides) the harness lays out
+the declared strided tensors (bundlegen.harness.selfcheck: canary-guarded storages, O and
+Stats from the float64 oracle forward), runs every engine that accepts the graph and
+prints, per engine, the decision, the error against the float64 oracle backward (max |err|
+and the normalised error of CONTRACTS' tolerance rule with a loose dtype rtol; > 1 is
+suspect), and whether anything was written outside the declared views or into an input.
+It also prints what PyTorch's
 own dispatcher (`torch.backends.cuda.can_use_*_attention`) says of the same q, k, v, and
 the LSE / O layouts each real forward returns, so the adapter's assumptions are checked.
 
-Exit status 0 unless an accepted case crashed, wrote outside its outputs or was suspect.
+Exit status 0 unless an accepted case crashed, wrote outside its views, modified an input
+or was suspect.
 """
 from __future__ import annotations
 
@@ -22,14 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import LAYOUT_ORDERS, Graph, TensorSpec, dense_graph, packed_strides
+from bundlegen.graph import LAYOUT_ORDERS, Graph, dense_graph, packed_strides
 from bundlegen.reasons import code_of
 from bundlegen.engines.registry import engine_class
 from bundlegen.engines.torch_sdpa_common import write_gradients
-from bundlegen.harness import oracle
-from bundlegen.harness.checks import output_error
+from bundlegen.harness import selfcheck
 from bundlegen.harness.config import Tolerance
+from bundlegen.harness.materialize import Materialized
 
 ENGINES = ("torch-flash", "torch-efficient", "torch-cudnn")
 DISPATCHER = {"torch-flash": "can_use_flash_attention",
@@ -40,8 +41,7 @@ RTOL = {"fp16": 2.0 ** -9, "bf16": 2.0 ** -6, "fp32": 1e-5}
 ATOL = 1e-5
 #: declines that cannot fault the GPU (no misaligned access): run them anyway by default
 TRY_DECLINED = ("alignment-not-served", "head-dim-too-large", "seq-len-not-served")
-GUARD = 64
-CANARY = -77.0
+SEED = 1234
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -109,59 +109,6 @@ def cases() -> list[SelfCase]:
     ]
 
 
-# ----------------------------------------------------------------------------- tensors
-@dataclass
-class Materialized:
-    tensors: dict
-    storages: dict
-    reference: oracle.Backward
-
-
-def view_of(storage: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
-    return storage.as_strided(spec.dims, spec.strides, spec.offset + GUARD)
-
-
-def write(view: torch.Tensor, spec: TensorSpec, values: torch.Tensor) -> None:
-    """Copy values into a view; along a zero-stride axis only index 0 is written (the
-    values must agree along it, as they do for a broadcast input and what it derives)."""
-    one = tuple(slice(0, 1) if s == 0 else slice(None) for s in spec.strides)
-    view[one].copy_(values.expand(spec.dims)[one])
-
-
-def materialize(g: Graph, seed: int, device: torch.device) -> Materialized:
-    gen = torch.Generator().manual_seed(seed)
-    io = TORCH_DTYPES[g.dtype]
-    storages, tensors, logical = {}, {}, {}
-    for port, spec in g.tensors.items():
-        dtype = torch.float32 if port == "stats" else io
-        storages[port] = torch.full((spec.storage_elements + 2 * GUARD,), CANARY, dtype=dtype, device=device)
-        tensors[port] = view_of(storages[port], spec)
-    for port in ("q", "k", "v", "do"):
-        spec = g.tensors[port]
-        # a broadcast (zero-stride) axis holds one value: draw the storage's distinct shape
-        distinct = [d if s != 0 else 1 for d, s in zip(spec.dims, spec.strides)]
-        write(tensors[port], spec, torch.randn(distinct, generator=gen).to(io).to(device))
-        logical[port] = tensors[port].detach().clone()
-    fwd = oracle.forward(logical["q"], logical["k"], logical["v"], g.attributes)
-    write(tensors["o"], g.tensors["o"], fwd.o.to(io))
-    write(tensors["stats"], g.tensors["stats"], fwd.lse.to(torch.float32).unsqueeze(-1))
-    exact = oracle.Forward(o=fwd.o, lse=fwd.lse)
-    ref = oracle.backward(logical["q"], logical["k"], logical["v"], logical["do"], g.attributes, exact)
-    return Materialized(tensors=tensors, storages=storages, reference=ref.to("cpu"))
-
-
-def written_outside(m: Materialized, g: Graph) -> list[str]:
-    bad = []
-    for port in ("dq", "dk", "dv"):
-        spec, storage = g.tensors[port], m.storages[port]
-        addressed = torch.zeros(storage.numel(), dtype=torch.bool, device=storage.device)
-        view_of(addressed, spec).fill_(True)
-        outside = storage[~addressed]
-        if not bool((outside == CANARY).all()):
-            bad.append(port)
-    return bad
-
-
 # ----------------------------------------------------------------------------- dispatcher
 def dispatcher_says(name: str, g: Graph, m: Materialized) -> str:
     a = g.attributes
@@ -206,7 +153,7 @@ def check(name: str, engine, case: SelfCase, device: torch.device,
     whose code is in `try_declined`, forced:ok / forced:wrong / forced:raised (informative:
     whether the decline is needed)."""
     g = case.graph
-    m = materialize(g, seed=1234, device=device)
+    m = selfcheck.prepare(g, SEED, device, label=case.label)
     disp = dispatcher_says(name, g, m)
     reason = engine.is_applicable(g)
     forced = reason is not None and code_of(reason) in try_declined
@@ -223,18 +170,15 @@ def check(name: str, engine, case: SelfCase, device: torch.device,
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         status = "forced:raised" if forced else "CRASH"
         return status, f"{type(exc).__name__}: {first[:200]} | {reason or ''} | dispatcher: {disp}"
-    tol = Tolerance(RTOL[g.dtype], ATOL, "selfcheck")
-    parts, worst = [], 0.0
-    for port in ("dq", "dk", "dv"):
-        e = output_error(m.tensors[port], getattr(m.reference, port),
-                         getattr(m.reference, f"mag_{port}"), tol)
-        worst = max(worst, e.normalized_error)
-        parts.append(f"{port} max|err| {e.max_abs_err:.2e} norm {e.normalized_error:.3f}")
-    outside = written_outside(m, g)
-    good = worst <= 1.0 and not outside
+    finding = selfcheck.judge(m, Tolerance(RTOL[g.dtype], ATOL, "selfcheck"))
+    parts = [f"{port} max|err| {e.max_abs_err:.2e} norm {e.normalized_error:.3f}"
+             for port, e in finding.errors.items()]
+    good = finding.worst_normalized_error <= 1.0 and finding.memory_intact
     status = ("forced:ok" if good else "forced:wrong") if forced else ("ok" if good else "SUSPECT")
-    if outside:
-        parts.append(f"WROTE OUTSIDE {','.join(outside)}")
+    if finding.wrote_outside:
+        parts.append(f"WROTE OUTSIDE {','.join(finding.wrote_outside)}")
+    if finding.modified_inputs:
+        parts.append(f"MODIFIED INPUTS {','.join(finding.modified_inputs)}")
     if forced:
         parts.append(f"declined as {reason}")
     return status, "; ".join(parts) + f" | dispatcher: {disp}"

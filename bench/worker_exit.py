@@ -1,6 +1,6 @@
 """What stopping a run's workers costs: N workers started as a run starts them (clients of a
 private MPS server with --mps), each runs one tiny case, then all are stopped and the MPS
-server is told to quit, waiting for the exits (what a run did before round 17) or not
+server is told to quit, waiting for the exits or not
 (close(wait=False), MpsDaemon.stop(wait=False): the run goes on while they exit). Each
 figure is a wall time in the parent, as `bundlegen run` pays it.
 
@@ -15,11 +15,12 @@ import time
 
 
 def one_round(engine: str, device: str, workers: int, mps: bool, wait: bool) -> dict:
-    from bundlegen.harness import worker
+    from bundlegen.harness.workers import worker
     from bundlegen.harness.bundles import manifest_of
-    from bundlegen.harness.mps import start_mps
-    from bundlegen.harness.run import CaseExecutor, _close_all
-    from bundlegen.harness.warm_path import warm_cases
+    from bundlegen.harness.workers.mps import start_mps
+    from bundlegen.harness.executor import CaseExecutor
+    from bundlegen.harness.workers.pool import close_all
+    from bundlegen.harness.workers.warm_path import warm_cases
 
     manifest = manifest_of()
     daemon = start_mps([device] * workers) if mps else None
@@ -30,7 +31,7 @@ def one_round(engine: str, device: str, workers: int, mps: bool, wait: bool) -> 
     for ex in executors:   # every worker has run a tiny case, as at the end of a run
         ex.execute(warm_cases()[0])
     start = time.perf_counter()
-    _close_all(executors, wait=wait)   # as run_level stops them
+    close_all(executors, wait=wait)   # as run_level stops them
     stopped = time.perf_counter()
     if daemon:
         daemon.stop(wait=wait)

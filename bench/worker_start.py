@@ -1,5 +1,5 @@
 """Where a worker's start goes (what `bundlegen run` waits for before its first case):
-each step of harness/worker.py's start timed in a fresh process, in order: interpreter,
+each step of harness/workers/worker.py's start timed in a fresh process, in order: interpreter,
 the worker module, import torch, the CUDA context, import triton, the engine's modules, building the engine,
 its warm-up, the software versions, the harness modules a case needs. Run twice: the
 first pays for a cold page cache. --workers N starts N at once (--workers-per-device N):
@@ -20,15 +20,15 @@ from pathlib import Path
 
 CHILD = r"""
 import gc, json, sys, time
-gc.disable()   # as the worker starts (harness/worker.py, _worker_main)
+gc.disable()   # as the worker starts (harness/workers/worker.py, worker_main)
 t0 = time.perf_counter()
 marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
-from bundlegen.harness import worker; mark("harness worker module")
+from bundlegen.harness.workers import worker; mark("harness worker module")
 device = sys.argv[2]
 driver = worker.ask_driver() if device.startswith("cuda") else None   # as the worker does
-from bundlegen.harness import gpu_early; gpu_early.open_in_background(device)
+from bundlegen.harness.workers import gpu_early; gpu_early.open_in_background(device)
 import torch; mark("import torch")
 if device.startswith("cuda"):
     torch.cuda.init(); torch.empty(1, device=device); mark("cuda context")
@@ -40,10 +40,10 @@ from bundlegen.harness.config import EngineConfig
 from bundlegen.engines.registry import engine_class
 cls = engine_class(sys.argv[1]); mark("engine modules")
 engine = cls(device); mark("build engine")
-worker._collector_on()
+worker.collector_on()
 worker.warm_up(engine); mark("warm-up")
 worker.software_versions(engine.device, driver); mark("software versions")
-from bundlegen.harness import run, materialize, oracle, checks; mark("harness modules")
+from bundlegen.harness import case, materialize, oracle, checks; mark("harness modules")
 prev, out = t0, []
 for name, t in marks:
     out.append((name, round(t - prev, 3)))
@@ -53,7 +53,7 @@ print(json.dumps({"steps": out, "in_process_s": round(prev - t0, 3)}))
 
 
 def main(argv=None) -> int:
-    from bundlegen.harness import pycache
+    from bundlegen.harness.workers import pycache
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", default="triton")
@@ -64,13 +64,13 @@ def main(argv=None) -> int:
                          "slow down when they run side by side")
     ap.add_argument("--host-env", action="store_true",
                     help="start them in this environment as it is, not as a worker's "
-                         "(harness/pycache.py: bytecode under a cache prefix where it writes none)")
+                         "(harness/workers/pycache.py: bytecode under a cache prefix where it writes none)")
     ap.add_argument("--no-early-context", action="store_true",
                     help="open the CUDA context after import torch, not beside it "
-                         "(harness/gpu_early.py)")
+                         "(harness/workers/gpu_early.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    from bundlegen.harness import gpu_early
+    from bundlegen.harness.workers import gpu_early
 
     env = dict(os.environ) if args.host_env else pycache.with_bytecode(os.environ)
     if args.no_early_context:

@@ -1,6 +1,6 @@
 """Workers started plainly every time (BUNDLEGEN_ZYGOTE=0: each start its own `python -m
-bundlegen.harness.worker`, importing torch) against the default (zygote: the first start
-plain, restarts forked from the zygote, harness.zygote, which has imported torch once), side
+bundlegen.harness.workers.worker`, importing torch) against the default (zygote: the first start
+plain, restarts forked from the zygote, harness.workers.zygote, which has imported torch once), side
 by side in turns: how long until the first worker is ready, until all are, and how long a
 worker's restart after a crash takes (what a run waits for after a fault; under MPS a fault
 restarts every worker of the GPU).
@@ -26,11 +26,11 @@ CHILD = r"""
 import json, os, signal, sys, threading, time
 t0 = time.perf_counter()
 from bundlegen.harness.config import EngineConfig
-from bundlegen.harness.worker import IsolatedRunner, WorkerSpec
+from bundlegen.harness.workers.worker import IsolatedRunner, WorkerSpec
 engine, device, workers, mps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 daemon = None
 if mps:
-    from bundlegen.harness.mps import start_mps
+    from bundlegen.harness.workers.mps import start_mps
     daemon = start_mps([device] * workers)
 spec = WorkerSpec(engine, device, EngineConfig(), env=tuple(sorted(daemon.env.items())) if daemon else ())
 runners = [IsolatedRunner(spec, wait=False) for _ in range(workers)]

@@ -23,19 +23,29 @@ SUBCOMMANDS = {
     "shrink": ("bundlegen.generator.shrink_command", "shrink a failing case to a minimal graph and a Regression"),
     "tolerance-power": ("bundlegen.harness.tolerance_power_command",
                         "apply defect models to the oracle's outputs: can each tolerance see them"),
+    "tolerances": ("bundlegen.tolerances_command", "write the tolerance classes into an engine TOML's generated block"),
 }
+
+
+VERBOSE_HELP = "more output: -v info logs and every decline reason, -vv debug logs"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; given `command`, only that subcommand's module is imported (the others
     are listed for --help but get no arguments), so `bundlegen run` never pays for the
-    imports of `calibrate` or `report`."""
+    imports of `calibrate` or `report`, and `bundlegen --help` or `--version` imports no
+    subcommand (nor torch) at all."""
     parser = argparse.ArgumentParser(prog="bundlegen", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
+    # the same switch after the command (`bundlegen run ... -v`); SUPPRESS keeps a count
+    # given before the command when none is given after it
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name) if command in (None, name) else None
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name) if command == name else None
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[verbose])
         if module is not None:
             module.add_arguments(p)
             p.set_defaults(_main=module.main)
@@ -60,14 +70,38 @@ def version() -> str:
     return metadata.version("bundlegen")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bundlegen.harness import pycache
+def configure_logging(verbose: int) -> None:
+    """stdlib logging on stderr: warnings by default, -v info (and every decline reason in
+    a run's summary), -vv debug."""
+    import logging
 
-    pycache.keep_bytecode_in_this_process()   # the subcommand's imports, as a worker's
+    logger = logging.getLogger("bundlegen")   # ours only: the root logger is the host's (pytest's too)
+    logger.setLevel(logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG)
+    if not any(getattr(h, "name", None) == LOG_HANDLER for h in logger.handlers):
+        handler = logging.StreamHandler()   # sys.stderr as it is when a record is written
+        handler.name = LOG_HANDLER
+        handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+
+
+#: the name of the handler configure_logging adds (once) to the `bundlegen` logger
+LOG_HANDLER = "bundlegen-cli"
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in SUBCOMMANDS else None).parse_args(argv)
-    return int(args._main(args) or 0)
+    configure_logging(args.verbose)
+    from bundlegen.extras import MissingExtra
+
+    try:
+        return int(args._main(args) or 0)
+    except MissingExtra as exc:   # an optional dependency this command needs: one line, no traceback
+        from bundlegen.harness.verdicts import EXIT_USAGE
+
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

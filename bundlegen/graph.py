@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from bundlegen import reasons
+from bundlegen import reasons, safe_read, strict_json
 
 INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
 #: the index tensors of a ragged graph, handed to engines beside the ports (int32, [B+1],
@@ -45,6 +43,20 @@ DISTRIBUTIONS = ("randn", "small-int", "shifted-logits", "l2-grad", "large-do", 
 #: offsets no host code sees) the engine's device code, judged by what it touches
 REJECTION_LAYERS = ("frontend", "engine", "device")
 BUNDLE_VERSION = 1
+#: the keys each record of a bundle may have, and nothing else
+BUNDLE_KEYS = ("version", "plan", "level", "group", "cases")
+CASE_KEYS = ("id", "purpose", "items", "graph", "data", "tolerance_class", "expected_rejection", "cost")
+GRAPH_KEYS = ("tensors", "attributes", "ragged")
+TENSOR_KEYS = ("dims", "strides", "offset", "dtype")
+ATTRIBUTE_KEYS = ("attn_scale", "diagonal_alignment", "left_bound", "right_bound", "dropout_probability",
+                  "deterministic_algorithm", "softcap")
+RAGGED_KEYS = ("cu_seqlens_q", "cu_seqlens_kv", "max_seqlen_q", "max_seqlen_kv")
+DATA_KEYS = ("seed", "distribution", "bias_values")
+#: every integer of a graph that addresses memory (a dim, stride, offset, sequence offset or
+#: length) is below this in magnitude, and so is every element a port addresses: engines
+#: index with 64-bit integers (window bounds are not addresses: far past the sequence they
+#: mean unbounded)
+INT64_LIMIT = 2 ** 63
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -324,7 +336,42 @@ class _Reader:
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.fail(f"{where}.{key}[{i}]", f"expected int, got {type(v).__name__}")
+            self.addressable(v, f"{where}.{key}[{i}]")
         return tuple(values)
+
+    def only(self, obj: Any, keys: tuple[str, ...], where: str) -> None:
+        """Refuse a key the record does not have: a misspelt one (`left_bnd`) would
+        otherwise be dropped and its field left at its default."""
+        if not isinstance(obj, dict):
+            raise self.fail(where or "-", f"expected an object, got {type(obj).__name__}")
+        for key in obj:
+            if key not in keys:
+                name = f"{where}.{key}" if where else key
+                raise self.fail(name, f"unknown key (known: {', '.join(keys)})")
+
+    def addressable(self, value: int, name: str) -> int:
+        if not -INT64_LIMIT < value < INT64_LIMIT:
+            raise self.fail(name, "an integer past what a graph can address (|n| < 2^63)")
+        return value
+
+    def integer(self, obj: Any, key: str, where: str, *, optional: bool = False) -> int | None:
+        """An int field within what a graph can address."""
+        value = self.get(obj, key, int, where, optional=optional)
+        return None if value is None else self.addressable(value, f"{where}.{key}" if where else key)
+
+    def finite(self, obj: Any, key: str, where: str, *, optional: bool = False) -> float | None:
+        """A number field as a finite float: an integer too large for a float (10^400) or
+        a NaN is refused here, not left to crash or to poison a verdict later."""
+        value = self.get(obj, key, (int, float), where, optional=optional)
+        if value is None:
+            return None
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.fail(f"{where}.{key}" if where else key, "expected a finite number")
+        return number
 
 
 def _type_names(types) -> str:
@@ -333,6 +380,7 @@ def _type_names(types) -> str:
 
 
 def tensor_from_json(raw: Any, r: _Reader, where: str) -> TensorSpec:
+    r.only(raw, TENSOR_KEYS, where)
     dims = r.int_list(raw, "dims", where)
     strides = r.int_list(raw, "strides", where)
     if len(strides) != len(dims):
@@ -343,11 +391,16 @@ def tensor_from_json(raw: Any, r: _Reader, where: str) -> TensorSpec:
     dtype = r.get(raw, "dtype", str, where)
     if dtype not in DTYPES:
         raise r.fail(f"{where}.dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-    offset = r.get(raw, "offset", int, where, optional=True) or 0
-    return TensorSpec(dims=dims, strides=strides, dtype=dtype, offset=offset)
+    offset = r.integer(raw, "offset", where, optional=True) or 0
+    spec = TensorSpec(dims=dims, strides=strides, dtype=dtype, offset=offset)
+    if spec.storage_elements >= INT64_LIMIT or spec.offset + sum(
+            (d - 1) * s for d, s in zip(dims, strides) if s < 0 and d > 0) <= -INT64_LIMIT:
+        raise r.fail(where, "addresses elements past what a graph can address (2^63)")
+    return spec
 
 
 def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
+    r.only(raw, GRAPH_KEYS, where)
     tensors_raw = r.get(raw, "tensors", dict, where)
     tensors = {}
     for port in sorted(tensors_raw):
@@ -356,29 +409,27 @@ def graph_from_json(raw: Any, r: _Reader, where: str = "graph") -> Graph:
         tensors[port] = tensor_from_json(tensors_raw[port], r, f"{where}.tensors.{port}")
     a = r.get(raw, "attributes", dict, where)
     aw = f"{where}.attributes"
-    scale = r.get(a, "attn_scale", (int, float), aw)
+    r.only(a, ATTRIBUTE_KEYS, aw)
+    scale = r.finite(a, "attn_scale", aw)
     alignment = r.get(a, "diagonal_alignment", str, aw, optional=True) or "TOP_LEFT"
     attrs = Attributes(
-        attn_scale=float(scale), diagonal_alignment=alignment,
+        attn_scale=scale, diagonal_alignment=alignment,
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
         dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True),
         deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)),
-        softcap=_optional_float(r.get(a, "softcap", (int, float), aw, optional=True)))
+        softcap=r.finite(a, "softcap", aw, optional=True))
     ragged = None
     rag = r.get(raw, "ragged", dict, where, optional=True)
     if rag is not None:
         rw = f"{where}.ragged"
+        r.only(rag, RAGGED_KEYS, rw)
         cq, ck = r.int_list(rag, "cu_seqlens_q", rw), r.int_list(rag, "cu_seqlens_kv", rw)
         ragged = Ragged(cu_seqlens_q=cq, cu_seqlens_kv=ck,
-                        max_seqlen_q=r.get(rag, "max_seqlen_q", int, rw),
-                        max_seqlen_kv=r.get(rag, "max_seqlen_kv", int, rw),
+                        max_seqlen_q=r.integer(rag, "max_seqlen_q", rw),
+                        max_seqlen_kv=r.integer(rag, "max_seqlen_kv", rw),
                         batch=len(cq) - 1)
     return Graph(tensors=tensors, attributes=attrs, ragged=ragged)
-
-
-def _optional_float(value) -> float | None:
-    return None if value is None else float(value)
 
 
 def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Case:
@@ -389,6 +440,7 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     if not _ID_RE.fullmatch(case_id):
         raise r.fail("id", f"invalid id {case_id!r}: letters, digits, '_', '.', '-' only")
     r.case_id = case_id
+    r.only(raw, CASE_KEYS, "")
     purpose = r.get(raw, "purpose", str, "")
     if purpose not in PURPOSES:
         raise r.fail("purpose", f"unknown purpose {purpose!r} (known: {', '.join(PURPOSES)})")
@@ -398,7 +450,10 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
             raise r.fail(f"items[{i}]", f"expected str, got {type(item).__name__}")
     graph = graph_from_json(r.get(raw, "graph", dict, ""), r)
     d = r.get(raw, "data", dict, "")
+    r.only(d, DATA_KEYS, "data")
     seed = r.get(d, "seed", int, "data")
+    if not 0 <= seed < INT64_LIMIT:
+        raise r.fail("data.seed", "expected a whole number from 0 to 2^63 - 1")
     dist = r.get(d, "distribution", str, "data", optional=True) or "randn"
     if dist not in DISTRIBUTIONS:
         raise r.fail("data.distribution", f"unknown distribution {dist!r}")
@@ -409,6 +464,7 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     rej_raw = r.get(raw, "expected_rejection", dict, "", optional=True)
     rejection = None
     if rej_raw is not None:
+        r.only(rej_raw, ("by", "reason"), "expected_rejection")
         by = r.get(rej_raw, "by", str, "expected_rejection")
         if by not in REJECTION_LAYERS:
             raise r.fail("expected_rejection.by", f"unknown layer {by!r}")
@@ -421,9 +477,10 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     if (purpose == "probe") != (rejection is not None):
         raise r.fail("expected_rejection", "a probe needs one and only probes may have one")
     c = r.get(raw, "cost", dict, "", optional=True) or {}
-    cost = Cost(flops=r.get(c, "flops", int, "cost", optional=True) or 0,
-                bytes=r.get(c, "bytes", int, "cost", optional=True) or 0,
-                predicted_s=float(r.get(c, "predicted_s", (int, float), "cost", optional=True) or 0.0))
+    r.only(c, ("flops", "bytes", "predicted_s"), "cost")
+    cost = Cost(flops=r.integer(c, "flops", "cost", optional=True) or 0,
+                bytes=r.integer(c, "bytes", "cost", optional=True) or 0,
+                predicted_s=r.finite(c, "predicted_s", "cost", optional=True) or 0.0)
     from bundlegen import ids
 
     content_id = ids.case_id(purpose, graph, dist, rejection, seed, bias_values=bias_values)
@@ -455,18 +512,15 @@ def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError
     r = _Reader(file, "-")
     try:
         if text is None:
-            text = _read_regular_file(path)
-        raw = json.loads(text)
+            text = safe_read.read_text(path)
+        raw = strict_json.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise r.fail("-", f"cannot read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise r.fail("-", f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-    except RecursionError:
-        raise r.fail("-", "JSON nested too deep") from None
-    except ValueError as exc:   # e.g. an integer literal past Python's digit limit
-        raise r.fail("-", f"bad JSON: {exc}") from None
+        raise r.fail("-", f"cannot read: {exc}") from None
+    except strict_json.JSONError as exc:
+        raise r.fail("-", str(exc)) from None
     if not isinstance(raw, dict):
         raise r.fail("-", "top level is not an object")
+    r.only(raw, BUNDLE_KEYS, "")
     version = r.get(raw, "version", int, "")
     if version != BUNDLE_VERSION:
         raise r.fail("version", f"unsupported version {version}")
@@ -490,22 +544,6 @@ def load_bundle(path, text: str | None = None) -> tuple[Bundle, list[BundleError
         seen.add(case.id)
         cases.append(case)
     return Bundle(level=level, group=group, cases=tuple(cases), plan=plan), errors
-
-
-#: a bundle file larger than this is refused unread (the biggest generated one is ~1 MB)
-MAX_BUNDLE_BYTES = 64 * 2 ** 20
-
-
-def _read_regular_file(path) -> str:
-    """The text of a regular file; a FIFO, device or folder named *.json is refused
-    without opening it (opening a FIFO would block)."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise OSError("not a regular file")
-    if info.st_size > MAX_BUNDLE_BYTES:
-        raise OSError(f"{info.st_size} bytes, more than the {MAX_BUNDLE_BYTES} a bundle may have")
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
 
 
 def default_scale(d_qk: int) -> float:

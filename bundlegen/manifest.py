@@ -5,9 +5,10 @@ never import the plan or the generator.
 `bundlegen generate` writes one per plan, canonical JSON, at
 `<bundle root>/<plan>.manifest.json`, beside `<bundle root>/<level>/<plan>/*.json`:
 
-    {"version": 1, "plan": "sdpa_bwd", "digest": "sha256:<hex>",
+    {"version": 2, "plan": "sdpa_bwd", "digest": "sha256:<hex>",
      "levels": [{"name": "quick", "per_case_seconds": 0.25, ...}, ...],   # lowest first
-     "tolerance_classes": {"bf16-r256": {"rtol": 0.03125, "atol": 1e-05}, ...},
+     "tolerances": {"file": "sdpa_bwd.tolerances.toml", "digest": "sha256:<hex>",
+                    "classes": ["bf16-r16k", "bf16-r1k", ...]},
      "cost_model": {"h200": {<CostCoefficients fields>}, "cpu": {...}},
      "min_claim_margin": 1.5, "cpu_case_limit_s": 30.0,
      "axes": [{"name": "dtype", "title": "...", "core": true, "default": "bf16",
@@ -17,19 +18,38 @@ never import the plan or the generator.
 
 `digest` is the sha256 of the plan's generated bundle files (their paths relative to the
 bundle root and their texts, in path order): it changes exactly when a bundle does.
+`tolerances` names the plan's tolerance TOML beside it (bundlegen.tolerances), the only
+place the classes' numbers live, with the sha256 of its text and the class names; loading
+the manifest reads the numbers from it and refuses a TOML whose digest differs.
 """
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from bundlegen.cost import COEFFICIENT_FIELDS, CostCoefficients
+from bundlegen import safe_read, strict_json
+from bundlegen.cost import COEFFICIENT_FIELDS, DEVICE_CLASSES, CostCoefficients
 from bundlegen.graph import BundleError, canonical_json
+from bundlegen.tolerance import Tolerance
+from bundlegen.tolerances import read_tolerances, text_digest, tolerances_name
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 MANIFEST_SUFFIX = ".manifest.json"
+#: the keys each object of a manifest may have, and nothing else
+TOP_KEYS = ("version", "plan", "digest", "levels", "tolerances", "cost_model", "min_claim_margin",
+            "cpu_case_limit_s", "axes", "sections", "gates")
+LEVEL_KEYS = ("name", "per_case_seconds", "per_case_bytes", "budget_seconds", "per_case_cpu_seconds")
+TOLERANCES_KEYS = ("file", "digest", "classes")
+AXIS_KEYS = ("name", "title", "core", "default", "values", "items")
+SECTION_KEYS = ("title", "items")
+ITEM_KEYS = ("id", "title")
+GATE_KEYS = ("item", "title", "gate", "planned_cases")
+#: the cost model's rates (per second) that divide a case's work: below this floor every
+#: case is predicted past every limit and skipped, so a run would go green having run none
+RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s")
+MIN_RATE_PER_S = 1e3
 
 
 @dataclass(frozen=True)
@@ -41,12 +61,6 @@ class LevelLimits:
     per_case_bytes: int
     budget_seconds: float
     per_case_cpu_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    rtol: float
-    atol: float
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,8 @@ class Manifest:
     plan: str
     digest: str
     levels: tuple[LevelLimits, ...]
-    tolerance_classes: Mapping[str, Tolerance]
+    tolerance_classes: Mapping[str, Tolerance]    # read from the tolerance TOML
+    tolerances_digest: str                        # the sha256 of that TOML's text
     cost_model: Mapping[str, CostCoefficients]
     min_claim_margin: float
     cpu_case_limit_s: float
@@ -115,8 +130,8 @@ class Manifest:
             "levels": [{"name": lv.name, "per_case_seconds": lv.per_case_seconds,
                         "per_case_bytes": lv.per_case_bytes, "budget_seconds": lv.budget_seconds,
                         "per_case_cpu_seconds": lv.per_case_cpu_seconds} for lv in self.levels],
-            "tolerance_classes": {name: {"rtol": t.rtol, "atol": t.atol}
-                                  for name, t in sorted(self.tolerance_classes.items())},
+            "tolerances": {"file": tolerances_name(self.plan), "digest": self.tolerances_digest,
+                           "classes": sorted(self.tolerance_classes)},
             "cost_model": {name: {f: getattr(k, f) for f in COEFFICIENT_FIELDS}
                            for name, k in sorted(self.cost_model.items())},
             "min_claim_margin": self.min_claim_margin, "cpu_case_limit_s": self.cpu_case_limit_s,
@@ -164,62 +179,106 @@ def manifest_path(root: Path | str, plan: str | None = None) -> Path:
 
 
 def load_manifest(root: Path | str, plan: str | None = None) -> Manifest:
-    """Read the manifest of `plan` (default: the only plan) in bundle root `root`.
+    """Read the manifest of `plan` (default: the only plan) in bundle root `root`, with the
+    numbers of its tolerance classes from the tolerance TOML beside it.
     Raises BundleError naming the file and the field at fault."""
     return read_manifest(manifest_path(root, plan))
 
 
-def read_manifest(path: Path | str, text: str | None = None) -> Manifest:
+def read_manifest(path: Path | str, text: str | None = None, tolerances_text: str | None = None) -> Manifest:
+    """The manifest at `path` (or of `text`) with its tolerance classes from the TOML it names,
+    read beside `path` (or from `tolerances_text`)."""
     file = str(path)
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
+        raw = strict_json.loads(safe_read.read_text(path) if text is None else text)
     except (OSError, UnicodeDecodeError) as exc:
         raise _fail(file, "-", f"cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise _fail(file, "-", f"bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except strict_json.JSONError as exc:
+        raise _fail(file, "-", str(exc)) from None
     r = _Fields(file)
     top = r.obj(raw, "")
+    r.only(top, TOP_KEYS, "")
     if r.get(top, "version", int, "") != MANIFEST_VERSION:
         raise _fail(file, "version", f"unsupported version {top['version']!r}")
     plan = r.get(top, "plan", str, "")
     if file.endswith(MANIFEST_SUFFIX) and Path(file).name != manifest_name(plan):
         raise _fail(file, "plan", f"is {plan!r} but the file is named {Path(file).name!r}")
     levels = tuple(
-        LevelLimits(name=r.get(lv, "name", str, w), per_case_seconds=r.num(lv, "per_case_seconds", w),
-                    per_case_bytes=r.get(lv, "per_case_bytes", int, w),
-                    budget_seconds=r.num(lv, "budget_seconds", w),
-                    per_case_cpu_seconds=r.num(lv, "per_case_cpu_seconds", w, optional=True))
-        for w, lv in r.items(top, "levels"))
+        LevelLimits(name=r.get(lv, "name", str, w), per_case_seconds=r.num(lv, "per_case_seconds", w, positive=True),
+                    per_case_bytes=r.count(lv, "per_case_bytes", w, positive=True),
+                    budget_seconds=r.num(lv, "budget_seconds", w, positive=True),
+                    per_case_cpu_seconds=r.num(lv, "per_case_cpu_seconds", w, optional=True, positive=True))
+        for w, lv in r.items(top, "levels", keys=LEVEL_KEYS))
     if not levels or len({lv.name for lv in levels}) != len(levels):
         raise _fail(file, "levels", "expected distinct level names, lowest first")
-    classes = r.obj(r.get(top, "tolerance_classes", dict, ""), "tolerance_classes")
-    tolerances = {name: Tolerance(rtol=r.num(t, "rtol", f"tolerance_classes.{name}"),
-                                  atol=r.num(t, "atol", f"tolerance_classes.{name}"))
-                  for name, t in classes.items()}
-    model = r.get(top, "cost_model", dict, "")
-    cost_model = {name: CostCoefficients(**{f: r.num(k, f, f"cost_model.{name}") for f in COEFFICIENT_FIELDS})
-                  for name, k in model.items()}
+    tolerances, tolerances_digest = _tolerances(r, top, plan, Path(path), tolerances_text)
+    cost_model = _cost_model(r, top)
     axes = tuple(
         AxisItems(name=r.get(a, "name", str, w), title=r.get(a, "title", str, w),
                   core=r.get(a, "core", bool, w), default=r.get(a, "default", str, w),
                   values=r.strings(a, "values", w), items=r.strings(a, "items", w))
-        for w, a in r.items(top, "axes"))
+        for w, a in r.items(top, "axes", keys=AXIS_KEYS))
     for i, a in enumerate(axes):
         if len(a.values) != len(a.items) or a.default not in a.values:
             raise _fail(file, f"axes[{i}]", "values and items must pair up and hold the default")
     sections = tuple(
         Section(title=r.get(s, "title", str, w),
                 items=tuple(Item(r.get(i, "id", str, iw), r.get(i, "title", str, iw))
-                            for iw, i in r.items(s, "items", w)))
-        for w, s in r.items(top, "sections"))
+                            for iw, i in r.items(s, "items", w, keys=ITEM_KEYS)))
+        for w, s in r.items(top, "sections", keys=SECTION_KEYS))
     gates = tuple(Gate(item=r.get(g, "item", str, w), title=r.get(g, "title", str, w),
-                       gate=r.get(g, "gate", str, w), planned_cases=r.get(g, "planned_cases", int, w))
-                  for w, g in r.items(top, "gates"))
+                       gate=r.get(g, "gate", str, w), planned_cases=r.count(g, "planned_cases", w))
+                  for w, g in r.items(top, "gates", keys=GATE_KEYS))
     return Manifest(plan=plan, digest=r.get(top, "digest", str, ""), levels=levels,
-                    tolerance_classes=tolerances, cost_model=cost_model,
-                    min_claim_margin=r.num(top, "min_claim_margin", ""),
-                    cpu_case_limit_s=r.num(top, "cpu_case_limit_s", ""),
+                    tolerance_classes=tolerances, tolerances_digest=tolerances_digest, cost_model=cost_model,
+                    min_claim_margin=r.num(top, "min_claim_margin", "", positive=True),
+                    cpu_case_limit_s=r.num(top, "cpu_case_limit_s", "", positive=True),
                     axes=axes, sections=sections, gates=gates)
+
+
+def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
+                text: str | None) -> tuple[dict[str, Tolerance], str]:
+    """The classes of the tolerance TOML the manifest names, checked against its digest and
+    class names, and that digest."""
+    entry = r.obj(r.get(top, "tolerances", dict, ""), "tolerances")
+    r.only(entry, TOLERANCES_KEYS, "tolerances")
+    name = r.get(entry, "file", str, "tolerances")
+    if name != tolerances_name(plan):
+        raise _fail(r.file, "tolerances.file", f"is {name!r}, expected {tolerances_name(plan)!r}")
+    digest = r.get(entry, "digest", str, "tolerances")
+    names = r.strings(entry, "classes", "tolerances")
+    toml_path = path.parent / name
+    if text is None:
+        try:
+            text = safe_read.read_text(toml_path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(r.file, "tolerances.file", f"cannot read {toml_path}: {exc}") from None
+    if text_digest(text) != digest:
+        raise _fail(r.file, "tolerances.digest", f"{toml_path} is not the tolerance TOML the manifest "
+                    "records (its sha256 differs): regenerate both with `bundlegen generate`")
+    classes = read_tolerances(toml_path, text, plan)
+    if sorted(classes) != sorted(names):
+        raise _fail(r.file, "tolerances.classes", f"names {sorted(names)}, {toml_path} holds {sorted(classes)}")
+    return classes, digest
+
+
+def _cost_model(r: "_Fields", top: dict) -> dict[str, CostCoefficients]:
+    """One set of coefficients per device class, every one present: the harness predicts
+    CPU times with `cpu`, the generator levels with `h200`."""
+    model = r.get(top, "cost_model", dict, "")
+    r.only(model, DEVICE_CLASSES, "cost_model")
+    out = {}
+    for name in DEVICE_CLASSES:
+        where = f"cost_model.{name}"
+        k = r.obj(r.get(model, name, dict, "cost_model"), where)
+        r.only(k, COEFFICIENT_FIELDS, where)
+        numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS}
+        for f in RATE_FIELDS:
+            if numbers[f] < MIN_RATE_PER_S:
+                raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r} per second is below the floor of "
+                            f"{MIN_RATE_PER_S:g}: every case would be predicted past its limits and skipped")
+        out[name] = CostCoefficients(**numbers)
+    return out
 
 
 def _fail(file: str, fieldname: str, message: str) -> BundleError:
@@ -247,14 +306,38 @@ class _Fields:
             raise _fail(self.file, name, f"expected {types.__name__}, got {type(value).__name__}")
         return value
 
-    def num(self, obj: Any, key: str, where: str, *, optional: bool = False) -> float | None:
+    def only(self, obj: dict, keys: tuple[str, ...], where: str) -> None:
+        """Refuse a key the object does not have: a misspelt one would be ignored."""
+        for key in obj:
+            if key not in keys:
+                name = f"{where}.{key}" if where else key
+                raise _fail(self.file, name, f"unknown key (known: {', '.join(keys)})")
+
+    def num(self, obj: Any, key: str, where: str, *, optional: bool = False,
+            positive: bool = False) -> float | None:
+        """A finite number >= 0 (> 0 when `positive`); None for an `optional` null."""
         name = f"{where}.{key}" if where else key
         value = self.obj(obj, where).get(key)
         if value is None and optional and key in obj:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise _fail(self.file, name, f"expected a number >= 0, got {value!r}")
-        return float(value)
+        bound = "> 0" if positive else ">= 0"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _fail(self.file, name, f"expected a number {bound}, got {value!r}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            raise _fail(self.file, name, f"expected a number {bound} (finite), got {value!r}")
+        return number
+
+    def count(self, obj: Any, key: str, where: str, *, positive: bool = False) -> int:
+        """A whole number >= 0 (> 0 when `positive`)."""
+        value = self.get(obj, key, int, where)
+        if value < 0 or (positive and value == 0):
+            raise _fail(self.file, f"{where}.{key}" if where else key,
+                        f"expected a whole number {'> 0' if positive else '>= 0'}, got {value!r}")
+        return value
 
     def strings(self, obj: Any, key: str, where: str) -> tuple[str, ...]:
         values = self.get(obj, key, list, where)
@@ -262,8 +345,10 @@ class _Fields:
             raise _fail(self.file, f"{where}.{key}", "expected a list of strings")
         return tuple(values)
 
-    def items(self, obj: Any, key: str, where: str = ""):
-        """(dotted path, element) of a list field whose elements are objects."""
+    def items(self, obj: Any, key: str, where: str = "", *, keys: tuple[str, ...]):
+        """(dotted path, element) of a list field whose elements are objects with `keys`."""
         name = f"{where}.{key}" if where else key
         for i, value in enumerate(self.get(obj, key, list, where)):
-            yield f"{name}[{i}]", self.obj(value, f"{name}[{i}]")
+            element = self.obj(value, f"{name}[{i}]")
+            self.only(element, keys, f"{name}[{i}]")
+            yield f"{name}[{i}]", element

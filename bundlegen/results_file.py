@@ -72,9 +72,21 @@ class RunTimes:
     served_by: Mapping[str, Any] | None = None
     mps: bool = False               # the GPU workers were clients of a CUDA MPS server (--mps)
     mps_reruns: int = 0             # cases that crashed beside other workers and were run again alone
+    # what decides verdicts besides the bundles, as resume compares it: sha256 of the engine
+    # config (engine.toml's rows and claims.json) and the manifest's tolerance file digest
+    engine_config_digest: str = ""
+    tolerances_digest: str = ""
+    # --shuffle: the seed, and the case ids in the order this invocation ran them
+    shuffle_seed: int | None = None
+    order: tuple[str, ...] = ()
+    # --run-skipped: the skip rows' cases were run; each row whose cases all passed
+    # ({"row", "detail", "cases"}: harness.stale_skips)
+    run_skipped: bool = False
+    stale_skips: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:   # read back from JSON, per_device is a list
         object.__setattr__(self, "per_device", tuple(dict(d) for d in self.per_device))
+        object.__setattr__(self, "order", tuple(self.order))
 
     @property
     def outside_cases_s(self) -> float:

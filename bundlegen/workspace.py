@@ -18,11 +18,14 @@ configuration from the installed package, and writes nothing there.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bundlegen import safe_read
 
 CONFIG_NAME = "bundlegen.toml"
 PYPROJECT_NAME = "pyproject.toml"
@@ -32,6 +35,8 @@ DEFAULTS: dict[str, Any] = {"plans": ["bundlegen.plans.sdpa_bwd"], "bundles": "b
                             "matrix": "SUPPORT_MATRIX.md"}
 #: what an engine may be called: it names a folder, so no path characters
 ENGINE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+#: what a plan entry may be: an importable dotted module name
+MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class WorkspaceError(ValueError):
@@ -96,11 +101,12 @@ def find_workspace(start: Path | str | None = None) -> Workspace | None:
     here = Path.cwd() if start is None else Path(start)
     for folder in (here.resolve(), *here.resolve().parents):
         config = folder / CONFIG_NAME
-        if config.is_file():
+        if os.path.lexists(config):     # a folder, FIFO or dangling link there is refused, not passed by
             return _workspace(folder, config, _read_toml(config))
         pyproject = folder / PYPROJECT_NAME
         if pyproject.is_file():
-            table = _read_toml(pyproject).get("tool", {}).get("bundlegen")
+            tool = _read_toml(pyproject).get("tool", {})
+            table = tool.get("bundlegen") if isinstance(tool, dict) else None
             if table is not None:
                 return _workspace(folder, pyproject, table, prefix="tool.bundlegen.")
     return None
@@ -142,7 +148,7 @@ def engine_config_dir(name: str, explicit: Path | str | None = None,
 # ----------------------------------------------------------------------------- reading
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(safe_read.read_text(path))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise WorkspaceError(f"{path}: {exc}") from None
 
@@ -160,9 +166,35 @@ def _workspace(root: Path, source: Path, table: Any, prefix: str = "") -> Worksp
     for key in ("plans", "engines"):
         if not isinstance(raw[key], list) or not all(isinstance(v, str) and v for v in raw[key]):
             raise WorkspaceError(f"{source}: {prefix}{key}: expected a list of strings")
+    for plan in raw["plans"]:
+        if not MODULE_NAME_RE.match(plan):
+            raise WorkspaceError(f"{source}: {prefix}plans: {plan!r} is not a module name (dotted.name)")
     if not raw["engines"]:
         raise WorkspaceError(f"{source}: {prefix}engines: name at least one folder")
     return Workspace(root=root, source=source, plans=tuple(raw["plans"]),
                      bundles=root / raw["bundles"],
                      engine_dirs=tuple(root / d for d in raw["engines"]),
                      lanes=root / raw["lanes"], matrix=root / raw["matrix"])
+
+
+def workspace_schema() -> dict:
+    """A JSON Schema (draft 2020-12) of bundlegen.toml (and of pyproject.toml's
+    [tool.bundlegen] table), built from the keys and defaults _workspace checks by;
+    published as bundlegen/schemas/bundlegen-toml.schema.json."""
+    path = {"type": "string", "minLength": 1}
+    names = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    properties = {
+        "plans": {**names, "items": {"type": "string", "pattern": MODULE_NAME_RE.pattern},
+                  "description": "plan modules (dotted names) whose bundles the workspace keeps"},
+        "bundles": {**path, "description": "the bundle root, relative to the workspace"},
+        "engines": {**names, "minItems": 1,
+                    "description": "folders of engine configuration: <folder>/<engine>/engine.toml, claims.json"},
+        "lanes": {**path, "description": "the CI lanes file"},
+        "matrix": {**path, "description": "the support matrix markdown"},
+    }
+    for key, value in DEFAULTS.items():
+        properties[key]["default"] = value
+    assert tuple(properties) == KEYS
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "bundlegen.toml (or pyproject.toml [tool.bundlegen]) - a bundlegen workspace",
+            "type": "object", "additionalProperties": False, "properties": properties}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from bundlegen.graph import BundleError, load_bundle
 
@@ -54,3 +54,23 @@ def bundle_cases(bundle_root: Path | str, plan: str, level_order: Sequence[str])
     return BundleCases(items={i: frozenset(ids) for i, ids in items.items()}, case_items=case_items,
                        levels=tuple((name, frozenset(levels.get(name, ()))) for name in order),
                        errors=tuple(errors))
+
+
+def graph_lines(bundle_root: Path | str, plan: str, case_ids: Iterable[str]) -> dict[str, str]:
+    """case id -> its graph in one line (bundlegen.describe.graph_line, with the score
+    modifiers it uses), for the ids the bundles of every level hold."""
+    from bundlegen.describe import graph_line
+
+    wanted, found = set(case_ids), {}
+    if not wanted:
+        return found
+    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
+        try:
+            bundle, _ = load_bundle(path)
+        except BundleError:
+            continue
+        for case in bundle.cases:
+            if case.id in wanted and case.id not in found:
+                modifiers = sorted(case.graph.modifiers)
+                found[case.id] = graph_line(case.graph) + (f" | modifiers {','.join(modifiers)}" if modifiers else "")
+    return found

@@ -25,10 +25,10 @@ from typing import Iterable, Mapping, Sequence
 
 from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file
 from bundlegen.claims.store import UNKNOWN, VERSION_KEYS, ArchEvidence, ClaimSet, RunSource
+from bundlegen.harness.verdicts import CLAIM_BROKEN, DECLINED, PASS, SKIPPED
 
 CLAIMABLE_PURPOSES = frozenset({"claim", "regression"})
 DEFAULT_MIN_RUNS = 2
-PASS, DECLINED, CLAIM_BROKEN, SKIPPED = "pass", "declined", "claim-broken", "skipped"
 REQUIRED_KEYS = ("case_id", "engine", "arch", "verdict")
 # why an accepted case is not claimed: "<kind>: <detail>" (the matrix groups by kind)
 WHY_SKIPPED, WHY_FAILED, WHY_FEW_RUNS, WHY_MARGIN = "skipped", "failed", "too few runs", "margin"
@@ -125,7 +125,7 @@ def gather(runs: Sequence[Iterable[Mapping]], rules: HarvestRules) -> dict[tuple
             qualified[key].add(case_id)
         latest = next((o for o in reversed(seen) if o.verdict != SKIPPED), None)
         if latest is not None and latest.is_decline:
-            declined[key][case_id] = latest.reason or "declined"
+            declined[key][case_id] = latest.reason or DECLINED
             continue
         if latest is not None and latest.ran:
             ran[key].add(case_id)

@@ -9,7 +9,8 @@ from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
-from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run, run_source
+from bundlegen.claims.harvest import DEFAULT_MIN_RUNS, HarvestRules, harvest, read_run, run_json_of, run_source
+from bundlegen.claims.provenance import digest_mismatch
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
@@ -45,6 +46,12 @@ def main(args: argparse.Namespace) -> int:
                       if args.min_margin is None else args.min_margin)
     except (WorkspaceError, BundleError) as exc:
         print(f"harvest: {exc}")
+        return 2
+    mismatches = [m for p in args.results
+                  if (m := digest_mismatch(p, run_json_of(p), default_bundle_root(), args.plan))]
+    if mismatches:
+        for line in mismatches:
+            print(f"harvest: {line}")
         return 2
     rules = HarvestRules(min_runs=args.min_runs, min_margin=min_margin)
     runs = [read_run(p) for p in args.results]

@@ -10,10 +10,16 @@ A cell is one of four states (`cell_for`, the one rule):
   ✅ n        supported: every case of the feature the engine accepted (did not decline) is
               claimed; n claimed. Cases declined for another feature's sake do not count.
   🟡 k/n [^] partial: k of the n accepted cases are claimed; the footnotes say why the others
-              are not (skipped with a ticket, failed, too few runs, too little margin, in no run).
-  ❌ code     declined: the engine declines every case of the feature; the code is this
-              feature's reason (`feature_reason`), not the most common one overall.
+              are not (skipped, and by what: bundlegen.claims.skips; failed, too few runs, too
+              little margin, in no run).
+  ❌ code     declined: the engine declined every case of the feature it was seen to accept or
+              decline (cases in no harvested run do not count); the code is this feature's
+              reason (`feature_reason`), not the most common one overall.
   —          not run: the engine was never harvested on that arch.
+  n/a        no case of the feature in the levels the column's runs covered.
+A column counts only the cases of the levels its runs covered (`covered_levels`: up to the
+highest level its cited results ran), so a matrix harvested from quick and pr says so and
+does not count nightly's cases as unclaimed.
 Below the grid: per engine and arch the ranges it serves, axis by axis, the versions the
 claims came from and the results files they cite.
 """
@@ -32,8 +38,11 @@ from bundlegen.reasons import code_of
 from bundlegen.workspace import Workspace, builtin_engine_dir, check_engine_name, package_root
 from bundlegen.claims.cases import BundleCases, bundle_cases
 from bundlegen.claims.harvest import WHY_FAILED, WHY_FEW_RUNS, WHY_MARGIN, WHY_SKIPPED, why_kind
+from bundlegen.claims.skips import is_size_limit, skip_note
 from bundlegen.claims.store import (CLAIMS_NAME, UNKNOWN, VERSION_KEYS, ClaimSet, ClaimsError, RunSource,
                                     load_claim_set, read_claim_set)
+from bundlegen.harness.config import SkipRow
+from bundlegen.harness.verdicts import TOO_LARGE
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "support_matrix.md.j2"
@@ -75,7 +84,7 @@ class Column:
 class Cause:
     """Why some accepted cases of a partial cell are not claimed."""
     kind: str          # WHY_* of bundlegen.claims.harvest, or IN_NO_RUN
-    detail: str        # the ticket reason for skips; "" otherwise
+    detail: str        # a skip's detail (a byte-ceiling skip's as TOO_LARGE alone); "" otherwise
     count: int
 
 
@@ -130,6 +139,7 @@ class ColumnSummary:
     min_runs: int | None
     versions: tuple[str, ...]          # per VERSION_KEYS; several differing values joined by " / "
     sources: tuple[RunSource, ...]
+    levels: tuple[str, ...] = ()       # the levels its counts cover (covered_levels)
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,27 @@ class Matrix:
     notes: tuple[Note, ...] = ()
     ranges: tuple[EngineRanges, ...] = ()
     catalog: tuple[Feature, ...] = ()          # section items with their titles
+    levels: tuple[str, ...] = ()               # every level of the bundles, lowest first
+
+    @property
+    def covered(self) -> tuple[str, ...] | None:
+        """The levels every column covers, when all columns cover the same ones."""
+        found = {s.levels for s in self.summaries}
+        return found.pop() if len(found) == 1 else None
+
+    def levels_text(self, levels: Sequence[str]) -> str:
+        return "all" if tuple(levels) == self.levels else ", ".join(levels)
+
+    @property
+    def levels_sentence(self) -> str:
+        covered = self.covered
+        if covered is None:
+            return ("Levels covered: each column's own (the levels column below); a column does not count "
+                    "the cases of the levels its runs did not cover.")
+        if covered == self.levels:
+            return f"Levels covered: every level ({', '.join(covered)})."
+        return (f"Levels covered: {', '.join(covered)} of {', '.join(self.levels)}; the cases of the other "
+                "levels are not counted.")
 
     @property
     def never_run(self) -> tuple[Column, ...]:
@@ -184,15 +215,40 @@ def served_items(claimed: frozenset[str], case_items: Mapping[str, frozenset[str
     return frozenset(i for c in claimed for i in case_items.get(c, ()))
 
 
-def feature_reason(feature: str, declined: Mapping[str, str], case_items: Mapping[str, frozenset[str]],
-                   served: frozenset[str]) -> str:
+def feature_reason(feature: str | frozenset[str], declined: Mapping[str, str],
+                   case_items: Mapping[str, frozenset[str]], served: frozenset[str]) -> str:
     """This feature's decline code: the most common code among its declined cases whose other
     items the engine serves (so the decline is the feature's own); when there is no such
-    case, the most common code among all of them. Ties go to the alphabetically first."""
+    case, the most common code among all of them. Ties go to the alphabetically first.
+    `feature`: one item, or the items of a combination (bundlegen.claims.combinations)."""
+    mine = frozenset({feature}) if isinstance(feature, str) else frozenset(feature)
     own = Counter(code_of(why) for cid, why in declined.items()
-                  if case_items.get(cid, frozenset()) - {feature} <= served)
+                  if case_items.get(cid, frozenset()) - mine <= served)
     codes = own or Counter(code_of(why) for why in declined.values())
     return min(codes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def covered_levels(claim_set: ClaimSet, arch: str, cases: BundleCases) -> tuple[str, ...]:
+    """The levels one column's counts cover: every level up to the highest its cited results
+    ran (their run.json's level); without one, up to the highest level of a case the claims
+    mention; with neither, every level."""
+    names = [name for name, _ in cases.levels]
+    evidence = claim_set.evidence.get(arch)
+    ran = [s.level for s in (evidence.results if evidence else ()) if s.level in names]
+    if not ran:
+        seen = set(claim_set.claimed(arch)) | set(claim_set.declined(arch)) | set(claim_set.not_claimed(arch))
+        ran = [level for c in seen if (level := cases.level_of(c)) is not None]
+    if not ran:
+        return tuple(names)
+    top = max(ran, key=names.index)
+    return tuple(names[:names.index(top) + 1])
+
+
+def skip_detail(why: str) -> str:
+    """The detail of a skip's why, a byte-ceiling skip's as TOO_LARGE alone (its text names
+    each case's own bytes)."""
+    detail = why.split(":", 1)[1].strip() if ":" in why else ""
+    return TOO_LARGE if is_size_limit(detail) and detail.startswith(TOO_LARGE + ":") else detail
 
 
 def causes_of(unclaimed_ids: Iterable[str], claim_set: ClaimSet, arch: str) -> tuple[Cause, ...]:
@@ -203,14 +259,14 @@ def causes_of(unclaimed_ids: Iterable[str], claim_set: ClaimSet, arch: str) -> t
         if why is None:
             counts[(IN_NO_RUN, "")] += 1
         elif why_kind(why) == WHY_SKIPPED:
-            counts[(WHY_SKIPPED, why.split(":", 1)[1].strip())] += 1
+            counts[(WHY_SKIPPED, skip_detail(why))] += 1
         else:
             counts[(why_kind(why) if why_kind(why) in CAUSE_TEXT else WHY_FAILED, "")] += 1
     return tuple(Cause(kind, detail, n) for (kind, detail), n in sorted(counts.items()))
 
 
 def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet,
-             case_items: Mapping[str, frozenset[str]] | None = None, feature: str = "",
+             case_items: Mapping[str, frozenset[str]] | None = None, feature: str | frozenset[str] = "",
              served: frozenset[str] | None = None) -> Cell:
     if not case_ids:
         return Cell(NO_CASES)
@@ -220,7 +276,9 @@ def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet,
     declined = {c: declined_all[c] for c in case_ids if c in declined_all}
     accepted = case_ids - set(declined)
     claimed = accepted & claim_set.claimed(column.arch)
-    if not accepted:
+    seen_accepted = claimed | (accepted & set(claim_set.not_claimed(column.arch)))
+    # a feature declined wherever it was seen is declined: cases in no run say nothing
+    if declined and not seen_accepted:
         case_items = case_items or {}
         if served is None:
             served = served_items(claim_set.claimed(column.arch), case_items)
@@ -230,27 +288,30 @@ def cell_for(case_ids: frozenset[str], column: Column, claim_set: ClaimSet,
     return Cell(PARTIAL, len(claimed), len(accepted), causes=causes_of(accepted - claimed, claim_set, column.arch))
 
 
-def _note_text(cause: Cause, engine_toml: str | None) -> str:
+def note_text(cause: Cause, engine_toml: str | None = None, skip_rows: Sequence[SkipRow] = ()) -> str:
     if cause.kind != WHY_SKIPPED:
         return CAUSE_TEXT[cause.kind]
-    where = f"[engine.toml]({engine_toml})" if engine_toml else "engine.toml"
-    return f"skipped by a `[[test_skips]]` entry of the engine's {where}: {cause.detail}"
+    return skip_note(cause.detail, skip_rows, engine_toml)
 
 
 def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: Iterable[Column],
                  claim_sets: Mapping[str, ClaimSet], gated: Iterable[Gate] = (), plan: str = "",
                  engine_tomls: Mapping[str, str] | None = None,
-                 compiled: Mapping[str, Mapping[str, int]] | None = None) -> Matrix:
+                 compiled: Mapping[str, Mapping[str, int]] | None = None,
+                 skip_rows: Mapping[str, Sequence[SkipRow]] | None = None) -> Matrix:
     """`columns`: every configured (engine, arch); those never run are listed apart, the ones
     whose kernels compiled and passed their resource check (`compiled`: engine -> arch ->
     variants, from compile_reports) apart again.
-    `engine_tomls`: engine -> link to its engine.toml from the matrix (skip notes link it)."""
+    `engine_tomls`: engine -> link to its engine.toml from the matrix (skip notes link it);
+    `skip_rows`: engine -> its engine.toml's [[test_skips]] rows (skip notes name the row)."""
     groups = tuple(groups)
     sets = {c.engine: claim_sets.get(c.engine) or ClaimSet(engine=c.engine) for c in columns}
     columns = tuple(columns)
     run = tuple(c for c in columns if c.arch in sets[c.engine].archs_run)
     not_run = tuple(c for c in columns if c not in run)
     served = {c: served_items(sets[c.engine].claimed(c.arch), cases.case_items) for c in run}
+    levels = {c: covered_levels(sets[c.engine], c.arch, cases) for c in run}
+    scope = {c: cases.upto(levels[c][-1]) if levels[c] else frozenset() for c in run}
     notes: dict[tuple, Note] = {}
 
     def labelled(cell: Cell, column: Column) -> Cell:
@@ -259,28 +320,29 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: It
             key = (cause.kind, cause.detail, column.engine if cause.kind == WHY_SKIPPED else "")
             if key not in notes:
                 notes[key] = Note(str(len(notes) + 1),
-                                  _note_text(cause, (engine_tomls or {}).get(column.engine)))
+                                  note_text(cause, (engine_tomls or {}).get(column.engine),
+                                            (skip_rows or {}).get(column.engine, ())))
             labels.append(notes[key].label)
         return Cell(cell.status, cell.claimed, cell.accepted, cell.reason, cell.causes, tuple(labels))
 
     sections = []
     for group in groups:
-        rows = tuple(Row(f, tuple(labelled(cell_for(cases.items.get(f.id, frozenset()), c, sets[c.engine],
-                                                    cases.case_items, f.id, served[c]), c)
+        rows = tuple(Row(f, tuple(labelled(cell_for(cases.items.get(f.id, frozenset()) & scope[c], c,
+                                                    sets[c.engine], cases.case_items, f.id, served[c]), c)
                                   for c in run))
                      for f in group.features)
         sections.append(Section(group.title, rows, group.axis))
-    summaries = tuple(_summary(c, sets[c.engine]) for c in run)
+    summaries = tuple(_summary(c, sets[c.engine], levels[c]) for c in run)
     ranges = tuple(_ranges(c, sections, run) for c in run)
     catalog = tuple(f for g in groups if not g.axis for f in g.features)
     checked = {c: (compiled or {}).get(c.engine, {})[c.arch] for c in not_run
                if c.arch in (compiled or {}).get(c.engine, {})}
     return Matrix(columns=run, sections=tuple(sections), summaries=summaries, gated=tuple(gated), plan=plan,
                   not_run=not_run, compiled=checked, notes=tuple(notes.values()), ranges=ranges,
-                  catalog=catalog)
+                  catalog=catalog, levels=tuple(name for name, _ in cases.levels))
 
 
-def _summary(column: Column, claim_set: ClaimSet) -> ColumnSummary:
+def _summary(column: Column, claim_set: ClaimSet, levels: tuple[str, ...] = ()) -> ColumnSummary:
     evidence = claim_set.evidence.get(column.arch)
     sources = evidence.results if evidence else ()
     versions = tuple(" / ".join(sorted({s.versions.get(k, UNKNOWN) for s in sources})) or UNKNOWN
@@ -289,7 +351,7 @@ def _summary(column: Column, claim_set: ClaimSet) -> ColumnSummary:
                          declines=len(claim_set.declined(column.arch)),
                          unclaimed=len(claim_set.not_claimed(column.arch)), runs=len(sources),
                          min_runs=evidence.min_runs if evidence else None, versions=versions,
-                         sources=tuple(sources))
+                         sources=tuple(sources), levels=levels)
 
 
 def _ranges(column: Column, sections: Sequence[Section], run: Sequence[Column]) -> EngineRanges:
@@ -447,14 +509,16 @@ def load_claim_sets(engines: Iterable[str], claims_root: Path | str | None = Non
 def support_matrix_text(manifest: Manifest, bundle_root: Path | str, claim_sets: Mapping[str, ClaimSet],
                         columns: Iterable[Column] | None = None, cases: BundleCases | None = None,
                         engine_tomls: Mapping[str, str] | None = None,
-                        compiled: Mapping[str, Mapping[str, int]] | None = None) -> tuple[str, list[str]]:
+                        compiled: Mapping[str, Mapping[str, int]] | None = None,
+                        skip_rows: Mapping[str, Sequence[SkipRow]] | None = None) -> tuple[str, list[str]]:
     """SUPPORT_MATRIX.md's text from a manifest, its bundles and the engines' claims (columns
     default: each claim set's engine, by default_columns), and the bundle errors met."""
     groups, gated = feature_groups(manifest)
     if cases is None:
         cases = bundle_cases(bundle_root, manifest.plan, manifest.level_names)
     columns = list(columns) if columns is not None else default_columns(list(claim_sets), claim_sets)
-    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan, engine_tomls, compiled)
+    matrix = build_matrix(groups, cases, columns, claim_sets, gated, manifest.plan, engine_tomls, compiled,
+                          skip_rows)
     return render(matrix), list(cases.errors)
 
 

@@ -13,9 +13,12 @@ from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
 from bundlegen.claims.cases import bundle_cases
+from bundlegen.claims.combinations import CombinationError, combinations, combinations_text, parse_picks
 from bundlegen.claims.integrity import verify
-from bundlegen.claims.matrix import compile_reports, load_claim_sets, support_matrix_text, workspace_engines
+from bundlegen.claims.matrix import (compile_reports, default_columns, load_claim_sets, support_matrix_text,
+                                     workspace_engines)
 from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
+from bundlegen.harness.config import EngineConfigError, load_engine_config
 
 DIFF_LINES = 40
 
@@ -30,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--claims-root", type=Path, default=None,
                         help="directory holding <engine dir>/claims.json (default: the workspace's "
                              "engine config folders)")
+    parser.add_argument("--combinations", default=None, metavar="AXIS[=GLOB],...",
+                        help="print, instead of writing the matrix, whether each engine serves the chosen "
+                             "axes' values together, e.g. heads=gqa*,mask=window*,dtype (one row per "
+                             "combination some case holds)")
 
 
 def drift(expected: str, path: Path) -> list[str]:
@@ -66,11 +73,19 @@ def main(args: argparse.Namespace) -> int:
         else:
             claim_sets = {name: read_claim_set(folder / CLAIMS_NAME, name) for name, folder in folders.items()}
         cases = bundle_cases(bundles, manifest.plan, manifest.level_names)
+        combos = getattr(args, "combinations", None)    # callers building a Namespace may leave it out
+        if combos is not None:
+            picks = parse_picks(combos, manifest.axes)
+            view = combinations(picks, cases, default_columns(list(claim_sets), claim_sets), claim_sets)
+            print(combinations_text(view), end="")
+            return 0
         text, errors = support_matrix_text(manifest, bundles, claim_sets, cases=cases,
                                            engine_tomls=engine_toml_links(folders, workspace.matrix,
                                                                           workspace.root),
-                                           compiled=compile_reports(folders))
-    except (ClaimsError, BundleError, WorkspaceError) as exc:
+                                           compiled=compile_reports(folders),
+                                           skip_rows={name: load_engine_config(folder).skips
+                                                      for name, folder in folders.items()})
+    except (ClaimsError, BundleError, WorkspaceError, EngineConfigError, CombinationError) as exc:
         print(f"matrix: {exc}")
         return 2
     output = workspace.matrix

@@ -2,10 +2,17 @@
 embedded as PNG data), rendered with jinja2 (`templates/report.html.j2`), that leads with
 what failed.
 
-1. Failing cases (`bundlegen.harness.verdicts.FAILING`): id, engine and arch, verdict,
-   items, detail, the worst output (least margin, largest error; and an output's `worst`
-   element when the record has one) and the command that reproduces the case
-   (`repro_command`).
+0. A table of contents: each engine's failing cases and their groups (with counts), the
+   verdict table, the margins and every plot, each a link into the page.
+1. Failing cases (`bundlegen.harness.verdicts.FAILING`), grouped by engine (and arch), then
+   by the item with the highest failure rate among the engine's cases holding it
+   (`failure_groups`: the feature the failures share, not the one every case holds): id,
+   verdict, the graph in one line (sizes, dtype, scale, mask, modifiers, each port's
+   strides; bundlegen.describe.graph_line, from the bundles), items, detail, the worst
+   output (least margin, largest error; and an output's `worst` element when the record
+   has one) and the command that reproduces the case (`repro_command`, with the engine
+   spec the run was given, as its run.json records it: a `package.module:Class` engine's
+   short name is not enough for `bundlegen repro`).
 2. Verdict counts per engine and arch; margin quantiles per engine and output.
 3. Plots: margin distribution per engine (one panel per output, log10, tolerance and claim
    margin marked); pair coverage per engine over the plan's core axes (from the manifest:
@@ -18,13 +25,12 @@ from __future__ import annotations
 import base64
 import io
 import math
+import re
 import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
-
-import matplotlib
 
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
@@ -35,6 +41,10 @@ OUTPUTS = ("dq", "dk", "dv")
 PASS = V.PASS
 REQUIRED = ("engine", "arch", "case_id", "verdict")
 LABEL_PT = 9            # the smallest text in a plot
+
+
+#: the failing cases of one group are folded away (a link target still) past this many in the report
+OPEN_UP_TO = 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,29 @@ class FailingCase:
     worst: str | None
     repro: str
     source: str
+    graph: str = ""             # the graph in one line; "" when the bundles do not hold the case
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The failing cases of one engine that share one item."""
+    anchor: str
+    item: str
+    failing: int                # failing cases holding the item, over all results of the engine
+    total: int                  # the engine's cases holding the item
+    cases: tuple[FailingCase, ...]
+
+
+@dataclass(frozen=True)
+class EngineFailures:
+    anchor: str
+    engine: str
+    arch: str
+    groups: tuple[FailureGroup, ...]
+
+    @property
+    def count(self) -> int:
+        return sum(len(g.cases) for g in self.groups)
 
 
 @dataclass(frozen=True)
@@ -78,6 +111,10 @@ def engine_ran(record: Mapping) -> bool:
 
 
 def _pyplot():
+    from bundlegen.extras import require
+
+    matplotlib = require("matplotlib")   # imported here: only the plots need it, not the command's import
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -119,19 +156,80 @@ def worst_output(record: Mapping) -> str | None:
     return text
 
 
-def failing_cases(runs: Sequence[Sequence[Mapping]], sources: Sequence[str]) -> list[FailingCase]:
+def failing_cases(runs: Sequence[Sequence[Mapping]], sources: Sequence[str],
+                  specs: Sequence[Mapping[str, str]] = (), graphs: Mapping[str, str] | None = None) -> list[FailingCase]:
+    """`specs`: per run, engine name -> the --engine the run was given (run.json's
+    `engine_spec`); an engine not in it is reproduced by its name. `graphs`: case id -> its
+    graph in one line."""
     found = []
-    for records, source in zip(runs, sources):
+    for index, (records, source) in enumerate(zip(runs, sources)):
+        spec_of = specs[index] if index < len(specs) else {}
         for r in records:
             if r.get("verdict") not in V.FAILING:
                 continue
+            engine = spec_of.get(r["engine"]) or r["engine"]
             found.append(FailingCase(
                 case_id=r["case_id"], engine=r["engine"], arch=r["arch"], verdict=r["verdict"],
                 items=tuple(str(i) for i in r.get("items") or ()),
                 detail=" ".join(str(r.get("detail") or r.get("reason") or "").split()),
-                worst=worst_output(r), repro=repro_command(r["case_id"], r["engine"], str(r.get("device") or "cpu")),
-                source=source))
+                worst=worst_output(r), repro=repro_command(r["case_id"], engine, str(r.get("device") or "cpu")),
+                source=source, graph=(graphs or {}).get(r["case_id"], "")))
     return sorted(found, key=lambda f: (f.engine, f.arch, f.verdict, f.case_id))
+
+
+def anchor_of(*parts: str) -> str:
+    """An HTML id from names (letters, digits, '-', '_', '.')."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts)).strip("-") or "x"
+
+
+def failure_groups(failing: Sequence[FailingCase], records: Sequence[Mapping]) -> list[EngineFailures]:
+    """The failing cases by engine and arch, then each under the item of it with the highest
+    failure rate among the engine's cases (in `records`; a case failing in any run counts as
+    failed) holding the item; ties: more failures, then the item's name. An item every case of the engine holds explains
+    nothing, so it groups a case only when the case holds no other."""
+    held: dict[tuple[str, str], dict[str, tuple[str, ...]]] = defaultdict(dict)   # case -> its items
+    failed_any: dict[tuple[str, str], set[str]] = defaultdict(set)                  # failed in some run
+    for r in records:
+        key = (r["engine"], r["arch"])
+        held[key].setdefault(r["case_id"], tuple(r.get("items") or ()))
+        if r.get("verdict") in V.FAILING:
+            failed_any[key].add(r["case_id"])
+    totals: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    fails: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for key, cases in held.items():
+        for case_id, items in cases.items():
+            for item in items:
+                totals[key][item] += 1
+                fails[key][item] += case_id in failed_any[key]
+    out, used = [], set()
+    by_engine: dict[tuple[str, str], list[FailingCase]] = defaultdict(list)
+    for f in failing:
+        by_engine[(f.engine, f.arch)].append(f)
+    for (engine, arch), cases in sorted(by_engine.items()):
+        total, failed, everyone = totals[(engine, arch)], fails[(engine, arch)], len(held[(engine, arch)])
+
+        def rank(item: str) -> tuple:
+            held = max(total[item], 1)
+            return (total[item] >= everyone, -failed[item] / held, -failed[item], item)
+
+        grouped: dict[str, list[FailingCase]] = defaultdict(list)
+        for f in cases:
+            grouped[min(f.items, key=rank) if f.items else "(no item)"].append(f)
+        engine_anchor = _unique(anchor_of("failing", engine, arch), used)
+        groups = tuple(FailureGroup(_unique(anchor_of(engine_anchor, item), used), item, failed[item] or len(fs),
+                                    total[item] or len(fs), tuple(fs))
+                       for item, fs in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+        out.append(EngineFailures(engine_anchor, engine, arch, groups))
+    return out
+
+
+def _unique(anchor: str, used: set[str]) -> str:
+    candidate, n = anchor, 1
+    while candidate in used:
+        n += 1
+        candidate = f"{anchor}-{n}"
+    used.add(candidate)
+    return candidate
 
 
 # ----------------------------------------------------------------------------- plots
@@ -257,7 +355,9 @@ def margin_quantiles(records: Sequence[Mapping]) -> list[tuple[str, str, int, fl
 
 # ----------------------------------------------------------------------------- report
 def report_html(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], min_margin: float,
-                axes: Sequence[AxisItems], template_dir: Path = TEMPLATE_DIR) -> str:
+                axes: Sequence[AxisItems], template_dir: Path = TEMPLATE_DIR,
+                specs: Sequence[Mapping[str, str]] = (), graphs: Mapping[str, str] | None = None) -> str:
+    """`specs` and `graphs`: see failing_cases."""
     import jinja2
 
     records = [r for run in runs for r in run if all(isinstance(r.get(k), str) for k in REQUIRED)]
@@ -267,18 +367,20 @@ def report_html(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], min_m
     pairs = [plot_pairs([r for r in records if r["engine"] == e], axes, e) for e in engines]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    failing = failing_cases(runs, sources, specs, graphs)
     return env.get_template(TEMPLATE_NAME).render(
-        sources=sources, count=len(records), failing=failing_cases(runs, sources),
-        verdicts=verdicts, groups=groups, failing_verdicts=V.FAILING,
+        sources=sources, count=len(records), failing=failing, by_engine=failure_groups(failing, records),
+        open_groups=len(failing) <= OPEN_UP_TO, verdicts=verdicts, groups=groups, failing_verdicts=V.FAILING,
         quantiles=margin_quantiles(records), margins=plot_margins(records, min_margin),
         pairs=[p for p in pairs if p is not None], cost=plot_cost(records), has_axes=bool(axes))
 
 
 def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out: Path | str,
-                 min_margin: float, axes: Sequence[AxisItems]) -> Path:
+                 min_margin: float, axes: Sequence[AxisItems], specs: Sequence[Mapping[str, str]] = (),
+                 graphs: Mapping[str, str] | None = None) -> Path:
     """Write the report: `out` itself when it ends in .html, else out/index.html."""
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(runs, sources, min_margin, axes), encoding="utf-8")
+    path.write_text(report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs), encoding="utf-8")
     return path

@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bundlegen.extras import MissingExtra
 from bundlegen.workspace import WorkspaceError, check_engine_name, find_workspace, is_engine_name
 
 if TYPE_CHECKING:   # bundlegen.engines.base imports torch: a lookup by name should not
@@ -44,6 +45,8 @@ def _load(target: str) -> "type[Engine]":
     _importable_from_here()
     try:
         obj = getattr(importlib.import_module(module_name), attr)
+    except MissingExtra as exc:
+        raise EngineNotFound(str(exc)) from None
     except (ImportError, AttributeError) as exc:
         raise EngineNotFound(f"cannot load engine {target!r}: {exc}") from exc
     from bundlegen.engines.base import Engine

@@ -14,7 +14,7 @@ from bundlegen.generator.expand import (KNOWN_AXES, MODIFIER_PORTS, OPTIONAL_AXE
                                         axis_table)
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Draft
-from bundlegen.plans.records import LEVEL_NAMES, Plan, Spec
+from bundlegen.plans.records import LEVEL_NAMES, PADDED, RAGGED, Plan, Space, Spec
 
 ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
@@ -37,11 +37,12 @@ def declared_items(plan: Plan) -> dict[str, str]:
             raise PlanError(f"{entry}: duplicate item id {item!r}")
         items[item] = title
 
-    for a in plan.axes:
+    padded = plan.padded
+    for a in padded.axes:
         for v in a.values:
             add(axis_item(a.name, v), f"{a.title}: {v}", f"axis '{a.name}' value '{v}'")
-    add(plan.value_suite_item, "each axis value once", "value suite")
-    for s in plan.pair_suites:
+    add(padded.value_suite_item, "each axis value once", "value suite")
+    for s in padded.pair_suites:
         add(s.item, s.title, f"pair suite '{s.item}'")
     if plan.risks is not None:
         add(plan.risks.item, plan.risks.title, f"risks '{plan.risks.item}'")
@@ -53,8 +54,8 @@ def declared_items(plan: Plan) -> dict[str, str]:
         add(r.value_suite_item, "each ragged axis value once", "ragged value suite")
         for s in r.pair_suites:
             add(s.item, s.title, f"ragged pair suite '{s.item}'")
-    entries = [("shape", plan.catalog), ("sweep", plan.sweeps), ("regression", plan.regressions),
-               ("probe", plan.probes)]
+    entries = [("shape", padded.catalog), ("sweep", padded.sweeps), ("regression", padded.regressions),
+               ("probe", padded.probes)]
     if plan.boundaries is not None:
         entries.append(("boundary class", plan.boundaries.classes))
     if r is not None:
@@ -89,17 +90,19 @@ def check_plan(plan: Plan) -> None:
     for name, kind in plan.stats_layouts.items():
         if kind not in layouts.STATS_KINDS:
             raise PlanError(f"stats layout '{name}': unknown storage kind {kind!r}")
+    padded = plan.padded
+    _check_storages(plan)
     _check_axes(plan)
-    _check_rules(plan)
-    for s in plan.pair_suites:
+    _check_rules(padded)
+    for s in padded.pair_suites:
         _check_level(plan, s.level, f"pair suite '{s.item}'")
         if s.scope not in ("core", "all"):
             raise PlanError(f"pair suite '{s.item}': unknown scope {s.scope!r}")
-    for c in plan.catalog:
+    for c in padded.catalog:
         _check_level(plan, c.level, f"shape '{c.item}'")
         for k, spec in enumerate(c.specs):
             check_spec(plan, spec, f"shape '{c.item}'[{k}]")
-    for sw in plan.sweeps:
+    for sw in padded.sweeps:
         _check_level(plan, sw.level, f"sweep '{sw.item}'")
         for field, values in sw.vary:
             if field not in ("shape",) + SPEC_AXES:
@@ -108,11 +111,11 @@ def check_plan(plan: Plan) -> None:
                 if field != "shape" and v not in getattr(plan, SPEC_FIELDS[field]):
                     raise PlanError(f"sweep '{sw.item}': unknown {field} {v!r}")
         check_spec(plan, sw.base, f"sweep '{sw.item}'")
-    for r in plan.regressions:
+    for r in padded.regressions:
         _check_level(plan, r.level, f"regression '{r.item}'")
         for k, spec in enumerate(r.specs):
             check_spec(plan, spec, f"regression '{r.item}'[{k}]")
-    for p in plan.probes:
+    for p in padded.probes:
         entry = f"probe '{p.item}'"
         _check_level(plan, p.level, entry)
         known = R.FRONTEND if p.by == "frontend" else R.ENGINE if p.by == "engine" else None
@@ -150,8 +153,17 @@ def _check_level(plan: Plan, level: str, entry: str) -> None:
         raise PlanError(f"{entry}: unknown level {level!r} (known: {', '.join(LEVEL_NAMES)})")
 
 
+def _check_storages(plan: Plan) -> None:
+    """Each space holds the storage it is named for: Plan.padded padded, Plan.ragged ragged."""
+    for name, space, want in (("padded", plan.padded, PADDED), ("ragged", plan.ragged, RAGGED)):
+        if space is not None and space.storage != want:
+            raise PlanError(f"Plan.{name}: a space of storage {space.storage!r}, expected {want!r}")
+    if plan.ragged is not None and plan.ragged.sweeps:
+        raise PlanError("Plan.ragged: sweeps are padded only (declare ragged graphs as catalog entries)")
+
+
 def _check_axes(plan: Plan) -> None:
-    check_axis_list(plan.axes, KNOWN_AXES, lambda axis: axis_table(plan, axis), optional=OPTIONAL_AXES)
+    check_axis_list(plan.padded.axes, KNOWN_AXES, lambda axis: axis_table(plan, axis), optional=OPTIONAL_AXES)
 
 
 def check_axis_list(axes, known, table_of, prefix: str = "", optional=()) -> None:
@@ -186,11 +198,11 @@ def check_axis_list(axes, known, table_of, prefix: str = "", optional=()) -> Non
         raise PlanError(f"{prefix}axes: missing {', '.join(missing)}")
 
 
-def _check_rules(plan, kind: str = "rule") -> None:
-    """The rules of one axis space (a Plan's or its RaggedPlan's) name its axes and values."""
-    values = {a.name: a.values for a in plan.axes}
+def _check_rules(space: Space, kind: str = "rule") -> None:
+    """The rules of one axis space (a plan's padded or ragged one) name its axes and values."""
+    values = {a.name: a.values for a in space.axes}
     names = set()
-    for rule in plan.rules:
+    for rule in space.rules:
         entry = f"{kind} '{rule.name}'"
         if rule.name in names:
             raise PlanError(f"{entry}: declared twice")
@@ -207,6 +219,9 @@ def _check_rules(plan, kind: str = "rule") -> None:
 
 
 def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
+    if spec.storage != PADDED:
+        raise PlanError(f"{entry}: a {spec.storage} spec among the padded entries (its shape must be a Shape; "
+                        "ragged entries go in Plan.ragged)")
     for field, table in SPEC_FIELDS.items():
         value = getattr(spec, field)
         if value not in getattr(plan, table):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from typing import Collection
+from typing import Collection, Mapping
 
 from bundlegen.graph import (INPUT_PORTS, MODIFIER_INPUT_PORTS, MODIFIER_OUTPUT_PORTS, OUTPUT_PORTS,
                              Attributes, Graph, Rejection, TensorSpec, default_scale, packed_strides,
@@ -19,7 +19,7 @@ from bundlegen.generator.errors import PlanError
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.pairs import suite_rows
 from bundlegen.generator.records import Combo, Draft
-from bundlegen.plans.records import Plan, Shape, Spec
+from bundlegen.plans.records import PADDED, Plan, Shape, Space, Spec
 
 SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
 MODIFIER_AXES = ("bias", "dbias", "sinks", "softcap")
@@ -44,9 +44,25 @@ def axis_item(axis: str, value: str) -> str:
     return "AX-" + re.sub(r"[^A-Z0-9]+", "-", f"{axis}-{value}".upper()).strip("-")
 
 
+def space_axis(storage: str, axis: str) -> str:
+    """The manifest's name of an axis of the padded or the ragged space: a padded axis by its
+    own name, a ragged one as ragged-<axis> (its items AX-RAGGED-<AXIS>-<VALUE>)."""
+    return axis if storage == PADDED else f"{storage}-{axis}"
+
+
+def found_items(space: Space, found: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The items of the axes of `space` whose value `found` names (None or absent: none)."""
+    return tuple(axis_item(space_axis(space.storage, a.name), found[a.name])
+                 for a in space.axes if found.get(a.name) in a.values)
+
+
+def combo_items(space: Space, combo: Combo) -> tuple[str, ...]:
+    return tuple(axis_item(space_axis(space.storage, a.name), v) for a, v in zip(space.axes, combo))
+
+
 # ----------------------------------------------------------------------------- spec <-> graph
 def spec_of(plan: Plan, combo: Combo) -> Spec:
-    v = dict(zip((a.name for a in plan.axes), combo))
+    v = dict(zip((a.name for a in plan.padded.axes), combo))
     h, s, d = plan.heads[v["heads"]], plan.seqs[v["seq"]], plan.head_dims[v["head_dims"]]
     shape = Shape(plan.batches[v["batch"]], h.H_q, h.H_k, h.H_v, s.S_q, s.S_kv, d.D_qk, d.D_v)
     return Spec(shape, **{field: v[field] for field in SPEC_AXES if field in v})
@@ -157,31 +173,29 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     if any(m.target in MODIFIER_PORTS for m in spec.mutations):
         for axis in ("bias", "dbias", "sinks"):
             found[axis] = None      # modifier ports changed by hand are not the named ones
-    return tuple(axis_item(a.name, found[a.name]) for a in plan.axes if found.get(a.name) in a.values)
-
-
-def combo_items(plan: Plan, combo: Combo) -> tuple[str, ...]:
-    return tuple(axis_item(a.name, v) for a, v in zip(plan.axes, combo))
+    return found_items(plan.padded, found)
 
 
 # ----------------------------------------------------------------------------- drafts
 def _combo_draft(plan: Plan, combo: Combo, entry: str, group: str, item: str, level: str) -> Draft:
     spec = spec_of(plan, combo)
-    return Draft(entry=entry, group=group, purpose="claim", items=(item,) + combo_items(plan, combo),
+    return Draft(entry=entry, group=group, purpose="claim", items=(item,) + combo_items(plan.padded, combo),
                  graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None,
                  min_level=level, combo=combo, bias_values=bias_values(plan, spec))
 
 
-def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
-    """Each value of each axis once, the other axes at their defaults where legal (quick)."""
-    out = []
-    for axis in plan.axes:
+def value_drafts(plan: Plan, legality: Legality, *, combo_draft=None, label: str = "",
+                 group: str = "axes") -> list[Draft]:
+    """Each value of each axis of the legality's space once, the other axes at their defaults
+    where legal (quick). A ragged space passes its draft builder, label and group."""
+    draft, space, out = combo_draft or _combo_draft, legality.space, []
+    for axis in space.axes:
         for value in axis.values:
-            entry = f"axis value {axis.name}={value}"
+            entry = f"{label}axis value {axis.name}={value}"
             combo = legality.complete({axis.name: value})
             if combo is None:
                 raise PlanError(f"{entry}: no legal combination holds it")
-            out.append(_combo_draft(plan, combo, entry, "axes", plan.value_suite_item, plan.levels[0].name))
+            out.append(draft(plan, combo, entry, group, space.value_suite_item, plan.levels[0].name))
     return out
 
 
@@ -192,7 +206,7 @@ def pair_drafts(plan: Plan, legality: Legality, suites=None, *, combo_draft=None
     draft = combo_draft or _combo_draft
     return [draft(plan, combo, f"{label}pair suite {suite.item} row {n}", suite.group, suite.item,
                   suite.level)
-            for suite in (plan.pair_suites if suites is None else suites)
+            for suite in (plan.padded.pair_suites if suites is None else suites)
             for n, combo in enumerate(suite_rows(legality, suite))]
 
 
@@ -212,18 +226,18 @@ def _spec_draft(plan: Plan, spec: Spec, entry: str, group: str, purpose: str, it
 def declared_drafts(plan: Plan) -> list[Draft]:
     """Shape catalog, sweeps, regressions and probes."""
     out = []
-    for c in plan.catalog:
+    for c in plan.padded.catalog:
         out += [_spec_draft(plan, s, f"shape {c.item}[{k}]", c.group, "claim", c.item, c.level)
                 for k, s in enumerate(c.specs)]
-    for sw in plan.sweeps:
+    for sw in plan.padded.sweeps:
         fields = [f for f, _ in sw.vary]
         for k, values in enumerate(itertools.product(*(vals for _, vals in sw.vary))):
             spec = dataclasses.replace(sw.base, **dict(zip(fields, values)))
             out.append(_spec_draft(plan, spec, f"sweep {sw.item}[{k}]", sw.group, "claim", sw.item, sw.level))
-    for r in plan.regressions:
+    for r in plan.padded.regressions:
         out += [_spec_draft(plan, s, f"regression {r.item}[{k}]", r.group, "regression", r.item, r.level)
                 for k, s in enumerate(r.specs)]
-    for p in plan.probes:
+    for p in plan.padded.probes:
         out.append(Draft(entry=f"probe {p.item}", group=p.group, purpose="probe", items=(p.item,),
                          graph=graph_of(plan, p.spec), distribution=p.spec.distribution,
                          rejection=Rejection(by=p.by, reason=p.reason), min_level=p.level,

@@ -23,11 +23,10 @@ from bundlegen.generator.expand import (declared_drafts, graph_of, pair_drafts, 
                                         value_drafts)
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Combo, Draft, GeneratedPlan, PairProof
-from bundlegen.plans.records import Plan
+from bundlegen.plans.records import PADDED, Plan
 
 PURPOSE_PRECEDENCE = ("claim", "regression", "probe")   # a merged case takes the last one present
 REPAIR_ROUNDS = 3
-PADDED = "padded"
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
     if plan is None:
         from bundlegen.plans.sdpa_bwd import PLAN as plan
     check_plan(plan)
-    spaces = {PADDED: Legality(plan)}
+    spaces = {PADDED: Legality(plan.padded)}
     drafts = value_drafts(plan, spaces[PADDED]) + declared_drafts(plan)
     if plan.boundaries is not None:
         drafts += boundaries.drafts(plan)
@@ -181,7 +180,7 @@ def risk_proofs(plan: Plan, legality: Legality, cases, combos_by_id, risk_sets):
 
 def _suites(plan: Plan):
     """(space, pair suite) of every pair suite of the plan, padded first."""
-    out = [(PADDED, s) for s in plan.pair_suites]
+    out = [(PADDED, s) for s in plan.padded.pair_suites]
     if plan.ragged is not None:
         out += [(ragged.SPACE, s) for s in plan.ragged.pair_suites]
     return out
@@ -217,9 +216,9 @@ def _one_run(terms: cost_model.CostTerms) -> cost_model.CostTerms:
     return dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
 
 
-def _coverage_item(plan: Plan, scope: str, space: str = "padded") -> str:
+def _coverage_item(plan: Plan, scope: str, space: str = PADDED) -> str:
     """The item a repair case of `scope` in `space` traces to."""
-    owner = plan.ragged if space == ragged.SPACE else plan
+    owner = plan.space(space)
     if scope == "values":
         return owner.value_suite_item
     return next(s.item for s in owner.pair_suites if s.scope == scope)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from bundlegen.generator.records import Combo, RuleExclusion
-from bundlegen.plans.records import Plan, RaggedPlan, Rule
+from bundlegen.plans.records import Rule, Space
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,19 @@ class _Compiled:
 
 
 class Legality:
-    """Over one axis space: a Plan's (padded) axes and rules, or its RaggedPlan's."""
+    """Over one axis space of a plan (its padded or its ragged one): its axes and rules."""
 
-    def __init__(self, plan: Plan | RaggedPlan):
-        self.plan = plan
-        self.axes = tuple(a.name for a in plan.axes)
-        self.values = tuple(a.values for a in plan.axes)
-        self.index = tuple({v: i for i, v in enumerate(a.values)} for a in plan.axes)
+    def __init__(self, space: Space):
+        self.space = space
+        self.axes = tuple(a.name for a in space.axes)
+        self.values = tuple(a.values for a in space.axes)
+        self.index = tuple({v: i for i, v in enumerate(a.values)} for a in space.axes)
         self.position = {name: i for i, name in enumerate(self.axes)}
         # completion tries the default first, then the declared order (cheapest first)
         self.preference = tuple(
             (a.values.index(a.default),) + tuple(i for i in range(len(a.values)) if a.values[i] != a.default)
-            for a in plan.axes)
-        self.compiled = tuple(self._compile(r) for r in plan.rules)
+            for a in space.axes)
+        self.compiled = tuple(self._compile(r) for r in space.rules)
 
     def _compile(self, rule: Rule) -> _Compiled:
         def side(cond: Mapping[str, tuple[str, ...]]):

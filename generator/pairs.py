@@ -25,7 +25,7 @@ def scope_positions(legality: Legality, scope: str) -> tuple[int, ...]:
     if scope not in SCOPES:
         raise PlanError(f"unknown pair scope {scope!r} (known: {', '.join(SCOPES)})")
     if scope == "core":
-        return tuple(p for p, a in enumerate(legality.plan.axes) if a.core)
+        return tuple(p for p, a in enumerate(legality.space.axes) if a.core)
     return tuple(range(len(legality.axes)))
 
 
@@ -38,7 +38,7 @@ def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
     pass, told every earlier row is tested, adds the rows for the pairs the newcomers take
     part in."""
     scope = scope_positions(legality, suite.scope)
-    axes = legality.plan.axes
+    axes = legality.space.axes
     rows: list[Combo] = []
     for k in passes(legality, suite.scope):
         positions = [p for p in scope if axes[p].pass_joined <= k]
@@ -49,19 +49,19 @@ def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
 
 def passes(legality: Legality, scope: str) -> list[int]:
     """The pair-suite passes the scope's axes and values joined, in order."""
-    axes = legality.plan.axes
+    axes = legality.space.axes
     return sorted({axes[p].value_pass(v) for p in scope_positions(legality, scope) for v in axes[p].values})
 
 
 def combo_pass(legality: Legality, combo: Combo) -> int:
     """The latest pass a value of the combination other than its axis's default joined."""
-    axes = legality.plan.axes
+    axes = legality.space.axes
     return max((a.value_pass(v) for a, v in zip(axes, combo) if v != a.default), default=0)
 
 
 def unit_pass(legality: Legality, unit: tuple) -> int:
     """The pass a unit of the proof joined: its latest value's (an axis's default included)."""
-    axes = legality.plan.axes
+    axes = legality.space.axes
     return max(axes[legality.position[a]].value_pass(v) for a, v in unit)
 
 
@@ -75,7 +75,7 @@ def propose(legality: Legality, label: str, allowed: dict[int, list[int]], teste
     positions = list(allowed)
     scope = tuple(sorted(positions, key=lambda p: (-len(allowed[p]), p)))
     base: list[int | None] = [None] * len(legality.axes)
-    for p, axis in enumerate(legality.plan.axes):
+    for p, axis in enumerate(legality.space.axes):
         if p not in scope:
             base[p] = axis.values.index(axis.default)
     checks_at: list[list] = [[] for _ in scope]

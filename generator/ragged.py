@@ -1,4 +1,4 @@
-"""The ragged (THD / varlen) space of a plan: RaggedSpecs become graphs, axis combinations
+"""The ragged (THD / varlen) space of a plan: ragged Specs become graphs, axis combinations
 and declared entries become drafts, and the checks only ragged graphs need (the plan's
 ragged tables, device probes and how far their stray rows reach).
 
@@ -19,9 +19,9 @@ from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import PORTS, axis_item
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Combo, Draft
-from bundlegen.plans.records import Lengths, Offsets, Plan, RaggedPlan, RaggedSpec
+from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
-SPACE = "ragged"
+SPACE = RAGGED
 SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
 OWN_AXES = ("lengths", "storage")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
@@ -43,38 +43,39 @@ def item(axis: str, value: str) -> str:
 
 
 def manifest_axis(axis: str) -> str:
-    return f"{SPACE}-{axis}"
+    return expand.space_axis(SPACE, axis)
 
 
 # ----------------------------------------------------------------------------- spec <-> graph
-def spec_of(plan: Plan, combo: Combo) -> RaggedSpec:
+def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.ragged.axes), combo))
-    return RaggedSpec(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]],
-                      dtype=v["dtype"], storage=v["storage"], mask=v["mask"], scale=v["scale"],
-                      distribution=v["distribution"], deterministic=v.get("deterministic", "off"))
+    shape = RaggedShape(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]])
+    return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
+                distribution=v["distribution"], deterministic=v.get("deterministic", "off"))
 
 
-def offsets_of(plan: Plan, spec: RaggedSpec) -> Offsets:
+def offsets_of(plan: Plan, spec: Spec) -> Offsets:
     """The spec's sequences as offsets: lengths are packed from the storage's lead rows on,
     with its tail rows after them; explicit offsets as declared."""
-    if isinstance(spec.lengths, Offsets):
-        return spec.lengths
-    st = plan.ragged.storages[spec.storage]
+    lengths = spec.shape.lengths
+    if isinstance(lengths, Offsets):
+        return lengths
+    st = plan.ragged.storages[spec.layout]
 
     def cu(lengths: tuple[int, ...]) -> tuple[int, ...]:
         out = [st.lead]
         for n in lengths:
             out.append(out[-1] + n)
         return tuple(out)
-    cq, ck = cu(spec.lengths.q), cu(spec.lengths.kv_lengths)
+    cq, ck = cu(lengths.q), cu(lengths.kv_lengths)
     return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail)
 
 
-def graph_of(plan: Plan, spec: RaggedSpec) -> Graph:
-    st = plan.ragged.storages[spec.storage]
+def graph_of(plan: Plan, spec: Spec) -> Graph:
+    st = plan.ragged.storages[spec.layout]
     off = offsets_of(plan, spec)
     cu_kv = off.cu_q if off.cu_kv is None else off.cu_kv
-    h, d = spec.heads, spec.head_dims
+    h, d = spec.shape.heads, spec.shape.head_dims
     T_q = off.cu_q[-1] if off.T_q is None else off.T_q
     T_kv = cu_kv[-1] if off.T_kv is None else off.T_kv
     dims = {"q": (T_q, h.H_q, d.D_qk), "k": (T_kv, h.H_k, d.D_qk), "v": (T_kv, h.H_v, d.D_v),
@@ -92,39 +93,27 @@ def graph_of(plan: Plan, spec: RaggedSpec) -> Graph:
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
 
 
-def spec_items(plan: Plan, spec: RaggedSpec) -> tuple[str, ...]:
+def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     """The ragged axis items a declared spec realises: each axis whose value it matches."""
-    found = {"dtype": spec.dtype, "storage": spec.storage, "mask": spec.mask, "scale": spec.scale,
+    shape = spec.shape
+    found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
              "distribution": spec.distribution, "deterministic": spec.deterministic,
-             "heads": next((n for n, h in plan.heads.items() if h == spec.heads), None),
-             "head_dims": next((n for n, d in plan.head_dims.items() if d == spec.head_dims), None),
-             "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == spec.lengths), None)}
-    return tuple(item(a.name, found[a.name]) for a in plan.ragged.axes if found.get(a.name) in a.values)
-
-
-def combo_items(plan: Plan, combo: Combo) -> tuple[str, ...]:
-    return tuple(item(a.name, v) for a, v in zip(plan.ragged.axes, combo))
+             "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
+             "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
+             "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None)}
+    return expand.found_items(plan.ragged, found)
 
 
 # ----------------------------------------------------------------------------- drafts
 def _combo_draft(plan: Plan, combo: Combo, entry: str, group: str, suite_item: str, level: str) -> Draft:
     spec = spec_of(plan, combo)
-    return Draft(entry=entry, group=group, purpose="claim", items=(suite_item,) + combo_items(plan, combo),
-                 graph=graph_of(plan, spec), distribution=spec.distribution, rejection=None,
-                 min_level=level, combo=combo, space=SPACE)
+    return Draft(entry=entry, group=group, purpose="claim",
+                 items=(suite_item,) + expand.combo_items(plan.ragged, combo), graph=graph_of(plan, spec),
+                 distribution=spec.distribution, rejection=None, min_level=level, combo=combo, space=SPACE)
 
 
 def value_drafts(plan: Plan, legality: Legality) -> list[Draft]:
-    out = []
-    for axis in plan.ragged.axes:
-        for value in axis.values:
-            entry = f"ragged axis value {axis.name}={value}"
-            combo = legality.complete({axis.name: value})
-            if combo is None:
-                raise PlanError(f"{entry}: no legal combination holds it")
-            out.append(_combo_draft(plan, combo, entry, "ragged-axes", plan.ragged.value_suite_item,
-                                    plan.levels[0].name))
-    return out
+    return expand.value_drafts(plan, legality, combo_draft=_combo_draft, label="ragged ", group="ragged-axes")
 
 
 def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
@@ -186,15 +175,22 @@ def check_plan(plan: Plan) -> None:
             raise PlanError(f"ragged probe '{p.item}': {p.reason!r} is not a {p.by} reason code in bundlegen.reasons")
 
 
-def check_spec(plan: Plan, spec: RaggedSpec, entry: str) -> None:
+def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
+    if spec.storage != RAGGED:
+        raise PlanError(f"{entry}: a {spec.storage} spec in the ragged space (its shape must be a RaggedShape)")
     for field, table in (("dtype", plan.dtypes), ("mask", plan.masks), ("scale", plan.scales),
-                         ("distribution", plan.distributions), ("storage", plan.ragged.storages)):
+                         ("distribution", plan.distributions), ("layout", plan.ragged.storages)):
         if getattr(spec, field) not in table:
             raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
-    st = plan.ragged.storages[spec.storage]
-    if isinstance(spec.lengths, Offsets) and (st.lead or st.tail):
+    plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
+                 distribution=spec.distribution)
+    if spec != plain:     # graph_of reads none of the padded-only fields
+        raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, mutations or score "
+                        "modifiers (leave them at their defaults)")
+    st = plan.ragged.storages[spec.layout]
+    if isinstance(spec.shape.lengths, Offsets) and (st.lead or st.tail):
         raise PlanError(f"{entry}: explicit offsets place their own rows; storage "
-                        f"'{spec.storage}' adds lead/tail rows")
+                        f"'{spec.layout}' adds lead/tail rows")
 
 
 def check_draft(draft: Draft) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bundlegen.graph import Case, Graph, Rejection
-from bundlegen.plans.records import Plan
+from bundlegen.plans.records import PADDED, Plan
 
 Combo = tuple[str, ...]                       # one value per plan axis, in plan order
 Pair = tuple[tuple[str, str], tuple[str, str]]   # ((axis, value), (axis, value)), axes in plan order
@@ -24,7 +24,7 @@ class Draft:
     rejection: Rejection | None
     min_level: str
     combo: Combo | None = None
-    space: str = "padded"      # the axis space `combo` belongs to: padded | ragged
+    space: str = PADDED        # the axis space `combo` belongs to: padded | ragged
     bias_values: str = "randn" # what a bias input holds (bundlegen.graph.BIAS_VALUES)
 
 
@@ -35,7 +35,7 @@ class PairProof:
     total: int
     covered: int
     missing: tuple[tuple, ...]
-    space: str = "padded"      # padded | ragged
+    space: str = PADDED        # padded | ragged
 
     @property
     def complete(self) -> bool:

@@ -104,7 +104,7 @@ def render(g: GeneratedPlan) -> str:
 
     # ---- legality
     ragged_rules = () if plan.ragged is None else plan.ragged.rules
-    out.append(f"Legality: {len(plan.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination"
+    out.append(f"Legality: {len(plan.padded.rules)} rules; {g.illegal_pairs} value pairs are in no legal combination"
                + (f"; ragged: {len(ragged_rules)} rules, {g.ragged_illegal_pairs} value pairs"
                   if plan.ragged is not None else ""))
     out += ["  " + ln for ln in _table(

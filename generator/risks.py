@@ -28,7 +28,7 @@ REQUIRED = ("none", "sample", "top", "every")
 
 def check_plan(plan: Plan) -> None:
     r = plan.risks
-    axes = {a.name: a for a in plan.axes}
+    axes = {a.name: a for a in plan.padded.axes}
     for axis, values in r.values.items():
         if axis not in axes:
             raise PlanError(f"risks '{r.item}': unknown axis {axis!r}")
@@ -78,7 +78,7 @@ def suite_rows(legality: Legality, risks: RiskPlan, max_rank: int | None, wanted
     `wanted` (the suite's universe)."""
     allowed = {}
     for p in _axes(legality, risks):
-        axis = legality.plan.axes[p]
+        axis = legality.space.axes[p]
         keep = {axis.default, *_risky(legality, risks, p, max_rank)}
         allowed[p] = [i for i, v in enumerate(axis.values) if v in keep]
     rows = propose(legality, f"risks '{risks.item}'", allowed, n=3)

@@ -75,7 +75,7 @@ def legality_problem(plan: Plan, spec: Spec) -> str | None:
     except ValueError as exc:
         return str(exc)
     values = axis_values(plan, spec)
-    for rule in plan.rules:
+    for rule in plan.padded.rules:
         read = set(rule.when) | set(rule.require)
         if not read <= set(values):
             continue
@@ -95,7 +95,7 @@ def axis_values(plan: Plan, spec: Spec) -> dict[str, str]:
     for field in ("dtype", "stats_layout", "mask", "scale", "distribution"):
         named[field] = getattr(spec, field)
     named["layout"] = None if spec.port_kinds else spec.layout
-    return {a.name: named.get(a.name) for a in plan.axes
+    return {a.name: named.get(a.name) for a in plan.padded.axes
             if named.get(a.name) is not None and named[a.name] in axis_table(plan, a.name)}
 
 

@@ -3,7 +3,8 @@ bundle root against the plan.
 
 Bundles: <bundle root>/<level>/<plan>/<group>.json, canonical JSON, cases sorted by id.
 Manifest: <bundle root>/<plan>.manifest.json (bundlegen.manifest), its digest over the
-bundle texts.
+bundle texts. Tolerance TOML: <bundle root>/<plan>.tolerances.toml (bundlegen.tolerances),
+the manifest records its digest.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bundlegen.graph import Bundle, canonical_json
-from bundlegen.manifest import (AxisItems, Gate, Item, LevelLimits, Manifest, Section, Tolerance,
-                                manifest_name, manifest_text)
+from bundlegen.manifest import (AxisItems, Gate, Item, LevelLimits, Manifest, Section, manifest_name,
+                                manifest_text)
+from bundlegen.tolerances import text_digest, tolerances_name, tolerances_text
 from bundlegen.generator import ragged
 from bundlegen.generator.expand import axis_item
 from bundlegen.generator.records import GeneratedPlan
@@ -46,6 +48,10 @@ def digest(texts: dict[str, str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+def plan_tolerances_text(generated: GeneratedPlan) -> str:
+    return tolerances_text(generated.plan.name, generated.plan.tolerance_classes)
+
+
 def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None) -> Manifest:
     """What the harness, claims and mutants need of the plan, for bundles `texts`."""
     plan = generated.plan
@@ -54,16 +60,16 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
         plan=plan.name, digest=digest(texts),
         levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
                                  lv.per_case_cpu_seconds) for lv in plan.levels),
-        tolerance_classes={name: Tolerance(float(tc.rtol), float(tc.atol))
-                           for name, tc in plan.tolerance_classes.items()},
+        tolerance_classes=dict(plan.tolerance_classes),
+        tolerances_digest=text_digest(plan_tolerances_text(generated)),
         cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
         cpu_case_limit_s=float(plan.cpu_case_limit_s),
         axes=tuple(AxisItems(a.name, a.title, a.core, a.default, tuple(a.values),
-                             tuple(axis_item(a.name, v) for v in a.values)) for a in plan.axes)
+                             tuple(axis_item(a.name, v) for v in a.values)) for a in plan.padded.axes)
         + _ragged_axes(plan),
-        sections=(Section("shape catalog", tuple(Item(e.item, e.purpose) for e in plan.catalog + _ragged(plan, "catalog"))),
+        sections=(Section("shape catalog", tuple(Item(e.item, e.purpose) for e in plan.padded.catalog + _ragged(plan, "catalog"))),
                   Section("regressions", tuple(Item(r.item, r.defect)
-                                               for r in plan.regressions + _ragged(plan, "regressions"))))
+                                               for r in plan.padded.regressions + _ragged(plan, "regressions"))))
         + _boundary_section(plan),
         gates=tuple(Gate(g.item, g.title, g.gate, g.planned_cases) for g in plan.gated))
 
@@ -87,9 +93,11 @@ def _ragged_axes(plan) -> tuple[AxisItems, ...]:
 
 
 def planned_texts(generated: GeneratedPlan) -> dict[str, str]:
-    """Every file of the plan, relative to the bundle root: bundles and the manifest."""
+    """Every file of the plan, relative to the bundle root: bundles, the manifest and the
+    tolerance TOML."""
     texts = bundle_texts(generated)
-    return {**texts, manifest_name(generated.plan.name): manifest_text(build_manifest(generated, texts))}
+    return {**texts, manifest_name(generated.plan.name): manifest_text(build_manifest(generated, texts)),
+            tolerances_name(generated.plan.name): plan_tolerances_text(generated)}
 
 
 # ----------------------------------------------------------------------------- write / check
@@ -139,6 +147,8 @@ def check(generated: GeneratedPlan, root: Path) -> list[str]:
             continue
         if rel == manifest_name(generated.plan.name):
             drift.append(f"{rel}: {_manifest_diff(current, text)}")
+        elif rel == tolerances_name(generated.plan.name):
+            drift.append(f"{rel}: differs from the plan's tolerance classes")
         else:
             drift.append(f"{rel}: {_bundle_diff(current, text)}")
     for rel in _stale_bundles(generated, root, bundle_texts(generated)):

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from bundlegen.graph import BundleError, Case, load_bundle
 from bundlegen.manifest import Manifest, load_manifest
+from bundlegen.tolerance import Tolerance
+from bundlegen.tolerance_rule import NoClass, class_for
 from bundlegen.workspace import default_bundle_root
 
 
@@ -49,6 +52,10 @@ def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedC
             file_cases, file_errors = _load_file(path, lvl, manifest.plan)
             errors.extend(file_errors)
             for case in file_cases:
+                wrong_class = class_error(case, manifest.tolerance_classes, path)
+                if wrong_class is not None:
+                    errors.append(wrong_class)
+                    continue
                 if case.id in seen:
                     errors.append(BundleError(f"duplicate id (first in {seen[case.id]})",
                                               file=str(path), case_id=case.id, field="id"))
@@ -71,6 +78,26 @@ def _load_file(path: Path, level: str, plan: str) -> tuple[list[Case], list[Bund
             return [], [*errors, BundleError(f"is {have!r} but the file lies at {want!r}",
                                              file=file, case_id="-", field=fieldname)]
     return list(bundle.cases), list(errors)
+
+
+def class_error(case: Case, classes: Mapping[str, Tolerance], path: Path) -> BundleError | None:
+    """A case naming a tolerance class other than the one its graph takes under the
+    manifest's classes (bundlegen.tolerance_rule), else None. The id leaves the class out,
+    so this is what refuses a class edited after generation. A case naming no class is
+    left to the engine config (an override row, or an error when it has none)."""
+    if case.tolerance_class is None:
+        return None
+    try:
+        want = class_for(case.graph, classes)
+    except NoClass as exc:
+        want, why = None, str(exc)
+    except (KeyError, IndexError, ZeroDivisionError):
+        return None     # a graph too malformed to measure: frontend validation refuses it when it runs
+    if case.tolerance_class == want:
+        return None
+    taken = f"its graph takes {want!r}" if want is not None else why
+    return BundleError(f"names class {case.tolerance_class!r} but {taken} (edited after generation? run "
+                       "`bundlegen generate`)", file=str(path), case_id=case.id, field="tolerance_class")
 
 
 def error_location(error: BundleError) -> tuple[str, str]:

@@ -1,10 +1,15 @@
-"""`bundlegen run`: a thin layer over bundlegen.harness.run.run_level."""
+"""`bundlegen run`: a thin layer over bundlegen.harness.level.run_level."""
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
 from pathlib import Path
+
+from bundlegen.harness.workers import pycache
+
+# the harness is imported in main, after the bytecode prefix is set (workers.pycache), and
+# so that `bundlegen --help` (which imports every command module) stays light
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,8 +63,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--shuffle", nargs="?", const="draw", default=None, metavar="SEED",
+                        help="run the cases in the order this seed shuffles them to (without a "
+                             "seed: one drawn and printed); run.json records the seed and order")
+    parser.add_argument("--run-skipped", action="store_true",
+                        help="run the cases the engine config's [[test_skips]] rows skip, and report "
+                             "each row whose cases all pass as stale")
     parser.add_argument("--no-server", action="store_true",
                         help="start fresh workers even when a matching `bundlegen serve` is running")
+
+
+def shuffle_seed(given: str | None) -> int | None:
+    """--shuffle's seed: None without it; drawn (and printed) when given no seed."""
+    if given is None:
+        return None
+    if given == "draw":
+        import secrets
+
+        seed = secrets.randbelow(2 ** 32)
+        print(f"shuffle seed: {seed} (--shuffle {seed} runs this order again)", file=sys.stderr, flush=True)
+        return seed
+    try:
+        seed = int(given)
+    except ValueError:
+        raise ValueError(f"--shuffle {given}: expected a whole number (a seed)") from None
+    if seed < 0:
+        raise ValueError(f"--shuffle {given}: expected a seed of 0 or more")
+    return seed
 
 
 def resume_command(argv: list[str] | None = None) -> str:
@@ -77,7 +107,7 @@ LIST_FAILING = 40
 def print_failing(out, records, args: argparse.Namespace) -> None:
     """Each failing case: verdict, where, items, detail, and the command that re-runs it."""
     from bundlegen.harness import verdicts as V
-    from bundlegen.harness.repro_command import repro_command
+    from bundlegen.harness.results import repro_command
 
     failing = [r for r in records if r.get("verdict") in V.FAILING]
     if not failing:
@@ -161,17 +191,27 @@ def _stderr():
     return Console(stderr=True, soft_wrap=True)
 
 
+def _plain(message) -> str:
+    """A message shown as written: brackets in it (pip's `bundlegen[triton]`) are not rich markup."""
+    from rich.markup import escape
+
+    return escape(str(message))
+
+
 def main(args: argparse.Namespace) -> int:
+    # bytecode kept as a worker keeps it (workers.pycache), before the harness is imported
+    pycache.keep_bytecode_in_this_process()
     # only what starts the workers is imported before run_level (rich, the results module
     # and lanes after, or where needed): each millisecond here delays the workers' start
     from bundlegen.engines.registry import EngineNotFound
+    from bundlegen.harness import verdicts as V
     from bundlegen.harness.bundles import levels_upto
     from bundlegen.harness.config import EngineConfigError, load_engine_config
-    from bundlegen.harness.run import DEVICE_RE, NothingSelected, resolve_devices, run_level
-    from bundlegen.harness import verdicts as V
+    from bundlegen.harness.level import NothingSelected, run_level
     from bundlegen.harness.selection import parse_shard, selection
-    from bundlegen.harness.mps import MpsError
-    from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
+    from bundlegen.harness.workers.devices import DEVICE_RE, DeviceUnavailable, resolve_devices
+    from bundlegen.harness.workers.mps import MpsError
+    from bundlegen.harness.workers.worker import WorkerStartError
 
     lane = None
     try:
@@ -190,11 +230,12 @@ def main(args: argparse.Namespace) -> int:
         if args.device is not None and not DEVICE_RE.fullmatch(args.device):
             raise ValueError(f"--device {args.device}: expected cpu, cuda or cuda:N")
         devices = resolve_devices(args.devices) if args.devices is not None else None
+        shuffle = shuffle_seed(getattr(args, "shuffle", None))
         workers_per_device = 1 if args.workers_per_device is None else args.workers_per_device
         if workers_per_device < 1:
             raise ValueError(f"--workers-per-device {workers_per_device}: expected 1 or more")
     except (ValueError, DeviceUnavailable) as exc:   # LanesError is a ValueError
-        _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
+        _stderr().print(f"[red]error:[/red] {_plain(exc)}", highlight=False)
         return V.EXIT_USAGE
     try:
         config = None
@@ -210,13 +251,14 @@ def main(args: argparse.Namespace) -> int:
             repeat=args.repeat, isolation=not args.no_isolation, config=config,
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
-            server=not args.no_server, allow_empty=args.allow_empty, mps=bool(args.mps))
+            server=not args.no_server, allow_empty=args.allow_empty, mps=bool(args.mps), shuffle=shuffle,
+            run_skipped=bool(getattr(args, "run_skipped", False)))
     except NothingSelected:
         _nothing_tested("no case was selected", "; the out folder is left as it was")
         return V.EXIT_NOTHING_TESTED
     except (EngineNotFound, EngineConfigError, WorkerStartError, DeviceUnavailable, ValueError,
             MpsError) as exc:
-        _stderr().print(f"[red]error:[/red] {exc}", highlight=False)
+        _stderr().print(f"[red]error:[/red] {_plain(exc)}", highlight=False)
         return V.EXIT_USAGE
     from rich.console import Console
 
@@ -240,7 +282,13 @@ def main(args: argparse.Namespace) -> int:
         out = Console(width=max(80, Console(width=1000).measure(table).maximum,
                                 len(str(table.caption or "")) + 2))
     out.print(table)
-    print_failing(out, read_results(summary.results_path), args)
+    records = read_results(summary.results_path)
+    print_failing(out, records, args)
+    from bundlegen.harness.progress import TOP_REASONS, not_run_reasons
+    for line in not_run_reasons(records, None if getattr(args, "verbose", 0) else TOP_REASONS):
+        out.print(f"not run: {line}", highlight=False, soft_wrap=True)
+    for line in summary.stale_skips:
+        out.print(line, highlight=False, soft_wrap=True)
     resumed = f" ({summary.resumed} already recorded)" if summary.resumed else ""
     out.print(f"ran {summary.ran} cases{resumed}; results {summary.results_path}, "
               f"junit {summary.junit_path}", highlight=False, soft_wrap=True)
@@ -260,8 +308,8 @@ def main(args: argparse.Namespace) -> int:
         return code
     if code == V.EXIT_NOTHING_TESTED:
         counts = summary.counts()
-        why = (", ".join(f"{counts[v]} {v}" for v in sorted(V.NOT_RUN) if counts.get(v))
-               or "no case was selected")
+        why = (", ".join(f"{counts[v]} {v}" for v in V.ALL if counts.get(v))
+               or "no case was selected") + "; no case judged on its gradients"
         if args.allow_empty:
             return V.EXIT_OK
         _nothing_tested(why)

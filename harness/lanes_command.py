@@ -5,6 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
+# the harness is imported inside the functions that use it: `bundlegen --help` imports every
+# command module, and should not pay for what only this command runs
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
@@ -13,6 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--list", action="store_true", help="one line per lane")
     what.add_argument("--emit", choices=["github-actions"],
                       help="write a CI workflow: a job matrix over lanes x shards")
+    what.add_argument("--triton-cache-key", action="store_true",
+                      help="print the digest the workflow keys Triton's cache by (the installed "
+                           "Triton engine's source and Triton's version)")
+    what.add_argument("--junit-summary", default=None, metavar="JUNIT",
+                      help="print a junit file as Markdown (the workflow appends it to the job summary)")
     parser.add_argument("--output", type=Path, default=None, metavar="PATH",
                         help="where --emit writes (default: standard output)")
     parser.add_argument("--lanes-file", default=None, metavar="PATH",
@@ -23,8 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from bundlegen.harness import verdicts as V
-    from bundlegen.harness.lanes import LanesError, check_lanes, lanes_path, load_lanes, workflow_yaml
+    from bundlegen.harness.lanes import (LanesError, check_lanes, lanes_path, load_lanes, triton_cache_key,
+                                         workflow_yaml)
 
+    if args.triton_cache_key:   # these two need no lanes file: they run inside the workflow's job
+        print(triton_cache_key())
+        return 0
+    if args.junit_summary is not None:
+        from bundlegen.harness.job_summary import junit_markdown
+
+        sys.stdout.write(junit_markdown(args.junit_summary))
+        return 0
     try:
         lanes = load_lanes(lanes_path(args.lanes_file))
     except LanesError as exc:

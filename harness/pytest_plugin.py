@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from bundlegen.harness import verdicts as V
+
+# the rest of the harness is imported inside the hooks that use it: every pytest session of
+# this environment loads the plugin (the pytest11 entry point), most of them never active.
+
 _EXECUTOR = pytest.StashKey()
 _MANIFEST = pytest.StashKey()
 _WRITER = pytest.StashKey()
@@ -34,8 +39,9 @@ FILE_WIDE = "-"
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("bundlegen", "bundlegen harness (one test item per bundle case)")
     group.addoption("--bundlegen-level", default=None, help="run the cases of this level and the lower ones")
-    group.addoption("--bundlegen-engine", default="torch-math",
-                    help="engine name or package.module:Class (default torch-math)")
+    group.addoption("--bundlegen-engine", default=None,
+                    help="engine name or package.module:Class (required with --bundlegen-level: "
+                         "a default would quietly test some other engine)")
     group.addoption("--bundlegen-device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
     group.addoption("--bundlegen-bundles", default=None,
                     help="bundle root (default: the workspace's bundles, else the built-in ones)")
@@ -75,7 +81,11 @@ def pytest_configure(config) -> None:
         manifest.levels_upto(config.getoption("bundlegen_level"))
     except ValueError as exc:
         raise pytest.UsageError(f"--bundlegen-level: {exc}") from None
-    _check_engine(config.getoption("bundlegen_engine"))
+    engine = config.getoption("bundlegen_engine")
+    if engine is None:
+        raise pytest.UsageError("--bundlegen-level needs --bundlegen-engine NAME (an engine name or "
+                                "package.module:Class), as `bundlegen run` needs --engine")
+    _check_engine(engine)
     _check_device(config.getoption("bundlegen_device"))
     config.pluginmanager.register(NothingTestedGuard(config), "bundlegen-nothing-tested")
 
@@ -99,8 +109,7 @@ def _check_device(device: str | None) -> None:
     """The same rules as `bundlegen run --device`: the name, then this machine has it."""
     if device is None:
         return
-    from bundlegen.harness.run import DEVICE_RE
-    from bundlegen.harness.worker import DeviceUnavailable, check_device
+    from bundlegen.harness.workers.devices import DEVICE_RE, DeviceUnavailable, check_device
 
     if not DEVICE_RE.fullmatch(device):
         raise pytest.UsageError(f"--bundlegen-device: {device!r}: expected cpu, cuda or cuda:N")
@@ -114,25 +123,35 @@ class NothingTestedGuard:
     """Counts, where the reports arrive (the xdist controller too), the cases run and those
     that tested something; a session whose bundle cases were all declined or skipped tested
     nothing and does not pass (exit 5, pytest's "no tests ran") unless
-    --bundlegen-allow-empty."""
+    --bundlegen-allow-empty. The terminal summary says why cases were not run (the most
+    frequent reasons, all of them with -v)."""
 
     def __init__(self, config):
-        self.config, self.run, self.tested = config, 0, 0
+        self.config, self.run, self.tested, self.not_run = config, 0, 0, []
 
     def pytest_runtest_logreport(self, report) -> None:
-        verdict = dict(report.user_properties).get("verdict") if report.when == "call" else None
+        properties = dict(report.user_properties) if report.when == "call" else {}
+        verdict = properties.get("verdict")
         if verdict is not None:
-            from bundlegen.harness import verdicts as V
             self.run += 1
             self.tested += verdict not in V.NOT_RUN
+            if verdict in V.NOT_RUN:
+                self.not_run.append(properties)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if hasattr(self.config, "workerinput") or not self.not_run:
+            return
+        from bundlegen.harness.progress import TOP_REASONS, not_run_reasons
+
+        terminalreporter.section("bundlegen: why cases were not run")
+        for line in not_run_reasons(self.not_run, None if self.config.option.verbose > 0 else TOP_REASONS):
+            terminalreporter.write_line(line)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if (hasattr(self.config, "workerinput") or exitstatus != 0 or not self.run or self.tested
                 or self.config.getoption("bundlegen_allow_empty")):
             return
-        from bundlegen.harness import verdicts as V
-
         session.exitstatus = V.EXIT_NOTHING_TESTED
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -246,8 +265,6 @@ class BundleCaseItem(pytest.Item):
         self.extra_keyword_matches.update({case.group, *case.items})
 
     def runtest(self) -> None:
-        from bundlegen.harness import verdicts as V
-
         result = _executor(self.config, self.session).execute(self.case)
         _writer(self.config).write(result)
         for name in ("verdict", "reason", "detail", "margin", "wall_s"):
@@ -284,7 +301,7 @@ def _writer(config):
 
 
 def _device(config) -> str:
-    from bundlegen.harness.run import default_device
+    from bundlegen.harness.workers.devices import default_device
 
     device = config.getoption("bundlegen_device") or default_device()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -302,7 +319,8 @@ def _executor(config, session):
     selected case then (like `bundlegen run`), and a failed prepare is only a warning."""
     executor = config.stash.get(_EXECUTOR, None)
     if executor is None:
-        from bundlegen.harness.run import CaseExecutor, default_timeout
+        from bundlegen.harness.executor import CaseExecutor
+        from bundlegen.harness.workers.devices import default_timeout
 
         device = _device(config)
         timeout = config.getoption("bundlegen_timeout") or default_timeout(device)

@@ -6,6 +6,9 @@ import argparse
 import shlex
 import sys
 
+# the harness is imported inside the functions that use it: `bundlegen --help` imports every
+# command module, and should not pay for what only this command runs
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bundlegen.harness.repro import add_case_arguments
@@ -16,14 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write inputs, outputs and reference as .pt files and a standalone "
                              "reproduce.py into DIR")
     parser.add_argument("--worst", type=int, default=8, metavar="N", help="worst elements to print (default 8)")
-
-
-def repro_command(case_id: str, engine: str, device: str | None = None) -> str:
-    """The command line that reproduces one case (for run summaries, JUnit and reports)."""
-    words = ["bundlegen", "repro", case_id, "--engine", engine]
-    if device and device != "cpu":
-        words += ["--device", device]
-    return " ".join(shlex.quote(w) for w in words)
+    parser.add_argument("--run-skipped", action="store_true",
+                        help="run the case even when a [[test_skips]] row skips it, and say whether "
+                             "that row is stale (the case passes now)")
 
 
 def report_lines(repro) -> list[str]:
@@ -36,6 +34,7 @@ def report_lines(repro) -> list[str]:
              + (f", bias {case.data.bias_values}" if "bias" in case.graph.tensors else "")
              + f"; tolerance class {case.tolerance_class}",
              f"engine: {repro.engine} ({repro.engine_name}, {repro.arch}) on {repro.device}",
+             *repro.skip_note,
              f"verdict: {o.verdict}" + (f" ({o.reason})" if o.reason else "")]
     if o.detail:
         lines.append(f"detail: {o.detail}")
@@ -59,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         case = find_case(args.case_id, args.bundles, args.plan)
         runner = open_runner(args.engine, args.device, engine_config=args.engine_config,
-                             bundles=args.bundles, plan=args.plan)
+                             bundles=args.bundles, plan=args.plan,
+                             run_skipped=bool(getattr(args, "run_skipped", False)))
     except (CaseNotFound, BundleError, RunnerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return V.EXIT_USAGE

@@ -9,18 +9,29 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import threading
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from bundlegen import safe_read
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.repro_command import repro_command
+if TYPE_CHECKING:
+    from bundlegen.harness.config import EngineConfig
 from bundlegen.results_file import RESULTS_NAME, RUN_NAME, RunTimes, read_results, read_run_times  # noqa: F401 (re-exported)
 
 JUNIT_NAME = "junit.xml"
+
+
+def repro_command(case_id: str, engine: str, device: str | None = None) -> str:
+    """The command line that reproduces one case (for run summaries, JUnit and reports)."""
+    words = ["bundlegen", "repro", case_id, "--engine", engine]
+    if device and device != "cpu":
+        words += ["--device", device]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 @dataclass(frozen=True)
@@ -77,8 +88,8 @@ class ResultsWriter:
     """Appends one line per case, handed to the OS before the next case starts (a killed
     process loses none). A thread of its own fsyncs the file, at most once every
     SYNC_INTERVAL_S while lines come in and once after close, for a host that goes down: an
-    fsync took 0.5 s on an H200 host (bench/results/h200/round16), and made in `write`, under
-    the lock the workers record through, it held every worker up. close returns at once;
+    fsync can take a large part of a second, and made in `write`, under the lock the workers
+    record through, it would hold every worker up. close returns at once;
     wait_synced waits for the last fsync and closes the file, and so does the interpreter's
     exit (atexit) for a writer nobody waited for."""
     SYNC_INTERVAL_S = 1.0
@@ -162,7 +173,7 @@ def bundles_digest(files: Iterable[Path], root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(f) for f in files):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
+        digest.update(safe_read.digest_bytes(path))   # never blocks on a FIFO
     return digest.hexdigest()[:16]
 
 
@@ -170,11 +181,36 @@ def resume_mismatch(previous: RunTimes | None, current: RunTimes) -> str | None:
     """Why results recorded under `previous` cannot be resumed by `current`, else None."""
     if previous is None:
         return "it has no readable run.json, so what its results were run on is unknown"
-    for name in ("engine_spec", "device", "arch", "level", "selection", "bundles_digest"):
+    for name in ("engine_spec", "device", "arch", "level", "selection"):
         have, want = getattr(previous, name), getattr(current, name)
         if have != want:
             return f"its {name.replace('_', ' ')} is {have!r}, this run's is {want!r}"
+    # before the bundles' digest, which covers the manifest too: the tolerance file is named
+    for name, what in (("engine_config_digest", "engine config (engine.toml and claims.json)"),
+                       ("tolerances_digest", "tolerance file"), ("bundles_digest", "bundles")):
+        have, want = getattr(previous, name), getattr(current, name)
+        if have != want:
+            if not have:
+                return f"it does not record the digest of its {what}"
+            return f"its {what} differ{'' if what == 'bundles' else 's'} from this run's " \
+                   f"(digest {have[:12]}, this run's {want[:12]})"
     return None
+
+
+def engine_config_digest(config: EngineConfig) -> str:
+    """sha256 of what an engine config decides verdicts by: its override and skip rows and
+    its claims (not where it was read from, nor the manifest, which has its own digests)."""
+    def plain(value):
+        if isinstance(value, (frozenset, set)):
+            return sorted(value)
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise TypeError(f"{type(value).__name__} in an engine config")
+
+    content = {"overrides": [asdict(row) for row in config.overrides],
+               "skips": [asdict(row) for row in config.skips],
+               "claims": {arch: sorted(ids) for arch, ids in config.claims.items()}}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=plain).encode()).hexdigest()
 
 
 def finished_keys(records: Iterable[Mapping[str, Any]]) -> set[str]:

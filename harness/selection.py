@@ -1,4 +1,4 @@
-"""Which cases a run takes: `-k EXPRESSION` and `--shard I/N`.
+"""Which cases a run takes, and in what order: `-k EXPRESSION`, `--shard I/N`, `--shuffle SEED`.
 
 A `-k` expression is built from terms with `and`, `or`, `not` and parentheses, as in
 pytest; a term matches a case when it is a substring or an fnmatch glob of the case id,
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import random
 import re
 from typing import Callable, Sequence
 
@@ -112,3 +113,11 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
     index, count = shard
     digest = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
     return digest % count == index - 1
+
+
+def shuffled(cases: Sequence[Case], seed: int) -> list[Case]:
+    """`cases` in the order a seeded shuffle gives (`--shuffle SEED`): the same seed, the
+    same order, so an order that changed a verdict can be run again."""
+    order = list(cases)
+    random.Random(seed).shuffle(order)
+    return order

@@ -1,8 +1,13 @@
-"""`bundlegen serve`: start warm workers for later `bundlegen run`s (harness.serve), or stop
+"""`bundlegen serve`: start warm workers for later `bundlegen run`s (workers.serve), or stop
 this workspace's servers."""
 from __future__ import annotations
 
 import argparse
+
+from bundlegen.harness.workers import pycache
+
+# the rest is imported in main, after the bytecode prefix is set (workers.pycache), and so
+# that `bundlegen --help` (which imports every command module) stays light
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,16 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # bytecode kept as a worker keeps it (workers.pycache), before the harness is imported
+    pycache.keep_bytecode_in_this_process()
     from rich.console import Console
 
     from bundlegen.engines.registry import EngineNotFound, registered_name
     from bundlegen.harness import verdicts as V
-    from bundlegen.harness.run import DEVICE_RE, default_device, resolve_devices
-    from bundlegen.harness.serve import DEFAULT_IDLE_TIMEOUT_S, Server, ServeError
-    from bundlegen.harness.serve_client import stop_servers
-    from bundlegen.harness.serve_key import serve_dir, serve_key
-    from bundlegen.harness.mps import MpsError
-    from bundlegen.harness.worker import DeviceUnavailable, WorkerStartError
+    from bundlegen.harness.workers.devices import DEVICE_RE, DeviceUnavailable, default_device, resolve_devices
+    from bundlegen.harness.workers.mps import MpsError
+    from bundlegen.harness.workers.serve import DEFAULT_IDLE_TIMEOUT_S, Server, ServeError
+    from bundlegen.harness.workers.serve_client import stop_servers
+    from bundlegen.harness.workers.serve_key import serve_dir, serve_key
+    from bundlegen.harness.workers.worker import WorkerStartError
 
     err = Console(stderr=True, soft_wrap=True)
     if args.stop:
@@ -62,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         try:
             server.listen()
-            print(f"bundlegen serve: {len(server.executors)} worker(s) of {args.engine} on "
+            print(f"bundlegen serve: {len(server.runners)} worker(s) of {args.engine} on "
                   f"{','.join(devices)} ready; listening on {server.path} (pid {server.info()['pid']}, "
                   f"exits after {idle:g} s idle or on bundlegen serve --stop)", flush=True)
             server.serve_forever()

@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import torch
 
 from bundlegen.graph import Case
-from bundlegen.harness.config import Tolerance
+from bundlegen.tolerance import Tolerance
 from bundlegen.harness.materialize import logical_inputs, materialize
 from bundlegen.mask import keep_mask
 

@@ -18,13 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "reduced output first)")
     parser.add_argument("--root", default=None, help="bundle root (default: the workspace's, else the built-in)")
     parser.add_argument("--plan", default=None, metavar="NAME", help="the plan, when the root holds several")
-    parser.add_argument("--verbose", action="store_true", help="one line per case")
 
 
 def main(args: argparse.Namespace) -> int:
     from bundlegen.harness import tolerance_power as TP
     from bundlegen.harness.bundles import load_level
-    from bundlegen.harness.config import Tolerance
+    from bundlegen.harness.config import EngineConfig
     from bundlegen.workspace import default_bundle_root
 
     levels = [lv for lv in (args.levels or args.level or "quick").split(",") if lv]
@@ -32,14 +31,11 @@ def main(args: argparse.Namespace) -> int:
     powers = []
     for level in levels:
         loaded = load_level(root, level, args.plan)
-        classes = loaded.manifest.tolerance_classes
-
-        def tolerance_for(case, classes=classes):
-            numbers = classes[case.tolerance_class]
-            return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}")
+        # the bound the harness gives each case: the manifest's numbers for its class
+        tolerance_for = EngineConfig(manifest=loaded.manifest).tolerance_for
 
         def progress(power):
-            if args.verbose:
+            if args.verbose:   # -v (the CLI's own flag): one line per case
                 unseen = [f"{r.output}/{r.model}" for r in power.results if not r.seen]
                 print(f"  {power.case_id} ({power.tolerance_class}): "
                       + (f"unseen {', '.join(unseen)}" if unseen else "every model seen"))

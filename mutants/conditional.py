@@ -5,8 +5,10 @@ and risky values that meet late. Off its condition each one is the engine itself
 
 Each is a plain wrapper: `Mutant(engine)` delegates to `engine` and, where its condition
 holds, changes what the engine wrote the way the modelled defect would (or, for the
-determinism one, what a second run writes). Dense graphs only: a ragged graph is always
-passed through.
+determinism one, what a second run writes). Each presents the whole engine
+(WholeEngineWrapper: its score modifiers, ragged graphs and deterministic mode), so the
+harness offers it every graph the engine serves and the condition, not a decline, decides
+where the defect shows. Dense graphs only: a ragged graph is always passed through.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 
 from bundlegen.graph import Graph
 from bundlegen.mask import keep_mask
-from bundlegen.mutants.wrappers import EngineWrapper
+from bundlegen.mutants.wrappers import WholeEngineWrapper
 
 #: fp16's largest finite value: past it an fp16 intermediate is inf
 FP16_MAX = 65504.0
@@ -25,18 +27,6 @@ FP16_MAX = 65504.0
 EXTREME_LSE = -88.7
 #: the tile the half-tile conditions measure against
 TILE = 64
-
-
-class ConditionalMutant(EngineWrapper):
-    """The wrapped engine as itself, including what the harness reads before offering it a
-    graph: the score modifiers it lists, whether it serves ragged graphs and whether it has
-    a deterministic mode (without them the harness would decline those graphs for it)."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.score_modifiers = getattr(inner, "score_modifiers", frozenset())
-        self.ragged = getattr(inner, "ragged", False)
-        self.deterministic_mode = getattr(inner, "deterministic_mode", False)
 
 
 def _dense(graph: Graph) -> bool:
@@ -76,7 +66,7 @@ def _group_sum(t: torch.Tensor, H: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- layouts
-class InterleavedBatchOffsetLost(ConditionalMutant):
+class InterleavedBatchOffsetLost(WholeEngineWrapper):
     """Degenerate layouts: with dQ in a heads-interleaved layout (BSHD, SBHD, ...) the
     batch offset of the store is lost, so every batch's dQ lands in batch 0's place and
     the others keep what they held. B = 1 (or BHSD) hides it."""
@@ -89,7 +79,7 @@ class InterleavedBatchOffsetLost(ConditionalMutant):
             dq[1:].fill_(0.0)
 
 
-class InterleavedHeadDimTailDropped(ConditionalMutant):
+class InterleavedHeadDimTailDropped(WholeEngineWrapper):
     """Degenerate layouts: a gradient port in a heads-interleaved layout with a head dim
     that is not a multiple of 32 loses its tail columns (a vectorised store sized for
     whole 32-column granules). D % 32 == 0, or a BHSD dK, hides it."""
@@ -101,7 +91,7 @@ class InterleavedHeadDimTailDropped(ConditionalMutant):
 
 
 # ----------------------------------------------------------------------------- gradients
-class DeltaKeptInFp8(ConditionalMutant):
+class DeltaKeptInFp8(WholeEngineWrapper):
     """Gradient range and correlation: Delta = rowsum(dO * O) kept in an fp8 (e5m2) buffer
     between the pre-pass and the main loop: a relative error up to 2^-3 of Delta. In a
     bf16 graph whose dO is drawn apart from O, Delta is a small, cancelled share of
@@ -130,7 +120,7 @@ class DeltaKeptInFp8(ConditionalMutant):
             _add_into(tensors["dsinks"], -(p_sink * error).sum(dim=(0, 2, 3)))
 
 
-class DpSaturatesFp16(ConditionalMutant):
+class DpSaturatesFp16(WholeEngineWrapper):
     """Gradient range: dP = dO V^T held in fp16 in an fp16 graph. Where some |dP| passes
     65504 it is inf, and dS, and so the dQ row and the dK rows it feeds, are NaN."""
 
@@ -147,7 +137,7 @@ class DpSaturatesFp16(ConditionalMutant):
 
 
 # ----------------------------------------------------------------------------- tolerance
-class DsinksLastBatchLost(ConditionalMutant):
+class DsinksLastBatchLost(WholeEngineWrapper):
     """Tolerance that cannot see a lost contribution: dSinks loses the last batch's
     contribution (a per-batch partial never added). B = 1 hides it; a bound grown with
     every row of every batch hides it too."""
@@ -163,7 +153,7 @@ class DsinksLastBatchLost(ConditionalMutant):
 
 
 # ----------------------------------------------------------------------------- determinism
-class NondeterministicWithoutGqa(ConditionalMutant):
+class NondeterministicWithoutGqa(WholeEngineWrapper):
     """Determinism: with the deterministic backward asked for and MHA (H_q == H_k), every
     second run's dK differs in its last bit (an atomic order the deterministic path only
     fixed for GQA's group reduction)."""
@@ -183,7 +173,7 @@ class NondeterministicWithoutGqa(ConditionalMutant):
 
 
 # ----------------------------------------------------------------------------- fp16
-class Fp16QueryTailStale(ConditionalMutant):
+class Fp16QueryTailStale(WholeEngineWrapper):
     """fp16: in an fp16 graph whose S_q is not a multiple of 16, the last dQ row is never
     stored (an fp16-only store path that rounds the row count down to its 16-row
     granule). bf16, or whole granules, hide it."""
@@ -195,7 +185,7 @@ class Fp16QueryTailStale(ConditionalMutant):
 
 
 # ----------------------------------------------------------------------------- risky values meeting late
-class ExtremeLseWindowHalfTile(ConditionalMutant):
+class ExtremeLseWindowHalfTile(WholeEngineWrapper):
     """Risky values meeting late: extreme-LSE rows (LSE below -88.7) under a window or band
     mask with S_kv ending on a half tile: the last key block's dK and dV are zero (its P
     formed as exp(s) * exp(-LSE), which underflows, only on the masked-edge path). Any one
@@ -213,7 +203,7 @@ class ExtremeLseWindowHalfTile(ConditionalMutant):
         tensors["dv"][:, :, tail:].zero_()
 
 
-class SinksDecodeBatchMixed(ConditionalMutant):
+class SinksDecodeBatchMixed(WholeEngineWrapper):
     """Risky values meeting late: sinks with B >= 2 at a decode-like S_q (at most 16 query
     rows): dSinks takes batch 0's rows (LSE and Delta) for every batch (a per-row read
     without the batch stride on the short path)."""
@@ -230,7 +220,7 @@ class SinksDecodeBatchMixed(ConditionalMutant):
         _add_into(tensors["dsinks"], wrong - right)
 
 
-class TiledRectangleLastRowLost(ConditionalMutant):
+class TiledRectangleLastRowLost(WholeEngineWrapper):
     """Risky values meeting late: S_q != S_kv with both multiples of 128 (512 x 256): the
     last dQ row is lost (a loop bound taken from the other sequence when both divide the
     tile)."""

@@ -1,5 +1,5 @@
 """The kill matrix: every mutant run over a level's cases through the harness
-(`bundlegen.harness.run.CaseExecutor`, the path `bundlegen run` takes), stopping at the first case
+(`bundlegen.harness.executor.CaseExecutor`, the path `bundlegen run` takes), stopping at the first case
 that kills it.
 
 A case kills a mutant when the mutant gets a failing verdict there (any `fail:*`,
@@ -145,7 +145,7 @@ def load_cases(level: str, bundles: Path | str | None = None, pattern: str | Non
 
 def case_cost(case: Case, device: torch.device) -> float:
     """Predicted seconds of one case on `device`; a probe is never executed."""
-    from bundlegen.harness.run import predicted_seconds
+    from bundlegen.harness.case import predicted_seconds
 
     if case.purpose == "probe":
         return 0.0
@@ -195,7 +195,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                make_executor: Callable[[str], object], *, first_kill_only: bool = True,
                on_case: Callable[[str, Case], None] | None = None) -> MutantResult:
     from bundlegen.engines.registry import engine_class
-    from bundlegen.harness.worker import WorkerStartError
+    from bundlegen.harness.workers.worker import WorkerStartError
     from bundlegen.mutants.catalog import engine_target
 
     def result(status, **kw) -> MutantResult:
@@ -246,7 +246,8 @@ def kill_matrix(mutants, engine: str, cases: Sequence[Case], *, level: str = "",
     from bundlegen.engines.registry import engine_class
     from bundlegen.harness.config import load_engine_config
     from bundlegen.workspace import engine_config_dir
-    from bundlegen.harness.run import CaseExecutor, default_device, default_timeout
+    from bundlegen.harness.executor import CaseExecutor
+    from bundlegen.harness.workers.devices import default_device, default_timeout
 
     device = device or default_device()
     base = engine_class(engine)

@@ -8,8 +8,9 @@ instead of leaving a mutant that mutates nothing. Applied, the patched source is
 a file in a per-user folder of the temporary directory (Triton's @jit reads a function's
 source from its file), named by a hash of that source, and importable under that name.
 
-The mutant engine is a subclass of the correct engine class naming that module instead of
-its own (`TritonEngine.launch_module` / `kernels_module`). The engine's prepare warms only
+The mutant engine is `Patched(engine, patch)`: a plain wrapper of the correct engine, which
+it tells to launch that module instead of its own (`TritonEngine.launch_module` /
+`kernels_module`, the engine's seam for other modules). The engine's prepare warms only
 the package's own modules (warm.py), so a mutant's variants compile on use, and the
 product's compile markers are neither written nor read for it.
 """
@@ -24,6 +25,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from bundlegen.mutants.wrappers import WholeEngineWrapper
 
 PACKAGE = "bundlegen.engines.triton"
 MODULE_PREFIX = "bundlegen_mutant_"
@@ -43,7 +46,7 @@ class Edit:
 
 @dataclass(frozen=True)
 class Patch:
-    """A (correct engine class, device) -> mutant engine builder (catalog.Build)."""
+    """Edits of one module of the Triton engine (put into an engine by `Patched`)."""
     module: str                  # launch | kernels
     edits: tuple[Edit, ...]
 
@@ -73,13 +76,22 @@ class Patch:
         _install_finder()
         return name
 
-    def __call__(self, engine_cls, device):
-        attr = f"{self.module}_module"
-        if not hasattr(engine_cls, attr):
-            raise TypeError(f"{engine_cls.__name__} has no {attr} to patch")
-        cls = type(f"{engine_cls.__name__}Patched[{self.module}]", (engine_cls,),
-                   {attr: self.load(), "__module__": __name__})
-        return cls(device)
+    @property
+    def attr(self) -> str:
+        """The engine's attribute naming the module this patch edits."""
+        return f"{self.module}_module"
+
+
+class Patched(WholeEngineWrapper):
+    """`inner` launching the patched module instead of its own: the defect is in the
+    engine's own code, so it is the whole engine (everything it serves) otherwise."""
+
+    def __init__(self, inner, patch: Patch):
+        if not hasattr(inner, patch.attr):
+            raise TypeError(f"{type(inner).__name__} has no {patch.attr} to patch")
+        super().__init__(inner)
+        self.patch = patch
+        setattr(inner, patch.attr, patch.load())
 
 
 def cache_dir() -> Path:
@@ -123,21 +135,21 @@ LEFT_OFF_BY_ONE = Patch("launch", (Edit(
     "    left = min(a.left_bound, far) + 1 if a.left_bound is not None else far\n"),))
 
 # ----------------------------------------------------------------------------- kernels
-#: input tiles (O, dO, Q, K, V; outputs keep _tile) read through _tile_early
+#: input tiles (O, dO, Q, K, V; outputs keep tile_offsets) read through _tile_early
 ROW_PITCH_EARLY = Patch("kernels", (
-    Edit("@triton.jit\ndef _ranges(",
+    Edit("@triton.jit\ndef _ld_rows(",
          "@triton.jit\n"
          "def _tile_early(rows, cols, s_row, s_col, VEC: tl.constexpr):\n"
-         "    tile = _tile(rows, cols, s_row, s_col, VEC)\n"
+         "    tile = tile_offsets(rows, cols, s_row, s_col, VEC)\n"
          "    return tile - ((rows % 2) * ((s_row * VEC) % 2))[:, None]\n\n\n"
-         "@triton.jit\ndef _ranges("),
-    Edit("_tile(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
-    Edit("_tile(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
+         "@triton.jit\ndef _ld_rows("),
+    Edit("tile_offsets(rm, rd, so_s,", "_tile_early(rm, rd, so_s,"),
+    Edit("tile_offsets(rm, rd, sdo_s,", "_tile_early(rm, rd, sdo_s,"),
     # Q, dO (both kernels) and the dQ kernel's K, V: the pointer loads of _ld_rows
-    Edit("    return _ld(base + _tile(rows, cols, s_row, s_col, VEC),\n",
-         "    return _ld(base + _tile_early(rows, cols, s_row, s_col, VEC),\n"),
-    Edit("_tile(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
-    Edit("_tile(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
+    Edit("    return load_tile(base + tile_offsets(rows, cols, s_row, s_col, VEC),\n",
+         "    return load_tile(base + _tile_early(rows, cols, s_row, s_col, VEC),\n"),
+    Edit("tile_offsets(rn, rdq, sk_s,", "_tile_early(rn, rdq, sk_s,"),
+    Edit("tile_offsets(rn, rdv, sv_s,", "_tile_early(rn, rdv, sv_s,"),
 ))
 
 DELTA_WRONG_DTYPE = Patch("kernels", (Edit(
@@ -152,10 +164,10 @@ MASKED_ROWS_NAN = Patch("kernels", (
          "    return lse * LOG2E\n"),
     Edit('    return tl.exp2(tl.where(keep, s2 - lse2, float("-inf")))\n',
          '    return tl.exp2(tl.where(keep, s2, float("-inf")) - lse2)\n'),
-    Edit("""            p = tl.where(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
-                         p, 0.0)""",
-         """            p = p * _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
-                          EVEN).to(tl.float32)"""),
+    Edit("""            p = tl.where(keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                                   EVEN), p, 0.0)""",
+         """            p = p * keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                              EVEN).to(tl.float32)"""),
 ))
 
 DROP_TAIL = Patch("kernels", (
@@ -170,8 +182,8 @@ NO_SCALE_DK = Patch("kernels", (Edit("(dk * scale).to(io)", "dk.to(io)"),
                                 Edit("(dk2 * scale).to(io)", "dk2.to(io)")))
 
 DQ_FP16 = Patch("kernels", (Edit(
-    "        dq = _dot(ds, k, dq, UPCAST)",
-    "        dq = _dot(ds, k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
+    "        dq = dot_acc(ds, k, dq, UPCAST)",
+    "        dq = dot_acc(ds, k, dq, UPCAST).to(tl.float16).to(tl.float32)"),))
 
 NO_GROUP_REDUCE = Patch("kernels", (Edit(
     "    for it in range(0, group * n_m):\n", "    for it in range(0, n_m):\n"),))
@@ -278,5 +290,5 @@ DSINKS_SIGN = Patch("kernels", (Edit(
 #: the bias of the dK/dV kernel indexed by the group's K head instead of the query head:
 #: right for MHA and for a head-broadcast bias, wrong under GQA / MQA with a per-head bias
 BIAS_KV_HEAD = Patch("kernels", (Edit(
-    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h,",
-    "            s2T += _bias2(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))
+    "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h,",
+    "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))

@@ -1,6 +1,7 @@
-"""Data-path mutants: a correct engine handed altered views or graphs, its outputs
-post-processed, or one of its decline arms removed. They work for any engine that reads
-the port they alter (an engine that recomputes O and LSE never reads stats or O).
+"""Mutants as plain wrappers: `Wrapper(engine, ...)` is the correct `engine` with one defect
+put back, by handing it altered views or graphs, post-processing its outputs or removing
+one of its decline arms. The data-path ones work for any engine that reads the port they
+alter (an engine that recomputes O and LSE never reads stats or O).
 
 Every altered view is made with `as_strided` over the port's own storage, so it addresses
 exactly what a kernel told those strides would address; a view that would reach past the
@@ -42,7 +43,9 @@ def with_spec(graph: Graph, port: str, spec: TensorSpec) -> Graph:
 # ----------------------------------------------------------------------------- base
 class EngineWrapper(Engine):
     """Presents `inner` as itself (name, device, arch, determinism, decline rules), so the
-    harness reads the same engine.toml, claims and tolerances as for the real engine."""
+    harness reads the same engine.toml, claims and tolerances as for the real engine. It
+    declares neither ragged graphs nor score modifiers: the data-path defects alter padded
+    views of the plain ports, so the harness declines those graphs for it."""
 
     def __init__(self, inner: Engine):
         self.inner = inner
@@ -57,6 +60,35 @@ class EngineWrapper(Engine):
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         self.inner.run(graph, tensors)
+
+
+class WholeEngineWrapper(EngineWrapper):
+    """`inner` with all it declares (ragged graphs, score modifiers, deterministic mode) and
+    its own warm-up and prepare: for a defect inside the engine's own code or rules (a
+    removed decline arm, a patched source), which every graph it serves can meet, or one
+    that shows only under its own condition (mutants/conditional.py)."""
+
+    @property
+    def ragged(self) -> bool:
+        return self.inner.ragged
+
+    @property
+    def score_modifiers(self) -> frozenset[str]:
+        return self.inner.score_modifiers
+
+    @property
+    def deterministic_mode(self) -> bool:
+        return self.inner.deterministic_mode
+
+    @property
+    def prepare_shared(self) -> bool:
+        return self.inner.prepare_shared
+
+    def warm_up(self) -> None:
+        self.inner.warm_up()
+
+    def prepare(self, graphs) -> None:
+        self.inner.prepare(graphs)
 
 
 # ----------------------------------------------------------------------------- stats
@@ -137,14 +169,18 @@ class DvExtraRow(EngineWrapper):
 
 
 # ----------------------------------------------------------------------------- decline arms
-def without_decline_arm(engine_cls: type[Engine], code: str) -> type[Engine]:
-    """The engine class with one decline arm removed: a graph whose first decline reason has
-    `code` is accepted and run anyway (by the engine's own run, which asks the same method)."""
+class WithoutDeclineArm(WholeEngineWrapper):
+    """The engine with one decline arm removed: a graph whose first decline reason has
+    `code` is accepted and run anyway. The engine's own run may ask is_applicable again
+    (Triton's does), so the wrapped engine answers with this wrapper's rules too: the arm
+    is gone wherever the engine asks."""
 
-    class WithoutArm(engine_cls):
-        def is_applicable(self, graph):
-            reason = super().is_applicable(graph)
-            return None if reason is not None and code_of(reason) == code else reason
+    def __init__(self, inner: Engine, code: str):
+        super().__init__(inner)
+        self.code = code
+        self.declines = inner.is_applicable      # the engine's own rules, every arm in place
+        inner.is_applicable = self.is_applicable
 
-    WithoutArm.__name__ = WithoutArm.__qualname__ = f"{engine_cls.__name__}Without[{code}]"
-    return WithoutArm
+    def is_applicable(self, graph: Graph) -> str | None:
+        reason = self.declines(graph)
+        return None if reason is not None and code_of(reason) == self.code else reason

@@ -3,9 +3,10 @@ beyond building records. The generator (generator/) interprets them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from bundlegen.cost import CostCoefficients
+from bundlegen.tolerance import Tolerance
 
 LEVEL_NAMES = ("quick", "pr", "nightly", "full")
 
@@ -147,93 +148,6 @@ def reshape(port: str, dims: tuple[int, ...], strides: tuple[int, ...]) -> Mutat
 
 
 @dataclass(frozen=True)
-class Spec:
-    """One concrete graph, by names from the plan's tables (layout, stats layout, mask,
-    scale, distribution) plus per-port storage-kind overrides and mutations."""
-    shape: Shape
-    dtype: str = "bf16"
-    layout: str = "bhsd"
-    stats_layout: str = "packed"
-    mask: str = "none"
-    scale: str = "default"
-    distribution: str = "randn"
-    port_kinds: Mapping[str, str] = field(default_factory=dict)
-    mutations: tuple[Mutation, ...] = ()
-    # score modifiers, by names from the plan's tables (Plan.biases, .switches, .softcaps)
-    bias: str = "none"
-    dbias: str = "off"
-    sinks: str = "off"       # "on": the sinks input and its dsinks output
-    softcap: str = "off"
-    deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
-
-
-# ----------------------------------------------------------------------------- plan entries
-@dataclass(frozen=True)
-class PairSuite:
-    """allpairspy over the `scope` axes ('core' or 'all'); axes outside the scope stay at
-    their defaults. Every legal pair in scope must be covered by `level`."""
-    item: str
-    title: str
-    group: str
-    scope: str
-    level: str
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    """A named shape (or a few) with the reason it is in the plan."""
-    item: str
-    purpose: str
-    specs: tuple[Spec, ...]
-    level: str = "quick"          # the lowest level it may go to; the cost model may raise it
-    group: str = "shapes"
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """An exhaustive product: `base` with every combination of `vary` (Spec field -> values)."""
-    item: str
-    purpose: str
-    base: Spec
-    vary: tuple[tuple[str, tuple[Any, ...]], ...]
-    level: str
-    group: str = "sweeps"
-
-
-@dataclass(frozen=True)
-class Regression:
-    """A defect class seen in the reference documents, pinned as valid graphs."""
-    item: str
-    defect: str
-    source: str
-    specs: tuple[Spec, ...]
-    level: str = "quick"
-    group: str = "regressions"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A graph that must be rejected: by the frontend validator or by every engine."""
-    item: str
-    title: str
-    by: str          # frontend | engine
-    reason: str      # a code from bundlegen.reasons
-    spec: Spec
-    level: str = "quick"
-    group: str = "probes"
-
-
-@dataclass(frozen=True)
-class Gated:
-    """Declared, not written: waits on `gate`."""
-    item: str
-    title: str
-    gate: str
-    planned_cases: int = 1
-
-
-# ----------------------------------------------------------------------------- ragged (THD) graphs
-@dataclass(frozen=True)
 class Lengths:
     """Per-sequence lengths of a ragged batch (DESIGN section 10): q side, kv side (None:
     the q lengths). The sequences are packed one after the other."""
@@ -257,6 +171,138 @@ class Offsets:
     max_kv: int | None = None
 
 
+PADDED, RAGGED = "padded", "ragged"      # a graph's storage: padded [B, H, S, D] or ragged tokens
+
+
+@dataclass(frozen=True)
+class RaggedShape:
+    """A ragged graph's sizes: heads, head dims and the sequences (lengths packed from the
+    token storage's lead rows on, or explicit offsets)."""
+    heads: HeadConfig
+    head_dims: HeadDims
+    lengths: Lengths | Offsets
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One concrete graph, by names from the plan's tables (layout, stats layout, mask,
+    scale, distribution) plus per-port storage-kind overrides and mutations.
+
+    `storage` follows from `shape`: a Shape is a padded graph, whose `layout` names one of
+    Plan.layouts; a RaggedShape a ragged one, whose `layout` names one of the ragged space's
+    token storages (its other padded-only fields stay at their defaults)."""
+    shape: Shape | RaggedShape
+    dtype: str = "bf16"
+    layout: str = "bhsd"
+    stats_layout: str = "packed"
+    mask: str = "none"
+    scale: str = "default"
+    distribution: str = "randn"
+    port_kinds: Mapping[str, str] = field(default_factory=dict)
+    mutations: tuple[Mutation, ...] = ()
+    # score modifiers, by names from the plan's tables (Plan.biases, .switches, .softcaps)
+    bias: str = "none"
+    dbias: str = "off"
+    sinks: str = "off"       # "on": the sinks input and its dsinks output
+    softcap: str = "off"
+    deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
+    storage: str = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "storage", RAGGED if isinstance(self.shape, RaggedShape) else PADDED)
+
+
+def one_storage(specs: tuple[Spec, ...], owner: str) -> str:
+    """The storage every spec of an entry shares; ValueError when they mix or there are none."""
+    found = {s.storage for s in specs}
+    if len(found) != 1:
+        raise ValueError(f"{owner}: its specs must all be padded or all ragged, got {sorted(found) or 'none'}")
+    return found.pop()
+
+
+@dataclass(frozen=True)
+class _StoredEntry:
+    """What a declared entry (catalog entry, regression, probe) has besides its own fields:
+    the lowest level it may go to (the cost model may raise it), its group, and its storage,
+    padded or ragged as its specs are. An empty `group` is filled from `GROUPS[storage]`."""
+    GROUPS: ClassVar[Mapping[str, str]] = {}
+    level: str = field(default="quick", kw_only=True)
+    group: str = field(default="", kw_only=True)
+    storage: str = field(init=False)
+
+    def __post_init__(self):
+        specs = self.specs if hasattr(self, "specs") else (self.spec,)
+        object.__setattr__(self, "storage", one_storage(specs, f"{type(self).__name__} {self.item}"))
+        if not self.group:
+            object.__setattr__(self, "group", self.GROUPS[self.storage])
+
+
+# ----------------------------------------------------------------------------- plan entries
+@dataclass(frozen=True)
+class PairSuite:
+    """allpairspy over the `scope` axes ('core' or 'all'); axes outside the scope stay at
+    their defaults. Every legal pair in scope must be covered by `level`."""
+    item: str
+    title: str
+    group: str
+    scope: str
+    level: str
+
+
+@dataclass(frozen=True)
+class CatalogEntry(_StoredEntry):
+    """A named shape (or a few) with the reason it is in the plan."""
+    GROUPS: ClassVar[Mapping[str, str]] = {PADDED: "shapes", RAGGED: "ragged-shapes"}
+    item: str
+    purpose: str
+    specs: tuple[Spec, ...]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """An exhaustive product: `base` with every combination of `vary` (Spec field -> values)."""
+    item: str
+    purpose: str
+    base: Spec
+    vary: tuple[tuple[str, tuple[Any, ...]], ...]
+    level: str
+    group: str = "sweeps"
+
+
+@dataclass(frozen=True)
+class Regression(_StoredEntry):
+    """A defect class seen in the reference documents, pinned as valid graphs."""
+    GROUPS: ClassVar[Mapping[str, str]] = {PADDED: "regressions", RAGGED: "ragged-regressions"}
+    item: str
+    defect: str
+    source: str
+    specs: tuple[Spec, ...]
+
+
+@dataclass(frozen=True)
+class Probe(_StoredEntry):
+    """A graph that must be rejected: by the frontend validator or by every engine (padded),
+    or, ragged, by the frontend (offsets it can see) or by the engine's device code
+    (`by` = "device": valid but for its offset values, which break `reason`; judged by what
+    the engine touches)."""
+    GROUPS: ClassVar[Mapping[str, str]] = {PADDED: "probes", RAGGED: "ragged-probes"}
+    item: str
+    title: str
+    by: str          # frontend | engine (padded) | device (ragged)
+    reason: str      # a code from bundlegen.reasons
+    spec: Spec
+
+
+@dataclass(frozen=True)
+class Gated:
+    """Declared, not written: waits on `gate`."""
+    item: str
+    title: str
+    gate: str
+    planned_cases: int = 1
+
+
+# ----------------------------------------------------------------------------- ragged (THD) graphs
 @dataclass(frozen=True)
 class TokenStorage:
     """How a ragged graph's token-major ports are stored (generator/layouts.py places them):
@@ -271,70 +317,26 @@ class TokenStorage:
 
 
 @dataclass(frozen=True)
-class RaggedSpec:
-    """One ragged graph: heads and head dims, the sequences (lengths packed from token
-    `storage.lead` on, or explicit offsets), and names from the plan's tables."""
-    heads: HeadConfig
-    head_dims: HeadDims
-    lengths: Lengths | Offsets
-    dtype: str = "bf16"
-    storage: str = "thd"
-    mask: str = "none"
-    scale: str = "default"
-    distribution: str = "randn"
-    deterministic: str = "off"
+class Space:
+    """One axis space of a plan, pair-proved on its own, with the entries declared in it:
+    the padded graphs' or the ragged (THD / varlen) graphs' (`storage`). A ragged and a padded
+    graph share no storage kind, sequence pair or batch, so one space with a batch-kind axis
+    would pair values that never meet. Every entry's specs have the space's storage.
 
-
-@dataclass(frozen=True)
-class RaggedCatalogEntry:
-    """A named ragged shape (or a few) with the reason it is in the plan."""
-    item: str
-    purpose: str
-    specs: tuple[RaggedSpec, ...]
-    level: str = "quick"
-    group: str = "ragged-shapes"
-
-
-@dataclass(frozen=True)
-class RaggedRegression:
-    item: str
-    defect: str
-    source: str
-    specs: tuple[RaggedSpec, ...]
-    level: str = "quick"
-    group: str = "ragged-regressions"
-
-
-@dataclass(frozen=True)
-class RaggedProbe:
-    """A ragged graph that must be stopped: by the frontend (offsets it can see) or by the
-    engine's device code (`by` = "device": valid but for its offset values, which break
-    `reason`; judged by what the engine touches)."""
-    item: str
-    title: str
-    by: str          # frontend | device
-    reason: str      # a code from bundlegen.reasons
-    spec: RaggedSpec
-    level: str = "quick"
-    group: str = "ragged-probes"
-
-
-@dataclass(frozen=True)
-class RaggedPlan:
-    """The ragged (THD / varlen) part of a plan: its own axis space, pair-proved on its own
-    (a ragged and a padded graph share no storage kind, sequence pair or batch, so one
-    space with a batch-kind axis would pair values that never meet). Axis names:
+    Padded axis names: generator/expand.py; items AX-<AXIS>-<VALUE>. Ragged axis names:
     dtype, heads, head_dims, mask, scale, distribution (values: keys of the plan's tables),
-    lengths and storage (keys of `lengths` and `storages`). Items: AX-RAGGED-<AXIS>-<VALUE>."""
+    lengths and storage (keys of `lengths` and `storages`); items AX-RAGGED-<AXIS>-<VALUE>."""
+    storage: str                           # padded | ragged
     axes: tuple[Axis, ...]
     rules: tuple[Rule, ...]
-    lengths: Mapping[str, Lengths]
-    storages: Mapping[str, TokenStorage]
-    value_suite_item: str
+    value_suite_item: str                  # the quick one-value-at-a-time suite
     pair_suites: tuple[PairSuite, ...]
-    catalog: tuple[RaggedCatalogEntry, ...] = ()
-    regressions: tuple[RaggedRegression, ...] = ()
-    probes: tuple[RaggedProbe, ...] = ()
+    catalog: tuple[CatalogEntry, ...] = ()
+    sweeps: tuple[Sweep, ...] = ()         # padded only
+    regressions: tuple[Regression, ...] = ()
+    probes: tuple[Probe, ...] = ()
+    lengths: Mapping[str, Lengths] = field(default_factory=dict)          # ragged only
+    storages: Mapping[str, TokenStorage] = field(default_factory=dict)    # ragged only
 
 
 # ----------------------------------------------------------------------------- boundary values
@@ -415,21 +417,11 @@ class Level:
     pair_scope: str = "all"       # values | core | all: the coverage this level must prove
 
 
-@dataclass(frozen=True)
-class ToleranceClass:
-    name: str
-    dtype: str
-    max_reduction: int
-    rtol: float
-    atol: float
-
-
 # ----------------------------------------------------------------------------- the plan
 @dataclass(frozen=True)
 class Plan:
     name: str
-    axes: tuple[Axis, ...]
-    rules: tuple[Rule, ...]
+    padded: Space                          # the padded graphs' axis space and entries
     heads: Mapping[str, HeadConfig]
     seqs: Mapping[str, SeqPair]
     head_dims: Mapping[str, HeadDims]
@@ -440,20 +432,14 @@ class Plan:
     scales: Mapping[str, float | None]     # None: 1/sqrt(D_qk)
     distributions: tuple[str, ...]
     dtypes: tuple[str, ...]
-    pair_suites: tuple[PairSuite, ...]
-    value_suite_item: str                  # the quick one-value-at-a-time suite
-    catalog: tuple[CatalogEntry, ...]
-    sweeps: tuple[Sweep, ...]
-    regressions: tuple[Regression, ...]
-    probes: tuple[Probe, ...]
     gated: tuple[Gated, ...]
     levels: tuple[Level, ...]
     cost_model: Mapping[str, CostCoefficients]
-    tolerance_classes: Mapping[str, ToleranceClass]
+    tolerance_classes: Mapping[str, Tolerance]   # class name -> its bound (name, dtype set)
     tolerance_rule: Callable[[Any], str]   # graph -> tolerance class name
     min_claim_margin: float                # harvest claims a case only at this margin or more
     cpu_case_limit_s: float                # the harness skips a case predicted slower on CPU
-    ragged: RaggedPlan | None = None       # ragged (THD / varlen) graphs: their own axis space
+    ragged: Space | None = None            # ragged (THD / varlen) graphs: their own axis space
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
     boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
     risks: RiskPlan | None = None          # risky values whose 3-way combinations are proved per level
@@ -465,6 +451,13 @@ class Plan:
     biases: Mapping[str, BiasKind | None] = field(default_factory=lambda: {"none": None})
     switches: Mapping[str, bool] = field(default_factory=lambda: {"off": False, "on": True})
     softcaps: Mapping[str, float | None] = field(default_factory=lambda: {"off": None})
+
+    def space(self, storage: str) -> Space:
+        """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""
+        found = {PADDED: self.padded, RAGGED: self.ragged}.get(storage)
+        if found is None:
+            raise KeyError(f"plan {self.name!r} has no {storage} space")
+        return found
 
 
 # ----------------------------------------------------------------------------- peer grids (reference data)

@@ -8,14 +8,17 @@ Item IDs are stable handles: renaming one renames a support-matrix row.
 """
 from __future__ import annotations
 
+import math
+
 from bundlegen.plans.records import (
     Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
-    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedCatalogEntry, RaggedPlan, RaggedProbe,
-    RaggedRegression, RaggedSpec, Regression, Rule, SeqPair, Shape, Spec, Sweep, TokenStorage,
-    RiskPlan, ToleranceClass, attr, dims, drop, dtype, reshape, stride,
+    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
+    Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
+    PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
 
 from bundlegen.plans.peers import PEERS
+from bundlegen.tolerance_rule import class_for, longest_reduction  # noqa: F401 (the plan's rule)
 
 PLAN_NAME = "sdpa_bwd"
 
@@ -276,7 +279,7 @@ def _shape(B=1, H=2, S=64, D=64, *, H_k=None, H_v=None, S_kv=None, D_v=None) -> 
                  S, S if S_kv is None else S_kv, D, D if D_v is None else D_v)
 
 
-#: a graph that asks the engine for its deterministic backward (DESIGN: re-run many times,
+#: a graph that asks the engine for its deterministic backward (DESIGN section 5: re-run many times,
 #: compared bitwise; an engine without such a mode declines)
 _DETERMINISTIC = attr("deterministic_algorithm", True)
 
@@ -380,7 +383,7 @@ REGRESSIONS = (
                 Spec(_shape(B=2, H=2, S=128), stats_layout="seq-stride-2"),
                 Spec(_shape(B=2, H=2, S=128), stats_layout="padded-batch"))),
     Regression("REG-BR-SQ-GT-SKV", "bottom-right with S_q > S_kv: fully masked rows (LSE = -inf)",
-               "notes/triton-backward.md (fully masked rows)",
+               "docs/DESIGN.md section 11 (fully masked rows)",
                (Spec(_shape(H=2, S=128, S_kv=48), mask="causal-br"),
                 Spec(_shape(H=2, S=200, S_kv=64), mask="window-br"),
                 Spec(_shape(H=2, S=65, S_kv=1), mask="strict-causal-br"),
@@ -390,12 +393,12 @@ REGRESSIONS = (
                (Spec(_shape(B=1, H=2), mutations=(stride("dq", 0, 0), stride("dk", 0, 0), stride("dv", 0, 0))),
                 Spec(_shape(B=2, H=1), mutations=(stride("dq", 1, 0), stride("dk", 1, 0), stride("dv", 1, 0))))),
     Regression("REG-TAIL-S-MOD-128-64", "S mod 128 = 64 tails (NaN / wrong dV under GQA)",
-               "notes/triton-backward.md (tails)",
+               "docs/DESIGN.md section 11 (tails)",
                (Spec(_shape(H=2, S=192)),
                 Spec(_shape(H=4, H_k=2, S=320), mask="causal-br"),
                 Spec(_shape(H=2, S=64, S_kv=320), mask="causal-br"))),
     Regression("REG-EXTREME-LSE", "LSE below -88.7 with tile-remainder padding gave NaN",
-               "notes/triton-backward.md (very negative LSE)",
+               "docs/DESIGN.md section 11 (very negative LSE)",
                (Spec(_shape(H=2, S=192), distribution="shifted-logits"),
                 Spec(_shape(H=2, S=65, S_kv=320), distribution="shifted-logits", mask="causal-br"),
                 Spec(_shape(H=2, S=192), distribution="shifted-logits", dtype="fp16"))),
@@ -421,13 +424,13 @@ REGRESSIONS = (
                f"{_PRS} (ALMIOPEN-3038)",
                (Spec(_shape(H=2, S=1, S_kv=64), mutations=(stride("q", 2, 1), stride("dq", 2, 1))),)),
     Regression("REG-GQA-RATIO-3", "GQA head mapping wrong for a ratio that is not a power of two",
-               "notes/triton-backward.md (GQA head mapping)",
+               "docs/DESIGN.md section 11 (GQA head mapping)",
                (Spec(_shape(H=12, H_k=4, S=64)), Spec(_shape(H=6, H_k=3, H_v=2, S=65)))),
     Regression("REG-D256-B2-GQA-CAUSAL", "d256 with batch >= 2, GQA and causal",
-               "notes/testing-practice.md (escaped defects)",
+               "docs/DESIGN.md section 12 (escaped defects)",
                (Spec(_shape(B=2, H=8, H_k=2, S=256, D=256), mask="causal-br"),), level="pr"),
     Regression("REG-DO-STRIDES-DIFFER", "dO with strides different from O's",
-               "notes/testing-practice.md (escaped defects)",
+               "docs/DESIGN.md section 12 (escaped defects)",
                (Spec(_shape(B=2, H=2, S=128), layout="do-strides-differ"),
                 Spec(_shape(B=2, H=2, S=128), port_kinds={"do": "bcast-batch"}))),
     Regression("REG-BROADCAST-INPUTS", "zero-stride (broadcast) inputs stay accepted and correct",
@@ -771,47 +774,48 @@ RAGGED_RULES = (
 )
 
 
-def _rspec(H=2, D=64, lengths=RAGGED_LENGTHS["mixed"], *, H_k=None, H_v=None, D_v=None, **names) -> RaggedSpec:
+def _rspec(H=2, D=64, lengths=RAGGED_LENGTHS["mixed"], *, H_k=None, H_v=None, D_v=None, layout="thd",
+           **names) -> Spec:
     H_k = H if H_k is None else H_k
-    return RaggedSpec(HeadConfig(H, H_k, H_k if H_v is None else H_v), HeadDims(D, D if D_v is None else D_v),
-                      lengths, **names)
+    return Spec(RaggedShape(HeadConfig(H, H_k, H_k if H_v is None else H_v), HeadDims(D, D if D_v is None else D_v),
+                            lengths), layout=layout, **names)
 
 
 RAGGED_CATALOG = (
-    RaggedCatalogEntry("SHP-RAGGED-MAX-ABOVE-LONGEST",
-                       "max_seqlen above every length (valid: engines size grids by the bound)",
-                       (_rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200)),
-                        _rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200),
-                               mask="causal-br"))),
-    RaggedCatalogEntry("SHP-RAGGED-MANY-SEQS", "32 sequences of 1-71 query and 0-96 key rows, GQA, causal-br",
-                       (_rspec(H=8, H_k=2, lengths=Lengths(tuple(i * 37 % 71 + 1 for i in range(32)),
-                                                           tuple(i * 53 % 97 for i in range(32))),
-                               mask="causal-br"),), level="pr"),
-    RaggedCatalogEntry("SHP-RAGGED-LONG", "sequences up to 2048 with GQA 8/2, d128: multi-block loops per sequence",
-                       (_rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
-                               mask="causal-br"),
-                        _rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
-                               mask="window-br", storage="htd")), level="nightly"),
-    RaggedCatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
-                       (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+    CatalogEntry("SHP-RAGGED-MAX-ABOVE-LONGEST",
+                 "max_seqlen above every length (valid: engines size grids by the bound)",
+                 (_rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200)),
+                  _rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200),
+                         mask="causal-br"))),
+    CatalogEntry("SHP-RAGGED-MANY-SEQS", "32 sequences of 1-71 query and 0-96 key rows, GQA, causal-br",
+                 (_rspec(H=8, H_k=2, lengths=Lengths(tuple(i * 37 % 71 + 1 for i in range(32)),
+                                                     tuple(i * 53 % 97 for i in range(32))),
+                         mask="causal-br"),), level="pr"),
+    CatalogEntry("SHP-RAGGED-LONG", "sequences up to 2048 with GQA 8/2, d128: multi-block loops per sequence",
+                 (_rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
+                         mask="causal-br"),
+                  _rspec(H=8, H_k=2, D=128, lengths=Lengths((1500, 700, 2048, 333), (1500, 1200, 2048, 100)),
+                         mask="window-br", layout="htd")), level="nightly"),
+    CatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
+                 (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
 )
 
 _SEED_001 = "ROCm/rocm-libraries#15045 (AICK-3016): THD token base unbounded"
 RAGGED_REGRESSIONS = (
-    RaggedRegression("REG-RAGGED-BASE-AT-END", "a sequence whose token base is the storage's end (cu[b] = T)",
-                     _SEED_001,
-                     (_rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80))),
-                      _rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80)), storage="thd-offset24",
-                             mask="causal-br"))),
-    RaggedRegression("REG-RAGGED-LAST-ENDS-AT-T", "the last sequence ends exactly at T, on a partial tile",
-                     _SEED_001,
-                     (_rspec(lengths=Lengths((40, 63), (64, 65))),
-                      _rspec(lengths=Lengths((40, 63), (64, 65)), storage="htd", mask="causal-br"))),
-    RaggedRegression("REG-RAGGED-ZERO-LAST", "a zero-length last sequence: both sides, q only, kv only",
-                     _SEED_001,
-                     (_rspec(lengths=Lengths((30, 45, 0), (50, 27, 0))),
-                      _rspec(lengths=Lengths((30, 45, 0), (50, 27, 20))),
-                      _rspec(lengths=Lengths((30, 45, 20), (50, 27, 0)), mask="causal-br"))),
+    Regression("REG-RAGGED-BASE-AT-END", "a sequence whose token base is the storage's end (cu[b] = T)",
+               _SEED_001,
+               (_rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80))),
+                _rspec(lengths=Offsets((0, 40, 64, 64, 64), (0, 48, 80, 80, 80)), layout="thd-offset24",
+                       mask="causal-br"))),
+    Regression("REG-RAGGED-LAST-ENDS-AT-T", "the last sequence ends exactly at T, on a partial tile",
+               _SEED_001,
+               (_rspec(lengths=Lengths((40, 63), (64, 65))),
+                _rspec(lengths=Lengths((40, 63), (64, 65)), layout="htd", mask="causal-br"))),
+    Regression("REG-RAGGED-ZERO-LAST", "a zero-length last sequence: both sides, q only, kv only",
+               _SEED_001,
+               (_rspec(lengths=Lengths((30, 45, 0), (50, 27, 0))),
+                _rspec(lengths=Lengths((30, 45, 0), (50, 27, 20))),
+                _rspec(lengths=Lengths((30, 45, 20), (50, 27, 0)), mask="causal-br"))),
 )
 
 # Device probes are run: an engine without the token-base bound reads and writes every row
@@ -819,39 +823,39 @@ RAGGED_REGRESSIONS = (
 # harness's guard band (validate.GUARD_ELEMS; the generator checks every probe's reach).
 _DEV = dict(H=1, D=16)
 RAGGED_PROBES = (
-    RaggedProbe("PRB-RAGGED-OFFSETS-DECREASE", "cu_seqlens_q not monotonic", "frontend", "ragged-offsets-decrease",
-                _rspec(lengths=Offsets((0, 40, 20, 64), (0, 30, 50, 64)))),
-    RaggedProbe("PRB-RAGGED-NEGATIVE-OFFSET", "cu_seqlens_kv[0] < 0", "frontend", "ragged-negative-offset",
-                _rspec(lengths=Offsets((0, 30, 64), (-8, 30, 64), T_kv=64))),
-    RaggedProbe("PRB-RAGGED-PAST-STORAGE", "cu_seqlens_q[B] past the q storage", "frontend",
-                "ragged-offset-past-storage", _rspec(lengths=Offsets((0, 30, 70), (0, 30, 64), T_q=64))),
-    RaggedProbe("PRB-RAGGED-LENGTH-OVER-MAX", "a query sequence longer than max_seqlen_q", "frontend",
-                "ragged-length-over-max", _rspec(lengths=Offsets((0, 40, 64), max_q=32))),
-    RaggedProbe("PRB-RAGGED-OFFSETS-COUNT", "cu_seqlens_kv with fewer entries than cu_seqlens_q", "frontend",
-                "ragged-offsets-count", _rspec(lengths=Offsets((0, 30, 64), (0, 64)))),
+    Probe("PRB-RAGGED-OFFSETS-DECREASE", "cu_seqlens_q not monotonic", "frontend", "ragged-offsets-decrease",
+          _rspec(lengths=Offsets((0, 40, 20, 64), (0, 30, 50, 64)))),
+    Probe("PRB-RAGGED-NEGATIVE-OFFSET", "cu_seqlens_kv[0] < 0", "frontend", "ragged-negative-offset",
+          _rspec(lengths=Offsets((0, 30, 64), (-8, 30, 64), T_kv=64))),
+    Probe("PRB-RAGGED-PAST-STORAGE", "cu_seqlens_q[B] past the q storage", "frontend",
+          "ragged-offset-past-storage", _rspec(lengths=Offsets((0, 30, 70), (0, 30, 64), T_q=64))),
+    Probe("PRB-RAGGED-LENGTH-OVER-MAX", "a query sequence longer than max_seqlen_q", "frontend",
+          "ragged-length-over-max", _rspec(lengths=Offsets((0, 40, 64), max_q=32))),
+    Probe("PRB-RAGGED-OFFSETS-COUNT", "cu_seqlens_kv with fewer entries than cu_seqlens_q", "frontend",
+          "ragged-offsets-count", _rspec(lengths=Offsets((0, 30, 64), (0, 64)))),
     # seed 001: a negative token base (q side, GQA), a sequence based at T running past it
-    RaggedProbe("PRB-RAGGED-DEVICE-NEGATIVE-Q", "q side: the first sequence starts 12 rows before the storage",
-                "device", "ragged-negative-offset",
-                _rspec(H=2, H_k=1, D=16, lengths=Offsets((-12, 20, 40), (0, 24, 48)))),
-    RaggedProbe("PRB-RAGGED-DEVICE-NEGATIVE-KV", "kv side: the first sequence starts 16 rows before the storage",
-                "device", "ragged-negative-offset",
-                _rspec(**_DEV, lengths=Offsets((0, 24, 40), (-16, 16, 48)), storage="thd-offset24")),
-    RaggedProbe("PRB-RAGGED-DEVICE-PAST-Q", "q side: a sequence based at T claims 20 rows past the storage",
-                "device", "ragged-offset-past-storage",
-                _rspec(**_DEV, lengths=Offsets((0, 24, 40, 60), (0, 30, 50, 64), T_q=40), mask="causal-br")),
-    RaggedProbe("PRB-RAGGED-DEVICE-PAST-KV", "kv side: the last sequence ends 10 rows past the storage",
-                "device", "ragged-offset-past-storage",
-                _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 58), T_kv=48))),
-    RaggedProbe("PRB-RAGGED-DEVICE-DECREASE-Q", "q side: offsets go back (lengths 16, -8, 8, 24)",
-                "device", "ragged-offsets-decrease",
-                _rspec(**_DEV, lengths=Offsets((0, 16, 8, 16, 40), (0, 10, 20, 30, 40)))),
-    RaggedProbe("PRB-RAGGED-DEVICE-OVER-MAX-KV", "kv side: a sequence of 36 keys with max_seqlen_kv 24",
-                "device", "ragged-length-over-max",
-                _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
+    Probe("PRB-RAGGED-DEVICE-NEGATIVE-Q", "q side: the first sequence starts 12 rows before the storage",
+          "device", "ragged-negative-offset",
+          _rspec(H=2, H_k=1, D=16, lengths=Offsets((-12, 20, 40), (0, 24, 48)))),
+    Probe("PRB-RAGGED-DEVICE-NEGATIVE-KV", "kv side: the first sequence starts 16 rows before the storage",
+          "device", "ragged-negative-offset",
+          _rspec(**_DEV, lengths=Offsets((0, 24, 40), (-16, 16, 48)), layout="thd-offset24")),
+    Probe("PRB-RAGGED-DEVICE-PAST-Q", "q side: a sequence based at T claims 20 rows past the storage",
+          "device", "ragged-offset-past-storage",
+          _rspec(**_DEV, lengths=Offsets((0, 24, 40, 60), (0, 30, 50, 64), T_q=40), mask="causal-br")),
+    Probe("PRB-RAGGED-DEVICE-PAST-KV", "kv side: the last sequence ends 10 rows past the storage",
+          "device", "ragged-offset-past-storage",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 58), T_kv=48))),
+    Probe("PRB-RAGGED-DEVICE-DECREASE-Q", "q side: offsets go back (lengths 16, -8, 8, 24)",
+          "device", "ragged-offsets-decrease",
+          _rspec(**_DEV, lengths=Offsets((0, 16, 8, 16, 40), (0, 10, 20, 30, 40)))),
+    Probe("PRB-RAGGED-DEVICE-OVER-MAX-KV", "kv side: a sequence of 36 keys with max_seqlen_kv 24",
+          "device", "ragged-length-over-max",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
 )
 
-RAGGED = RaggedPlan(
-    axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
+RAGGED = Space(
+    RAGGED_STORAGE, axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
     value_suite_item="RAGGED-AXIS-VALUES",
     pair_suites=(
         PairSuite("RAGGED-PAIR-CORE", "every legal pair of ragged core-axis values", "ragged-pairs-core", "core", "pr"),
@@ -928,14 +932,13 @@ LEVELS = (
 # ============================================================================ cost model
 # predicted seconds = engine FLOPs / rate + oracle FLOPs / rate + io bytes / host rate + overhead
 # (bundlegen/cost.py computes the terms; `bundlegen calibrate` refits these numbers).
-# h200: `bundlegen calibrate --write` on the four warm runs (quick, pr, nightly, full) of
-# bench/harness_throughput.py against triton on the H200, 2026-11-30 (bench/results/h200/
-# calibrate.log, runs/*.run.json, triton-warm-full.results.jsonl.gz). The oracle rate is the
-# prior's (engine and oracle FLOPs are proportional, so only their sum is resolved).
+# h200: `bundlegen calibrate --write` on the four warm one-worker runs (quick, pr, nightly,
+# full) of `python bench/harness_throughput.py` against triton on an H200. The oracle rate is
+# the prior's (engine and oracle FLOPs are proportional, so only their sum is resolved).
 # run_start_s is the median time of those runs outside their cases, process start included.
 # cpu: `bundlegen calibrate --write` on the main job's run (`bundlegen run --level quick
 # --engine triton --device cpu`, the Triton interpreter) on an idle 2-core CPU machine like
-# CI's, 2026-11-30 (34.9 s measured); a second run, not used for the fit, took 33.5 s against
+# CI's (34.9 s measured); a second run, not used for the fit, took 33.5 s against
 # the 34.7 s the dry-run report predicts. The class is fitted to the main job's engine:
 # torch-math on the same machine runs quick faster than predicted.
 COST_MODEL = {
@@ -950,7 +953,8 @@ CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph
 
 # ============================================================================ tolerance
 # |out - ref| <= atol + rtol * mag (docs/CONTRACTS.md). rtol = unit roundoff x a factor
-# that grows with the longest reduction; every number lives in this block.
+# that grows with the longest reduction; every number is derived in this block, and
+# `bundlegen generate` writes them to the tolerance TOML the harness reads them from.
 UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol factor)
     (256, "r256", 8),
@@ -962,44 +966,45 @@ REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol fa
 ATOL = 1e-5
 MIN_CLAIM_MARGIN = 1.5
 
+
+
+def _tolerance_class(dt: str, low: int, limit: int, suffix: str, factor: int) -> Tolerance:
+    """One class, with the words the tolerance TOML shows a reviewer."""
+    factors = ", ".join(f"{f} up to {n}" for n, _s, f in REDUCTION_BUCKETS)
+    return Tolerance(
+        UNIT_ROUNDOFF[dt] * factor, ATOL, name=f"{dt}-{suffix}", dtype=dt, max_reduction=limit,
+        covers=f"{dt} io graphs whose longest reduction (longest_reduction: the most terms summed into "
+               f"one gradient element, over keys, a GQA group's query rows, head dims, the batches and "
+               f"heads a dBias sums, a head's query rows for dSinks) is {low} to {limit} terms",
+        derivation=f"rtol = unit roundoff of {dt} (2^{math.log2(UNIT_ROUNDOFF[dt]):.0f}) x {factor}, the "
+                   f"factor of this reduction bucket (factors grow with the longest reduction: {factors} "
+                   f"terms); atol = {ATOL:g} bounds the elements whose magnitude is zero (rows with no "
+                   "kept key)")
+
+
 TOLERANCE_CLASSES = {
-    f"{dt}-{suffix}": ToleranceClass(f"{dt}-{suffix}", dt, limit, u * factor, ATOL)
-    for dt, u in UNIT_ROUNDOFF.items() for limit, suffix, factor in REDUCTION_BUCKETS
+    f"{dt}-{suffix}": _tolerance_class(dt, low + 1, limit, suffix, factor)
+    for dt in UNIT_ROUNDOFF
+    for (low, _s, _f), (limit, suffix, factor) in zip(((0, "", 0),) + REDUCTION_BUCKETS, REDUCTION_BUCKETS)
 }
-
-
-def longest_reduction(graph) -> int:
-    """The longest sum any gradient element takes: over keys (dQ), over query rows of a
-    whole GQA group (dK, dV), over the head dims (dP, Delta), over the batches and heads a
-    dBias sums (its broadcast axes) and over every query row of a head (dSinks)."""
-    group = max(graph.H_q // graph.H_k, graph.H_q // graph.H_v)
-    longest = max(graph.S_q * group, graph.S_kv, graph.D_qk, graph.D_v)
-    t = graph.tensors
-    if "dbias" in t and len(t["dbias"].dims) == 4:
-        summed = [n for n, kept in zip((graph.B, graph.H_q), t["dbias"].dims[:2]) if kept == 1]
-        longest = max(longest, 1 if not summed else summed[0] * (summed[1] if len(summed) > 1 else 1))
-    if "dsinks" in t:
-        longest = max(longest, graph.B * graph.S_q)
-    return longest
 
 
 def tolerance_class_for(graph) -> str:
     if graph.dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"no tolerance class for dtype {graph.dtype!r} (fp32 waits on GATE-FP32)")
-    length = longest_reduction(graph)
-    for limit, suffix, _factor in REDUCTION_BUCKETS:
-        if length <= limit:
-            return f"{graph.dtype}-{suffix}"
-    raise ValueError(f"no tolerance class for a reduction of {length} (longest bucket "
-                     f"{REDUCTION_BUCKETS[-1][0]})")
+    return class_for(graph, TOLERANCE_CLASSES)    # the rule the bundle loader applies again
 
+
+PADDED = Space(
+    PADDED_STORAGE, axes=AXES, rules=RULES, value_suite_item=VALUE_SUITE_ITEM, pair_suites=PAIR_SUITES,
+    catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG, sweeps=SWEEPS,
+    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS + MODIFIER_PROBES,
+)
 
 PLAN = Plan(
-    name=PLAN_NAME, axes=AXES, rules=RULES, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
+    name=PLAN_NAME, padded=PADDED, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
-    distributions=DISTRIBUTIONS, dtypes=DTYPES, pair_suites=PAIR_SUITES,
-    value_suite_item=VALUE_SUITE_ITEM, catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG, sweeps=SWEEPS,
-    regressions=REGRESSIONS + GAP_REGRESSIONS, probes=PROBES + PROBE_ARMS + MODIFIER_PROBES, gated=GATED,
+    distributions=DISTRIBUTIONS, dtypes=DTYPES, gated=GATED,
     levels=LEVELS, cost_model=COST_MODEL,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,

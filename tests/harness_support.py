@@ -18,6 +18,7 @@ from bundlegen.graph import Bundle, Case, canonical_json
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.harness.config import EngineConfig, OverrideRow
 from bundlegen.manifest import load_manifest, manifest_name
+from bundlegen.tolerances import tolerances_name
 from bundlegen.workspace import builtin_bundle_root
 from tests.graph_factory import make_case, make_graph
 
@@ -46,10 +47,12 @@ def _placed(case: Case, level: str, group: str) -> Case:
 
 
 def write_manifest(root: Path) -> Path:
-    """The built-in manifest, copied into bundle root `root`."""
+    """The built-in manifest, and the tolerance TOML it names, copied into bundle root `root`."""
     path = Path(root) / manifest_name(MANIFEST.plan)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes((builtin_bundle_root() / path.name).read_bytes())
+    toml = tolerances_name(MANIFEST.plan)
+    (path.parent / toml).write_bytes((builtin_bundle_root() / toml).read_bytes())
     return path
 
 
@@ -203,7 +206,7 @@ def engine_ref(cls: type) -> str:
 
 def skip_row(filters: dict, reason: str, archs: tuple[str, ...] | None = None):
     from bundlegen.harness.config import SkipRow
-    return SkipRow(filters=filters, reason=reason, archs=archs)
+    return SkipRow(filters=(filters,), reason=reason, archs=archs)
 
 
 def pid_exists(pid: int) -> bool:

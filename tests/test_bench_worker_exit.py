@@ -1,5 +1,5 @@
 """bench/worker_exit.py on the CPU: it starts the workers, runs a case in each, stops them
-both ways a run does (run._close_all) and reports each way."""
+both ways a run does (pool.close_all) and reports each way."""
 from __future__ import annotations
 
 import json

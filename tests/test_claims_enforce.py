@@ -1,5 +1,5 @@
 """Claim enforcement: bundlegen.claims.store's lookups, `bundlegen run` turning a claimed case that is
-declined into claim-broken (bundlegen.harness.run with a claims.json written by bundlegen.claims.store), and
+declined into claim-broken (bundlegen.harness.case with a claims.json written by bundlegen.claims.store), and
 unclaimed support (passing cases with no claim)."""
 import pytest
 import torch
@@ -45,12 +45,13 @@ class DecliningEngine:
 
 @pytest.mark.parametrize("claimed,verdict", [(True, "claim-broken"), (False, "declined")])
 def test_run_enforces_claims(root, claimed, verdict):
-    from bundlegen.harness import config, run
+    from bundlegen.harness import config
+    from bundlegen.harness.case import run_case
 
     case = make_case(make_graph(left=4, right=0))
     ids = {case.id} if claimed else {"someone-else"}
     write_claim_set(claims_path("torch-flash", root), ClaimSet("torch-flash", claims={"sm90": frozenset(ids)}))
-    outcome = run.run_case(case, DecliningEngine(), config.load_engine_config(root / "torch_flash"))
+    outcome = run_case(case, DecliningEngine(), config.load_engine_config(root / "torch_flash"))
     assert outcome.verdict == verdict
     assert outcome.reason.startswith("mask-not-served")
 

@@ -269,3 +269,32 @@ def test_command_reads_gzipped_results(tmp_path):
         paths.append(str(path))
     assert harvest_command.main(_args(paths, root)) == 0
     assert json.loads((root / "torch_flash" / "claims.json").read_text())["claims"] == {"sm90": ["a"]}
+
+
+# ----------------------------------------------------------------------------- bundles of another run
+def test_command_refuses_results_run_against_other_bundles(tmp_path, capsys):
+    from bundlegen.claims.provenance import workspace_digest
+    from bundlegen.workspace import default_bundle_root
+
+    from bundlegen.harness.bundles import load_level
+    from bundlegen.harness.results import bundles_digest
+    from bundlegen.manifest import manifest_path
+
+    ours = workspace_digest(default_bundle_root(), "quick")
+    loaded = load_level(default_bundle_root(), "quick")          # what a run of quick records
+    assert ours == bundles_digest([*loaded.files, manifest_path(default_bundle_root())], default_bundle_root())
+    same, other, bare = (tmp_path / name for name in ("same", "other", "bare"))
+    for folder, digest in ((same, ours), (other, "0123456789abcdef"), (bare, None)):
+        folder.mkdir()
+        _write_run(folder / "results.jsonl", [rec("a", engine="torch-flash")])
+        if digest is not None:
+            (folder / "run.json").write_text(json.dumps({"level": "quick", "bundles_digest": digest}))
+    root = tmp_path / "engines"
+    assert harvest_command.main(_args([str(same), str(bare)], root)) == 0
+    capsys.readouterr()
+    assert harvest_command.main(_args([str(same), str(other)], root, prune=True)) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "0123456789abcdef" in out[0] and ours in out[0] and str(other) in out[0]
+    # nothing was written: the claims are still the first harvest's
+    held = read_claim_set(root / "torch_flash" / "claims.json", "torch-flash")
+    assert held.claimed("sm90") == {"a"} and len(held.evidence["sm90"].results) == 2

@@ -113,3 +113,116 @@ def test_core_axes_come_from_the_manifest():
 
     axes = core_axes(load_manifest(builtin_bundle_root()))
     assert [a.name for a in axes][:2] == ["dtype", "heads"] and axes[0].items == ("AX-DTYPE-BF16", "AX-DTYPE-FP16")
+
+
+# ----------------------------------------------------------------------------- grouping, graph, the run's spec
+def test_failures_grouped_by_engine_then_by_the_item_they_share():
+    from bundlegen.claims.report import failure_groups
+
+    records = [rec("r1", verdict="fail:numeric", items=("BASE", "X")), rec("r2", verdict="fail:nan", items=("BASE", "X")),
+               rec("r3", verdict="crashed", items=("BASE", "X", "Y")), rec("r4", items=("BASE", "Y")),
+               rec("r5", items=("BASE",)), rec("r6", verdict="fail:guard", items=("BASE", "Z")),
+               rec("o1", engine="torch-flash", verdict="fail:numeric", items=("BASE",))]
+    groups = failure_groups(failing_cases([records], ["r.jsonl"]), records)
+    assert [(e.engine, e.count) for e in groups] == [("torch-flash", 1), ("triton", 4)]
+    triton = groups[1]
+    assert [(g.item, sorted(f.case_id for f in g.cases), g.failing, g.total) for g in triton.groups] == [
+        ("X", ["r1", "r2", "r3"], 3, 3), ("Z", ["r6"], 1, 1)]     # r3: X fails more often than Y
+    assert groups[0].groups[0].item == "BASE"                    # the only item it holds
+    anchors = [e.anchor for e in groups] + [g.anchor for e in groups for g in e.groups]
+    assert len(set(anchors)) == len(anchors)
+
+
+def test_report_leads_with_contents_linking_every_group(tmp_path):
+    import re
+
+    html = write_report(fixture_runs(), ["r.jsonl"], tmp_path / "r.html", min_margin=1.5, axes=AXES).read_text()
+    contents = html[html.index('<nav class="toc"'):html.index("</nav>")]
+    links = re.findall(r'href="#([^"]+)"', contents)
+    ids = set(re.findall(r'id="([^"]+)"', html))
+    assert {"failing", "verdicts", "margins", "pairs", "cost", "pairs-1", "pairs-2"} <= set(links)
+    assert sum(link.startswith("failing-") for link in links) == 4    # 2 engines, one group each
+    assert not [link for link in links if link not in ids]
+    assert html.index('<nav class="toc"') < html.index("f00dfeedbeef")
+    assert "torch-flash on sm90 (1)" in contents and "triton on sm90 (1)" in contents
+
+
+ENGINE_MODULE = '''from bundlegen.engines.torch_math.engine import TorchMathEngine
+
+
+class MyMath(TorchMathEngine):
+    name = "my-math"
+'''
+
+
+def _report_of_a_failing_case(tmp_path, monkeypatch, spec):
+    """A run of `spec` (engine name my-math) whose first quick case failed, and its report:
+    the case, the report's text (unescaped) and how to call bundlegen."""
+    import html as html_lib
+    import shutil
+    import sys
+
+    from bundlegen.harness.bundles import load_level
+    from bundlegen.workspace import builtin_bundle_root
+
+    case = load_level(builtin_bundle_root(), "quick").cases[0]
+    (tmp_path / "mykernels.py").write_text(ENGINE_MODULE, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    failing = rec(case.id, engine="my-math", verdict="fail:numeric", items=case.items, margin=0.5) | {
+        "device": "cpu", "arch": "cpu"}
+    (run_dir / "results.jsonl").write_text(json.dumps(failing) + "\n", encoding="utf-8")
+    (run_dir / "run.json").write_text(json.dumps({"engine": "my-math", "engine_spec": spec, "level": "quick"}),
+                                      encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(results=[str(run_dir)], html=tmp_path / "r.html", bundles=builtin_bundle_root(),
+                              plan=None)
+    assert report_command.main(args) == 0
+    page = html_lib.unescape((tmp_path / "r.html").read_text(encoding="utf-8"))
+    command = [shutil.which("bundlegen")] if shutil.which("bundlegen") else [sys.executable, "-m", "bundlegen"]
+    return case, page, command
+
+
+def _run_as_printed(printed, command, cwd, env=None):
+    import shlex
+    import subprocess
+
+    return subprocess.run(command + shlex.split(printed)[1:], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_repro_command_uses_the_spec_the_run_was_given_and_works_as_printed(tmp_path, monkeypatch):
+    """A `module:Class` engine's records carry its short name, which `bundlegen repro` cannot
+    find; the report prints the spec from run.json, and that command runs as printed (here,
+    from the adopter's folder holding the module), with the case's graph in one line."""
+    from bundlegen.claims.cases import graph_lines
+    from bundlegen.workspace import builtin_bundle_root
+
+    case, page, command = _report_of_a_failing_case(tmp_path, monkeypatch, "mykernels:MyMath")
+    printed = f"bundlegen repro {case.id} --engine mykernels:MyMath --device cpu"
+    assert printed in page and "--engine my-math" not in page
+    assert graph_lines(builtin_bundle_root(), "sdpa_bwd", [case.id])[case.id] in page
+    done = _run_as_printed(printed, command, tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"case {case.id}" in done.stdout and "verdict: pass" in done.stdout
+    short = _run_as_printed(f"bundlegen repro {case.id} --engine my-math --device cpu", command, tmp_path)
+    assert short.returncode != 0 and "unknown engine" in short.stdout + short.stderr
+
+
+def test_repro_command_of_an_entry_point_engine_works_as_printed(tmp_path, monkeypatch):
+    """An engine registered by an entry point (a package's `bundlegen.engines` group) runs
+    under its name: the printed command names it, and runs as printed."""
+    import os
+
+    site = tmp_path / "site"
+    dist = site / "mykernels-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mykernels\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text("[bundlegen.engines]\nmy-math = mykernels:MyMath\n", encoding="utf-8")
+    case, page, command = _report_of_a_failing_case(tmp_path, monkeypatch, "my-math")
+    printed = f"bundlegen repro {case.id} --engine my-math --device cpu"
+    assert printed in page
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tmp_path)])}
+    done = _run_as_printed(printed, command, tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"case {case.id}" in done.stdout and "verdict: pass" in done.stdout

@@ -13,7 +13,7 @@ from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.engines.torch_sdpa_common import deterministic_algorithms
 from bundlegen.graph import Attributes, canonical_json, graph_from_json, _Reader
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import DETERMINISTIC_MODE_RUNS, run_case
+from bundlegen.harness.case import DETERMINISTIC_MODE_RUNS, run_case
 from tests.graph_factory import make_case, make_graph
 from tests.harness_support import PLAIN, _with_class
 

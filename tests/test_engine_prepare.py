@@ -15,7 +15,7 @@ from bundlegen.engines.registry import engine_class
 from bundlegen.graph import Rejection, dense_graph
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import RUN_NAME, read_results, read_run_times
-from bundlegen.harness.run import run_level
+from bundlegen.harness.level import run_level
 from tests import harness_support as S
 from bundlegen.engines.triton.aot import compile_env
 from tests.graph_factory import make_case, make_graph
@@ -108,7 +108,7 @@ def test_process_age_counts_from_the_process_start():
     import subprocess
     import sys
 
-    code = "import time; time.sleep(0.5); from bundlegen.harness.run import process_age_s; print(process_age_s())"
+    code = "import time; time.sleep(0.5); from bundlegen.harness.level import process_age_s; print(process_age_s())"
     age = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     if age.strip() != "None":
         assert 0.45 <= float(age) < 5.0
@@ -269,23 +269,25 @@ def test_only_the_product_modules_are_warmed(monkeypatch):
 
     asked = []
     monkeypatch.setattr(warm, "compile_missing", lambda device, arch, graphs, **kw: asked.append(arch))
-    for engine in (TritonEngine("cpu"), catalog.by_name("drop-tail-block").build(TritonEngine, "cpu"),
-                   catalog.by_name("top-left-for-bottom-right").build(TritonEngine, "cpu")):
-        engine.device, engine.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs
+    for engine in (TritonEngine("cpu"), catalog.by_name("drop-tail-block").wrap(TritonEngine("cpu")),
+                   catalog.by_name("top-left-for-bottom-right").wrap(TritonEngine("cpu"))):
+        triton = getattr(engine, "inner", engine)   # a mutant wraps the engine that prepares
+        triton.device, triton.arch = torch.device("cuda"), "sm90"   # no GPU needed: nothing runs
         engine.prepare([])
     assert asked == ["sm90"]
 
 
-def _gpu_triton(monkeypatch, cls=None):
-    """A Triton engine taken for sm90's (no GPU needed: nothing runs), its runs and the
-    device synchronisations recorded."""
+def _gpu_triton(monkeypatch, wrap=None):
+    """A Triton engine taken for sm90's (no GPU needed: nothing runs), or `wrap` of one (a
+    mutant), its runs and the device synchronisations recorded."""
     import torch
 
     from bundlegen.engines.triton.engine import TritonEngine
-    engine = (cls or TritonEngine)("cpu")
-    engine.device, engine.arch = torch.device("cuda"), "sm90"
+    triton = TritonEngine("cpu")
+    triton.device, triton.arch = torch.device("cuda"), "sm90"
+    engine = wrap(triton) if wrap else triton
     log = []
-    monkeypatch.setattr(type(engine), "run", lambda self, graph, tensors: log.append("run"))
+    monkeypatch.setattr(TritonEngine, "run", lambda self, graph, tensors: log.append("run"))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
     monkeypatch.setattr(torch, "zeros", lambda *a, **kw: None)   # the base warm-up's tensors
     return engine, log
@@ -322,9 +324,8 @@ def test_a_marker_names_the_variant_whichever_twin_stood_for_it(tmp_path, monkey
 
 
 def test_other_modules_warm_up_as_before(monkeypatch):
-    from bundlegen.engines.triton.engine import TritonEngine
     from bundlegen.mutants import catalog
-    engine, log = _gpu_triton(monkeypatch, catalog.by_name("drop-tail-block").build(TritonEngine, "cpu").__class__)
+    engine, log = _gpu_triton(monkeypatch, catalog.by_name("drop-tail-block").wrap)
     engine.warm_up()
     assert log == ["run", "sync"]
 
@@ -373,12 +374,13 @@ def test_a_twin_loads_through_descriptors_where_its_graph_does():
     import torch
 
     from bundlegen.graph import dense_graph
+    from bundlegen.validate import GUARD_ELEMS
     from bundlegen.engines.triton import configs, launch, warm
 
     def descriptors(graph):
         cfg = configs.config_for("sm90", graph.D_qk, graph.D_v)
         views = {p: torch.empty(1, dtype=torch.float16, device="meta").as_strided(
-                     t.dims, t.strides, t.offset + warm.HARNESS_GUARD)
+                     t.dims, t.strides, t.offset + GUARD_ELEMS)
                  for p, t in graph.tensors.items()}
         return launch.descriptor_loads(graph, cfg, launch.head_tiles(graph, cfg),
                                        launch.vec_for(views), views)
@@ -431,7 +433,7 @@ class LogsSharedPrepare(LogsPrepare):
 ])
 def test_workers_repeat_a_prepare_unless_the_first_one_did_it_for_the_host(tmp_path, monkeypatch,
                                                                           engine, switch, prepares):
-    from bundlegen.harness.run import SHARED_PREPARE_SWITCH
+    from bundlegen.harness.level import SHARED_PREPARE_SWITCH
 
     monkeypatch.setenv(LOG_ENV, str(tmp_path / "log.txt"))
     if switch is None:
@@ -503,3 +505,19 @@ def test_a_compile_process_takes_the_device_as_prepare_names_it():
     compile on the current device. Before any launch, so no GPU is needed here."""
     from bundlegen.engines.triton import warm
     assert warm._compile_launches("cuda", []) == 0
+
+
+@pytest.mark.parametrize("offset", [0, 1, 8])
+def test_the_vec_warm_predicts_is_the_one_the_harness_storages_give(offset):
+    """warm picks a variant's VEC from the graph alone, modelling where the harness puts a
+    view in its storage (bundlegen.validate.GUARD_ELEMS in): the launcher's own pick on a
+    materialized case must agree, or prepare compiles a variant no case launches."""
+    from bundlegen.graph import dense_graph
+    from bundlegen.harness.materialize import materialize
+    from bundlegen.engines.triton import launch, warm
+    from tests.graph_factory import make_case
+
+    graph = dense_graph(H_q=2, S_q=16, D_qk=16, offsets={"q": offset})
+    expected = launch.VEC if offset % launch.VEC == 0 else 1
+    assert warm._vec(graph) == expected
+    assert launch.vec_for(materialize(make_case(graph, seed=1), "cpu").tensors) == expected

@@ -4,7 +4,7 @@ build (the first case meets the fault and records it)."""
 from bundlegen.validate import frontend_reason
 from bundlegen.engines.base import tiny_graph
 from bundlegen.engines.torch_math.engine import TorchMathEngine
-from bundlegen.harness.worker import WorkerSpec, build_engine
+from bundlegen.harness.workers.worker import WorkerSpec, build_engine
 from tests import harness_support as S
 
 

@@ -24,7 +24,7 @@ def generated():
 
 @pytest.fixture(scope="module")
 def legality(generated):
-    return Legality(generated.plan)
+    return Legality(generated.plan.padded)
 
 
 # ----------------------------------------------------------------------------- the numbers
@@ -64,7 +64,7 @@ def test_pair_proof_fails_when_a_case_is_removed(generated, legality, level, sco
 
 
 def test_repair_rows_cover_every_missing_pair(generated, legality):
-    suite = generated.plan.pair_suites[0]
+    suite = generated.plan.padded.pair_suites[0]
     rows = pairs.suite_rows(legality, suite)
     thinned = rows[::2]                      # as if allpairspy had dropped half its rows
     missing = pairs.prove(legality, suite.level, suite.scope, thinned).missing

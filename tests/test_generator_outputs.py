@@ -21,6 +21,7 @@ from bundlegen.workspace import builtin_bundle_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "sdpa_bwd.manifest.json"
+TOLERANCES = "sdpa_bwd.tolerances.toml"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_every_case_names_its_tolerance_class(generated):
 
 def test_manifest_carries_what_the_harness_claims_and_mutants_need(generated):
     texts = write.planned_texts(generated)
-    manifest = read_manifest(MANIFEST, text=texts[MANIFEST])
+    manifest = read_manifest(MANIFEST, text=texts[MANIFEST], tolerances_text=texts[TOLERANCES])
     plan = generated.plan
     assert manifest.plan == "sdpa_bwd" and manifest.level_names == tuple(lv.name for lv in plan.levels)
     assert manifest.levels[0].per_case_cpu_seconds == plan.levels[0].per_case_cpu_seconds
@@ -95,9 +96,9 @@ def test_manifest_carries_what_the_harness_claims_and_mutants_need(generated):
     assert manifest.cost_model == plan.cost_model
     assert manifest.min_claim_margin == sdpa_bwd.MIN_CLAIM_MARGIN
     assert manifest.cpu_case_limit_s == sdpa_bwd.CPU_CASE_LIMIT_S
-    assert [a.name for a in manifest.axes] == [a.name for a in plan.axes] + [
+    assert [a.name for a in manifest.axes] == [a.name for a in plan.padded.axes] + [
         f"ragged-{a.name}" for a in plan.ragged.axes]
-    assert [a.name for a in manifest.axes if a.core] == [a.name for a in plan.axes if a.core]
+    assert [a.name for a in manifest.axes if a.core] == [a.name for a in plan.padded.axes if a.core]
     assert {g.item for g in manifest.gates} == {g.item for g in plan.gated}
     listed = {i for a in manifest.axes for i in a.items} | {i.id for s in manifest.sections for i in s.items}
     assert listed <= set(generated.items)
@@ -137,12 +138,18 @@ def test_check_fails_on_missing_stale_and_manifest_drift(generated, tmp_path):
     (root / "pr/sdpa_bwd/pairs-core.json").unlink()
     (root / "pr/sdpa_bwd/extra.json").write_text("{}\n", encoding="utf-8")
     manifest = root / MANIFEST
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace('"rtol": 0.03125', '"rtol": 0.05', 1),
-                        encoding="utf-8")
+    raw = json.loads(manifest.read_text(encoding="utf-8"))
+    raw["tolerances"]["digest"] = "sha256:" + "0" * 64        # not the TOML's
+    manifest.write_text(canonical_json(raw), encoding="utf-8")
+    toml = root / TOLERANCES
+    toml.write_text(toml.read_text(encoding="utf-8").replace("rtol = 0.03125", "rtol = 0.05", 1), encoding="utf-8")
     drift = "\n".join(write.check(generated, root))
     assert "pairs-core.json: missing" in drift
     assert "extra.json: not produced by the plan" in drift
-    assert f"{MANIFEST}: differs in tolerance_classes" in drift
+    assert f"{MANIFEST}: differs in tolerances" in drift
+    assert f"{TOLERANCES}: differs from the plan's tolerance classes" in drift
+    toml.unlink()
+    assert f"{TOLERANCES}: missing" in "\n".join(write.check(generated, root))
     manifest.unlink()
     assert f"{MANIFEST}: missing" in "\n".join(write.check(generated, root))
 

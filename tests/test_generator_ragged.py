@@ -19,7 +19,7 @@ from bundlegen.generator.generate import _proofs
 from bundlegen.generator.legality import Legality
 from bundlegen.manifest import read_manifest
 from bundlegen.plans import sdpa_bwd
-from bundlegen.plans.records import HeadConfig, HeadDims, Lengths, Offsets, RaggedProbe, RaggedSpec
+from bundlegen.plans.records import HeadConfig, HeadDims, Lengths, Offsets, Probe, RaggedShape, Spec
 
 DEVICE_PROBE = sdpa_bwd.RAGGED_PROBES[-1]          # over-max on the kv side
 
@@ -43,9 +43,9 @@ def _with_probes(*probes):
     return dataclasses.replace(sdpa_bwd.PLAN, ragged=r)
 
 
-def _probe(item, reason, offsets, by="device", **spec) -> RaggedProbe:
-    return RaggedProbe(item, "test probe", by, reason,
-                       RaggedSpec(HeadConfig(1, 1, 1), HeadDims(16, 16), offsets, **spec))
+def _probe(item, reason, offsets, by="device", **spec) -> Probe:
+    return Probe(item, "test probe", by, reason,
+                 Spec(RaggedShape(HeadConfig(1, 1, 1), HeadDims(16, 16), offsets), **{"layout": "thd", **spec}))
 
 
 # ----------------------------------------------------------------------------- levels and the proof
@@ -98,7 +98,8 @@ def test_report_and_manifest_show_the_ragged_space(generated):
     for gate in ("GATE-RAGGED-THD", "GATE-RAGGED-BAD-OFFSET", "GATE-INT64-OFFSETS"):
         assert gate not in text and gate not in {g.item for g in sdpa_bwd.GATED}
     texts = write.planned_texts(generated)
-    manifest = read_manifest("sdpa_bwd.manifest.json", text=texts["sdpa_bwd.manifest.json"])
+    manifest = read_manifest("sdpa_bwd.manifest.json", text=texts["sdpa_bwd.manifest.json"],
+                             tolerances_text=texts["sdpa_bwd.tolerances.toml"])
     lengths = next(a for a in manifest.axes if a.name == "ragged-lengths")
     assert not lengths.core and "AX-RAGGED-LENGTHS-ZERO-KV" in lengths.items
     regressions = {i.id for s in manifest.sections for i in s.items}
@@ -216,7 +217,8 @@ def test_a_device_probe_must_break_its_rule_and_only_its_offsets():
     with pytest.raises(PlanError, match="PRB-TEST-OTHER: the offsets break 'ragged-length-over-max'"):
         build(_with_probes(other))
     scale = _probe("PRB-TEST-SCALE", R.RAGGED_NEGATIVE_OFFSET, Offsets((-2, 20, 40)), scale="custom")
-    scale = dataclasses.replace(scale, spec=dataclasses.replace(scale.spec, heads=HeadConfig(3, 2, 2)))
+    scale = dataclasses.replace(scale, spec=dataclasses.replace(
+        scale.spec, shape=dataclasses.replace(scale.spec.shape, heads=HeadConfig(3, 2, 2))))
     with pytest.raises(PlanError, match="PRB-TEST-SCALE: a device probe must be valid but for its offsets; "
                                         "the frontend gives 'gqa-not-divisible'"):
         build(_with_probes(scale))
@@ -238,22 +240,22 @@ def test_a_probe_layer_or_code_of_the_wrong_kind_is_a_plan_error():
 
 
 def test_explicit_offsets_with_spare_rows_storage_is_a_plan_error():
-    bad = _probe("PRB-TEST-SPARE", R.RAGGED_NEGATIVE_OFFSET, Offsets((-2, 20, 40)), storage="spare-rows")
+    bad = _probe("PRB-TEST-SPARE", R.RAGGED_NEGATIVE_OFFSET, Offsets((-2, 20, 40)), layout="spare-rows")
     with pytest.raises(PlanError, match="PRB-TEST-SPARE': explicit offsets place their own rows"):
         build(_with_probes(bad))
 
 
 # ----------------------------------------------------------------------------- graphs, cost, description
 def test_lengths_pack_from_the_storages_lead_rows():
-    spec = RaggedSpec(HeadConfig(2, 1, 1), HeadDims(64, 32), Lengths((3, 0, 5), (4, 6, 0)), storage="spare-rows")
+    spec = Spec(RaggedShape(HeadConfig(2, 1, 1), HeadDims(64, 32), Lengths((3, 0, 5), (4, 6, 0))), layout="spare-rows")
     g = ragged.graph_of(sdpa_bwd.PLAN, spec)
     lead, tail = sdpa_bwd.RAGGED_STORAGES["spare-rows"].lead, sdpa_bwd.RAGGED_STORAGES["spare-rows"].tail
     assert g.ragged.cu_seqlens_q == (lead, lead + 3, lead + 3, lead + 8) and g.T_q == lead + 8 + tail
     assert g.ragged.cu_seqlens_kv == (lead, lead + 4, lead + 10, lead + 10) and g.T_kv == lead + 10 + tail
     assert g.tensors["v"].dims == (g.T_kv, 1, 32) and frontend_reason(g) is None
-    htd = ragged.graph_of(sdpa_bwd.PLAN, dataclasses.replace(spec, storage="htd"))
+    htd = ragged.graph_of(sdpa_bwd.PLAN, dataclasses.replace(spec, layout="htd"))
     assert htd.tensors["q"].strides == (64, htd.T_q * 64, 1)
-    pad = ragged.graph_of(sdpa_bwd.PLAN, dataclasses.replace(spec, storage="thd-pad16"))
+    pad = ragged.graph_of(sdpa_bwd.PLAN, dataclasses.replace(spec, layout="thd-pad16"))
     assert pad.tensors["q"].strides == (2 * 64 + 16, 64, 1)
 
 
@@ -279,11 +281,12 @@ def test_graph_line_describes_a_ragged_graph():
 
 # ----------------------------------------------------------------------------- 64-bit offsets
 def test_the_int64_offset_case_is_at_full_and_too_large_for_the_cpu(generated):
-    from bundlegen.harness import run
+    from bundlegen.harness import case as run
     cases = [c for c in generated.cases if "SHP-INT64-OFFSETS" in c.items]
     assert len(cases) == 2 and {c.level for c in cases} == {"full"}
     texts = write.planned_texts(generated)
-    manifest = read_manifest("sdpa_bwd.manifest.json", text=texts["sdpa_bwd.manifest.json"])
+    manifest = read_manifest("sdpa_bwd.manifest.json", text=texts["sdpa_bwd.manifest.json"],
+                             tolerances_text=texts["sdpa_bwd.tolerances.toml"])
     full = next(lv for lv in sdpa_bwd.LEVELS if lv.name == "full")
     for case in cases:
         spans = {p: t.storage_elements for p, t in case.graph.tensors.items()}
@@ -307,3 +310,38 @@ def test_the_ragged_axes_meet_the_same_axis_rules(mend, message):
     r = sdpa_bwd.PLAN.ragged
     with pytest.raises(PlanError, match=message):
         check_plan(dataclasses.replace(sdpa_bwd.PLAN, ragged=dataclasses.replace(r, axes=mend(r.axes))))
+
+
+# ----------------------------------------------------------------------------- one record, two storages
+def test_an_entry_takes_its_storage_and_default_group_from_its_specs():
+    padded, ragged_spec = sdpa_bwd.PLAN.padded.catalog[0].specs[0], sdpa_bwd.RAGGED_CATALOG[0].specs[0]
+    assert (padded.storage, ragged_spec.storage) == ("padded", "ragged")
+    assert sdpa_bwd.RAGGED_CATALOG[0].group == "ragged-shapes" and sdpa_bwd.CATALOG[0].group == "shapes"
+    assert {p.group for p in sdpa_bwd.RAGGED_PROBES} == {"ragged-probes"}
+    with pytest.raises(ValueError, match="CatalogEntry SHP-MIXED: its specs must all be padded or all ragged"):
+        sdpa_bwd.CatalogEntry("SHP-MIXED", "both", (padded, ragged_spec))
+
+
+def _with_entries(padded=None, ragged_space=None):
+    plan = sdpa_bwd.PLAN
+    return dataclasses.replace(plan, padded=padded or plan.padded, ragged=ragged_space or plan.ragged)
+
+
+def test_a_spec_in_the_other_storages_space_is_a_plan_error():
+    plan = sdpa_bwd.PLAN
+    ragged_entry = sdpa_bwd.RAGGED_CATALOG[0]
+    with pytest.raises(PlanError, match=r"shape 'SHP-RAGGED-MAX-ABOVE-LONGEST'\[0\]: a ragged spec among the padded"):
+        build(_with_entries(padded=dataclasses.replace(plan.padded, catalog=plan.padded.catalog + (ragged_entry,))))
+    padded_entry = sdpa_bwd.CATALOG[0]
+    with pytest.raises(PlanError, match=r"ragged shape 'SHP-S1'\[0\]: a padded spec in the ragged space"):
+        build(_with_entries(ragged_space=dataclasses.replace(plan.ragged, catalog=plan.ragged.catalog + (padded_entry,))))
+    with pytest.raises(PlanError, match="Plan.ragged: a space of storage 'padded', expected 'ragged'"):
+        build(_with_entries(ragged_space=dataclasses.replace(plan.ragged, storage="padded")))
+
+
+def test_a_ragged_spec_with_a_padded_only_field_is_a_plan_error():
+    spec = dataclasses.replace(sdpa_bwd.RAGGED_CATALOG[0].specs[0], bias="both")
+    entry = sdpa_bwd.CatalogEntry("SHP-RAGGED-TEST-BIAS", "a ragged spec with a bias", (spec,))
+    space = dataclasses.replace(sdpa_bwd.RAGGED, catalog=sdpa_bwd.RAGGED_CATALOG + (entry,))
+    with pytest.raises(PlanError, match=r"SHP-RAGGED-TEST-BIAS'\[0\]: a ragged spec has no stats layout"):
+        build(_with_entries(ragged_space=space))

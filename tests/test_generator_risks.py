@@ -26,7 +26,7 @@ def generated():
 
 @pytest.fixture(scope="module")
 def legality(generated):
-    return Legality(generated.plan)
+    return Legality(generated.plan.padded)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_allpairspy_alone_leaves_triples_out_and_the_repairs_cover_them(legality
     every = risks.universe(legality, r, None)
     allowed = {}
     for p in sorted(legality.position[a] for a in r.values):
-        axis = legality.plan.axes[p]
+        axis = legality.space.axes[p]
         allowed[p] = [i for i, v in enumerate(axis.values) if v == axis.default or v in r.values[axis.name]]
     proposed = pairs.propose(legality, "test", allowed, n=3)
     held = set().union(*(risks.triples(legality, r, c) for c in proposed))
@@ -114,11 +114,11 @@ def test_every_layout_is_proved_distinct_by_pr(generated):
 
 
 def test_the_layout_proof_fails_without_the_distinct_cases(generated):
-    catalog = tuple(c for c in generated.plan.catalog if c.item != "SHP-LAYOUT-DISTINCT")
+    catalog = tuple(c for c in generated.plan.padded.catalog if c.item != "SHP-LAYOUT-DISTINCT")
     proof = layout_distinct.prove(generated.plan, [c for c in generated.cases if "SHP-LAYOUT-DISTINCT" not in c.items],
                                   [lv.name for lv in generated.plan.levels], "pr")
     short = proof.short([lv.name for lv in generated.plan.levels])
-    assert any(line.startswith("hbsd:") for line in short) and len(catalog) < len(generated.plan.catalog)
+    assert any(line.startswith("hbsd:") for line in short) and len(catalog) < len(generated.plan.padded.catalog)
 
 
 # ----------------------------------------------------------------------------- passes, determinism
@@ -147,7 +147,7 @@ def test_the_deterministic_flag_is_paired_at_pr(generated):
     items = set().union(*(set(c.items) for c in at_pr))
     plan = generated.plan
     for axis in ("heads", "mask", "bias", "dbias", "sinks", "softcap"):
-        values = next(a.values for a in plan.axes if a.name == axis)
+        values = next(a.values for a in plan.padded.axes if a.name == axis)
         assert {axis_item(axis, v) for v in values} <= items, axis
     tiers = {c.graph.D_qk for c in at_pr}
     assert {64, 128, 192, 256} <= tiers
@@ -185,4 +185,4 @@ def test_a_later_value_must_come_after_the_earlier_ones():
     axes = tuple(dataclasses.replace(a, values_joined={a.values[1]: 2}) if a.name == "scale" else a
                  for a in sdpa_bwd.AXES)
     with pytest.raises(PlanError, match="later pass"):
-        build(dataclasses.replace(sdpa_bwd.PLAN, axes=axes))
+        build(dataclasses.replace(sdpa_bwd.PLAN, padded=dataclasses.replace(sdpa_bwd.PLAN.padded, axes=axes)))

@@ -1,6 +1,6 @@
-"""harness/gpu_early.py: which worker opens its CUDA context beside import torch (the gain
+"""harness/workers/gpu_early.py: which worker opens its CUDA context beside import torch (the gain
 itself is measured on a GPU: bench/worker_start.py --no-early-context)."""
-from bundlegen.harness import gpu_early
+from bundlegen.harness.workers import gpu_early
 
 
 def test_the_ordinal_follows_the_worker_device():

@@ -10,7 +10,7 @@ import torch
 from bundlegen.harness import checks
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import Tolerance
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from tests import harness_support as S
 
 PADDED_DV = {"dv": (12 * 11, 12 * 11, 11, 1)}  # [1, 1, 12, 8] with a row pitch of 11

@@ -81,7 +81,7 @@ def test_a_run_where_every_case_is_declined_is_not_green(tmp_path, capsys):
     root = tmp_path / "bundles"
     S.write_bundle(root, "quick", "a", [S.case_of(1), S.case_of(2)])
     assert cli(root, S.DeclinesEverything) == 5
-    assert "nothing was tested (2 declined)" in capsys.readouterr().err
+    assert "nothing was tested (2 declined; no case judged on its gradients)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("expression, message", [
@@ -141,3 +141,48 @@ def test_control_characters_in_a_bundle_keep_junit_parseable(tmp_path):
     root = ET.parse(tmp_path / "junit.xml").getroot()
     case = root.find(".//testcase")
     assert case.get("name") == "a\\x1b[31m" and "bad \\x00 byte" in case.find("failure").text
+
+
+def test_the_summary_says_why_cases_were_declined(tmp_path, capsys):
+    root = tmp_path / "bundles"
+    S.write_bundle(root, "quick", "a", [S.case_of(1), S.case_of(2)])
+    assert cli(root, S.DeclinesEverything) == 5
+    assert "not run: 2 declined: head-dim-not-served" in capsys.readouterr().out
+
+
+def test_decline_reasons_are_counted_top_first_and_all_when_verbose():
+    from bundlegen.harness.progress import not_run_reasons
+
+    records = ([{"verdict": "declined", "reason": f"r{i}"} for i in range(7) for _ in range(i + 1)]
+               + [{"verdict": "skipped", "detail": "too  large for cpu"}, {"verdict": "pass"}])
+    top = not_run_reasons(records, top=2)
+    assert top == ["7 declined: r6", "6 declined: r5", "... 6 more reasons (16 cases); --verbose lists all"]
+    every = not_run_reasons(records, top=None)
+    assert len(every) == 8 and "1 skipped: too large for cpu" in every
+
+
+def test_version_and_help_import_no_subcommand_nor_torch():
+    for flag in ("--version", "--help"):
+        code = ("import sys\nfrom bundlegen.cli import main\ntry:\n    main([%r])\nexcept SystemExit:\n    pass\n"
+                "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'triton'))\n"
+                "assert not heavy, heavy\n" % flag)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_verbose_switch_turns_on_info_logging():
+    import logging
+
+    from bundlegen.cli import configure_logging
+
+    logger = logging.getLogger("bundlegen")
+    try:
+        configure_logging(1)
+        assert logger.getEffectiveLevel() == logging.INFO
+        configure_logging(2)
+        assert logger.getEffectiveLevel() == logging.DEBUG and len(logger.handlers) == 1
+        configure_logging(0)
+        assert logger.getEffectiveLevel() == logging.WARNING
+    finally:
+        logger.handlers.clear()
+        logger.setLevel(logging.NOTSET)

@@ -6,8 +6,9 @@ import pytest
 
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results
-from bundlegen.harness.run import CaseExecutor, run_level
-from bundlegen.harness.worker import WorkerStartError
+from bundlegen.harness.executor import CaseExecutor
+from bundlegen.harness.level import run_level
+from bundlegen.harness.workers.worker import WorkerStartError
 from tests import harness_support as S
 
 
@@ -40,7 +41,7 @@ def test_a_raise_in_process_is_a_crash_too(tmp_path):
 
 def test_a_worker_runs_its_cases_with_the_collector_on_and_its_start_frozen():
     """The worker starts without the cyclic garbage collector and freezes what its start
-    built (worker._collector_on); its cases run with the collector back on."""
+    built (worker.collector_on); its cases run with the collector back on."""
     import re
 
     with CaseExecutor(S.engine_ref(S.ReportsCollector), "cpu", config=S.LOOSE) as ex:
@@ -67,16 +68,16 @@ def test_prepare_graphs_are_pickled_once_for_every_worker():
     import pickle
 
     from bundlegen.graph import dense_graph
-    from bundlegen.harness.worker import _prepare_message
+    from bundlegen.harness.workers.worker import prepare_message
     graphs, others = [dense_graph(), dense_graph(D_qk=32)], [dense_graph(S_q=64)]
-    first = _prepare_message(graphs)
-    assert _prepare_message(graphs) is first
+    first = prepare_message(graphs)
+    assert prepare_message(graphs) is first
     assert pickle.loads(first) == ("prepare", graphs)
-    assert pickle.loads(_prepare_message(others)) == ("prepare", others)
+    assert pickle.loads(prepare_message(others)) == ("prepare", others)
 
 
 def test_a_worker_stopped_without_waiting_is_reaped_in_the_background():
-    from bundlegen.harness.worker import IsolatedRunner, WorkerSpec, wait_exits
+    from bundlegen.harness.workers.worker import IsolatedRunner, WorkerSpec, wait_exits
 
     runner = IsolatedRunner(WorkerSpec(engine=S.engine_ref(S.TorchMathEngine), device="cpu",
                                        config=S.LOOSE))
@@ -90,7 +91,7 @@ def test_a_worker_stopped_without_waiting_is_reaped_in_the_background():
 def test_a_stopped_worker_that_does_not_exit_has_its_group_killed(monkeypatch):
     import subprocess
 
-    from bundlegen.harness import worker
+    from bundlegen.harness.workers import worker
 
     class Stuck:
         pid, waits = 4242, []

@@ -12,7 +12,7 @@ from bundlegen import ids
 from bundlegen import reasons as R
 from bundlegen.graph import Case, DataSpec, dense_graph, with_modifiers
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 from tests.harness_support import PLAIN, _with_class
 

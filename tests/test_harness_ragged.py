@@ -15,7 +15,7 @@ from bundlegen.engines.base import Engine
 from bundlegen.graph import Rejection, ragged_graph
 from bundlegen.harness import verdicts as V
 from bundlegen.harness import materialize as M
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from bundlegen.mask import keep_mask
 from bundlegen import reasons as R
 from tests.graph_factory import make_case

@@ -13,7 +13,7 @@ from bundlegen.graph import Rejection
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.results import read_results
-from bundlegen.harness.run import run_level
+from bundlegen.harness.level import run_level
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph
 
@@ -96,7 +96,8 @@ def test_engine_probe_declined_with_another_code_is_rejected_with_a_note(tmp_pat
     summary = run(tmp_path, engine=S.DeclinesEverything)
     (record,) = by_id(summary).values()
     assert record["verdict"] == V.REJECTED and R.HEAD_DIM_NOT_SERVED in record["detail"]
-    assert summary.exit_code == 0
+    assert summary.failing == 0   # not a failure; a run of probes alone tested nothing (exit 5)
+    assert summary.exit_code == V.EXIT_NOTHING_TESTED
 
 
 def test_a_failing_claimed_case_is_claim_broken_and_keeps_the_check(tmp_path):

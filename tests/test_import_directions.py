@@ -1,6 +1,8 @@
 """Imports point one way (DESIGN section 9): core <- plans <- generator; core <- harness <-
-claims, mutants; engines <- core. Every module of each part is parsed, and every import
-in it (inside functions too) is checked."""
+claims, mutants; engines <- core. Inside the harness, its floors point one way too (front
+ends > level > executor > workers > case > judging); the core CLI imports no speed module;
+and no private (underscore) name crosses a module line. Every module of each part is parsed,
+and every import in it (inside functions too) is checked."""
 from __future__ import annotations
 
 import ast
@@ -136,3 +138,163 @@ def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
         "generator imports bundlegen.harness.repro_command (harness)",
         "generator imports bundlegen.harness.repro_command.main (harness)",
         "generator imports bundlegen.harness.run (harness)"], found
+
+
+# ----------------------------------------------------------------------------- the harness's floors
+#: the harness's floors, top first (DESIGN section 9): a module imports modules of its own
+#: floor or of a floor below it, never above. Speed and process machinery (workers/) sits
+#: above the one-case path, which must run, and judge, without it.
+HARNESS_FLOORS = (
+    ("front end", ("command", "lanes_command", "repro_command", "serve_command", "pytest_plugin",
+                   "schema_files", "tolerance_power_command")),
+    ("level", ("level", "lanes", "repro", "repro_dump", "progress")),
+    ("executor", ("executor",)),
+    ("workers", ("workers",)),
+    ("case", ("case",)),
+    ("judging", ("materialize", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
+                 "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
+                 "job_summary", "tolerance_power", "__init__")),
+)
+HARNESS = ROOT / "harness"
+
+
+def harness_floor(module: str) -> int | None:
+    """The floor (0 = top) of a `bundlegen.harness...` module or of a name inside one; None
+    for anything outside the harness, and for the package itself."""
+    names = module.split(".")
+    if names[:2] != ["bundlegen", "harness"] or len(names) < 3:
+        return None
+    for floor, (_, members) in enumerate(HARNESS_FLOORS):
+        if names[2] in members:
+            return floor
+    raise AssertionError(f"{module}: no floor of HARNESS_FLOORS holds harness.{names[2]}")
+
+
+def floor_violations(path: Path, module_floor: int, root: Path = ROOT) -> list[str]:
+    """The imports of the harness file at `path` (under `root`, the repository's root) that
+    reach a floor above `module_floor`."""
+    package = "bundlegen." + ".".join(path.parent.relative_to(root).parts)
+    bad = []
+    for line, module in imported_modules(path, package):
+        target = harness_floor(module)
+        if target is not None and target < module_floor:
+            bad.append(f"{path.relative_to(root).as_posix()}:{line}: the {HARNESS_FLOORS[module_floor][0]} "
+                       f"floor imports {module} ({HARNESS_FLOORS[target][0]} floor)")
+    return bad
+
+
+def harness_files() -> list[tuple[Path, int]]:
+    out = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS).with_suffix("").parts
+        out.append((path, harness_floor(".".join(("bundlegen", "harness", *rel)))))
+    return out
+
+
+def test_every_harness_module_has_a_floor():
+    files = harness_files()
+    assert len(files) > 20 and all(floor is not None for _, floor in files)
+    floors = {floor for _, floor in files}
+    assert floors == set(range(len(HARNESS_FLOORS))), "a floor with no module: drop it or fill it"
+
+
+def test_harness_imports_go_down_the_floors_never_up():
+    found = [v for path, floor in harness_files() for v in floor_violations(path, floor)]
+    assert not found, "harness imports against its floors (front end > level > executor > " \
+                      "workers > case > judging):\n" + "\n".join(found)
+
+
+def test_the_floor_checker_sees_a_judging_module_reaching_up(tmp_path):
+    probe = tmp_path / "harness" / "probe.py"
+    probe.parent.mkdir()
+    probe.write_text("def f():\n    from bundlegen.harness.workers import pycache\n"
+                     "from bundlegen.harness.executor import CaseExecutor\n"
+                     "from bundlegen.harness import level, checks\n"
+                     "from . import command, case\n")
+    found = sorted(line.split(": ", 1)[1]
+                   for line in floor_violations(probe, len(HARNESS_FLOORS) - 1, root=tmp_path))
+    assert found == [
+        "the judging floor imports bundlegen.harness.case (case floor)",
+        "the judging floor imports bundlegen.harness.command (front end floor)",
+        "the judging floor imports bundlegen.harness.executor (executor floor)",
+        "the judging floor imports bundlegen.harness.executor.CaseExecutor (executor floor)",
+        "the judging floor imports bundlegen.harness.level (level floor)",
+        "the judging floor imports bundlegen.harness.workers (workers floor)",
+        "the judging floor imports bundlegen.harness.workers.pycache (workers floor)"], found
+
+
+# ----------------------------------------------------------------------------- the core CLI
+SPEED_MODULES = "bundlegen.harness.workers"
+
+
+def test_the_core_cli_imports_no_speed_module():
+    found = [f"{ROUTER}:{line}: {module}" for line, module in imported_modules(ROOT / ROUTER, "bundlegen")
+             if module == SPEED_MODULES or module.startswith(SPEED_MODULES + ".")]
+    assert not found, "the router imports process or speed machinery (a front end's job):\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------------------- private names
+#: the parts whose modules may not reach into another module's private (underscore) names
+PRIVATE_CHECKED = ("harness", "mutants", "claims")
+
+
+def private_crossings(path: Path, package: str) -> list[str]:
+    """`from X import _name` of another bundlegen module, and `module._name` on a bundlegen
+    module imported here (dunder names are public)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
+    modules_bound: set[str] = set()
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            if part_of(base) is None:
+                continue
+            for alias in node.names:
+                if private(alias.name):
+                    bad.append(f"{rel}:{node.lineno}: imports {base}.{alias.name}")
+                if _is_module(f"{base}.{alias.name}"):
+                    modules_bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if part_of(alias.name) is not None and alias.asname:
+                    modules_bound.add(alias.asname)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules_bound and private(node.attr)):
+            bad.append(f"{rel}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    return bad
+
+
+def _is_module(name: str) -> bool:
+    """Whether a `bundlegen...` name is a module or package of this repository."""
+    part = part_of(name)
+    names = name.split(".")
+    folder = ROOT / (FOLDERS[part] if part in FOLDERS else "bundlegen")
+    rest = names[2:] if part != "core" else names[1:]
+    target = folder.joinpath(*rest) if rest else folder
+    return target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("part", PRIVATE_CHECKED)
+def test_no_private_name_crosses_a_module_line(part):
+    found = [v for path, package in modules(part) for v in private_crossings(path, package)]
+    assert not found, "private (underscore) names used across module lines:\n" + "\n".join(found)
+
+
+def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from bundlegen.harness.workers.worker import _kill_group, WorkerSpec\n"
+                     "from bundlegen.harness.workers import zygote\n"
+                     "from bundlegen.harness import verdicts as V\n"
+                     "import os\n"
+                     "zygote._SHARED, V.__name__, os._exit\n"
+                     "def f():\n    from .config import _private\n")
+    found = sorted(line.split(": ", 1)[1] for line in private_crossings(probe, "bundlegen.harness"))
+    assert found == ["imports bundlegen.harness.config._private",
+                     "imports bundlegen.harness.workers.worker._kill_group",
+                     "uses zygote._SHARED"], found

@@ -25,7 +25,8 @@ FLASH = ClaimSet("torch-flash", claims={"sm90": frozenset({"a", "b", "c"})},
     ({"a", "b"}, SUPPORTED, "✅ 2"),
     ({"a", "b", "d", "f"}, SUPPORTED, "✅ 2"),           # declines for other features do not count
     ({"a", "x"}, PARTIAL, "🟡 1/2"),                     # x: in no run
-    ({"d", "e", "f", "x"}, PARTIAL, "🟡 0/1"),           # accepted, never claimed
+    ({"d", "e", "f", "x"}, DECLINED, "❌ hv-not-hk"),    # declined wherever seen: x (in no run) says nothing
+    ({"d", "e", "f", "u"}, PARTIAL, "🟡 0/1"),           # accepted (failed), never claimed
     ({"d", "e", "f"}, DECLINED, "❌ hv-not-hk"),         # no case's other items served: most common
     ({"f", "g", "d", "e"}, DECLINED, "❌ hv-not-hk"),    # tie: alphabetical first
     (set(), NO_CASES, "n/a"),
@@ -86,10 +87,11 @@ def test_render_from_fixtures():
     assert "| `REG-X` | ❌ mask-not-served | ✅ 1 |" in lines
     assert "| `REG-X` | a \\| pipe in the title |" in lines
     assert lines[lines.index("| `REG-X` | ❌ mask-not-served | ✅ 1 |") + 2].startswith(
-        "[^1]: skipped by a `[[test_skips]]` entry of the engine's [engine.toml](engines/torch_flash/engine.toml): T-1")
+        "[^1]: skipped by a skip row the engine's [engine.toml](engines/torch_flash/engine.toml) does not hold")
     assert "Every column below is on **sm90**." in lines
     assert "Configured, never run: torch-flash sm120." in lines and "sm120 |" not in text
-    assert "| torch-flash | sm90 | 3 | 5 | 5 | 0 | — |" in lines
+    assert "| torch-flash | sm90 | all | 3 | 5 | 5 | 0 | — |" in lines
+    assert "Levels covered: every level (quick)." in lines
     assert "- io dtype: ✅ bf16; 🟡 fp16" in lines
     assert "- `GATE-FP32` fp32 io dtype: waiting on fp32" in lines
     assert text.endswith("\n") and not text.endswith("\n\n\n")
@@ -179,3 +181,118 @@ def test_the_checked_in_matrix_shows_the_compiled_archs():
     compiled = text.split("Compiled and resource-checked, not run", 1)[1].split("\n\n", 1)[0]
     never = text.split("Configured, never run:", 1)[1].split("\n\n", 1)[0]
     assert f"triton sm120 ({variants}" in compiled.replace("\n", " ") and "triton sm120" not in never
+
+
+# ----------------------------------------------------------------------------- part of the levels, skip sources
+def _levels_fixture(evidence_level="pr"):
+    from bundlegen.claims.store import ArchEvidence, RunSource
+
+    levels = (("quick", frozenset({"q1", "q2", "q3"})), ("pr", frozenset({"p1"})),
+              ("nightly", frozenset({"n1", "n2", "n3", "n4"})))
+    items = {"GQA": frozenset({"q1", "p1", "n1", "n2"}), "MHA": frozenset({"q2", "n3"}),
+             "WIN": frozenset({"n4"}), "FP16": frozenset({"q3"})}
+    case_items = {c: frozenset(i for i, ids in items.items() if c in ids) for _, ids in levels for c in ids}
+    cases = BundleCases(items=items, case_items=case_items, levels=levels)
+    sources = (RunSource("r1.jsonl", "0" * 64, level=evidence_level, complete=True, selection="all"),)
+    engine = ClaimSet("e", claims={"sm90": frozenset({"q2"})},
+                      declines={"sm90": {"q1": "gqa-not-served", "p1": "gqa-not-served: H_k=2"}},
+                      unclaimed={"sm90": {"q3": "skipped: too large for cpu"}},
+                      evidence={"sm90": ArchEvidence(min_runs=1, min_margin=1.5, results=sources)})
+    groups = [FeatureGroup("heads", (Feature("GQA", "gqa"), Feature("MHA", "mha")), True),
+              FeatureGroup("mask", (Feature("WIN", "window"),), True),
+              FeatureGroup("dtype", (Feature("FP16", "fp16"),), True)]
+    return build_matrix(groups, cases, [Column("e", "sm90")], {"e": engine})
+
+
+def test_a_matrix_of_part_of_the_levels_counts_only_those_levels():
+    """Harvested from quick and pr: GQA, declined in every case those levels hold, is ❌ (not
+    🟡 0/n for the nightly cases no run gave the engine); a nightly-only feature is n/a; the
+    header says which levels the counts cover."""
+    matrix = _levels_fixture("pr")
+    cells = {row.feature.id: row.cells[0] for section in matrix.sections for row in section.rows}
+    assert cells["GQA"].text == "❌ gqa-not-served"
+    assert cells["MHA"].text == "✅ 1"                 # n3 (nightly) is not counted
+    assert cells["WIN"].status == NO_CASES
+    lines = render(matrix).splitlines()
+    assert "Levels covered: quick, pr of quick, pr, nightly; the cases of the other levels are not counted." in lines
+    assert "| e | sm90 | quick, pr | 1 | 2 | 1 | 1 | 1 |" in lines
+    full = _levels_fixture("nightly")
+    cells = {row.feature.id: row.cells[0] for section in full.sections for row in section.rows}
+    assert cells["MHA"].text == "🟡 1/2 [^1]" and cells["WIN"].text == "🟡 0/1 [^1]"   # in no run
+    assert cells["FP16"].text == "🟡 0/1 [^2]"
+    assert "Levels covered: every level (quick, pr, nightly)." in render(full).splitlines()
+
+
+def test_covered_levels_without_a_recorded_level():
+    from bundlegen.claims.matrix import covered_levels
+
+    cases = BundleCases(items={}, case_items={}, levels=(("quick", frozenset({"a"})), ("pr", frozenset({"b"})),
+                                                         ("nightly", frozenset({"c"}))))
+    assert covered_levels(ClaimSet("e", claims={"x": frozenset({"b"})}), "x", cases) == ("quick", "pr")
+    assert covered_levels(ClaimSet("e", claims={"x": frozenset()}), "x", cases) == ("quick", "pr", "nightly")
+
+
+def test_skips_are_attributed_to_their_source():
+    """The CPU size limit and a level's byte ceiling are not blamed on an engine.toml; a row of
+    the engine's engine.toml is named with its arch and version scope; a skip no row of it holds
+    says so."""
+    from bundlegen.claims.skips import skip_note
+    from bundlegen.harness.config import skip_row
+
+    row = skip_row("engine.toml", "test_skips[0]", {"ticket": "T-7", "reason": "NaN", "archs": ["sm90"],
+                                                   "seen_with": {"torch": "2.11.*"}, "filters": {"id": "abc*"}})
+    engine = ClaimSet("e", claims={"sm90": frozenset({"a"})},
+                      unclaimed={"sm90": {"c1": "skipped: too large for cpu",
+                                          "m1": "skipped: too large: needs 3 GiB at its peak, the pr level allows 2 GiB",
+                                          "m2": "skipped: too large: needs 5 GiB at its peak, the pr level allows 2 GiB",
+                                          "t1": "skipped: T-7: NaN", "l1": "skipped: T-8: lane skip"}})
+    ids = frozenset({"a", "c1", "m1", "m2", "t1", "l1"})
+    cases = BundleCases(items={"F": ids}, case_items={c: frozenset({"F"}) for c in ids},
+                        levels=(("quick", ids),))
+    matrix = build_matrix([FeatureGroup("f", (Feature("F", "f"),), True)], cases, [Column("e", "sm90")],
+                          {"e": engine}, engine_tomls={"e": "engines/e/engine.toml"}, skip_rows={"e": (row,)})
+    notes = [n.text for n in matrix.notes]
+    assert len(notes) == 4                              # the two byte-ceiling skips share one note
+    cpu = next(n for n in notes if "CPU" in n)
+    assert "engine.toml" not in cpu and "size limit of the device" in cpu
+    memory = next(n for n in notes if "byte ceiling" in n)
+    assert "engine.toml" not in memory
+    assert ("skipped by a `[[test_skips]]` row of the engine's [engine.toml](engines/e/engine.toml) (on sm90; "
+            "seen with torch 2.11.*: the row applies only at those versions): T-7: NaN") in notes
+    assert any(n.startswith("skipped by a skip row the engine's [engine.toml](engines/e/engine.toml) does not hold")
+               and n.endswith("T-8: lane skip") for n in notes)
+    assert "in no engine.toml of the engine" in skip_note("T-8: lane skip")
+
+
+# ----------------------------------------------------------------------------- combinations
+def test_combinations_answer_which_values_an_engine_serves_together():
+    from bundlegen.claims.combinations import CombinationError, combinations, combinations_text, parse_picks
+    from bundlegen.manifest import AxisItems
+
+    axes = [AxisItems("heads", "heads", True, "mha", ("mha", "gqa2", "gqa4"), ("H-MHA", "H-GQA2", "H-GQA4")),
+            AxisItems("mask", "mask", True, "none", ("none", "window-tl"), ("M-NONE", "M-WIN")),
+            AxisItems("dtype", "dtype", True, "bf16", ("bf16", "fp16"), ("D-BF16", "D-FP16"))]
+    case_items = {"a": {"H-MHA", "M-NONE", "D-BF16"}, "b": {"H-GQA2", "M-WIN", "D-BF16"},
+                  "c": {"H-GQA2", "M-WIN", "D-FP16"}, "d": {"H-GQA4", "M-WIN", "D-BF16"},
+                  "e": {"H-GQA2", "M-NONE", "D-BF16"}}
+    items: dict = {}
+    for case, held in case_items.items():
+        for item in held:
+            items.setdefault(item, set()).add(case)
+    cases = BundleCases(items={i: frozenset(ids) for i, ids in items.items()},
+                        case_items={c: frozenset(i) for c, i in case_items.items()},
+                        levels=(("quick", frozenset(case_items)),))
+    engines = {"k": ClaimSet("k", claims={"sm90": frozenset({"a", "b", "e"})},
+                             declines={"sm90": {"c": "dtype-not-served", "d": "gqa-not-served"}})}
+    picks = parse_picks("heads=gqa*,mask=window*,dtype", axes)
+    view = combinations(picks, cases, [Column("k", "sm90"), Column("k", "sm120")], engines)
+    assert view.axes == ("heads", "mask", "dtype") and view.columns == (Column("k", "sm90"),)
+    assert [(row.values, row.cells[0].text) for row in view.rows] == [
+        (("gqa2", "window-tl", "bf16"), "✅ 1"),
+        (("gqa2", "window-tl", "fp16"), "❌ dtype-not-served"),
+        (("gqa4", "window-tl", "bf16"), "❌ gqa-not-served")]        # gqa4 x fp16: no case holds it
+    lines = combinations_text(view).splitlines()
+    assert lines[0] == "| heads | mask | dtype | k sm90 |" and "| gqa2 | window-tl | fp16 | ❌ dtype-not-served |" in lines
+    for bad in ("hedas", "heads=xqa*"):
+        with pytest.raises(CombinationError):
+            parse_picks(bad, axes)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bundlegen.claims import harvest_command, matrix_command
 from bundlegen.claims.cases import bundle_cases
+from bundlegen.claims.harvest import run_json_of
 from bundlegen.claims.store import claims_path, read_claim_set, write_claim_set
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import builtin_bundle_root
@@ -76,10 +77,14 @@ def test_check_detects_drift(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert matrix_command.main(_args(check=True)) == 1
     out = capsys.readouterr().out
-    assert "has drifted" in out and f"+| torch-flash | sm90 | {len(claimable)} | 0 | 0 | 1 | 1 |" in out
+    assert "has drifted" in out and f"+| torch-flash | sm90 | quick | {len(claimable)} | 0 | 0 | 1 | 1 |" in out
+    assert "+Levels covered: quick of quick, pr, nightly, full; the cases of the other levels are not counted." in out
     assert "claims:" not in out                                   # the evidence holds
 
     matrix_command.main(_args())
+    # every quick case passed: no cell is partial for the levels the run did not cover
+    grid = [line for line in output.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    assert any("✅" in line for line in grid) and not [line for line in grid if "🟡" in line]
     output.write_text(output.read_text(encoding="utf-8") + "hand edit\n", encoding="utf-8")
     assert matrix_command.main(_args(check=True)) == 1
     assert "-hand edit" in capsys.readouterr().out
@@ -154,19 +159,45 @@ def test_check_fails_when_claims_come_from_an_incomplete_run(tmp_path, capsys, m
     assert "| quick -k 'AX-*' |" in text
 
 
+def test_a_whole_run_of_bundles_that_grew_since_still_backs_its_claims(tmp_path, capsys, monkeypatch):
+    """Cases added to the plan after a run: the run's own run.json says it ran the whole
+    level and counted the records it holds, so its claims stay backed; a run.json that
+    counted more cases than the file holds (a record lost) is still incomplete."""
+    workspace(tmp_path, monkeypatch)
+    results, _ = quick_run(tmp_path / "runs" / "flash.results.jsonl.gz", drop=1)
+    held = sum(1 for _ in gzip.open(results, "rt", encoding="utf-8"))
+    run_json = tmp_path / "runs" / "flash.run.json"
+
+    def ran(cases):
+        run_json.write_text(json.dumps({"level": "quick", "complete": True, "selection": "all",
+                                        "cases": cases, "versions": {"torch": "2.11.0"}}))
+        _harvest([results])
+        matrix_command.main(_args())
+        return _check(capsys)
+
+    assert ran(held)[0] == 0
+    rc, out = ran(held + 1)
+    assert rc == 1 and "claims quick cases but no cited results file is a complete run of quick" in out
+
+
 def test_the_checked_in_claims_fail_without_their_evidence(tmp_path, capsys, monkeypatch):
     """This repository's torch-math claims, in a workspace of their own: backed while the
-    results files they cite are there, not once one of them is removed."""
+    results files they cite (with their run.json, which says a run was whole where the
+    bundles grew since) are there, not once one of them is removed."""
     workspace(tmp_path, monkeypatch)
     claims = read_claim_set(REPO_ROOT / "engines" / "torch_math" / "claims.json", "torch-math")
     write_claim_set(tmp_path / "engines" / "torch_math" / "claims.json", claims)
     for source in claims.evidence["sm90"].results:
         (tmp_path / source.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / source.path, tmp_path / source.path)
+        run_json = run_json_of(REPO_ROOT / source.path)
+        if run_json.is_file():
+            shutil.copy(run_json, run_json_of(tmp_path / source.path))
     matrix_command.main(_args())
-    assert _check(capsys)[0] == 0
+    rc, out = _check(capsys)
+    assert rc == 0, out
     fresh = [s.path for s in claims.evidence["sm90"].results if s.level == "full"]
-    assert fresh and all(path.startswith("bench/results/") for path in fresh)
+    assert fresh and all(path.startswith("evidence/") for path in fresh)
     (tmp_path / fresh[0]).unlink()
     rc, out = _check(capsys)
     assert rc == 1 and f"torch-math sm90: cites {fresh[0]}, which is missing" in out

@@ -1,5 +1,5 @@
-"""`--mps`: a private CUDA MPS control daemon for a run's GPU workers (harness.mps), and the
-re-run alone of each case that crashed beside other workers (run._rerun_alone).
+"""`--mps`: a private CUDA MPS control daemon for a run's GPU workers (workers.mps), and the
+re-run alone of each case that crashed beside other workers (executor.rerun_alone).
 
 No GPU here: the daemon is a stand-in program named nvidia-cuda-mps-control on PATH that
 logs what it was asked, and the run's workers are two CPU workers with the device rule
@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import pytest
 
 from bundlegen.cli import main
-from bundlegen.harness import mps
+from bundlegen.harness.workers import mps
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
-from bundlegen.harness.run import _rerun_alone, _run_spread, run_level
+from bundlegen.harness.executor import DeviceTally, rerun_alone, run_spread
+from bundlegen.harness.level import run_level
 from tests import harness_support as S
 
 #: where CrashesOnce keeps its state (the workers inherit the test's environment)
@@ -203,13 +204,12 @@ def _case(cid: str):
 
 
 def test_a_held_crash_runs_again_in_the_first_worker_once_the_others_are_stopped():
-    from bundlegen.harness.run import _DeviceTally
 
     log, recorded = [], []
     first = _Executor("first", {}, log)
     executors = [first, _Executor("second", {}, log), _Executor("third", {}, log)]
-    tallies = [_DeviceTally("cuda:0", i) for i in range(3)]
-    _rerun_alone(executors, tallies, [_case("x"), _case("y")], recorded.append, lambda label: None)
+    tallies = [DeviceTally("cuda:0", i) for i in range(3)]
+    rerun_alone(executors, tallies, [_case("x"), _case("y")], recorded.append, lambda label: None)
     assert log == [("second", "release", None), ("third", "release", None),
                    ("first", "execute", "x"), ("first", "execute", "y")]
     assert [(r.case, r.by) for r in recorded] == [("x", "first"), ("y", "first")]
@@ -221,16 +221,15 @@ def test_the_spread_holds_back_crashes_only_when_asked(hold):
     log, recorded = [], []
     crashes = {"b": V.CRASHED}
     executors = [_Executor("one", crashes, log), _Executor("two", crashes, log)]
-    from bundlegen.harness.run import _DeviceTally
 
-    held = _run_spread(executors, [_DeviceTally("cuda:0", i) for i in range(2)],
+    held = run_spread(executors, [DeviceTally("cuda:0", i) for i in range(2)],
                        [_case(c) for c in "abc"], recorded.append, lambda label: None, hold_crashes=hold)
     assert sorted(r.case for r in recorded) == (["a", "c"] if hold else ["a", "b", "c"])
     assert [c.id for c in held] == (["b"] if hold else [])
 
 
 def test_a_worker_that_cannot_start_under_mps_says_what_the_daemon_logged(tmp_path, monkeypatch, control):
-    from bundlegen.harness.worker import WorkerStartError
+    from bundlegen.harness.workers.worker import WorkerStartError
 
     monkeypatch.setattr(mps, "mps_devices_problem", lambda devices: None)
     real = mps.start_mps

@@ -4,21 +4,17 @@ on which it computes something else than the product, and graphs outside it (the
 neighbouring values, the same feature exercised) on which it computes the same bits. A
 mutant that were wrong everywhere fails the second half; one that were right everywhere
 fails the first."""
-import os
+import importlib
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import importlib  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen.engines.triton import configs  # noqa: E402
-from bundlegen.engines.triton import launch as product_launch  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.harness.materialize import materialize, reset_outputs  # noqa: E402
-from bundlegen.mutants import catalog as C  # noqa: E402
-from tests.graph_factory import make_case, make_graph  # noqa: E402
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton import launch as product_launch
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.harness.materialize import materialize, reset_outputs
+from bundlegen.mutants import catalog as C
+from tests.graph_factory import make_case, make_graph
 
 #: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -101,8 +97,8 @@ def test_one_boundary_mutant_per_class_each_killed_by_pr():
 @pytest.mark.parametrize("name", sorted(BOUNDARY))
 def test_the_mutant_differs_only_inside_its_class(name):
     _, inside, outside = BOUNDARY[name]
-    correct, mutant = SmallTiles("cpu"), C.by_name(name).build(SmallTiles, "cpu")
-    assert not mutant.launches_own_modules()
+    correct, mutant = SmallTiles("cpu"), C.by_name(name).wrap(SmallTiles("cpu"))
+    assert not mutant.inner.launches_own_modules()
     for graph in inside:
         case = make_case(graph, seed=5)
         assert _differing(_outputs(correct, case), _outputs(mutant, case)), (
@@ -127,7 +123,7 @@ def test_the_grid_cap_drops_programs_past_1024_only():
     makes 1025 programs. Only the dQ stage runs (1025 interpreted programs, twice); a
     graph of 1024 programs or fewer is the product's bits (the whole backward)."""
     name = "dq-grid-capped-1024"
-    mutant_launch = importlib.import_module(C.by_name(name).build.load())
+    mutant_launch = importlib.import_module(C.by_name(name).patch.load())
     rows = TILES.block_m2
     many = make_case(_g(S_q=1025 * rows, S_kv=16, D_v=16), seed=5)
     m = materialize(many, "cpu")
@@ -138,7 +134,7 @@ def test_the_grid_cap_drops_programs_past_1024_only():
     assert torch.equal(want[:split].view(torch.int16), got[:split].view(torch.int16))
     assert not torch.equal(want[split:].view(torch.int16), got[split:].view(torch.int16))
     # outside the class: the whole backward, bit for bit
-    correct, mutant = SmallTiles("cpu"), C.by_name(name).build(SmallTiles, "cpu")
+    correct, mutant = SmallTiles("cpu"), C.by_name(name).wrap(SmallTiles("cpu"))
     for graph in (_g(S_q=4 * rows + 1, B=2, H_q=3, H_k=3, H_v=3),):
         case = make_case(graph, seed=5)
         assert not _differing(_outputs(correct, case), _outputs(mutant, case)), _label(graph)

@@ -1,24 +1,21 @@
 """The mutant catalog: one record per defect class, each mutant buildable by name through
 the engine registry, and each one a real defect: it computes something different from the
 correct engine on a small graph, or accepts a graph the correct engine declines."""
-import os
+import dataclasses
+import inspect
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import dataclasses  # noqa: E402
-import inspect  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.engines.registry import engine_class  # noqa: E402
-from bundlegen.engines.torch_math.engine import TorchMathEngine  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.harness.materialize import materialize  # noqa: E402
-from bundlegen.mutants import catalog as C  # noqa: E402
-from bundlegen.mutants import wrappers as W  # noqa: E402
-from tests.graph_factory import make_case, make_graph, packed_strides  # noqa: E402
+from bundlegen import reasons as R
+from bundlegen.engines.registry import engine_class
+from bundlegen.engines.torch_math.engine import TorchMathEngine
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.harness.materialize import materialize
+from bundlegen.mutants import catalog as C
+from bundlegen.mutants import triton_source as T
+from bundlegen.mutants import wrappers as W
+from tests.graph_factory import make_case, make_graph, packed_strides
 
 #: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -52,6 +49,11 @@ def test_engine_target_resolves_through_the_registry():
     engine = cls("cpu")
     assert isinstance(engine, W.DvExtraRow) and isinstance(engine.inner, TorchMathEngine)
     assert engine.name == "torch-math" and engine.arch == "cpu"
+    # a source patch wraps the whole engine: what it serves is the engine's
+    patched = engine_class(C.engine_target("triton", "drop-tail-block"))("cpu")
+    assert isinstance(patched, T.Patched) and isinstance(patched.inner, TritonEngine)
+    assert patched.name == "triton" and patched.ragged
+    assert patched.score_modifiers == TritonEngine.score_modifiers
     with pytest.raises(Exception, match="unknown mutant"):
         engine_class(C.engine_target("torch-math", "no-such-mutant"))
 
@@ -99,7 +101,7 @@ def test_wrapper_mutant_computes_something_else(name):
     engine_cls, kwargs = WRAPPER_GRAPHS[name]
     case = make_case(make_graph(D_qk=kwargs.pop("D_qk", 16), D_v=kwargs.pop("D_v", 16), **kwargs), seed=3)
     correct = engine_cls("cpu")
-    mutant = C.by_name(name).build(engine_cls, "cpu")
+    mutant = C.by_name(name).wrap(engine_cls("cpu"))
     assert correct.is_applicable(case.graph) is None and mutant.is_applicable(case.graph) is None
     assert _differs(_outputs(correct, case), _outputs(mutant, case))
     # and the same mutant is a no-op where its defect cannot show (strides that agree)
@@ -163,8 +165,8 @@ def test_source_patch_mutant_computes_something_else(name):
     kwargs, distribution = PATCH_GRAPHS[name]
     case = make_case(make_graph(**kwargs), seed=5, distribution=distribution)
     correct = TritonEngine("cpu")
-    mutant = C.by_name(name).build(TritonEngine, "cpu")
-    assert not mutant.launches_own_modules()
+    mutant = C.by_name(name).wrap(TritonEngine("cpu"))
+    assert isinstance(mutant, T.Patched) and not mutant.inner.launches_own_modules()
     assert _differs(_outputs(correct, case), _outputs(mutant, case))
 
 
@@ -183,12 +185,15 @@ def _overlapping_dq():
 def test_decline_arm_mutant_accepts_what_the_engine_declines(name, graph, code, engine_cls):
     g = graph()
     assert R.code_of(engine_cls("cpu").is_applicable(g)) == code
-    mutant = C.by_name(name).build(engine_cls, "cpu")
+    mutant = C.by_name(name).wrap(engine_cls("cpu"))
     assert mutant.is_applicable(g) is None
-    assert type(mutant).__name__.endswith(f"[{code}]")
+    assert isinstance(mutant, W.WithoutDeclineArm) and mutant.code == code
     # only that arm: the other layout arm still declines
     other = _overlapping_dq() if code == R.ZERO_STRIDE_OUTPUT else _zero_stride_dq()
     assert mutant.is_applicable(other) is not None
+    # and Triton's own run, which asks is_applicable again, serves the graph too
+    if engine_cls is TritonEngine:
+        mutant.run(g, materialize(make_case(g, seed=1), "cpu").tensors)
 
 
 def test_out_of_storage_views_raise():

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from bundlegen.graph import LAYOUT_ORDERS, TensorSpec, dense_graph, packed_strides
-from bundlegen.harness import run as R
+from bundlegen.harness.case import run_case
 from bundlegen.harness.bundles import manifest_of
 from bundlegen.harness.config import EngineConfig
 from bundlegen.engines.registry import engine_class
@@ -23,7 +23,7 @@ def _verdict(wrapper, graph, distribution="randn", runs=1):
     engine = wrapper(engine_class("torch-math")("cpu"))
     case = dataclasses.replace(make_case(graph, seed=5, distribution=distribution),
                                tolerance_class=f"{graph.dtype}-r256")
-    return R.run_case(case, engine, CONFIG, repeat=runs).verdict
+    return run_case(case, engine, CONFIG, repeat=runs).verdict
 
 
 def _sinks(graph):
@@ -102,3 +102,4 @@ def test_presents_what_the_harness_reads_before_offering_a_graph(name):
     mutant = CASES[name][0](inner)
     assert mutant.score_modifiers == inner.score_modifiers and mutant.ragged == inner.ragged
     assert mutant.deterministic == inner.deterministic
+    assert mutant.deterministic_mode == inner.deterministic_mode

@@ -2,19 +2,15 @@
 engine source, exactly where it was written for; the product modules carry no mutation
 switch; a patched module lives in the cache, never in the package, and only its mutant
 engine launches it."""
-import os
+import importlib
+import importlib.util
+from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
 
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.mutants import catalog as C  # noqa: E402
-from bundlegen.mutants import triton_source as T  # noqa: E402
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.mutants import catalog as C
+from bundlegen.mutants import triton_source as T
 
 PATCHED = [m for m in C.CATALOG if m.kind == C.SOURCE_PATCH]
 PRODUCT = Path(importlib.util.find_spec("bundlegen.engines.triton").origin).parent
@@ -22,7 +18,7 @@ PRODUCT = Path(importlib.util.find_spec("bundlegen.engines.triton").origin).pare
 
 @pytest.mark.parametrize("mutant", PATCHED, ids=lambda m: m.name)
 def test_each_patch_applies_exactly_where_it_was_written(mutant):
-    patch = mutant.build
+    patch = mutant.patch
     assert isinstance(patch, T.Patch) and patch.edits
     original = (PRODUCT / f"{patch.module}.py").read_text(encoding="utf-8")
     for edit in patch.edits:
@@ -46,14 +42,14 @@ def test_a_patch_that_no_longer_fits_fails_loudly():
 
 
 def test_a_patched_module_is_loaded_from_the_cache():
-    patch = C.by_name("drop-tail-block").build
+    patch = C.by_name("drop-tail-block").patch
     name = patch.load()
     module = importlib.import_module(name)
     assert name.startswith(T.MODULE_PREFIX) and Path(module.__file__).parent == T.cache_dir()
     assert not T.cache_dir().is_relative_to(PRODUCT.parent.parent)   # outside package and repo
     assert Path(module.__file__).read_text(encoding="utf-8") == patch.source()
     assert patch.load() == name                                  # one module per source
-    assert C.by_name("masked-rows-nan").build.load() != name
+    assert C.by_name("masked-rows-nan").patch.load() != name
     importlib.reload(module)                                     # findable by its name
     from bundlegen.engines.triton import kernels
     assert Path(kernels.__file__).parent == PRODUCT               # the product is untouched
@@ -62,8 +58,10 @@ def test_a_patched_module_is_loaded_from_the_cache():
 @pytest.mark.parametrize("name, attr", [("drop-tail-block", "kernels_module"),
                                         ("top-left-for-bottom-right", "launch_module")])
 def test_the_mutant_engine_names_the_patched_module(name, attr):
-    engine = C.by_name(name).build(TritonEngine, "cpu")
-    assert isinstance(engine, TritonEngine) and engine.name == "triton"
+    mutant = C.by_name(name).wrap(TritonEngine("cpu"))
+    assert isinstance(mutant, T.Patched) and mutant.name == "triton"
+    engine = mutant.inner
+    assert isinstance(engine, TritonEngine)
     other = ({"kernels_module", "launch_module"} - {attr}).pop()
     assert getattr(engine, attr).startswith(T.MODULE_PREFIX)
     assert getattr(engine, other) == getattr(TritonEngine, other)
@@ -86,8 +84,8 @@ def test_the_32_bit_offsets_patch_fits_and_is_invisible_below_2_31():
     assert record.needs_gpu and record.killed_by == "full"
     assert "offsets-32-bit" not in C.QUICK_CPU_NAMES and "needs a GPU" in record.not_applicable(TritonEngine, "cpu")
     assert record.not_applicable(TritonEngine, "cuda") is None
-    mutant = patch(TR.small_tile(TritonEngine), "cpu")
-    assert not mutant.launches_own_modules()
+    mutant = T.Patched(TR.small_tile(TritonEngine)("cpu"), patch)
+    assert not mutant.inner.launches_own_modules()
     graph = TR._graph(**TR.CASES["ragged"])
     outs = []
     for engine in (TR.SmallTileEngine("cpu"), mutant):

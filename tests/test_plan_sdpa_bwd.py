@@ -15,7 +15,7 @@ from bundlegen.generator import pairs
 from bundlegen.generator.expand import axis_item
 from bundlegen.generator.legality import Legality
 from bundlegen.plans import sdpa_bwd
-from bundlegen.plans.records import Regression, Rule, Shape, Spec, stride
+from bundlegen.plans.records import Regression, Rule, Shape, Space, Spec, stride
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +25,13 @@ def generated():
 
 @pytest.fixture(scope="module")
 def legality():
-    return Legality(sdpa_bwd.PLAN)
+    return Legality(sdpa_bwd.PLAN.padded)
 
 
 # ----------------------------------------------------------------------------- probes and claims
 def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
     probes = [c for c in generated.cases if c.purpose == "probe"]
-    assert len(probes) == len(sdpa_bwd.PLAN.probes) + len(sdpa_bwd.RAGGED_PROBES)
+    assert len(probes) == len(sdpa_bwd.PLAN.padded.probes) + len(sdpa_bwd.RAGGED_PROBES)
     for case in probes:
         r = case.expected_rejection
         if r.by == "frontend":
@@ -44,7 +44,7 @@ def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
 
 
 def test_probes_cover_the_issue_list():
-    reasons = {p.reason for p in sdpa_bwd.PLAN.probes}
+    reasons = {p.reason for p in sdpa_bwd.PLAN.padded.probes}
     assert {"o-dims-mismatch", "kv-dims-mismatch", "batch-mismatch", "zero-stride-output",
             "overlapping-output", "dtype-mismatch", "right-bound-below-minus-one",
             "left-bound-nonpositive", "scale-nonpositive"} <= reasons
@@ -116,7 +116,7 @@ def _excludes(rule: Rule, assignment: dict) -> bool:
 
 
 def test_legality_rules_each_exclude_what_they_say(legality, generated):
-    plan = sdpa_bwd.PLAN
+    plan = sdpa_bwd.PLAN.padded
     values = {a.name: a.values for a in plan.axes}
     illegal = pairs.illegal_units(legality, "all")
     written_combos = [combo for combos in generated.combos.values() for combo in combos]
@@ -189,7 +189,11 @@ def test_levels_are_declared_in_order_with_a_reserve():
 
 # ----------------------------------------------------------------------------- bad plan input
 def _with(**changes):
-    return dataclasses.replace(sdpa_bwd.PLAN, **changes)
+    """The plan with `changes`: fields of its padded space go to Plan.padded, the rest to Plan."""
+    space_fields = {f.name for f in dataclasses.fields(Space)}
+    padded = {k: v for k, v in changes.items() if k in space_fields}
+    rest = {k: v for k, v in changes.items() if k not in space_fields}
+    return dataclasses.replace(sdpa_bwd.PLAN, padded=dataclasses.replace(sdpa_bwd.PLAN.padded, **padded), **rest)
 
 
 def test_unknown_axis_value_in_a_rule_names_the_rule():
@@ -257,7 +261,7 @@ def test_review_gaps_have_cases_at_the_levels_asked(generated):
 def test_entries_declared_for_quick_or_pr_land_there(generated):
     """SHP-MANY-PROGRAMS among them: the cost model may move a quick entry's larger shape to
     pr, never a quick or pr entry past pr."""
-    declared = {e.item: e.level for e in (*sdpa_bwd.PLAN.catalog, *sdpa_bwd.PLAN.regressions)
+    declared = {e.item: e.level for e in (*sdpa_bwd.PLAN.padded.catalog, *sdpa_bwd.PLAN.padded.regressions)
                 if e.level in ("quick", "pr")}
     for case in generated.cases:
         for item in set(case.items) & set(declared):

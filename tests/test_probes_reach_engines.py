@@ -6,9 +6,9 @@ import dataclasses
 
 from bundlegen import reasons as R
 from bundlegen.engines.torch_math.engine import TorchMathEngine
-from bundlegen.graph import Rejection, ragged_graph
+from bundlegen.graph import Rejection, ragged_graph, with_modifiers
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from tests.graph_factory import make_case, make_graph
 from tests.harness_support import PLAIN
 
@@ -55,3 +55,28 @@ def test_the_frontend_verdict_comes_first():
     engine = AcceptsAnything()
     wrong = run_case(_probe(NEGATIVE_SCALE, R.SCALE_NONFINITE), engine, PLAIN)
     assert wrong.verdict == V.REJECTION_ACCEPTED and engine.asked == 0
+
+
+class ServesNoModifier(AcceptsAnything):
+    score_modifiers = frozenset()
+
+
+def _without(graph, port):
+    return dataclasses.replace(graph, tensors={p: t for p, t in graph.tensors.items() if p != port})
+
+
+def test_a_modifier_probe_is_not_offered_to_an_engine_that_does_not_list_the_modifier():
+    """A dSinks port without sinks (issue 45): an engine that serves no score modifier is
+    never handed a graph holding a modifier's ports, so it is not charged for accepting it."""
+    graph = _without(with_modifiers(make_graph(), sinks=True, dsinks=True), "sinks")
+    engine = ServesNoModifier()
+    outcome = run_case(_probe(graph, R.DSINKS_WITHOUT_SINKS), engine, PLAIN)
+    assert outcome.verdict == V.REJECTED and engine.asked == 0, outcome
+    assert R.DSINKS_WITHOUT_SINKS == outcome.reason and "sinks" in outcome.detail
+
+
+def test_an_engine_that_lists_the_modifier_is_still_offered_the_probe():
+    graph = _without(with_modifiers(make_graph(), sinks=True, dsinks=True), "sinks")
+    engine = AcceptsAnything()   # lists sinks, accepts everything: charged
+    outcome = run_case(_probe(graph, R.DSINKS_WITHOUT_SINKS), engine, PLAIN)
+    assert outcome.verdict == V.REJECTION_ACCEPTED and engine.asked == 1, outcome

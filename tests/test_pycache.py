@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from bundlegen.harness import pycache
+from bundlegen.harness.workers import pycache
 from bundlegen.harness.config import EngineConfig
-from bundlegen.harness.worker import WorkerSpec, worker_environment
+from bundlegen.harness.workers.worker import WorkerSpec, worker_environment
 
 
 def test_no_bytecode_becomes_a_cache_prefix(tmp_path):
@@ -45,20 +45,22 @@ def test_a_worker_started_without_bytecode_keeps_it_under_the_prefix(tmp_path, m
 
 
 def _cli_bytecode(tmp_path, extra_env: dict) -> list:
-    """The bytecode a `bundlegen run --help` process without bytecode writes under the prefix."""
+    """The bytecode a `bundlegen run` process without bytecode writes under the prefix (a run
+    that stops at once: its level does not exist, after the harness is imported)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", pycache.OPT_OUT)}
     env.update(PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"), **extra_env)
-    subprocess.run([sys.executable, "-m", "bundlegen", "run", "--help"], env=env, check=True,
-                   capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "bundlegen", "run", "--level", "no-such-level",
+                           "--engine", "torch-math", "--device", "cpu"], env=env, capture_output=True)
+    assert done.returncode == 2, done.stderr
     return list((tmp_path / "cache" / "bundlegen" / "pycache").rglob("*.pyc"))
 
 
-def test_the_cli_keeps_the_bytecode_of_its_imports_under_the_prefix(tmp_path):
-    import bundlegen.harness.command as command
+def test_the_run_command_keeps_the_bytecode_of_its_imports_under_the_prefix(tmp_path):
+    import bundlegen.harness.level as level
 
     written = _cli_bytecode(tmp_path, {})
-    mirrored = os.path.dirname(command.__file__).lstrip(os.sep)
-    assert any(p.name.startswith("command.") and mirrored in str(p) for p in written), written
+    mirrored = os.path.dirname(level.__file__).lstrip(os.sep)
+    assert any(p.name.startswith("level.") and mirrored in str(p) for p in written), written
     assert _cli_bytecode(tmp_path / "off", {pycache.OPT_OUT: "0"}) == []
 
 

@@ -16,8 +16,9 @@ from bundlegen.results_file import read_results
 # Imported here, before any pytester in-process run: modules first imported inside such a
 # run are dropped after it while their package keeps the stale attribute, and a later
 # isolated run in this process could then not pickle their classes.
-import bundlegen.harness.run  # noqa: F401
-import bundlegen.harness.worker  # noqa: F401
+import bundlegen.harness.case  # noqa: F401
+import bundlegen.harness.executor  # noqa: F401
+import bundlegen.harness.workers.worker  # noqa: F401
 from bundlegen import reasons as R
 from bundlegen.graph import Rejection
 from bundlegen.workspace import builtin_bundle_root
@@ -68,18 +69,18 @@ def test_collect_only_lists_every_builtin_quick_case(pytester):
 
 def test_header_counts_the_cases_and_the_selection(pytester):
     n = len(_builtin_quick_ids())
-    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--co", *NO_XDIST)
+    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--bundlegen-engine=torch-math", "--co", *NO_XDIST)
     result.stdout.fnmatch_lines([f"collected {n} items", "<BundleFile quick/sdpa_bwd/axes.json>",
                                  "  <BundleCaseItem *>"])
     probes = [i for i in _builtin_quick_ids() if "probes.json" in i]
-    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--co", "-k", "probes", *NO_XDIST)
+    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--bundlegen-engine=torch-math", "--co", "-k", "probes", *NO_XDIST)
     result.stdout.fnmatch_lines([f"collected {n} items / {n - len(probes)} deselected / {len(probes)} selected"])
 
 
 def test_bundles_come_from_the_workspace(pytester):
     pytester.makefile(".toml", bundlegen='bundles = "mine"\n')
     S.write_bundle(pytester.path / "mine", "quick", "only", [S.case_of(1), S.case_of(2)])
-    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--co", "-q", *NO_XDIST)
+    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--bundlegen-engine=torch-math", "--co", "-q", *NO_XDIST)
     assert [line for line in result.outlines if "::" in line] == \
         [f"quick/sdpa_bwd/only.json::{S.case_of(i).id}" for i in (1, 2)]
 
@@ -159,14 +160,14 @@ def test_dash_x_stops_at_the_first_failure(tmp_path, pytester):
 
 def test_dash_m_selects_by_purpose_and_level(bundles, pytester):
     S.write_bundle(bundles, "pr", "b", [S.case_of(6), S.case_of(7)])
-    common = [f"--bundlegen-bundles={bundles}", "--bundlegen-level=pr", "--co", "-q",
+    common = [f"--bundlegen-bundles={bundles}", "--bundlegen-level=pr", "--bundlegen-engine=torch-math", "--co", "-q",
               "--strict-markers", *NO_XDIST]
     result = pytester.runpytest_inprocess(*common, "-m", "probe")
     assert [line for line in result.outlines if "::" in line] == [f"quick/sdpa_bwd/a.json::{_probe().id}"]
     result = pytester.runpytest_inprocess(*common, "-m", "pr and claim")
     assert [line for line in result.outlines if "::" in line] == \
         [f"pr/sdpa_bwd/b.json::{S.case_of(i).id}" for i in (6, 7)]
-    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--markers", *NO_XDIST)
+    result = pytester.runpytest_inprocess("--bundlegen-level=quick", "--bundlegen-engine=torch-math", "--markers", *NO_XDIST)
     result.stdout.fnmatch_lines_random(["@pytest.mark.probe: *", "@pytest.mark.claim: *",
                                         "@pytest.mark.regression: *", "@pytest.mark.quick: *"])
 
@@ -231,3 +232,18 @@ def test_a_session_whose_cases_were_all_declined_does_not_pass(tmp_path, pyteste
     assert result.ret == 0
     result = pytester.runpytest_inprocess(*args(tmp_path, S.TorchMathEngine))
     assert result.ret == 0
+
+
+def test_the_engine_is_required(tmp_path, pytester):
+    """A CI line that forgets the engine is a usage error, not a run of some default engine."""
+    S.write_bundle(tmp_path, "quick", "a", [S.case_of(1)])
+    given = [a for a in args(tmp_path) if not a.startswith("--bundlegen-engine")]
+    result = pytester.runpytest_inprocess(*given)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--bundlegen-level needs --bundlegen-engine*"])
+
+
+def test_the_terminal_summary_says_why_cases_were_not_run(tmp_path, pytester):
+    S.write_bundle(tmp_path, "quick", "a", [S.case_of(1), S.case_of(2)])
+    result = pytester.runpytest_inprocess(*args(tmp_path, S.DeclinesEverything))
+    result.stdout.fnmatch_lines(["*bundlegen: why cases were not run*", "2 declined: head-dim-not-served*"])

@@ -13,7 +13,7 @@ from bundlegen.cli import main
 from bundlegen.harness import diagnose as D
 from bundlegen.harness.config import Tolerance
 from bundlegen.harness.repro import CaseNotFound, find_case
-from bundlegen.harness.repro_command import repro_command
+from bundlegen.harness.results import repro_command
 from bundlegen.mutants.catalog import engine_target
 
 #: built-in quick cases: REG-DO-STRIDES-DIFFER (dO in BSHD, O in BHSD) and AX-HEADS-HK1-HV2

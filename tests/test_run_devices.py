@@ -15,7 +15,10 @@ from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
 from bundlegen.harness.command import device_split
-from bundlegen.harness.run import _longest_first, predicted_seconds, resolve_devices, run_level, worker_devices
+from bundlegen.harness.case import predicted_seconds
+from bundlegen.harness.executor import longest_first
+from bundlegen.harness.level import run_level
+from bundlegen.harness.workers.devices import resolve_devices, worker_devices
 from tests import harness_support as S
 
 
@@ -90,7 +93,7 @@ def test_resume_shard_and_k_work_across_workers(tmp_path):
 
 def test_cases_are_handed_out_longest_predicted_first():
     small, mid, big = S.case_of(1, S_q=4), S.case_of(2, S_q=64, S_kv=64), S.case_of(3, S_q=256, S_kv=256)
-    order = _longest_first([small, big, mid], "cpu", S.MANIFEST)
+    order = longest_first([small, big, mid], "cpu", S.MANIFEST)
     assert order == [big, mid, small]
     costs = [predicted_seconds(c, "cpu", S.MANIFEST) for c in order]
     assert costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
@@ -229,7 +232,7 @@ def test_the_parent_of_an_isolated_run_never_imports_torch(tmp_path):
     from pathlib import Path
 
     S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 3)])
-    code = ("import sys; from bundlegen.harness.run import run_level; "
+    code = ("import sys; from bundlegen.harness.level import run_level; "
             f"s = run_level('quick', 'torch-math', device='cpu', bundles={str(tmp_path / 'bundles')!r}, "
             f"out={str(tmp_path / 'out')!r}, repeat=1); "
             "print(s.exit_code, 'torch' in sys.modules)")
@@ -267,7 +270,7 @@ def test_cases_begin_as_soon_as_the_first_worker_is_ready(tmp_path, monkeypatch)
 
 
 class _SpreadExecutor:
-    """A CaseExecutor stand-in for _run_spread: runs `seconds` per case, logs its release."""
+    """A CaseExecutor stand-in for run_spread: runs `seconds` per case, logs its release."""
 
     def __init__(self, name: str, seconds: float, log: list):
         self.device, self.name, self.seconds, self.log = "cuda:0", name, seconds, log
@@ -283,12 +286,12 @@ class _SpreadExecutor:
 
 @pytest.mark.parametrize("release_idle", [True, False])
 def test_a_worker_with_no_case_left_is_stopped_while_the_others_finish(release_idle):
-    from bundlegen.harness.run import _DeviceTally, _run_spread
+    from bundlegen.harness.executor import DeviceTally, run_spread
 
     log = []
     slow, quick = _SpreadExecutor("slow", 1.5, log), _SpreadExecutor("quick", 0.05, log)
     cases = [types.SimpleNamespace(id=c, level="quick", group="a") for c in "abc"]
-    _run_spread([slow, quick], [_DeviceTally("cuda:0", i) for i in range(2)], cases,
+    run_spread([slow, quick], [DeviceTally("cuda:0", i) for i in range(2)], cases,
                 lambda result: None, lambda label: None, release_idle=release_idle)
     if not release_idle:
         assert all(event != "released" for _, event, _ in log)
@@ -302,21 +305,21 @@ def test_a_worker_with_no_case_left_is_stopped_while_the_others_finish(release_i
 
 @pytest.mark.parametrize("switch", [None, "0"])
 def test_a_run_stops_its_idle_workers_before_the_end_unless_turned_off(tmp_path, monkeypatch, switch):
-    from bundlegen.harness import run as run_module
+    from bundlegen.harness import level as run_module
 
     if switch is None:
         monkeypatch.delenv(run_module.RELEASE_SWITCH, raising=False)
     else:
         monkeypatch.setenv(run_module.RELEASE_SWITCH, switch)
     alive_at_close, waits = [], []
-    close_all = run_module._close_all
+    close_all = run_module.close_all
 
     def note_then_close(executors, wait=True):
         alive_at_close.extend(ex.runner.pid is not None for ex in executors)
         waits.append(wait)
         close_all(executors, wait)
 
-    monkeypatch.setattr(run_module, "_close_all", note_then_close)
+    monkeypatch.setattr(run_module, "close_all", note_then_close)
     S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 4)])
     summary = _run(tmp_path, Paced)
     assert summary.exit_code == V.EXIT_OK and len(read_results(summary.results_path)) == 3

@@ -18,8 +18,9 @@ import torch
 from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import RESULTS_NAME, read_results, read_run_times
-from bundlegen.harness.run import CaseExecutor, run_level
-from bundlegen.harness.worker import WorkerStartError
+from bundlegen.harness.executor import CaseExecutor
+from bundlegen.harness.level import run_level
+from bundlegen.harness.workers.worker import WorkerStartError
 from tests import harness_support as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,8 +136,38 @@ def test_resume_refuses_results_of_another_run(tmp_path):
             _run(tmp_path, kwargs.pop("engine"), isolation=False, resume=True, **kwargs)
     bundle = tmp_path / "bundles" / "quick" / "sdpa_bwd" / "a.json"
     bundle.write_text(bundle.read_text().replace('"seed": 2', '"seed": 3'))
-    with pytest.raises(ValueError, match="its bundles digest"):
+    with pytest.raises(ValueError, match="its bundles differ from this run's"):
         _run(tmp_path, S.TorchMathEngine, isolation=False, resume=True)
+
+
+def test_resume_refuses_a_changed_engine_config_or_tolerance_file(tmp_path):
+    """What decides verdicts besides the bundles joins the resume key (issue 45): a resume
+    under a loosened engine config or tolerance file would mix cases judged two ways."""
+    import json as json_
+    from dataclasses import replace
+
+    from bundlegen.harness.config import OverrideRow
+    from bundlegen.tolerances import text_digest
+
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(1), S.case_of(2)])
+    _run(tmp_path, S.TorchMathEngine, isolation=False, pattern=S.case_of(1).id)
+    loose = replace(S.LOOSE, overrides=(OverrideRow(filters={}, rtol=1e6, atol=1e6, index=0),))
+    with pytest.raises(ValueError, match=r"holds another run \(its engine config \(engine.toml and "
+                                         r"claims.json\) differs from this run's") as refused:
+        run_level("quick", S.engine_ref(S.TorchMathEngine), device="cpu", bundles=tmp_path / "bundles",
+                  out=tmp_path / "out", config=loose, repeat=1, isolation=False, resume=True,
+                  pattern=S.case_of(1).id)
+    assert "\n" not in str(refused.value)
+    manifest = next((tmp_path / "bundles").glob("*.manifest.json"))
+    raw = json_.loads(manifest.read_text())
+    toml = manifest.parent / raw["tolerances"]["file"]
+    text = toml.read_text().replace("rtol = 0.", "rtol = 0.0", 1)   # one class ten times tighter
+    assert text != toml.read_text()
+    toml.write_text(text)
+    raw["tolerances"]["digest"] = text_digest(text)
+    manifest.write_text(json_.dumps(raw))
+    with pytest.raises(ValueError, match=r"holds another run \(its tolerance file differs from this run's"):
+        _run(tmp_path, S.TorchMathEngine, isolation=False, resume=True, pattern=S.case_of(1).id)
 
 
 def test_resume_keeps_a_whole_last_record_that_lost_its_newline(tmp_path):
@@ -200,7 +231,7 @@ def test_the_driver_version_is_asked_in_the_background(tmp_path, monkeypatch):
     imports torch); software_versions reads the answer; None where it fails or is missing."""
     from types import SimpleNamespace
 
-    from bundlegen.harness import worker
+    from bundlegen.harness.workers import worker
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\nsleep 1\necho 550.54.15\n")

@@ -17,9 +17,9 @@ import pytest
 from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
-from bundlegen.harness.run import run_level
-from bundlegen.harness.serve_client import ask, open_session
-from bundlegen.harness.serve_key import may_be_served, serve_key, socket_path
+from bundlegen.harness.level import run_level
+from bundlegen.harness.workers.serve_client import ask, open_session
+from bundlegen.harness.workers.serve_key import may_be_served, serve_key, socket_path
 from tests import harness_support as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def test_one_run_at_a_time_then_stop_from_the_command_line(ws, capsys):
     assert second is None and "busy" in note and "starting fresh workers" in note
     first.close()
     deadline = time.monotonic() + 10
-    while ask(path, ("status", None))[1]["busy"] and time.monotonic() < deadline:
+    while ask(path, "status")[1]["busy"] and time.monotonic() < deadline:
         time.sleep(0.05)   # the server notices the closed session a moment later
     assert main(["run", "--level", "quick", "--engine", "torch-math", "--device", "cpu",
                  "--bundles", str(root / "bundles"), "--out", str(root / "cli"), "--quiet"]) == 0
@@ -204,12 +204,12 @@ def test_a_server_of_mps_workers_serves_only_runs_that_ask_for_mps(ws, capsys):
 def test_a_released_served_worker_is_stopped_and_starts_again_for_its_next_case(ws):
     """What a run under --mps does to the server's other workers before it runs its crashed
     cases again alone: `release` stops the slot's worker process; the next case starts one."""
-    from bundlegen.harness.worker import WorkerSpec
+    from bundlegen.harness.workers.worker import WorkerSpec
 
     root, _ = ws
     bundle(root, [S.case_of(1)])
     proc, path = start_server(ws, "torch-math", "--workers-per-device", "2")
-    slots = lambda: ask(path, ("status", None))[1]["slots"]
+    slots = lambda: ask(path, "status")[1]["slots"]
     first_pids = [s["pid"] for s in slots()]
     assert all(first_pids)
     session, note = open_session(serve_key("torch-math", ["cpu"], 2))

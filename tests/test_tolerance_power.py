@@ -10,7 +10,7 @@ import torch
 from bundlegen.graph import TensorSpec, dense_graph
 from bundlegen.harness import tolerance_power as TP
 from bundlegen.harness.bundles import load_level
-from bundlegen.harness.config import Tolerance
+from bundlegen.tolerance import Tolerance
 from bundlegen.workspace import default_bundle_root
 from tests.graph_factory import make_case
 

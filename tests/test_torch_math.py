@@ -13,7 +13,7 @@ from bundlegen.graph import Attributes
 from bundlegen.engines.registry import engine_class
 from bundlegen.engines.torch_math.engine import TorchMathEngine, attention_backward
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from bundlegen.plans.sdpa_bwd import tolerance_class_for
 from tests import harness_support as S
 from tests.graph_factory import make_case, make_graph, packed_strides

@@ -12,7 +12,7 @@ from bundlegen import reasons as R
 from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import TensorSpec, dense_graph, with_modifiers
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.run import run_case
+from bundlegen.harness.case import run_case
 from bundlegen.engines.registry import engine_class
 from bundlegen.engines.torch_cudnn.engine import cudnn_values
 from bundlegen.engines.torch_efficient.engine import efficient_values

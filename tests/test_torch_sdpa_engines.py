@@ -233,7 +233,7 @@ def test_length_one_axes_exempt_except_efficient_heads():
 
 # ----------------------------------------------------------------------------- the plan's probes
 def test_engine_probes_rejected_with_their_reason():
-    probes = [p for p in sdpa_bwd.PLAN.probes if p.by == "engine"]
+    probes = [p for p in sdpa_bwd.PLAN.padded.probes if p.by == "engine"]
     assert probes
     for probe in probes:
         graph = expand.graph_of(sdpa_bwd.PLAN, probe.spec)

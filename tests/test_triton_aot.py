@@ -45,3 +45,40 @@ def test_dense_variants_take_no_ragged_arguments():
     assert sigs["dq"].count("!tt.ptr") == 7, sigs["dq"]
     assert sigs["dq-ragged"].count("!tt.ptr<i32>") == 2, sigs["dq-ragged"]
     assert sigs["dq-ragged"].count("!tt.ptr") == 9
+
+
+TWO_CHUNK_MISUSE = {"one head dim in two chunks": dict(BLOCK_DV2=0),
+                    "a first chunk other than 128 columns": dict(BLOCK_DQK=256),
+                    "two chunks without masks (EVEN)": dict(EVEN=True)}
+_MISUSE = """
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from bundlegen.engines.triton import aot, kernels, resources
+variants = resources.load_report()["archs"]["sm90"]["variants"]
+out = {{}}
+for kernel in ("dq", "dkdv"):
+    var = variants[kernel + "-2c/d192/vec8/narrow/dense"]
+    fn = getattr(kernels, var["kernel"])
+    try:
+        triton.compile(ASTSource(fn, *aot.specialise(fn, dict(var["constexprs"], **{change!r}),
+                                                        "bf16")),
+                       target=GPUTarget(*aot.TARGETS["sm90"]), options=dict(var["options"]))
+        out[kernel] = "compiled"
+    except Exception as e:
+        out[kernel] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("misuse", list(TWO_CHUNK_MISUSE))
+def test_two_chunk_kernels_refuse_a_broken_invariant_at_compile_time(misuse):
+    """The two-chunk branch of the dK/dV and dQ kernels (kernels.py, "Two chunks") relies on
+    both head dims in two chunks, a whole 128-column first chunk and masked loads: a launch
+    breaking one is refused when it compiles (tl.static_assert), not run with wrong tiles."""
+    code = _MISUSE.format(change=TWO_CHUNK_MISUSE[misuse])
+    out = subprocess.run([sys.executable, "-c", code], env=compile_env(), capture_output=True,
+                         text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    for kernel, result in json.loads(out.stdout.strip().splitlines()[-1]).items():
+        assert "two chunks: both head dims" in result, (kernel, result[-500:])

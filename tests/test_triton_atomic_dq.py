@@ -3,19 +3,16 @@ dS K into an fp32 scratch, no dQ kernel) against the float64 reference in the in
 heads, head dims, masks, layouts, score modifiers; and which graphs it serves with atomics
 (engine.atomic_dq_serves: padded, head dims up to 128, no deterministic backward asked)."""
 import dataclasses
-import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen.graph import dense_graph, ragged_graph, with_modifiers  # noqa: E402
-from bundlegen.engines.triton import configs, launch  # noqa: E402
-from bundlegen.engines.triton.engine import (TritonAtomicDqEngine, TritonEngine,  # noqa: E402
+from bundlegen.graph import dense_graph, ragged_graph, with_modifiers
+from bundlegen.engines.triton import configs, launch
+from bundlegen.engines.triton.engine import (TritonAtomicDqEngine, TritonEngine,
                                              atomic_dq_serves)
-from bundlegen.engines.triton.selfcheck import check, permuted, prepare  # noqa: E402
-from tests.triton_tiles import TEST_TILES, small_tile  # noqa: E402
+from tests.triton_reference import check, permuted, prepare
+from tests.triton_tiles import TEST_TILES, small_tile
 
 AtomicEngine = small_tile(TritonAtomicDqEngine)
 
@@ -40,7 +37,7 @@ def test_gradients(name):
 
 def test_odd_output_layouts():
     """dQ BSHD with an odd pitch and an offset: the scratch is packed, the copy into dQ
-    writes only the elements dQ's view addresses (selfcheck checks the gaps and guards)."""
+    writes only the elements dQ's view addresses (triton_reference.check checks the gaps and guards)."""
     args = dict(H_q=4, H_k=2, H_v=1, S_q=18, S_kv=22, D_qk=24, D_v=16)
     dims = {p: t.dims for p, t in dense_graph(**args).tensors.items()}
     strides = {"dq": permuted(dims["dq"], (0, 2, 1, 3), pad=3), "dv": permuted(dims["dv"], (0, 1, 3, 2))}

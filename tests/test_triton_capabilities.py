@@ -1,21 +1,18 @@
 """The Triton engine's declines: each arm has a graph that only it declines (the same graph
 with that one thing fixed is accepted), with the exact reason code; plus accept cases for
 what is served natively, and the per-arch block configs."""
+import dataclasses
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"
+import pytest
 
-import dataclasses  # noqa: E402
-
-import pytest  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import Graph, dense_graph, packed_strides  # noqa: E402
-from bundlegen.engines.triton import configs  # noqa: E402
-from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS, Capabilities  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.selfcheck import permuted  # noqa: E402
-from bundlegen.engines.triton.aot import compile_env  # noqa: E402
+from bundlegen import reasons as R
+from bundlegen.graph import Graph, dense_graph, packed_strides
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS, Capabilities
+from bundlegen.engines.triton.engine import TritonEngine
+from tests.triton_reference import permuted
+from bundlegen.engines.triton.aot import compile_env
 
 GPU_ARCHS = ("sm90", "sm120", "gfx942")
 

@@ -1,20 +1,17 @@
 """The Triton engine's gradients against a float64 autograd reference, in the Triton
 interpreter on the CPU: head configs, head dims, sequence tails, every mask kind and
 alignment, fully masked rows, strided/broadcast/padded layouts, scale, fp16 and bf16.
-Each case also checks output canaries, untouched inputs and no NaN (selfcheck.check)."""
+Each case also checks output canaries, untouched inputs and no NaN (triton_reference.check)."""
 import dataclasses
-import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen.graph import dense_graph, packed_strides, ragged_graph  # noqa: E402
-from bundlegen.engines.triton import configs, launch  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.selfcheck import check, permuted, prepare  # noqa: E402
-from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
+from bundlegen.graph import dense_graph, packed_strides, ragged_graph
+from bundlegen.engines.triton import configs, launch
+from bundlegen.engines.triton.engine import TritonEngine
+from tests.triton_reference import check, permuted, prepare
+from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: F401  (fixture)
 
 
 def _layout(kind: str, **g) -> dict:

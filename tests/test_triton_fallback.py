@@ -1,16 +1,12 @@
 """The Triton engine's fallback when a launch runs out of resources: the next smaller config
 (configs.shrink) for that variant only, remembered for it, so that a case's config, and so
 its bits, never depend on which cases ran before it in the worker."""
-import os
+import pytest
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
-
-import pytest  # noqa: E402
-
-from bundlegen.engines.triton import configs  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.selfcheck import prepare  # noqa: E402
-from tests import triton_oor_launch as oor  # noqa: E402
+from bundlegen.engines.triton import configs
+from bundlegen.engines.triton.engine import TritonEngine
+from tests.triton_reference import prepare
+from tests import triton_oor_launch as oor
 
 
 class OutOfResourcesEngine(TritonEngine):

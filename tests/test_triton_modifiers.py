@@ -1,23 +1,20 @@
 """The Triton engine's score modifiers (bias and dBias, ALiBi, sinks and dSinks, softcap)
-against the float64 autograd reference (selfcheck.reference), in the Triton interpreter:
+against the float64 autograd reference (tests/triton_reference.py), in the Triton interpreter:
 each bias broadcast with its dBias, masks, GQA / MQA, odd bias and dBias layouts, both VEC
 variants, fully masked rows and tiles, and bitwise re-runs. Each case also checks canaries
-around every output (dBias, dSinks included), untouched inputs and no NaN (selfcheck.check)."""
+around every output (dBias, dSinks included), untouched inputs and no NaN (triton_reference.check)."""
 import dataclasses
-import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers  # noqa: E402
-from bundlegen.engines.triton.capabilities import ROWS  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.engines.triton.launch import vec_for  # noqa: E402
-from bundlegen.engines.triton.selfcheck import alibi, check, permuted, prepare  # noqa: E402
-from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: E402,F401  (fixture)
+from bundlegen import reasons as R
+from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers
+from bundlegen.engines.triton.capabilities import ROWS
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.engines.triton.launch import vec_for
+from tests.triton_reference import alibi, check, permuted, prepare
+from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: F401  (fixture)
 
 
 CASES = {
@@ -172,13 +169,13 @@ MUTANT_GRAPHS = {
 
 @pytest.mark.parametrize("name", sorted(MUTANT_GRAPHS))
 def test_modifier_mutants_fail_the_checks(name):
-    """The modifier mutants fail selfcheck.check (the same graph passes with the correct
+    """The modifier mutants fail triton_reference.check (the same graph passes with the correct
     engine in test_gradients-style runs above)."""
     from bundlegen.mutants import catalog
     sizes, mods = MUTANT_GRAPHS[name]
     graph = with_modifiers(dense_graph(**sizes), **mods)
     check(prepare(graph, seed=3), SmallTileEngine("cpu"))
-    mutant = catalog.by_name(name).build(SmallTileEngine, "cpu")
+    mutant = catalog.by_name(name).wrap(SmallTileEngine("cpu"))
     with pytest.raises(AssertionError):
         check(prepare(graph, seed=3), mutant)
 
@@ -219,6 +216,40 @@ def test_two_chunks_with_every_modifier(split):
                            bias="head", dbias=True, sinks=True, dsinks=True, softcap=4.0)
     assert launch.head_tiles(graph, cfg)["BLOCK_DQK2"] == 64
     check(prepare(graph, seed=11), engine)
+
+
+#: one small case per modifier for the two-chunk head dims: (modifiers, mask); "alibi" is a
+#: batch-broadcast bias filled with ALiBi slopes (tests/triton_reference.alibi)
+TWO_CHUNK_MODIFIERS = {
+    "bias-dbias": (dict(bias="full", dbias=True), dict(left=9, right=2)),
+    "alibi": (dict(bias="batch", dbias=True), dict(right=0, alignment="BOTTOM_RIGHT")),
+    "sinks-dsinks": (dict(sinks=True, dsinks=True), dict(right=0)),
+    "softcap": (dict(softcap=2.0), dict()),
+}
+
+
+@pytest.mark.parametrize("mod", list(TWO_CHUNK_MODIFIERS))
+@pytest.mark.parametrize("d", [160, 192])
+def test_two_chunk_head_dims_with_each_modifier(d, mod):
+    """Head dims 160 and 192 held as two column chunks (128 + 32, 128 + 64; kernels.py, "Two
+    chunks"), not padded to 256, with each score modifier alone: the chunk branch of the
+    dK/dV and dQ kernels serves every modifier the one-chunk kernels serve."""
+    from bundlegen.engines.triton import launch
+    cfg = dataclasses.replace(TEST_TILES, two_chunks=True)
+    engine = type("TwoChunks", (TritonEngine,), {"config": lambda self, g: cfg})("cpu")
+    mods, mask = TWO_CHUNK_MODIFIERS[mod]
+    S_q, S_kv, H = 20, 27, 2
+    graph = with_modifiers(dense_graph(B=2, H_q=H, S_q=S_q, S_kv=S_kv, D_qk=d, D_v=d,
+                                       scale=0.1, **mask), **mods)
+    assert launch.head_tiles(graph, cfg)["BLOCK_DQK2"] == d - 128
+    assert engine.is_applicable(graph) is None
+    inputs = None
+    if mod == "alibi":
+        gen = torch.Generator().manual_seed(d)
+        inputs = {p: torch.randn(graph.tensors[p].dims, generator=gen, dtype=torch.float64)
+                  for p in ("q", "k", "v", "do")}
+        inputs["bias"] = alibi(H, S_q, S_kv, shift=S_kv - S_q)
+    check(prepare(graph, seed=d, inputs=inputs), engine)
 
 
 def _dkdv_dp_first(graph, arch: str) -> set:

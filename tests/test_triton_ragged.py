@@ -8,25 +8,21 @@ good sequences (validate.good_sequences) must match the reference. The bad-offse
 offsets before the storage, past its end, decreasing and over max_seqlen, and the engine
 must still touch nothing outside its tensors; the seed-001 mutant (the token-base bound
 dropped) fails that very check."""
-import os
+import dataclasses
+import math
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel is decorated
+import pytest
+import torch
 
-import dataclasses  # noqa: E402
-import math  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from bundlegen import reasons as R  # noqa: E402
-from bundlegen.graph import Graph, packed_strides, ragged_graph  # noqa: E402
-from bundlegen.mask import keep_mask  # noqa: E402
-from bundlegen.harness.checks import bit_pattern  # noqa: E402
-from bundlegen.validate import frontend_reason, good_sequences  # noqa: E402
-from bundlegen.engines.triton import launch  # noqa: E402
-from bundlegen.engines.triton.capabilities import Capabilities  # noqa: E402
-from bundlegen.engines.triton.engine import TritonEngine  # noqa: E402
-from bundlegen.mutants import catalog as C  # noqa: E402
+from bundlegen import reasons as R
+from bundlegen.graph import Graph, packed_strides, ragged_graph
+from bundlegen.mask import keep_mask
+from bundlegen.harness.checks import bit_pattern
+from bundlegen.validate import frontend_reason, good_sequences
+from bundlegen.engines.triton import launch
+from bundlegen.engines.triton.capabilities import Capabilities
+from bundlegen.engines.triton.engine import TritonEngine
+from bundlegen.mutants import catalog as C
 
 #: a mutant's NaN and overflow are expected; numpy warns of them inside the interpreter
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -38,7 +34,7 @@ IO = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: computed from an input canary (a stray read) is still a changed output canary
 CANARY = {torch.float16: (0x7E5A, 0x7E0B), torch.bfloat16: (0x7FDA, 0x7FC5),
           torch.float32: (0x7FC0005A, 0x7FC0000B)}
-from tests.triton_tiles import TEST_TILES as TILES, SmallTileEngine, engine, small_tile  # noqa: E402,F401
+from tests.triton_tiles import TEST_TILES as TILES, SmallTileEngine, engine, small_tile  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- reference
@@ -276,8 +272,8 @@ def test_bad_offsets_touch_nothing_outside(engine, name):
 def test_the_unbounded_token_base_mutant_fails_the_bad_offset_check():
     """Seed 001's defect put back (kernels use the raw first token): the same check fails,
     on the canaries outside the tensors."""
-    mutant = C.by_name("ragged-token-base-unbounded").build(small_tile(TritonEngine), "cpu")
-    assert not mutant.launches_own_modules()
+    mutant = C.by_name("ragged-token-base-unbounded").wrap(small_tile(TritonEngine)("cpu"))
+    assert not mutant.inner.launches_own_modules()
     graph = _graph(**BAD["negative-and-past-end"])
     with pytest.raises(AssertionError, match="outside the sequences changed"):
         check(prepare(graph, seed=7), mutant)
@@ -287,7 +283,7 @@ def test_the_unbounded_token_base_mutant_fails_the_bad_offset_check():
 
 def test_the_top_left_mutant_fails_a_ragged_bottom_right_batch():
     """The alignment mutant reaches the ragged path too (each sequence's own shift)."""
-    mutant = C.by_name("top-left-for-bottom-right").build(small_tile(TritonEngine), "cpu")
+    mutant = C.by_name("top-left-for-bottom-right").wrap(small_tile(TritonEngine)("cpu"))
     with pytest.raises(AssertionError, match="max err"):
         check(prepare(_graph(**CASES["causal-br-sq-ne-skv"]), seed=5), mutant)
 

@@ -1,8 +1,7 @@
 """launch.run on a GPU: the dQ kernel (and a second dK/dV pass) on a side stream beside the
 first dK/dV pass, ordered after the preprocess kernel and before everything the current
 stream does next. No GPU here: the streams are stand-ins that log each wait and switch,
-and the kernel launches are stand-ins that log where they ran (the GPU runs of
-bench/overlap_probe.py check that the gradients are bitwise those of one stream)."""
+and the kernel launches are stand-ins that log where they ran."""
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -1,6 +1,6 @@
-"""harness/warm_path.py: a GPU worker's warm-up of the case path (its gain is measured on a
+"""harness/workers/warm_path.py: a GPU worker's warm-up of the case path (its gain is measured on a
 GPU: bench/first_case.py --no-warm-path)."""
-from bundlegen.harness import warm_path
+from bundlegen.harness.workers import warm_path
 
 
 def test_every_check_runs_to_the_end_for_each_dtype():

@@ -22,8 +22,11 @@ from bundlegen.harness.bundles import default_bundle_root, load_level
 REPO = Path(__file__).resolve().parents[1]
 NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "out", "build", "dist", "*.egg-info",
                                     "__pycache__", "results")
-#: what the test venv lends the new one: everything but bundlegen's own install
-NOT_LENT = ("__editable__", "bundlegen", "_bundlegen", "__pycache__")
+#: what the test venv lends the new one: everything but bundlegen's own install and the
+#: optional dependencies (the extras triton and report), so the wheel runs as
+#: `pip install bundlegen` without extras leaves it
+NOT_LENT = ("__editable__", "bundlegen", "_bundlegen", "__pycache__",
+            "triton", "matplotlib", "mpl_toolkits", "pylab")
 
 
 def _run(args, cwd, env=None, check=True):
@@ -116,3 +119,21 @@ def test_quick_runs_from_an_empty_folder_and_writes_nothing_into_site_packages(i
     assert len(records) == len(loaded.cases) >= 100 and verdicts == want, verdicts
     assert sorted(p.name for p in empty.iterdir()) == ["out"]
     assert _snapshot(site) == before
+
+
+def test_without_the_extras_the_triton_engine_and_the_plots_say_what_to_install(installed):
+    env, empty, bundlegen = installed["env"], installed["empty"], installed["bundlegen"]
+    for module in ("triton", "matplotlib"):   # not lent: the extras are not installed
+        assert _run([installed["python"], "-c", f"import {module}"], cwd=empty, env=env, check=False).returncode
+    refused = _run([bundlegen, "run", "--level", "quick", "--engine", "triton", "--device", "cpu", "--quiet",
+                    "--out", str(empty.parent / "triton-out")], cwd=empty, env=env, check=False)
+    assert refused.returncode == V.EXIT_USAGE
+    message = (refused.stdout + refused.stderr).strip()
+    assert len(message.splitlines()) == 1 and "pip install 'bundlegen[triton]'" in message, message
+    out = empty.parent / "plots"
+    ran = _run([bundlegen, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "--quiet",
+                "-k", "AX-DTYPE-BF16", "--out", str(out)], cwd=empty, env=env)
+    refused = _run([bundlegen, "report", str(out), "--html", str(out / "report")], cwd=empty, env=env, check=False)
+    assert ran.returncode == 0 and refused.returncode == V.EXIT_USAGE
+    message = (refused.stdout + refused.stderr).strip()
+    assert len(message.splitlines()) == 1 and "pip install 'bundlegen[report]'" in message, message

@@ -1,4 +1,4 @@
-"""Workers forked from the zygote (harness.zygote): a runner's first worker starts plainly,
+"""Workers forked from the zygote (workers.zygote): a runner's first worker starts plainly,
 its restarts are forked from the zygote (torch imported once), each worker in its own
 session, exit statuses reported by the zygote, and the plain start where there is none."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from bundlegen.harness import zygote
+from bundlegen.harness.workers import zygote
 from bundlegen.harness.config import EngineConfig
-from bundlegen.harness.worker import IsolatedRunner, WorkerSpec, describe_exit
+from bundlegen.harness.workers.worker import IsolatedRunner, WorkerSpec, describe_exit
 
 SPEC = WorkerSpec("torch-math", "cpu", EngineConfig())
 

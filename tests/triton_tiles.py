@@ -1,6 +1,6 @@
 """Small, unequal Triton tiles for the interpreter tests (M != N): small shapes then cross
 several blocks in both kernels, so block skipping, tails, band edges and fully masked tiles
-all occur. Import after TRITON_INTERPRET is set."""
+all occur. The interpreter is set for the session by tests/conftest.py."""
 import pytest
 
 from bundlegen.engines.triton import configs

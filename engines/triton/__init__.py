@@ -1,2 +1,2 @@
-"""This project's Triton SDPA backward engine (issue 4): kernels, launch, per-arch configs
+"""This project's Triton SDPA backward engine: kernels, launch, per-arch configs
 and capabilities. Importing the package does not import Triton's kernels; launch does."""

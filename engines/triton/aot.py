@@ -52,7 +52,7 @@ def no_tma(kernel: str) -> dict:
     return dict(TMA=False, **{a: None for a in DESCRIPTOR_ARGS[kernel]})
 
 
-def _specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
+def specialise(fn, constexprs: dict, io: str) -> tuple[dict, dict, dict]:
     """Signature, constexprs and attributes as a launch specialises them: integers are
     never specialised (see kernels), pointers are storage bases, hence 16-byte aligned."""
     sig, attrs = {}, {}
@@ -126,7 +126,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     for label, (fn, cons) in variants.items():
         if label not in only:
             continue
-        src = ASTSource(fn, *_specialise(fn, cons, io))
+        src = ASTSource(fn, *specialise(fn, cons, io))
         kernel = triton.compile(src, target=target,
                                 options=cfg.launch_kwargs(
                                     dq=label.startswith(("dq", "preprocess"))))

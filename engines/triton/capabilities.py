@@ -90,10 +90,10 @@ def _io_rows_aligned(graph: Graph) -> bool:
 ROWS: dict[str, Capabilities] = {
     "sm90": Capabilities("sm90"),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
-    # with the sm120 rows of configs.py (`python bench/triton_resources.py`, issue 19)
+    # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
     "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64),
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
-    # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs), issue 19
+    # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False),
     "cpu": Capabilities("cpu"),     # the Triton interpreter (TRITON_INTERPRET=1)
 }

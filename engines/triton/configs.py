@@ -2,7 +2,7 @@
 
 One table per arch, keyed by the padded head dim (BLOCK_D = next power of two >= max(16, D),
 taken over D_qk and D_v). Starting points came from FlexAttention's defaults (sm90, sm120)
-and aiter's gfx942 configs (see shared/notes/triton-backward.md); they were then trimmed
+and aiter's gfx942 configs (docs/DESIGN.md section 11); they were then trimmed
 with the compiled kernels' register and shared-memory usage (engines/triton/aot.py
 compiles for every arch without a GPU and checks each tier against `smem_bytes`).
 
@@ -96,9 +96,8 @@ def _amd(m1, n1, m2, n2, waves_per_eu=1, **kw) -> BlockConfig:
                        waves_per_eu=waves_per_eu, matrix_instr_nonkdim=16)
 
 
-#: the fastest one-kernel atomic-dQ tiles of bench/atomic_dq_probe.py
-#: (bench/results/h200/round8/atomic_dq_probe*.log); a dK pass that reloads V per query head
-#: has room for one stage
+#: the fastest atomic-dQ tiles measured at D 128 on an H200 (`python bench/tune_triton.py
+#: --atomic-dq` times them); a dK pass that reloads V per query head has room for one stage
 _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1)
 
 ARCHS: dict[str, ArchConfigs] = {
@@ -107,7 +106,7 @@ ARCHS: dict[str, ArchConfigs] = {
     # some aligned variants: resources.KNOWN_SPILLS).
     # sm90: the fastest of `python bench/tune_triton.py` on an H200 (bf16, B4 H16 S4096, the
     # dK/dV and dQ kernels timed apart, causal and not: one config wins or ties for both at
-    # D <= 128). D 192 and 256 (issue 18 item 3, bench/results/h200/round5/tune*.log): the
+    # D <= 128). D 192 and 256, where the goal is torch-flash's speed or better: the
     # one-pass dK/dV kernel needs 32-row KV tiles there (two [N, D] fp32 accumulators), which
     # Triton runs on mma.sync, not wgmma (64 rows per warpgroup); split into a dK pass and a
     # dV pass, 128-row tiles on 8 warps run wgmma: D256 dK/dV 10.4 -> 6.5 ms non-causal and
@@ -117,22 +116,22 @@ ARCHS: dict[str, ArchConfigs] = {
     # against 2.93 split, causal). The dK pass keeps 32-row Q tiles:
     # with 64 (3.0 against 3.2 ms at D 192) Triton 3.9 needs more shared memory than an SM
     # has when V is reloaded per query head (H_k != H_v); such passes run 1 stage.
-    # Every tier loads the streamed tiles through TMA descriptors where the launch allows
-    # (tma; bench/results/h200/round10): the dK/dV kernel 7-14 % and the dQ kernel 3-7 %
-    # faster at D 64, 128 and 256 (B4 H16 S4096 bf16). With descriptors D 128's dK/dV kernel
-    # runs 64 x 128 tiles on 8 warps (2.17-2.18 against 2.21-2.29 ms non-causal); through
+    # Every tier loads the streamed tiles through TMA descriptors where the launch allows (tma;
+    # `python bench/compare_kernels.py --loads tma pointer`): the dK/dV kernel 7-14 % and the dQ
+    # kernel 3-7 % faster at D 64, 128 and 256 (B4 H16 S4096 bf16). With descriptors D 128's dK/dV
+    # kernel runs 64 x 128 tiles on 8 warps (2.17-2.18 against 2.21-2.29 ms non-causal); through
     # pointers those tiles are slower (2.65 against 2.42 ms), so such launches keep 32 x 64
     # (pointer_loads). Atomic-dQ launches keep pointer loads (launch.prepare; untimed with
     # descriptors).
-    # dp_first (bench/results/h200/round20, `python bench/tune_triton.py --d 64 128 192 256`):
-    # the dK pass's dP^T multiplied beside S^T is faster with some tiles and slower with
-    # others, so each config says. D 64: 32 x 128 tiles on 4 stages 1.185 against 1.232 ms
-    # (3 stages, dP^T after dV) non-causal; under a band 64 x 64 tiles 0.727 against 0.826 ms
-    # (the table's 32 x 128). D 128: 2.10 against 2.17 ms non-causal; under a band neutral
-    # (1.270 against 1.277 ms), left off until the kernels' select-only edge branch (round
-    # 21: 3 stages with it). D 192 non-causal: the one-pass kernel (32 x 128, 2 stages) 4.82
-    # ms against 5.08 split, where dP^T after dV runs it in 5.62; under a band it is slower
-    # (2.74 against 2.52 ms), left off. D 256 (split): within 2 % either way, off.
+    # dp_first (`python bench/tune_triton.py --d 64 128 192 256`): the dK pass's dP^T multiplied
+    # beside S^T is faster with some tiles and slower with others, so each config says. D 64: 32 x
+    # 128 tiles on 4 stages 1.185 against 1.232 ms (3 stages, dP^T after dV) non-causal; under a
+    # band 64 x 64 tiles 0.727 against 0.826 ms (the table's 32 x 128). D 128: 2.10 against 2.17 ms
+    # non-causal; under a band neutral (1.270 against 1.277 ms) with the band's exp2 in each branch;
+    # with the select-only edge branch the band config takes it (below). D 192 non-causal: the
+    # one-pass kernel (32 x 128, 2 stages) 4.82 ms against 5.08 split, where dP^T after dV runs it
+    # in 5.62; under a band it is slower (2.74 against 2.52 ms), left off. D 256 (split): within 2 %
+    # either way, off.
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
         (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
                          dp_first=True,
@@ -145,9 +144,9 @@ ARCHS: dict[str, ArchConfigs] = {
                           unshared_stages=2,
                           pointer_loads=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
                                                     num_warps_dq=8),
-                          # under a band 32 x 64 tiles (round10, calls 2 and 3); 3 stages
-                          # and dp_first with the select-only edge branch (round 21: 1.03x
-                          # the 4 stages without dp_first of rounds 10-20, at D 128 causal)
+                          # under a band 32 x 64 tiles; 3 stages and dp_first, which with
+                          # the select-only edge branch ran 1.03x 4 stages without dp_first
+                          # at D 128 causal
                           banded=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
                                              num_warps_dq=8, num_stages_dq=3, tma=True,
                                              dp_first=True, atomic_dq=_SM90_ATOMIC_D128),
@@ -169,7 +168,7 @@ ARCHS: dict[str, ArchConfigs] = {
     # sm120: no spills in any variant. D<=64 runs 2 stages and D<=128 2 stages (3 and 1 spilled
     # 8 bytes in a few ragged and 64-bit-offset variants once the kernels held no mask tiles
     # across their loops), D<=256 16 x 16 dQ tiles (16 x 32 spilled 24 bytes with the score
-    # modifiers' one stage). The rows before (issue 18) spilled in 103 of 216
+    # modifiers' one stage). These larger rows spilled in 103 of 216
     # variants: D<=64 (32, 64, 64, 32, 4 warps, 3 stages) up to 632 bytes (dK, VEC=1 WIDE),
     # D<=128 (64, 64, 64, 64, 8 warps, 2 stages) up to 1120 bytes (dK, VEC=1 WIDE; 16 bytes
     # aligned dK/dV), D<=256 (32, 32, 64, 32, 8 warps, 1 stage) up to 280 bytes (dQ, VEC=1).

@@ -20,11 +20,14 @@ from typing import Mapping
 import torch
 
 from bundlegen import reasons as R
+from bundlegen.extras import require
 from bundlegen.validate import launch_reason
 from bundlegen.graph import Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
+
+require("triton")   # the engine's kernels need it: without the extra, one line says which to install
 
 
 def interpret_enabled() -> bool:
@@ -129,10 +132,10 @@ class TritonEngine(Engine):
     def warm_up(self) -> None:
         """The tiny backward of Engine.warm_up once prepare has compiled its kernels. Before
         that (an empty Triton cache), only the GPU's context is made: compiling three kernels
-        here would hold up every worker's start (a cold run's workers started in 9.9 s
-        against 4.6 s warm on the H200, bench/results/h200/round14), and prepare compiles
+        here would hold up every worker's start (on an H200 a cold run's workers took about
+        twice as long to start as warm ones when they compiled them), and prepare compiles
         them with the cases' variants, in parallel. Kernels of other modules (no compile
-        plan) compile here as before."""
+        plan) compile here."""
         if (self.device.type == "cuda" and self.launches_own_modules()
                 and not self._tiny_compiled()):
             torch.cuda.synchronize(self.device)   # makes the context
@@ -198,8 +201,9 @@ class TritonAtomicDqEngine(TritonEngine):
     of seven (what FlashAttention 2 and 3 and cuDNN do by default). The order of the additions
     changes from run to run, so dQ's last bits do too: not deterministic (the harness runs
     a case once). Graphs atomic_dq_serves leaves out run the `triton` kernels.
-    Not a built-in name: on the H200 it runs slower than the deterministic kernels (README,
-    speed); `--engine bundlegen.engines.triton.engine:TritonAtomicDqEngine`."""
+    Not a built-in name: on the H200 it ran slower than the deterministic kernels at D 128
+    (`python bench/engine_speed.py --atomic-dq` times both);
+    `--engine bundlegen.engines.triton.engine:TritonAtomicDqEngine`."""
     name = "triton-atomic-dq"
     deterministic = False
     deterministic_mode = True

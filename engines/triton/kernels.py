@@ -10,47 +10,20 @@ P is recomputed from Q, K and the given natural-log LSE as exp2(S*log2e - LSE*lo
 exponent is formed in one piece, so a very negative LSE never makes exp(S) or exp(-LSE) on
 its own. Rows with LSE = -inf have no kept key: their P is 0 (LSE is replaced by +inf).
 
-Addressing. Each tensor comes as its storage's base pointer, an element offset and its
-(batch, head, sequence, head-dim) strides. The offset of a head's row 0 (or a tile's first
-row) is a 64-bit scalar; offsets inside a tile are 32-bit, or 64-bit when the launcher sets
-WIDE (launch.tile_span: a head's tiles spanning 2^31 elements or more). The tiles streamed
-in a loop (Q and dO in the dK/dV kernel, K and V in the dQ kernel) count their rows from
-row 0, so their offsets change with the block and are not kept live across the loop.
-VEC is 8 when every io tensor's offset and strides are multiples of 8 elements, its head-dim
-stride is 1 and both head dims are multiples of 8: the launcher then passes those numbers
-divided by 8 and the kernels multiply them back, so Triton knows each row starts 16-byte
-aligned and vectorises the loads. Otherwise VEC is 1 and any strides are served. Head dims
-are padded to power-of-two tiles (BLOCK_DQK, BLOCK_DV) with masked loads (the zero-fill
-envelope); sequence tails are masked likewise.
-EVEN (launch.whole_tiles: no tile crosses a sequence's or the head dims' end) leaves the
-masks of the dK/dV and dQ kernels' loads and stores out.
-TMA (launch.descriptor_loads: a padded graph whose io tensors are VEC-aligned, one head-dim
-chunk) loads the streamed tiles, Q and dO in the dK/dV kernel and K and V in the dQ kernel,
-through tensor descriptors of the [B, H, S, D] ports (QD, DOD, KD, VD; None otherwise):
-the copy engine forms the addresses and fills rows past S and columns past D with zeros,
-so those loads need neither offset tiles nor masks.
+Addressing, masked and whole (EVEN) loads, descriptor (TMA) loads and the band mask:
+tile_ops.py, whose functions the kernels are built from.
 
-Ragged (THD / varlen) batches, RAGGED on: every port is token-major [T, H, D]. The
-launcher hands each port as a [1, H, T, D] view whose batch stride is its token stride, so
-that a program indexes a port's "batch" axis by its sequence's first token: row base =
-token base * token stride, 64-bit like every tile start. Each program reads sequence b's
-offsets cu_seqlens_q[b], [b+1] and cu_seqlens_kv[b], [b+1] on the device (_sequence) and
-works on its own lengths S_q_b, S_kv_b; grids and Delta are sized by the max_seqlen bounds
-(S_q, S_kv), and programs past their sequence's end do nothing. A side whose offsets would
-address rows outside the storage is taken as empty (seed 001: no host check sees them).
+Ragged (THD / varlen) batches, RAGGED on: each [T, H, D] port comes as a [1, H, T, D] view
+whose batch stride is its token stride (launch.token_major), so a program indexes the batch
+axis by its sequence's first token (64-bit, like every tile start). Each program reads its
+sequence's offsets on the device (_sequence) and works on its own lengths; grids and Delta
+are sized by the max_seqlen bounds, and programs past their sequence's end do nothing.
 
-Two chunks. Head dims past one power-of-two tile (128 < D <= 192) padded to 256 waste up to
-half the tensor-core work. With BLOCK_DQK2 / BLOCK_DV2 > 0 the dK/dV and dQ kernels hold each
-head dim in two column chunks instead, [0, BLOCK_DQK) and [BLOCK_DQK, BLOCK_DQK +
-BLOCK_DQK2) (likewise V), e.g. 128 + 64 for D 192; the launcher asks for them only where both
-head dims exceed BLOCK_DQK = BLOCK_DV = 128, so the first chunk is whole and its loads need
-no head-dim mask. With 0 (every other launch) the chunk code is not compiled.
-
-Mask (bundlegen/mask.py): keep (i, j) iff (not HAS_LEFT or i - j + shift < left) and
-(not HAS_RIGHT or j - i - shift <= right). Loops cover only the blocks the band reaches,
-and blocks the band keeps whole skip the mask. Each formula holds unchanged for a bound
-past every |j - i - shift|, so the launcher serves every band kind with the kernel of both
-bounds where it can (launch.band_flags).
+Two chunks (BLOCK_DQK2 / BLOCK_DV2 > 0, configs.two_chunk_tiles): head dims in (128, 192]
+held as two column chunks, [0, BLOCK_DQK) and [BLOCK_DQK, BLOCK_DQK + BLOCK_DQK2) (likewise
+V), e.g. 128 + 64 for D 192, not padded to 256. Both head dims exceed BLOCK_DQK = BLOCK_DV =
+128 there, so the first chunk is whole (no head-dim mask). A constexpr branch of the dK/dV
+and dQ kernels (0: its code is not compiled), serving every band and score modifier.
 
 Score modifiers (docs/CONTRACTS.md, "Score modifiers"), each behind a constexpr so that a
 launch without them compiles the code it had before (the launcher then passes None for their
@@ -67,83 +40,18 @@ arguments, which Triton makes constexprs):
 import triton
 import triton.language as tl
 
-LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
-TWO_LOG2E = tl.constexpr(2.8853900817779268)
-
-# No integer argument is specialised by value: sizes, strides and offsets change from case
-# to case, and one compile per combination would dominate a test run. What vectorisation
-# needs is carried by VEC instead (and the base pointers are always storage-aligned).
-_INPUT_INTS = ["q_off", "sq_b", "sq_h", "sq_s", "sq_d", "k_off", "sk_b", "sk_h", "sk_s", "sk_d",
-               "v_off", "sv_b", "sv_h", "sv_s", "sv_d", "do_off", "sdo_b", "sdo_h", "sdo_s",
-               "sdo_d", "l_off", "sl_b", "sl_h", "sl_s"]
-_SIZE_INTS = ["H_q", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right"]
-# Run-time choices that were constexprs (one compile per value) until they were measured to
-# cost nothing at run time: the program order, a ragged batch's diagonal alignment (0 or 1;
-# a test run compiles 14 % fewer kernels for these two, engines/triton/warm.py), and which
-# bound a band has alone (launch.band_flags: 0, 1 left, 2 right), which puts the heaviest
-# programs first.
-_CHOICE_INTS = ["block_major", "bottom_right", "lone_bound"]
-# Ragged launches only; a dense launch passes None for CU_Q, CU_KV, T_q and T_kv, which Triton
-# makes constexprs, so the dense variants compile to the code they had before RAGGED.
-_RAGGED_INTS = ["T_q", "T_kv"]
-# HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
-_BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
-# ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch, in its rows
-_DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
+from bundlegen.engines.triton.runtime_ints import (BIAS_INTS, CHOICE_INTS, DQA_INTS, INPUT_INTS,
+                                                   RAGGED_INTS, SIZE_INTS)
+from bundlegen.engines.triton.tile_ops import (LOG2E, bias_tile, block_batch_head, chunk_cols,
+                                               cols_ok, dot_acc, dot_rows, keep_mask,
+                                               load_desc, load_tile, store_tile, tanh_exp2,
+                                               tile_offsets, tile_ranges)
 
 
 @triton.jit
 def _at(X, off, b, s_b, h, s_h, row0, s_s, VEC: tl.constexpr):
     """Pointer to element (b, h, row0, 0) of a tensor; 64-bit (b, h, row0 are int64)."""
     return X + (off + b * s_b + h * s_h + row0 * s_s) * VEC
-
-
-@triton.jit
-def _tile(rows, cols, s_row, s_col, VEC: tl.constexpr):
-    """Element offsets of a [rows, cols] tile (cols along the head dim)."""
-    if VEC > 1:   # head-dim stride 1, row stride a multiple of VEC
-        return rows[:, None] * (s_row * VEC) + cols[None, :]
-    return rows[:, None] * s_row + cols[None, :] * s_col
-
-
-@triton.jit
-def _ranges(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
-            BLOCK_DV: tl.constexpr, WIDE: tl.constexpr):
-    """Row and column index vectors of the tiles, 64-bit when WIDE."""
-    rm = tl.arange(0, BLOCK_M)
-    rn = tl.arange(0, BLOCK_N)
-    rdq = tl.arange(0, BLOCK_DQK)
-    rdv = tl.arange(0, BLOCK_DV)
-    if WIDE:
-        rm, rn, rdq, rdv = rm.to(tl.int64), rn.to(tl.int64), rdq.to(tl.int64), rdv.to(tl.int64)
-    return rm, rn, rdq, rdv
-
-
-@triton.jit
-def _keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-          EVEN: tl.constexpr = False):
-    """Bool tile: (i, j) inside both sequences and inside the band (i, j broadcast). EVEN
-    (launch.whole_tiles: every tile inside both sequences) leaves the sequences' compares out.
-    Only the kernel of both bounds is ever EVEN (launch.band_flags)."""
-    if EVEN:
-        tl.static_assert(HAS_LEFT and HAS_RIGHT, "an EVEN launch with a band has both bounds")
-        return (j - i - shift <= right) & (i - j + shift < left)
-    keep = (i < S_q) & (j < S_kv)
-    if HAS_RIGHT:
-        keep = keep & (j - i - shift <= right)
-    if HAS_LEFT:
-        keep = keep & (i - j + shift < left)
-    return keep
-
-
-@triton.jit
-def _dot(a, b, acc, UPCAST: tl.constexpr):
-    """acc + a @ b with fp32 accumulation. UPCAST (the CPU interpreter with bf16 only, whose
-    tl.dot multiplies bf16 bit patterns as integers) widens the operands to fp32 first:
-    bf16 products are exact in fp32, so the math is the same as the GPU's."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc, input_precision="ieee")
-    return tl.dot(a, b, acc=acc)
 
 
 @triton.jit
@@ -162,144 +70,31 @@ def _p(keep, s2, lse2):
 def _p_block(s2, lse2, start, mid_lo, mid_hi, i, j, S_q, S_kv, shift, left, right,
              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, EVEN: tl.constexpr,
              P_FIRST: tl.constexpr):
-    """P of the block starting at `start` along the loop, masked by _keep unless the block
+    """P of the block starting at `start` along the loop, masked by keep_mask unless the block
     starts in [mid_lo, mid_hi) (whole: inside the band and the sequences; uniform per
     program). P_FIRST: P before the branch, which holds only the select; else an exp2 in each
-    branch (_p on an edge block). P_FIRST with _keep's EVEN form and D 128's band config (3
-    stages, dp_first) ran 1.03x the kernels before at D 128 causal on the H200; P first alone
-    1.00x, the EVEN form and the config without it 1.01x (bench/results/h200/round21). The
-    launch sites say where it is off."""
+    branch (_p on an edge block). The launch sites say where it is off."""
     if P_FIRST:
         p = tl.exp2(s2 - lse2)
         if (start < mid_lo) | (start >= mid_hi):
-            p = tl.where(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
-                         p, 0.0)
+            p = tl.where(keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
+                                   EVEN), p, 0.0)
     else:
         if (start < mid_lo) | (start >= mid_hi):
-            p = _p(_keep(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN), s2,
-                   lse2)
+            p = _p(keep_mask(i, j, S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, EVEN),
+                   s2, lse2)
         else:
             p = tl.exp2(s2 - lse2)
     return p
 
 
 @triton.jit
-def _tanh(x):
-    """tanh(x) from exp2 (every backend and the interpreter have it; no libdevice):
-    sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, so nothing overflows."""
-    e = tl.exp2(tl.abs(x) * -TWO_LOG2E)
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(x < 0, -t, t)
-
-
-@triton.jit
-def _bias2(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.constexpr):
-    """bias[b, h, i0 + ri, j0 + rj] in log2 units, fp32, 0 where not ok; a [len(ri), len(rj)]
-    tile, or its transpose [len(rj), len(ri)] when TRANS (the dK/dV kernel's S^T). The tile
-    base is 64-bit (b, h, i0, j0 are int64)."""
-    base = BIAS + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
-    if TRANS:
-        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
-    else:
-        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
-    return x.to(tl.float32) * LOG2E
-
-
-@triton.jit
-def _cols_ok(rows_ok, cols, d, WHOLE: tl.constexpr):
-    """Load/store mask of a [rows, head-dim columns] tile: rows_ok [R, 1] and cols [C] < d.
-    WHOLE (the first chunk of a two-chunk launch, every column inside the head dim): the
-    rows alone, as the loads need no head-dim mask there."""
-    if WHOLE:   # a constexpr branch: only the taken one is compiled (one return type)
-        ok = rows_ok
-    else:
-        ok = rows_ok & (cols[None, :] < d)
-    return ok
-
-
-@triton.jit
-def _ld(ptrs, mask, EVEN: tl.constexpr):
-    """Load a tile; masked (0 outside) unless EVEN (every tile whole: the launcher's
-    launch.whole_tiles), where the masks are left out, so no predicate tile is kept live."""
-    if EVEN:
-        x = tl.load(ptrs)
-    else:
-        x = tl.load(ptrs, mask=mask, other=0.0)
-    return x
-
-
-@triton.jit
 def _ld_rows(base, rows, cols, s_row, s_col, rows_ok, d, WHOLE: tl.constexpr, EVEN: tl.constexpr,
              VEC: tl.constexpr):
     """The tile of `rows` x `cols` at `base` through pointers: rows where rows_ok is false and
-    columns past d read as 0 (WHOLE and EVEN as _cols_ok's and _ld's)."""
-    return _ld(base + _tile(rows, cols, s_row, s_col, VEC),
-               _cols_ok(rows_ok[:, None], cols, d, WHOLE), EVEN)
-
-
-@triton.jit
-def _ld_desc(desc, b, h, row, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """The [ROWS, COLS] tile at (b, h, row, 0) of a [B, H, S, D] port, through its tensor
-    descriptor (block [1, 1, ROWS, COLS]); rows past S and columns past D read as 0."""
-    return desc.load([b.to(tl.int32), h.to(tl.int32), row, 0]).reshape(ROWS, COLS)
-
-
-@triton.jit
-def _st(ptrs, x, mask, EVEN: tl.constexpr):
-    """Store a tile; masked unless EVEN (as _ld)."""
-    if EVEN:
-        tl.store(ptrs, x)
-    else:
-        tl.store(ptrs, x, mask=mask)
-
-
-@triton.jit
-def _chunk_cols(BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr):
-    """Column indices of a second chunk: BLOCK_A + [0, BLOCK_B), 64-bit when WIDE."""
-    c = BLOCK_A + tl.arange(0, BLOCK_B)
-    if WIDE:
-        c = c.to(tl.int64)
-    return c
-
-
-@triton.jit
-def _dot_rows(a_at, ra, a_ok, sa_s, sa_d, b_at, rb, b_ok, sb_s, sb_d, rd, d,
-              M: tl.constexpr, N: tl.constexpr, CHUNK: tl.constexpr, VEC: tl.constexpr,
-              UPCAST: tl.constexpr):
-    """A B^T [M, N], fp32, of the rows ra (M of them) of A and rb (N) of B, at a_at and b_at
-    (rows not ok load as 0), over their d head-dim columns, CHUNK columns (rd) at a time."""
-    acc = tl.zeros([M, N], dtype=tl.float32)
-    for d0 in range(0, d, CHUNK):
-        cols = d0 + rd
-        a = tl.load(a_at + _tile(ra, cols, sa_s, sa_d, VEC),
-                    mask=a_ok[:, None] & (cols[None, :] < d), other=0.0)
-        b = tl.load(b_at + _tile(rb, cols, sb_s, sb_d, VEC),
-                    mask=b_ok[:, None] & (cols[None, :] < d), other=0.0)
-        acc = _dot(a, tl.trans(b), acc, UPCAST)
-    return acc
-
-
-@triton.jit
-def _block_batch_head(num_blocks, heads, block_major, reverse, BAND: tl.constexpr):
-    """(block index, batch b, head h) of this program, b and h 64-bit; `heads` per batch.
-    Head-major (each head's blocks are consecutive programs, so the ones running together
-    share that head's tensors in L2) unless block_major: then block by block across all
-    heads, so that under a one-sided band, whose blocks differ in work, every head's
-    heaviest block starts in the first wave and none is left to run alone at the end.
-    block_major is a run-time value (0 or 1), not a constexpr: the two orders differ in a few
-    integer operations per program, and one compile serves both. `reverse` (run-time, read
-    only when BAND) numbers the blocks from the last."""
-    pid = tl.program_id(0)
-    # one division for both orders: pid = outer * inner + rest, where the inner count is the
-    # blocks per head (head-major) or the batch-heads (block-major)
-    inner = tl.where(block_major != 0, tl.num_programs(0) // num_blocks, num_blocks)
-    outer = pid // inner
-    rest = pid - outer * inner
-    blk = tl.where(block_major != 0, outer, rest)
-    bh = tl.where(block_major != 0, rest, outer)
-    if BAND:
-        blk = tl.where(reverse, num_blocks - 1 - blk, blk)
-    return blk, (bh // heads).to(tl.int64), (bh % heads).to(tl.int64)
+    columns past d read as 0 (WHOLE and EVEN as cols_ok's and load_tile's)."""
+    return load_tile(base + tile_offsets(rows, cols, s_row, s_col, VEC),
+                     cols_ok(rows_ok[:, None], cols, d, WHOLE), EVEN)
 
 
 @triton.jit
@@ -334,55 +129,44 @@ def _row_dot(o, do):
 
 @triton.jit(do_not_specialize=["o_off", "so_b", "so_h", "so_s", "so_d", "do_off", "sdo_b",
                                "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v", "T_q"])
-def bwd_preprocess(O, DO, Delta, CU_Q,
-                   o_off, so_b, so_h, so_s, so_d,
-                   do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-                   H_q, S_q, D_v, T_q,
-                   BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+def bwd_preprocess(O, DO, Delta, CU_Q, o_off, so_b, so_h, so_s, so_d, do_off, sdo_b, sdo_h, sdo_s,
+                   sdo_d, H_q, S_q, D_v, T_q, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
                    VEC: tl.constexpr, WIDE: tl.constexpr, RAGGED: tl.constexpr):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
-    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False, False)
+    pid_m, b, h = block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False, False)
     bq, n_q = b, S_q          # the q ports' "batch" index and the sequence length
     if RAGGED:                # sequence b's first token and its own length
         bq, n_q = _sequence(CU_Q, b, T_q, S_q)
     start_m = pid_m * BLOCK_M
     row0 = tl.cast(start_m, tl.int64)
-    rm, _, _, rd = _ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
+    rm, _, _, rd = tile_ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
     m_ok = start_m + rm < n_q
     mask = m_ok[:, None] & (rd[None, :] < D_v * VEC)
     o = tl.load(_at(O, o_off, bq, so_b, h, so_h, row0, so_s, VEC)
-                + _tile(rm, rd, so_s, so_d, VEC), mask=mask, other=0.0)
+                + tile_offsets(rm, rd, so_s, so_d, VEC), mask=mask, other=0.0)
     do = tl.load(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
-                 + _tile(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
+                 + tile_offsets(rm, rd, sdo_s, sdo_d, VEC), mask=mask, other=0.0)
     delta = _row_dot(o, do)
     tl.store(Delta + ((b * H_q + h) * S_q + row0) + rm, delta, mask=m_ok)
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _CHOICE_INTS + _RAGGED_INTS + _BIAS_INTS
-            + _DQA_INTS + [
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS
+            + DQA_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
-def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
-             q_off, sq_b, sq_h, sq_s, sq_d,
-             k_off, sk_b, sk_h, sk_s, sk_d,
-             v_off, sv_b, sv_h, sv_s, sv_d,
-             do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-             l_off, sl_b, sl_h, sl_s,
-             dk_off, sdk_b, sdk_h, sdk_s, sdk_d,
-             dv_off, sdv_b, sdv_h, sdv_s, sdv_d,
-             H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v,
-             scale, shift, left, right, T_q, T_kv,
-             BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap,
-             DQA, sqa_b, sqa_h, sqa_s, QD, DOD,
-             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
-             COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
-             UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-             RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr,
-             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-             EVEN: tl.constexpr, TMA: tl.constexpr, DP_FIRST: tl.constexpr):
+def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off,
+             sk_b, sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s,
+             sdo_d, l_off, sl_b, sl_h, sl_s, dk_off, sdk_b, sdk_h, sdk_s, sdk_d, dv_off, sdv_b,
+             sdv_h, sdv_s, sdv_d, H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v, scale, shift, left,
+             right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, DQA,
+             sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             block_major, lone_bound, COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
+             UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
+             RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr, HAS_BIAS: tl.constexpr,
+             SOFTCAP: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
+             ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
+             DP_FIRST: tl.constexpr):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -392,9 +176,9 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     the group has the group's K and V head, so a dK-only or dV-only pass (the launcher's
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
     BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
-    second chunk; see "Two chunks" above), else 0. EVEN: no tile crosses a sequence or head-dim
+    second chunk; "Two chunks" above), else 0. EVEN: no tile crosses a sequence or head-dim
     end (launch.whole_tiles), so loads and stores are not masked. TMA: Q and dO through the
-    descriptors QD and DOD (see "TMA" above). DP_FIRST (BlockConfig.dp_first): the dK pass
+    descriptors QD and DOD (tile_ops.py, "TMA"). DP_FIRST (BlockConfig.dp_first): the dK pass
     multiplies dP^T right after S^T, not after dV.
     ATOMIC_DQ (the dK pass, one head-dim chunk): also dQ, as this block's scale dS K added
     with atomics into the fp32 scratch DQA (rows of BLOCK_DQK, padded past D_qk; strides
@@ -403,8 +187,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     run to run.
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
-    pid_n, b, g = _block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, block_major,
-                                    lone_bound == 1, HAS_LEFT or HAS_RIGHT)
+    pid_n, b, g = block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, block_major,
+                                   lone_bound == 1, HAS_LEFT or HAS_RIGHT)
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:
@@ -416,22 +200,24 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     d_v = D_v * VEC
     z64 = tl.cast(0, tl.int64)   # row 0 of _at: keeps its sum 64-bit
 
-    TWO: tl.constexpr = BLOCK_DQK2 > 0
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
+    TWO: tl.constexpr = BLOCK_DQK2 > 0   # the invariants "Two chunks" above relies on:
+    tl.static_assert((BLOCK_DV2 > 0) == TWO and (not TWO or (BLOCK_DQK == 128 and BLOCK_DV == 128
+                     and not EVEN)), "two chunks: both head dims, 128 + a masked second chunk")
+    rm, rn, rdq, rdv = tile_ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + rn
     col0 = tl.cast(start_n, tl.int64)
-    kmask = _cols_ok(offs_n[:, None] < n_kv, rdq, d_qk, TWO)
-    vmask = _cols_ok(offs_n[:, None] < n_kv, rdv, d_v, TWO)
-    k_tile = _tile(rn, rdq, sk_s, sk_d, VEC)
-    v_tile = _tile(rn, rdv, sv_s, sv_d, VEC)
+    kmask = cols_ok(offs_n[:, None] < n_kv, rdq, d_qk, TWO)
+    vmask = cols_ok(offs_n[:, None] < n_kv, rdv, d_v, TWO)
+    k_tile = tile_offsets(rn, rdq, sk_s, sk_d, VEC)
+    v_tile = tile_offsets(rn, rdv, sv_s, sv_d, VEC)
     if TWO:
-        rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
-        rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
-        kmask2 = _cols_ok(offs_n[:, None] < n_kv, rdq2, d_qk, False)
-        vmask2 = _cols_ok(offs_n[:, None] < n_kv, rdv2, d_v, False)
-        k_tile2 = _tile(rn, rdq2, sk_s, sk_d, VEC)
-        v_tile2 = _tile(rn, rdv2, sv_s, sv_d, VEC)
+        rdq2 = chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
+        rdv2 = chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
+        kmask2 = cols_ok(offs_n[:, None] < n_kv, rdq2, d_qk, False)
+        vmask2 = cols_ok(offs_n[:, None] < n_kv, rdv2, d_v, False)
+        k_tile2 = tile_offsets(rn, rdq2, sk_s, sk_d, VEC)
+        v_tile2 = tile_offsets(rn, rdv2, sv_s, sv_d, VEC)
 
     # Q rows that keep at least one key of this block: [lo, hi). Q blocks outside are skipped.
     lo = start_n * 0
@@ -456,12 +242,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     # in a dK-only pass V follows the query head, in a dV-only pass K does (reloaded below).
     h0 = g * group
     kp = _at(K, k_off, bk, sk_b, h0 // G_k, sk_h, col0, sk_s, VEC)
-    k = _ld(kp + k_tile, kmask, EVEN)
+    k = load_tile(kp + k_tile, kmask, EVEN)
     if TWO:
         k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
     if COMPUTE_DK:
         vp = _at(V, v_off, bk, sv_b, h0 // G_v, sv_h, col0, sv_s, VEC)
-        v = _ld(vp + v_tile, vmask, EVEN)
+        v = load_tile(vp + v_tile, vmask, EVEN)
         if TWO:
             v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
 
@@ -479,12 +265,12 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         start_m = lo + (it % n_m) * BLOCK_M
         if not COMPUTE_DV and not KV_SHARED:   # dK pass: the V head of query head h
             vp = _at(V, v_off, bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC)
-            v = _ld(vp + v_tile, vmask, EVEN)
+            v = load_tile(vp + v_tile, vmask, EVEN)
             if TWO:
                 v2 = tl.load(vp + v_tile2, mask=vmask2, other=0.0)
         if not COMPUTE_DK and not KV_SHARED:   # dV pass: the K head of query head h
             kp = _at(K, k_off, bk, sk_b, h // G_k, sk_h, col0, sk_s, VEC)
-            k = _ld(kp + k_tile, kmask, EVEN)
+            k = load_tile(kp + k_tile, kmask, EVEN)
             if TWO:
                 k2 = tl.load(kp + k_tile2, mask=kmask2, other=0.0)
         row0 = tl.cast(start_m, tl.int64)
@@ -496,8 +282,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         # hoisted out of the loop and kept in registers.
         if TMA:
             tl.static_assert(not TWO, "descriptor loads serve one head-dim chunk")
-            q = _ld_desc(QD, bq, h, start_m, BLOCK_M, BLOCK_DQK)
-            do = _ld_desc(DOD, bq, h, start_m, BLOCK_M, BLOCK_DV)
+            q = load_desc(QD, bq, h, start_m, BLOCK_M, BLOCK_DQK)
+            do = load_desc(DOD, bq, h, start_m, BLOCK_M, BLOCK_DV)
         else:
             qp = _at(Q, q_off, bq, sq_b, h, sq_h, z64, sq_s, VEC)
             q = _ld_rows(qp, offs_m, rdq, sq_s, sq_d, m_ok, d_qk, TWO, EVEN, VEC)
@@ -507,23 +293,23 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
             do = _ld_rows(dop, offs_m, rdv, sdo_s, sdo_d, m_ok, d_v, TWO, EVEN, VEC)
             if TWO:
                 do2 = _ld_rows(dop, offs_m, rdv2, sdo_s, sdo_d, m_ok, d_v, False, False, VEC)
-        lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
-                         EVEN))
+        lse2 = _lse2(load_tile(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
+                               m_ok, EVEN))
         # P^T [N, M] = exp2(K Q^T * scale * log2e - LSE * log2e); masked entries exp2(-inf) = 0
-        sT = _dot(k, tl.trans(q), None, UPCAST)
+        sT = dot_acc(k, tl.trans(q), None, UPCAST)
         if TWO:
-            sT = _dot(k2, tl.trans(q2), sT, UPCAST)
+            sT = dot_acc(k2, tl.trans(q2), sT, UPCAST)
         if COMPUTE_DK and DP_FIRST:   # dP^T = V dO^T issued beside S^T, before the exp2
-            dpT = _dot(v, tl.trans(do), None, UPCAST)
+            dpT = dot_acc(v, tl.trans(do), None, UPCAST)
             if TWO:
-                dpT = _dot(v2, tl.trans(do2), dpT, UPCAST)
+                dpT = dot_acc(v2, tl.trans(do2), dpT, UPCAST)
         s2T = sT * qk_scale
         if SOFTCAP:    # cap * tanh(S / cap), in log2 units
-            tT = _tanh(s2T / (softcap * LOG2E))
+            tT = tanh_exp2(s2T / (softcap * LOG2E))
             s2T = tT * (softcap * LOG2E)
         if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
-            s2T += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                          rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
+            s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                             rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
         if HAS_LEFT or HAS_RIGHT:
             # P first but in the two-chunk kernels (it made D 192 causal 0.73-0.75x there) and
             # a dV-only pass (it spilled 8-16 bytes in sm120's, engines/triton/resources.json)
@@ -533,22 +319,22 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
         else:
             pT = tl.exp2(s2T - lse2[None, :])
         if COMPUTE_DV:
-            dv = _dot(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
+            dv = dot_acc(pT.to(io), do, dv, UPCAST)            # dV += P^T dO
             if TWO:
-                dv2 = _dot(pT.to(io), do2, dv2, UPCAST)
+                dv2 = dot_acc(pT.to(io), do2, dv2, UPCAST)
         if COMPUTE_DK:
-            delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
+            delta = load_tile(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
             if not DP_FIRST:
-                dpT = _dot(v, tl.trans(do), None, UPCAST)   # dP^T = V dO^T
+                dpT = dot_acc(v, tl.trans(do), None, UPCAST)   # dP^T = V dO^T
                 if TWO:
-                    dpT = _dot(v2, tl.trans(do2), dpT, UPCAST)
+                    dpT = dot_acc(v2, tl.trans(do2), dpT, UPCAST)
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
             if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
                 dsT = dsT * (1.0 - tT * tT)
             dsT = dsT.to(io)
-            dk = _dot(dsT, q, dk, UPCAST)                   # dK += dS^T Q
+            dk = dot_acc(dsT, q, dk, UPCAST)                   # dK += dS^T Q
             if TWO:
-                dk2 = _dot(dsT, q2, dk2, UPCAST)
+                dk2 = dot_acc(dsT, q2, dk2, UPCAST)
             if ATOMIC_DQ:                                   # dQ += scale dS K
                 tl.static_assert(not TWO, "atomic dQ serves one head-dim chunk")
                 if not EVEN:   # KV rows past the sequence: P^T may be inf there, and K is 0
@@ -556,7 +342,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
                 # rows of BLOCK_DQK fp32: offsets the compiler knows are 16-byte aligned and
                 # contiguous along the head dim, so the adds are vector reductions
                 dqa = _at(DQA, 0, bq, sqa_b, h, sqa_h, row0, sqa_s, BLOCK_DQK)
-                dq_part = _dot(tl.trans(dsT), k, None, UPCAST) * scale
+                dq_part = dot_acc(tl.trans(dsT), k, None, UPCAST) * scale
                 if EVEN:
                     tl.atomic_add(dqa + rm[:, None] * BLOCK_DQK + rdq[None, :], dq_part,
                                   sem="relaxed")
@@ -569,46 +355,38 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV,
     n_ok = rn[:, None] < n_kv - start_n
     if COMPUTE_DK:
         dkp = _at(DK, dk_off, bk, sdk_b, g, sdk_h, col0, sdk_s, VEC)
-        _st(dkp + _tile(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io),
-            _cols_ok(n_ok, rdq, d_qk, TWO), EVEN)
+        store_tile(dkp + tile_offsets(rn, rdq, sdk_s, sdk_d, VEC), (dk * scale).to(io),
+                   cols_ok(n_ok, rdq, d_qk, TWO), EVEN)
         if TWO:
-            tl.store(dkp + _tile(rn, rdq2, sdk_s, sdk_d, VEC), (dk2 * scale).to(io),
-                     mask=_cols_ok(n_ok, rdq2, d_qk, False))
+            tl.store(dkp + tile_offsets(rn, rdq2, sdk_s, sdk_d, VEC), (dk2 * scale).to(io),
+                     mask=cols_ok(n_ok, rdq2, d_qk, False))
     if COMPUTE_DV:
         dvp = _at(DV, dv_off, bk, sdv_b, g, sdv_h, col0, sdv_s, VEC)
-        _st(dvp + _tile(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io), _cols_ok(n_ok, rdv, d_v, TWO),
-            EVEN)
+        store_tile(dvp + tile_offsets(rn, rdv, sdv_s, sdv_d, VEC), dv.to(io),
+                   cols_ok(n_ok, rdv, d_v, TWO), EVEN)
         if TWO:
-            tl.store(dvp + _tile(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io),
-                     mask=_cols_ok(n_ok, rdv2, d_v, False))
+            tl.store(dvp + tile_offsets(rn, rdv2, sdv_s, sdv_d, VEC), dv2.to(io),
+                     mask=cols_ok(n_ok, rdv2, d_v, False))
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _CHOICE_INTS + _RAGGED_INTS + _BIAS_INTS + [
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS + [
     "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
-def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
-           q_off, sq_b, sq_h, sq_s, sq_d,
-           k_off, sk_b, sk_h, sk_s, sk_d,
-           v_off, sv_b, sv_h, sv_s, sv_d,
-           do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-           l_off, sl_b, sl_h, sl_s,
-           dq_off, sdq_b, sdq_h, sdq_s, sdq_d,
-           H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
-           scale, shift, left, right, T_q, T_kv,
-           BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, KD, VD,
-           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, block_major, lone_bound,
-           UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
-           RAGGED: tl.constexpr, bottom_right,
-           HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr,
-           TMA: tl.constexpr):
+def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off, sk_b,
+           sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+           l_off, sl_b, sl_h, sl_s, dq_off, sdq_b, sdq_h, sdq_s, sdq_d, H_q, G_k, G_v, S_q, S_kv,
+           D_qk, D_v, scale, shift, left, right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h,
+           sbias_i, sbias_j, softcap, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           block_major, lone_bound, UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
+           BLOCK_DV: tl.constexpr, RAGGED: tl.constexpr, bottom_right, HAS_BIAS: tl.constexpr,
+           SOFTCAP: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
+           EVEN: tl.constexpr, TMA: tl.constexpr):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
     registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
     descriptors KD and VD."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
-    pid_m, b, h = _block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, block_major,
-                                    lone_bound == 2, HAS_LEFT or HAS_RIGHT)
+    pid_m, b, h = block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, block_major,
+                                   lone_bound == 2, HAS_LEFT or HAS_RIGHT)
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:
@@ -619,8 +397,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     d_v = D_v * VEC
     z64 = tl.cast(0, tl.int64)   # row 0 of _at: keeps its sum 64-bit
 
-    TWO: tl.constexpr = BLOCK_DQK2 > 0
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
+    TWO: tl.constexpr = BLOCK_DQK2 > 0   # the invariants "Two chunks" above relies on:
+    tl.static_assert((BLOCK_DV2 > 0) == TWO and (not TWO or (BLOCK_DQK == 128 and BLOCK_DV == 128
+                     and not EVEN)), "two chunks: both head dims, 128 + a masked second chunk")
+    rm, rn, rdq, rdv = tile_ranges(BLOCK_M, BLOCK_N, BLOCK_DQK, BLOCK_DV, WIDE)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + rm
     row0 = tl.cast(start_m, tl.int64)
@@ -630,13 +410,13 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
     dop = _at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC)
     do = _ld_rows(dop, rm, rdv, sdo_s, sdo_d, m_ok, d_v, TWO, EVEN, VEC)
     if TWO:
-        rdq2 = _chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
-        rdv2 = _chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
+        rdq2 = chunk_cols(BLOCK_DQK, BLOCK_DQK2, WIDE)
+        rdv2 = chunk_cols(BLOCK_DV, BLOCK_DV2, WIDE)
         q2 = _ld_rows(qp, rm, rdq2, sq_s, sq_d, m_ok, d_qk, False, False, VEC)
         do2 = _ld_rows(dop, rm, rdv2, sdo_s, sdo_d, m_ok, d_v, False, False, VEC)
-    lse2 = _lse2(_ld(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
-                     EVEN))
-    delta = _ld(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
+    lse2 = _lse2(load_tile(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, m_ok,
+                           EVEN))
+    delta = load_tile(Delta + ((b * H_q + h) * S_q + row0) + rm, m_ok, EVEN)
 
     # Keys that at least one row of this block keeps: [lo, hi).
     lo = start_m * 0
@@ -672,8 +452,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
         n_ok = offs_n < n_kv
         if TMA:
             tl.static_assert(not TWO, "descriptor loads serve one head-dim chunk")
-            k = _ld_desc(KD, bk, h // G_k, start_n, BLOCK_N, BLOCK_DQK)
-            v = _ld_desc(VD, bk, h // G_v, start_n, BLOCK_N, BLOCK_DV)
+            k = load_desc(KD, bk, h // G_k, start_n, BLOCK_N, BLOCK_DQK)
+            v = load_desc(VD, bk, h // G_v, start_n, BLOCK_N, BLOCK_DV)
         else:
             k = _ld_rows(kp, offs_n, rdq, sk_s, sk_d, n_ok, d_qk, TWO, EVEN, VEC)
             if TWO:
@@ -681,59 +461,52 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV,
             v = _ld_rows(vp, offs_n, rdv, sv_s, sv_d, n_ok, d_v, TWO, EVEN, VEC)
             if TWO:
                 v2 = _ld_rows(vp, offs_n, rdv2, sv_s, sv_d, n_ok, d_v, False, False, VEC)
-        s = _dot(q, tl.trans(k), None, UPCAST)
+        s = dot_acc(q, tl.trans(k), None, UPCAST)
         if TWO:
-            s = _dot(q2, tl.trans(k2), s, UPCAST)
+            s = dot_acc(q2, tl.trans(k2), s, UPCAST)
         s2 = s * qk_scale                                      # S [M, N], log2 units
         if SOFTCAP:    # cap * tanh(S / cap), in log2 units
-            t = _tanh(s2 / (softcap * LOG2E))
+            t = tanh_exp2(s2 / (softcap * LOG2E))
             s2 = t * (softcap * LOG2E)
         if HAS_BIAS:   # bias[b, h, i, j]
-            s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                         rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
-        # With every block whole (EVEN, no band) the loop has no branch: the branch alone,
-        # never taken, cost this kernel 5 % on the H200 (bench/results/h200/round20)
+            s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                            rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
+        # With every block whole (EVEN, no band) the loop has no branch (one never taken slows it)
         if EVEN and not (HAS_LEFT or HAS_RIGHT):
             p = tl.exp2(s2 - lse2[:, None])
         else:   # P first but in the two-chunk kernels (as bwd_dkdv)
             p = _p_block(s2, lse2[:, None], start_n, mid_lo, mid_hi, offs_m[:, None],
                          offs_n[None, :], n_q, n_kv, shift, left, right, HAS_LEFT, HAS_RIGHT,
                          EVEN, not TWO)
-        dp = _dot(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
+        dp = dot_acc(do, tl.trans(v), None, UPCAST)             # dP = dO V^T
         if TWO:
-            dp = _dot(do2, tl.trans(v2), dp, UPCAST)
+            dp = dot_acc(do2, tl.trans(v2), dp, UPCAST)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)
         ds = ds.to(io)
-        dq = _dot(ds, k, dq, UPCAST)                         # dQ += dS K
+        dq = dot_acc(ds, k, dq, UPCAST)                         # dQ += dS K
         if TWO:
-            dq2 = _dot(ds, k2, dq2, UPCAST)
+            dq2 = dot_acc(ds, k2, dq2, UPCAST)
     dqp = _at(DQ, dq_off, bq, sdq_b, h, sdq_h, row0, sdq_s, VEC)
     # (the store masks formed anew, as in bwd_dkdv)
     m_in = rm[:, None] < n_q - start_m
-    _st(dqp + _tile(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io),
-        _cols_ok(m_in, rdq, d_qk, TWO), EVEN)
+    store_tile(dqp + tile_offsets(rm, rdq, sdq_s, sdq_d, VEC), (dq * scale).to(io),
+               cols_ok(m_in, rdq, d_qk, TWO), EVEN)
     if TWO:
-        tl.store(dqp + _tile(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io),
-                 mask=_cols_ok(m_in, rdq2, d_qk, False))
+        tl.store(dqp + tile_offsets(rm, rdq2, sdq_s, sdq_d, VEC), (dq2 * scale).to(io),
+                 mask=cols_ok(m_in, rdq2, d_qk, False))
 
 
-@triton.jit(do_not_specialize=_INPUT_INTS + _SIZE_INTS + _BIAS_INTS + [
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + BIAS_INTS + [
     "dbias_off", "sdbias_b", "sdbias_h", "sdbias_i", "sdbias_j", "B_sum", "H_sum", "H_db"])
-def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
-              q_off, sq_b, sq_h, sq_s, sq_d,
-              k_off, sk_b, sk_h, sk_s, sk_d,
-              v_off, sv_b, sv_h, sv_s, sv_d,
-              do_off, sdo_b, sdo_h, sdo_s, sdo_d,
-              l_off, sl_b, sl_h, sl_s,
-              bias_off, sbias_b, sbias_h, sbias_i, sbias_j,
-              dbias_off, sdbias_b, sdbias_h, sdbias_i, sdbias_j,
-              H_q, G_k, G_v, S_q, S_kv, D_qk, D_v,
-              scale, shift, left, right, softcap, B_sum, H_sum, H_db,
-              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_d, k_off, sk_b,
+              sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s, sdo_d,
+              l_off, sl_b, sl_h, sl_s, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, dbias_off,
+              sdbias_b, sdbias_h, sdbias_i, sdbias_j, H_q, G_k, G_v, S_q, S_kv, D_qk, D_v, scale,
+              shift, left, right, softcap, B_sum, H_sum, H_db, HAS_LEFT: tl.constexpr,
+              HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+              WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr):
     """One program per (dBias batch, dBias head, Q block, KV block): the dBias tile = dS =
     P (dP - Delta) (before the softcap factor), summed in a fixed order over the B_sum
@@ -756,7 +529,7 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
     d_qk = D_qk * VEC
     d_v = D_v * VEC
 
-    rm, rn, rdq, rdv = _ranges(BLOCK_M, BLOCK_N, CHUNK_QK, CHUNK_V, WIDE)
+    rm, rn, rdq, rdv = tile_ranges(BLOCK_M, BLOCK_N, CHUNK_QK, CHUNK_V, WIDE)
     start_m = pid_m * BLOCK_M
     start_n = pid_n * BLOCK_N
     offs_m = start_m + rm
@@ -775,27 +548,27 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
     if HAS_LEFT:    # every (i, j) of the tile has i - j + shift >= left
         n_it = tl.where(start_m - n_last + shift >= left, 0, n_it)
 
-    keep = _keep(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
-                 HAS_LEFT, HAS_RIGHT)
+    keep = keep_mask(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
+                     HAS_LEFT, HAS_RIGHT)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, n_it):
         b = b0 + it // H_sum
         h = h0 + it % H_sum
         # S from Q and K, then dP from dO and V, chunk by chunk of the head dims
-        s2 = _dot_rows(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC), rm, m_ok, sq_s, sq_d,
-                       _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC), rn, n_ok,
-                       sk_s, sk_d, rdq, d_qk, BLOCK_M, BLOCK_N, CHUNK_QK, VEC, UPCAST)
+        s2 = dot_rows(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC), rm, m_ok, sq_s, sq_d,
+                      _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC), rn, n_ok,
+                      sk_s, sk_d, rdq, d_qk, BLOCK_M, BLOCK_N, CHUNK_QK, VEC, UPCAST)
         s2 = s2 * qk_scale
         if SOFTCAP:
-            s2 = _tanh(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
-        s2 += _bias2(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                     rm, rn, inside, False)
+            s2 = tanh_exp2(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
+        s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
+                        rm, rn, inside, False)
         lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
                              mask=m_ok, other=0.0))
         p = _p(keep, s2, lse2[:, None])
-        dp = _dot_rows(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC), rm, m_ok, sdo_s,
-                       sdo_d, _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC), rn, n_ok,
-                       sv_s, sv_d, rdv, d_v, BLOCK_M, BLOCK_N, CHUNK_V, VEC, UPCAST)
+        dp = dot_rows(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC), rm, m_ok, sdo_s,
+                      sdo_d, _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC), rn, n_ok,
+                      sv_s, sv_d, rdv, d_v, BLOCK_M, BLOCK_N, CHUNK_V, VEC, UPCAST)
         delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
         acc += p * (dp - delta[:, None])
     tl.store(DBIAS + (dbias_off + b0 * sdbias_b + h0 * sdbias_h + row0 * sdbias_i
@@ -805,8 +578,8 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS,
 
 @triton.jit(do_not_specialize=["l_off", "sl_b", "sl_h", "sl_s", "sink_off", "s_sink",
                                "dsink_off", "s_dsink", "B", "H_q", "S_q"])
-def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_sink,
-               dsink_off, s_dsink, B, H_q, S_q, BLOCK: tl.constexpr):
+def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_sink, dsink_off,
+               s_dsink, B, H_q, S_q, BLOCK: tl.constexpr):
     """One program per query head h: dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi,
     each lane summing its rows in order, then one tree sum: deterministic. A row whose LSE
     is -inf (no kept key, no sink in it) adds 0."""

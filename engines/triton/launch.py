@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
@@ -67,9 +68,18 @@ def kernels_module(name: str = KERNELS):
     if error is not None:
         raise RuntimeError(error)
     if isinstance(kernels.bwd_dq, InterpretedFunction) != isinstance(tl.cdiv, InterpretedFunction):
+        for part in tile_modules(kernels):   # first: the reloaded kernels import their functions
+            importlib.reload(part)
         kernels = importlib.reload(kernels)
     assert isinstance(kernels.bwd_dq, InterpretedFunction) == interpret_enabled()
     return kernels
+
+
+def tile_modules(kernels) -> list:
+    """The modules of the @triton.jit functions the kernels import (tile_ops.py): reloaded too."""
+    names = {getattr(getattr(v, "fn", None), "__module__", None) for v in vars(kernels).values()}
+    return [sys.modules[n] for n in sorted(names - {None, kernels.__name__})
+            if n in sys.modules and not n.startswith("triton")]
 
 
 def out_of_resources(exc: BaseException) -> bool:
@@ -301,10 +311,8 @@ def block_major(graph: Graph) -> bool:
     """Programs ordered block by block across heads (the heavy blocks of every head first)
     under a one-sided band (causal, or a left bound alone) with K/V heads shared by a group
     of Q heads: a dK/dV program then does a group's work, and head-major order leaves the
-    heaviest programs of the last heads for the end. Measured on the H200, bf16 causal
-    (`python bench/tune_triton.py --orders`, bench/results/h200/orders.log): GQA gains
-    8-32 % (1 % lost at S16384), while MHA gains or loses up to 4 % at D <= 128 and loses
-    3-13 % at D >= 192, so MHA stays head-major."""
+    heaviest programs of the last heads for the end. MHA stays head-major: there the order
+    gained nothing at D <= 128 and lost at D >= 192 (`python bench/tune_triton.py --orders`)."""
     a = graph.attributes
     one_sided = (a.left_bound is None) != (a.right_bound is None)
     return one_sided and graph.H_q > min(graph.H_k, graph.H_v)
@@ -333,7 +341,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
         cfg = cfg.pointer_loads
     flags = dict(**band_flags(graph, tiles),
                  block_major=int(block_major(graph) if order is None else order),
-                 # the interpreter's tl.dot cannot multiply bf16 (see kernels._dot)
+                 # the interpreter's tl.dot cannot multiply bf16 (see tile_ops.dot_acc)
                  UPCAST=interpret_enabled() and graph.dtype == "bf16",
                  WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
                  **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
@@ -396,11 +404,10 @@ def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
     three kinds compile as one kernel, not three; except the two-chunk kernels (BLOCK_DQK2),
     where each kind keeps its own: the code of both bounds made them 3 % slower causal on the
     H200 at every S, for 46 kernels of the four levels' 902. D 64 causal lost 1-3 % at S 4096
-    and under; keeping its kinds apart too would compile 152 more kernels
-    (bench/results/h200/round18). lone_bound, a run-time 1 (a left bound alone) or 2 (a
-    right bound alone: causal), else 0, puts the programs with the most work first: the dK/dV
-    kernel's last KV blocks under a left bound alone, the dQ kernel's last Q blocks under a
-    right bound alone."""
+    and under; keeping its kinds apart too would compile 152 more kernels. lone_bound, a
+    run-time 1 (a left bound alone) or 2 (a right bound alone: causal), else 0, puts the
+    programs with the most work first: the dK/dV kernel's last KV blocks under a left bound
+    alone, the dQ kernel's last Q blocks under a right bound alone."""
     a = graph.attributes
     left, right = a.left_bound is not None, a.right_bound is not None
     lone = 1 if left and not right else 2 if right and not left else 0

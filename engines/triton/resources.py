@@ -19,181 +19,30 @@ or REPRESENTED by a value with at least its code (the band with both sides for e
 kind, the tier's widest head-dim tile); a constexpr in neither raises, so a new one cannot be
 forgotten.
 
-Each figure is of the variant compiled alone (`measure_alone`: a process of its own, an empty
-Triton cache), by the sweep and by the CI test alike. Not several in one process: Triton
-3.9's gfx942 code for a kernel depends on what the same process compiled before it (a dBias
-variant has 75 or 76 VGPRs by that alone), and a cache hit returns whatever process made it.
+Each variant is compiled and measured alone (resource_measure.measure_alone) and checked
+against its arch's limits (resource_limits.check); this module enumerates the variants and
+reads and writes the report.
 """
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-import functools
 import itertools
 import json
-import os
-import re
-import struct
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.engines.triton import aot, configs
+# the report's limits, checks and measurements, importable from here (bench, tests)
+from bundlegen.engines.triton.resource_limits import (KNOWN_SPILLS, LIMITS, AmdLimits,  # noqa: F401
+                                                      NvidiaLimits, amd_occupancy, check,
+                                                      known_spill, nvidia_occupancy)
+from bundlegen.engines.triton.resource_measure import (code_bytes, compile_variant,  # noqa: F401
+                                                       measure, measure_alone)
 
 REPORT = Path(__file__).with_name("resources.json")
 ARCHS = ("sm90", "sm120", "gfx942")
 IO = "bf16"   # fp16 compiles the same code with the other 16-bit MMA type (see REPRESENTED)
-
-
-# ----------------------------------------------------------------------------- arch limits
-
-@dataclass(frozen=True)
-class NvidiaLimits:
-    """Per-SM limits of a CUDA compute capability. Source: CUDA C++ Programming Guide,
-    "Technical Specifications per Compute Capability" (table 23 in 12.8: 9.0 and 12.0
-    columns) and the CUDA occupancy calculator's allocation rules (registers are allocated
-    per warp in units of 256; the driver reserves 1 KiB of shared memory per block)."""
-    registers_per_sm: int = 65_536
-    register_unit: int = 256           # per-warp allocation granularity
-    max_registers_per_thread: int = 255
-    max_warps_per_sm: int = 64
-    max_blocks_per_sm: int = 32
-    smem_per_sm: int = 233_472         # bytes the SM can give all its resident blocks
-    smem_per_block: int = 232_448      # the most one block may have (configs.ARCHS smem_bytes)
-    smem_reserved_per_block: int = 1_024
-    #: floor on resident warps per SM (every tier); below it the check fails
-    min_warps_per_sm: int = 4
-    kind: str = "nvidia"
-
-
-@dataclass(frozen=True)
-class AmdLimits:
-    """Per-CU / per-SIMD limits of a CDNA arch. Source for gfx942 (MI300): LLVM AMDGPUUsage
-    ("gfx90a, gfx942: 512 VGPRs per SIMD lane, shared between ArchVGPRs and AccVGPRs,
-    allocated in granules of 8"; GCNSubtarget: 8 waves per EU on gfx90a+, 800 SGPRs per
-    SIMD, SGPR granule 16) and the CDNA3 ISA guide (64 KiB LDS per CU, 4 SIMDs per CU)."""
-    vgprs_per_simd_lane: int = 512
-    vgpr_granule: int = 8
-    sgprs_per_simd: int = 800
-    sgpr_granule: int = 16
-    max_waves_per_simd: int = 8
-    simds_per_cu: int = 4
-    lds_per_cu: int = 65_536
-    lds_per_workgroup: int = 65_536
-    #: floor on waves per SIMD, per tier (largest BLOCK_D served -> floor)
-    min_waves_per_simd: tuple[tuple[int, int], ...] = ()
-    kind: str = "amd"
-
-
-LIMITS: dict[str, NvidiaLimits | AmdLimits] = {
-    # H100/H200: 228 KiB shared memory per SM, at most 227 KiB per block. Floor: one block
-    # of 4 warps per SM; the sm90 rows are tuned on the H200 for time, not occupancy (the
-    # D 128 dQ kernel runs one 8-warp block per SM, its fastest measured choice).
-    "sm90": NvidiaLimits(min_warps_per_sm=4),
-    # RTX 50 / RTX PRO 6000 Blackwell (CC 12.0): 48 warps and 100 KiB shared memory per SM,
-    # at most 99 KiB per block. Floor: 4 warps per SM, as sm90.
-    "sm120": NvidiaLimits(max_warps_per_sm=48, smem_per_sm=102_400, smem_per_block=101_376,
-                          min_warps_per_sm=4),
-    # MI300X: floor 2 waves per SIMD at D <= 128 (issue 18); at D 256 one wave (see the
-    # gfx942 row of configs.py for why two do not fit there).
-    "gfx942": AmdLimits(min_waves_per_simd=((128, 2), (256, 1))),
-}
-
-#: spills accepted on an arch whose configs are tuned on hardware: (arch, label glob) ->
-#: (most spill bytes accepted, reason). Only sm90 has entries: its rows are the H200's
-#: measured fastest (bench/tune_triton.py) and are not changed for the other variants' sake.
-KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
-    ("sm90", "*/vec1/*"): (3_584, "unaligned (VEC=1) layouts address every element with its own "
-                                  "strides; the H200-tuned tiles (e.g. D<=256 dK/dV 32x32, 4 "
-                                  "warps, 3 stages) spill up to 3.5 KB there (dV D256); the "
-                                  "aligned layouts, which the timed shapes use, spill far less"),
-    ("sm90", "*/vec8/*"): (544, "the H200's fastest tiles (bench/tune_triton.py) at 255 "
-                                "registers: dK/dV and dK up to 536 bytes at D<=256, up to 256 "
-                                "at D<=64 and 96 at D<=128 (64-bit offsets); kept for their "
-                                "measured speed"),
-    ("sm90", "*/d[0-9][0-9]/*vec8/*/mods*"): (872, "the H200-tuned tiles with the score modifiers (bias and "
-                                      "softcap tiles on top of the plain kernels' 255 "
-                                      "registers): dK/dV up to 872 bytes at D<=64; untimed"),
-    ("sm90", "*/d256/*vec8/*/mods*"): (1408, "the split dK and dV passes' wide D<=256 tiles "
-                                             "(128 rows, 8 warps; configs.py, sm90) with the "
-                                             "bias and softcap tiles on top, at 2 stages "
-                                             "(launch.SPLIT_MODIFIER_STAGES): dK/dV up to 1.4 "
-                                             "KB; ran every D256 modifier case of the H200 "
-                                             "round, untimed"),
-    ("sm90", "*/d128/*vec8/wide/*/mods/tma"): (704, "D<=128's dK/dV tiles with TMA "
-                                                     "descriptors (64 x 128, 8 warps: the "
-                                                     "fastest measured, bench/results/h200/"
-                                                     "round10) with the bias and softcap tiles "
-                                                     "and 64-bit offsets: dK/dV 680 bytes; "
-                                                     "untimed"),
-    ("sm90", "*/vec1/*/mods"): (3632, "as the plain unaligned variants, with the bias and "
-                                      "softcap tiles on top: dV up to 3.6 KB at D<=256"),
-    ("sm90", "dv/d256/*vec8/wide/*[ed]"): (648, "the dV-only pass of H_k != H_v at D<=256 (dV-pass "
-                                             "tiles 64 x 128, 8 warps, 1 stage: the fastest "
-                                             "measured dV pass) with 64-bit tile offsets, only "
-                                             "for tiles spanning 2^31 elements or more"),
-    ("sm90", "*/vec8/*/atomic-dq"): (1856, "atomic dQ (TritonAtomicDqEngine): the dK pass also "
-                                           "holds this block's dQ share ([M, D] fp32): about 200 "
-                                           "bytes in the plain dK/dV variant with the tiles "
-                                           "bench/atomic_dq_probe.py timed fastest (64 x 128, 8 "
-                                           "warps), up to 1 KB with the score modifiers and "
-                                           "64-bit offsets; an opt-in engine, slower than the "
-                                           "deterministic one (bench/results/h200/round9)"),
-    ("sm90", "dv/d128/atomic-config/*vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
-                                                               "with the atomic-dQ tiles, the "
-                                                               "score modifiers and 64-bit offsets"),
-    ("sm90", "d*-2c/d192/*vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
-                                                        "bias and softcap tiles and 64-bit "
-                                                        "tile offsets (only for tiles spanning "
-                                                        "2^31 elements or more): dV up to 712 "
-                                                        "bytes; untimed"),
-}
-
-
-def known_spill(arch: str, name: str, spill_bytes: int) -> str | None:
-    """The reason a variant's spill is accepted, or None."""
-    for (a, pattern), (most, reason) in KNOWN_SPILLS.items():
-        if a == arch and fnmatch.fnmatchcase(name, pattern) and spill_bytes <= most:
-            return reason
-    return None
-
-
-def _floor(limits, tier: int) -> int:
-    if limits.kind == "nvidia":
-        return limits.min_warps_per_sm
-    return next(f for t, f in limits.min_waves_per_simd if tier <= t)
-
-
-def _round_up(x: int, unit: int) -> int:
-    return -(-x // unit) * unit
-
-
-def nvidia_occupancy(limits: NvidiaLimits, registers: int, shared: int, warps: int) -> dict:
-    """Resident blocks and warps per SM, and which resource bounds them."""
-    per_warp = _round_up(max(registers, 1) * 32, limits.register_unit)
-    by = {"registers": (limits.registers_per_sm // per_warp) // warps,
-          "shared": limits.smem_per_sm // (shared + limits.smem_reserved_per_block),
-          "warps": limits.max_warps_per_sm // warps,
-          "blocks": limits.max_blocks_per_sm}
-    blocks = min(by.values())
-    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
-            "limited_by": sorted(k for k, v in by.items() if v == blocks)}
-
-
-def amd_occupancy(limits: AmdLimits, vgprs: int, sgprs: int, lds: int, waves: int) -> dict:
-    """Waves per SIMD (EU) and which resource bounds them; a workgroup's waves spread over
-    the CU's SIMDs."""
-    per_simd = -(-waves // limits.simds_per_cu)
-    groups = limits.lds_per_cu // lds if lds else 10 ** 9
-    by = {"vgprs": limits.vgprs_per_simd_lane // _round_up(max(vgprs, 1), limits.vgpr_granule),
-          "sgprs": limits.sgprs_per_simd // _round_up(max(sgprs, 1), limits.sgpr_granule),
-          "lds": (groups * waves) // limits.simds_per_cu if groups * per_simd else 0,
-          "waves": limits.max_waves_per_simd}
-    w = min(by.values())
-    return {"waves_per_simd": w, "limited_by": sorted(k for k, v in by.items() if v == w)}
 
 
 # ----------------------------------------------------------------------------- variants
@@ -461,132 +310,6 @@ def uncovered(variants: Mapping[str, Mapping], reported: Mapping[str, Mapping]) 
     keys = ("kernel", "constexprs", "options", "io")
     return sorted(n for n, v in variants.items()
                   if n not in reported or any(reported[n].get(k) != v[k] for k in keys))
-
-
-# ----------------------------------------------------------------------------- compile, measure
-
-def compile_variant(arch: str, var: Mapping) -> Any:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from bundlegen.engines.triton import kernels
-    fn = getattr(kernels, var["kernel"])
-    src = ASTSource(fn, *aot._specialise(fn, dict(var["constexprs"]), var["io"]))
-    return triton.compile(src, target=GPUTarget(*aot.TARGETS[arch]), options=dict(var["options"]))
-
-
-@functools.lru_cache(maxsize=None)
-def _tool(name: str) -> str:
-    import triton
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def _cuobjdump(cubin: bytes, *args: str) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([_tool("cuobjdump"), *args, f.name], capture_output=True,
-                              text=True, check=True).stdout
-
-
-#: ELF section flag of machine code
-_SHF_EXECINSTR = 0x4
-
-
-def code_bytes(elf: bytes) -> int:
-    """The bytes of machine code in a cubin or hsaco (64-bit little-endian ELF): the sizes of
-    its executable sections. Not the file's length: its debug sections hold the kernel
-    source's path, so a checkout in a longer folder makes a longer binary of the same code."""
-    if elf[:6] != b"\x7fELF\x02\x01":
-        raise ValueError("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-    flags = (struct.unpack_from("<Q", elf, shoff + i * shentsize + 8)[0] for i in range(shnum))
-    sizes = (struct.unpack_from("<Q", elf, shoff + i * shentsize + 32)[0] for i in range(shnum))
-    return sum(size for flag, size in zip(flags, sizes) if flag & _SHF_EXECINSTR)
-
-
-def _amd_notes(asm: str) -> dict:
-    """The AMDGPU metadata notes of the (one) kernel in an AMDGCN assembly."""
-    keys = {"vgpr_count": r"\.vgpr_count:\s+(\d+)", "agpr_count": r"\.agpr_count:\s+(\d+)",
-            "sgpr_count": r"\.sgpr_count:\s+(\d+)", "vgpr_spill_count": r"\.vgpr_spill_count:\s+(\d+)",
-            "sgpr_spill_count": r"\.sgpr_spill_count:\s+(\d+)", "scratch_bytes": r"; ScratchSize:\s+(\d+)",
-            "compiler_occupancy": r"; Occupancy:\s+(\d+)"}
-    out = {}
-    for key, pattern in keys.items():
-        found = re.findall(pattern, asm)
-        if len(found) != 1:
-            raise ValueError(f"AMDGCN note {key}: {len(found)} matches")
-        out[key] = int(found[0])
-    return out
-
-
-def measure(arch: str, var: Mapping, kernel=None) -> dict:
-    """The resource entry of a compiled variant on its arch."""
-    kernel = kernel or compile_variant(arch, var)
-    limits = LIMITS[arch]
-    shared = int(kernel.metadata.shared)
-    warps = int(kernel.metadata.num_warps)
-    entry = {"shared_bytes": shared, "num_warps": warps}
-    if limits.kind == "nvidia":
-        cubin = kernel.asm["cubin"]
-        fields = dict(w.split(":", 1) for line in _cuobjdump(cubin, "-res-usage").splitlines()
-                      if "REG:" in line for w in line.split() if ":" in w)
-        sass = _cuobjdump(cubin, "-sass")
-        entry.update(registers=int(fields["REG"]), stack_bytes=int(fields["STACK"]),
-                     local_bytes=int(fields["LOCAL"]),
-                     spill_stores=len(re.findall(r"\bSTL(\.\w+)*\b", sass)),
-                     spill_loads=len(re.findall(r"\bLDL(\.\w+)*\b", sass)),
-                     code_bytes=code_bytes(cubin))
-        entry["spill_bytes"] = entry["stack_bytes"] + entry["local_bytes"]
-        entry["occupancy"] = nvidia_occupancy(limits, entry["registers"], shared, warps)
-    else:
-        notes = _amd_notes(kernel.asm["amdgcn"])
-        entry.update(notes, code_bytes=code_bytes(kernel.asm["hsaco"]))
-        entry["spill_bytes"] = notes["scratch_bytes"]
-        entry["occupancy"] = amd_occupancy(limits, notes["vgpr_count"], notes["sgpr_count"],
-                                           shared, warps)
-    return entry
-
-
-_MEASURE_ALONE = ("import json, sys; from bundlegen.engines.triton import resources as R; "
-                  "print(json.dumps(R.measure(sys.argv[1], json.load(sys.stdin))))")
-
-
-def measure_alone(arch: str, var: Mapping) -> dict:
-    """`measure`, in a process of its own with an empty Triton cache: the figures of the
-    variant compiled alone (the module's docstring says why)."""
-    with tempfile.TemporaryDirectory(prefix="bundlegen-triton-cache-") as cache:
-        out = subprocess.run([sys.executable, "-c", _MEASURE_ALONE, arch], input=json.dumps(var),
-                             env=aot.compile_env(cache), capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"compiling {var['kernel']} for {arch} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def check(arch: str, name: str, entry: Mapping) -> list[str]:
-    """What is wrong with a variant's resources on its arch: spills (unless KNOWN_SPILLS
-    says why), shared memory / LDS past the per-block budget, occupancy under the floor."""
-    limits = LIMITS[arch]
-    tier = int(name.split("/")[1][1:])
-    problems = []
-    # AMD SGPR spills go to VGPR lanes (v_writelane / v_readlane), not to memory: reported
-    # (sgpr_spill_count), not failed; memory spills show as ScratchSize or vgpr_spill_count
-    spilled = entry["spill_bytes"] or entry.get("spill_stores") or entry.get("vgpr_spill_count")
-    if spilled and known_spill(arch, name, entry["spill_bytes"]) is None:
-        problems.append(f"spills ({entry['spill_bytes']} bytes)")
-    budget = limits.smem_per_block if limits.kind == "nvidia" else limits.lds_per_workgroup
-    if entry["shared_bytes"] > budget:
-        problems.append(f"shared memory {entry['shared_bytes']} > {budget}")
-    occ = entry["occupancy"]
-    have = occ["warps_per_sm"] if limits.kind == "nvidia" else occ["waves_per_simd"]
-    floor = _floor(limits, tier)
-    if have < floor:
-        unit = "warps per SM" if limits.kind == "nvidia" else "waves per SIMD"
-        problems.append(f"occupancy {have} {unit} < floor {floor} (limited by "
-                        f"{', '.join(occ['limited_by'])})")
-    return problems
 
 
 # ----------------------------------------------------------------------------- the report

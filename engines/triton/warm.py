@@ -40,11 +40,10 @@ from typing import Iterable
 
 from bundlegen.graph import (OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_bundle, ragged_graph,
                              with_modifiers)
-from bundlegen.validate import frontend_reason
+from bundlegen.validate import GUARD_ELEMS, frontend_reason
 from bundlegen.engines.triton import configs
 
-HARNESS_GUARD = 512  # harness/materialize.py: guard elements before every view (a multiple of 8)
-SOURCES = ("kernels.py", "launch.py", "configs.py")
+SOURCES = ("kernels.py", "tile_ops.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 
@@ -58,11 +57,12 @@ def _as_launched(spec: TensorSpec, ragged: bool) -> tuple[tuple, tuple]:
 
 
 def _vec(graph: Graph) -> int:
-    """VEC the launcher will pick for this graph on the harness's (aligned) storages."""
+    """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
+    view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
     from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
-    return VEC if all(rows_aligned(*_as_launched(t, ragged), HARNESS_GUARD + t.offset)
+    return VEC if all(rows_aligned(*_as_launched(t, ragged), GUARD_ELEMS + t.offset)
                       for t in specs) else 1
 
 
