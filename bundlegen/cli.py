@@ -22,6 +22,8 @@ SUBCOMMANDS = {
     "calibrate": ("bundlegen.generator.calibrate_command", "fit the cost model to measured case times"),
     "repro": ("bundlegen.harness.repro_command", "run one case in-process and explain its verdict"),
     "shrink": ("bundlegen.generator.shrink_command", "shrink a failing case to a minimal graph and a Regression"),
+    "tolerance-power": ("bundlegen.harness.tolerance_power_command",
+                        "apply defect models to the oracle's outputs: can each tolerance see them"),
     "tolerances": ("bundlegen.tolerances_command", "write the tolerance classes into an engine TOML's generated block"),
 }
 

@@ -40,7 +40,7 @@ BIAS_VALUES = ("randn", "alibi")
 DTYPES = ("bf16", "fp16", "fp32")
 ALIGNMENTS = ("TOP_LEFT", "BOTTOM_RIGHT")
 PURPOSES = ("claim", "probe", "regression")
-DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
+DISTRIBUTIONS = ("randn", "small-int", "shifted-logits", "l2-grad", "large-do", "overflow-dp")
 #: who must stop a probe: bundlegen's frontend, the engine's is_applicable, or (bad ragged
 #: offsets no host code sees) the engine's device code, judged by what it touches
 REJECTION_LAYERS = ("frontend", "engine", "device")

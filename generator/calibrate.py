@@ -6,9 +6,9 @@ is a non-negative least squares of the measured `wall_s` in the model's own form
 level weighted the same (a case counts sqrt(cases of its level) / its level's total):
 
     wall_s = engine_flops / engine_flops_per_s + oracle_flops / oracle_flops_per_s
-             + io_bytes / bytes_per_s + overhead_s
+             + io_bytes / bytes_per_s + overhead_s x runs
 
-i.e. linear in (1/rate, 1/rate, 1/bandwidth, overhead). A rate the data cannot resolve
+(runs: the engine runs of a case, CostTerms.runs) i.e. linear in (1/rate, 1/rate, 1/bandwidth, overhead). A rate the data cannot resolve
 (its term explains under 0.1 % of the measured time, e.g. a fitted inverse of 0 or a
 feature collinear with the others) keeps the plan's value and the other terms are refitted around it, so a written
 plan never holds an infinite rate. `probe_s` is not fitted (probes are never executed);
@@ -145,7 +145,7 @@ def collect(records: Iterable[Mapping], cases: Mapping[str, Case], device_class:
 
 # ----------------------------------------------------------------------------- fit
 def features(t: CostTerms) -> list[float]:
-    return [float(t.engine_flops), float(t.oracle_flops), float(t.io_bytes), 1.0]
+    return [float(t.engine_flops), float(t.oracle_flops), float(t.io_bytes), float(t.runs)]
 
 
 def nnls(A: torch.Tensor, b: torch.Tensor, max_iter: int | None = None) -> torch.Tensor:

@@ -8,9 +8,10 @@ import re
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES, Attributes
 from bundlegen.validate import frontend_reason, output_layout_reason
-from bundlegen.generator import boundaries, layouts, ragged
+from bundlegen.generator import boundaries, layouts, ragged, risks
 from bundlegen.generator.errors import PlanError
-from bundlegen.generator.expand import KNOWN_AXES, MODIFIER_PORTS, PORTS, SPEC_AXES, axis_item, axis_table
+from bundlegen.generator.expand import (KNOWN_AXES, MODIFIER_PORTS, OPTIONAL_AXES, PORTS, SPEC_AXES, axis_item,
+                                        axis_table)
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Draft
 from bundlegen.plans.records import LEVEL_NAMES, PADDED, RAGGED, Plan, Space, Spec
@@ -19,7 +20,7 @@ ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions", "bias": "biases", "dbias": "switches",
                "sinks": "switches", "softcap": "softcaps", "dropout": "dropouts",
-               "dropout_mask": "dropout_masks"}
+               "dropout_mask": "dropout_masks", "deterministic": "switches"}
 MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape", "drop")
 ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
@@ -43,6 +44,8 @@ def declared_items(plan: Plan) -> dict[str, str]:
     add(padded.value_suite_item, "each axis value once", "value suite")
     for s in padded.pair_suites:
         add(s.item, s.title, f"pair suite '{s.item}'")
+    if plan.risks is not None:
+        add(plan.risks.item, plan.risks.title, f"risks '{plan.risks.item}'")
     r = plan.ragged
     if r is not None:
         for a in r.axes:
@@ -133,11 +136,15 @@ def check_plan(plan: Plan) -> None:
                 check_spec(plan, s.base, f"boundary class '{c.item}'[{k}]")
     if plan.ragged is not None:
         check_axis_list(plan.ragged.axes, ragged.KNOWN_AXES, lambda axis: ragged.axis_table(plan, axis),
-                        "ragged ")
+                        "ragged ", optional=ragged.OPTIONAL_AXES)
         ragged.check_plan(plan)
         _check_rules(plan.ragged, "ragged rule")
         for e in (*plan.ragged.pair_suites, *plan.ragged.catalog, *plan.ragged.regressions, *plan.ragged.probes):
             _check_level(plan, e.level, f"ragged entry '{e.item}'")
+    if plan.risks is not None:
+        risks.check_plan(plan)
+    if plan.distinct_layouts_by is not None:
+        _check_level(plan, plan.distinct_layouts_by, "distinct_layouts_by")
     declared_items(plan)
 
 
@@ -156,12 +163,13 @@ def _check_storages(plan: Plan) -> None:
 
 
 def _check_axes(plan: Plan) -> None:
-    check_axis_list(plan.padded.axes, KNOWN_AXES, lambda axis: axis_table(plan, axis))
+    check_axis_list(plan.padded.axes, KNOWN_AXES, lambda axis: axis_table(plan, axis), optional=OPTIONAL_AXES)
 
 
-def check_axis_list(axes, known, table_of, prefix: str = "") -> None:
-    """One axis space's axes: every known axis once, its values distinct and named in its
-    table (`table_of(axis)`), its default among them."""
+def check_axis_list(axes, known, table_of, prefix: str = "", optional=()) -> None:
+    """One axis space's axes: every known axis once (an `optional` one at most once), its
+    values distinct and named in its table (`table_of(axis)`), its default among them, and
+    a value that joined the pair suites later after the earlier ones."""
     seen = set()
     for a in axes:
         entry = f"{prefix}axis '{a.name}'"
@@ -174,11 +182,18 @@ def check_axis_list(axes, known, table_of, prefix: str = "") -> None:
             raise PlanError(f"{entry}: values must be non-empty and distinct")
         if a.default not in a.values:
             raise PlanError(f"{entry}: default {a.default!r} is not one of its values")
+        passes = [a.value_pass(v) for v in a.values]
+        if passes != sorted(passes) or a.value_pass(a.default) != a.pass_joined:
+            raise PlanError(f"{entry}: a value that joined a later pass must come after the earlier ones, "
+                            "and the default must be there from the axis's own pass")
+        unknown = sorted(set(a.values_joined) - set(a.values))
+        if unknown:
+            raise PlanError(f"{entry}: values_joined names unknown values {', '.join(unknown)}")
         table = table_of(a.name)
         for v in a.values:
             if v not in table:
                 raise PlanError(f"{entry}: value {v!r} has no entry in the plan's {a.name} table")
-    missing = sorted(set(known) - seen)
+    missing = sorted(set(known) - seen - set(optional))
     if missing:
         raise PlanError(f"{prefix}axes: missing {', '.join(missing)}")
 

@@ -92,6 +92,14 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
             if not proof.complete:
                 print(f"generate: {generated.plan.name}: coverage gap at {proof.level}: {proof.covered} of "
                       f"{proof.total} {proof.space} {proof.scope} units", file=sys.stderr)
+        for rproof in generated.risk_proofs:
+            if not rproof.complete:
+                print(f"generate: {generated.plan.name}: risk triple gap at {rproof.level}: {len(rproof.missing)} "
+                      f"{rproof.required} triples missing", file=sys.stderr)
+        if generated.layout_proof is not None:
+            names = [lv.name for lv in generated.plan.levels]
+            for line in generated.layout_proof.short(names):
+                print(f"generate: {generated.plan.name}: layout gap: {line}", file=sys.stderr)
         for bproof in generated.boundary_proofs:
             if not bproof.complete:
                 print(f"generate: {generated.plan.name}: boundary gap at {bproof.level}: {bproof.item} needs "

@@ -1,8 +1,9 @@
 """Plan entries -> drafts: axis combinations and declared specs become graphs.
 
 Axis names the generator understands: the four that build the shape (batch, heads, seq,
-head_dims) and the ten that name a Spec field (dtype, layout, stats_layout, mask, scale,
-distribution, and the score modifiers bias, dbias, sinks, softcap)."""
+head_dims) and the eleven that name a Spec field (dtype, layout, stats_layout, mask, scale,
+distribution, the score modifiers bias, dbias, sinks, softcap, and deterministic). A plan
+may leave out an optional axis (its Spec field keeps its default)."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,9 @@ from bundlegen.plans.records import PADDED, Plan, Shape, Space, Spec
 
 SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
 MODIFIER_AXES = ("bias", "dbias", "sinks", "softcap")
-SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution") + MODIFIER_AXES
+SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution") + MODIFIER_AXES + ("deterministic",)
 KNOWN_AXES = SHAPE_AXES + SPEC_AXES
+OPTIONAL_AXES = ("deterministic",)
 PORTS = INPUT_PORTS + OUTPUT_PORTS
 MODIFIER_PORTS = MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS
 
@@ -34,7 +36,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
             "dtype": plan.dtypes, "layout": plan.layouts, "stats_layout": plan.stats_layouts,
             "mask": plan.masks, "scale": plan.scales, "distribution": plan.distributions,
             "bias": plan.biases, "dbias": plan.switches, "sinks": plan.switches,
-            "softcap": plan.softcaps}[axis]
+            "softcap": plan.softcaps, "deterministic": plan.switches}[axis]
 
 
 def axis_item(axis: str, value: str) -> str:
@@ -63,7 +65,7 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.padded.axes), combo))
     h, s, d = plan.heads[v["heads"]], plan.seqs[v["seq"]], plan.head_dims[v["head_dims"]]
     shape = Shape(plan.batches[v["batch"]], h.H_q, h.H_k, h.H_v, s.S_q, s.S_kv, d.D_qk, d.D_v)
-    return Spec(shape, **{field: v[field] for field in SPEC_AXES})
+    return Spec(shape, **{field: v[field] for field in SPEC_AXES if field in v})
 
 
 def graph_of(plan: Plan, spec: Spec) -> Graph:
@@ -95,7 +97,8 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
     mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
     attrs = Attributes(attn_scale=default_scale(s.D_qk) if scale is None else float(scale),
                        diagonal_alignment=mask.alignment, left_bound=mask.left_bound,
-                       right_bound=mask.right_bound)
+                       right_bound=mask.right_bound,
+                       deterministic_algorithm=plan.switches[spec.deterministic])
     graph = _with_modifiers(plan, spec, Graph(tensors=tensors, attributes=attrs))
     for m in spec.mutations:
         if m.kind == "attr":
@@ -151,7 +154,8 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     s = spec.shape
     found = {"dtype": spec.dtype, "layout": spec.layout, "stats_layout": spec.stats_layout,
              "mask": spec.mask, "scale": spec.scale, "distribution": spec.distribution,
-             "bias": spec.bias, "dbias": spec.dbias, "sinks": spec.sinks, "softcap": spec.softcap}
+             "bias": spec.bias, "dbias": spec.dbias, "sinks": spec.sinks, "softcap": spec.softcap,
+             "deterministic": spec.deterministic}
     found["heads"] = next((n for n, h in plan.heads.items() if (h.H_q, h.H_k, h.H_v) == (s.H_q, s.H_k, s.H_v)), None)
     found["seq"] = next((n for n, q in plan.seqs.items() if (q.S_q, q.S_kv) == (s.S_q, s.S_kv)), None)
     found["head_dims"] = next((n for n, d in plan.head_dims.items() if (d.D_qk, d.D_v) == (s.D_qk, s.D_v)), None)
@@ -165,6 +169,8 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
         found["scale"] = None
     if "softcap" in changed:
         found["softcap"] = None
+    if "deterministic_algorithm" in changed:   # the flag set by hand: what the graph asks for
+        found["deterministic"] = "on" if graph_of(plan, spec).attributes.deterministic_algorithm else "off"
     if any(m.target in MODIFIER_PORTS for m in spec.mutations):
         for axis in ("bias", "dbias", "sinks"):
             found[axis] = None      # modifier ports changed by hand are not the named ones

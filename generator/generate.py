@@ -1,10 +1,11 @@
 """build(plan) -> GeneratedPlan: the whole expansion, with no I/O.
 
 Order: check the plan; draft cases from every entry (axis values, pair suites, catalog,
-sweeps, regressions, probes) and check each; add pair repairs; merge drafts with the same
-content; give each case its id, seed, tolerance class and cost; assign levels; prove
-coverage per level on the assigned levels (and repair again if the trim rule moved a
-needed case up).
+sweeps, regressions, probes) and check each; add pair repairs (pass by pass); add the risk
+suites' rows (generator/risks.py); merge drafts with the same content; give each case its
+id, seed, tolerance class and cost; assign levels; prove coverage per level on the assigned
+levels (and repair again if the trim rule moved a needed case up); prove the risk triples
+and the layouts that differ (generator/layout_distinct.py).
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from functools import lru_cache
 from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
 from bundlegen import ids
-from bundlegen.generator import boundaries, levels, pairs, ragged
+from bundlegen.generator import boundaries, layout_distinct, levels, pairs, ragged, risks
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
-from bundlegen.generator.expand import declared_drafts, pair_drafts, repair_drafts, value_drafts
+from bundlegen.generator.expand import (declared_drafts, graph_of, pair_drafts, repair_drafts, spec_of,
+                                        value_drafts)
 from bundlegen.generator.legality import Legality
 from bundlegen.generator.records import Combo, Draft, GeneratedPlan, PairProof
 from bundlegen.plans.records import PADDED, Plan
@@ -72,18 +74,33 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
     repaired: list = []              # units allpairspy missed
     level_names = [lv.name for lv in plan.levels]
 
-    # repairs against each suite's target level, before costs are known
+    # repairs against each suite's target level, before costs are known, pass by pass
+    # (Axis.values_joined): a pass's units from the rows of that pass and the earlier ones,
+    # so the repairs of the earlier passes stay what they were
     for space, suite in _suites(plan):
+        legality = spaces[space]
         upto = level_names.index(suite.level)
         combos = [d.combo for d in drafts if d.space == space and d.combo is not None
                   and level_names.index(d.min_level) <= upto]
-        missing = pairs.prove(spaces[space], suite.level, suite.scope, combos).missing
-        rows = pairs.repair_rows(spaces[space], missing, suite.scope)
-        repaired += missing
+        rows: list = []
+        for k in pairs.passes(legality, suite.scope):
+            seen = [c for c in combos if pairs.combo_pass(legality, c) <= k] + rows
+            missing = tuple(u for u in pairs.prove(legality, suite.level, suite.scope, seen).missing
+                            if pairs.unit_pass(legality, u) <= k)
+            rows += pairs.repair_rows(legality, missing, suite.scope)
+            repaired += missing
         drafts += _repair_drafts(plan, space, suite.item, suite.level, rows)
 
+    # the risk suites' rows after the pair repairs, which stay what they were before them
+    risk_sets = None
+    if plan.risks is not None:
+        risk_sets = risk_suites(plan, spaces[PADDED])
+        for d in risk_sets[3]:
+            check_draft(plan, spaces[PADDED], d)
+        drafts += risk_sets[3]
+
     for _round in range(REPAIR_ROUNDS):
-        cases, combos_by_space, entries, cpu = _cases(plan, spaces, drafts)
+        cases, combos_by_space, entries, cpu = _cases(plan, spaces, drafts, risk_sets)
         proofs = {space: _proofs(plan, legality, cases, combos_by_space[space], space)
                   for space, legality in spaces.items()}
         gaps = [p for ps in proofs.values() for p in ps if not p.complete]
@@ -113,7 +130,52 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
                          ragged_proofs=proofs.get(ragged.SPACE, ()),
                          ragged_exclusions=() if rag is None else rag.exclusions(illegal[ragged.SPACE]),
                          ragged_illegal_pairs=len(illegal.get(ragged.SPACE, ())),
-                         boundary_proofs=boundaries.prove(plan, cases))
+                         boundary_proofs=boundaries.prove(plan, cases),
+                         risk_proofs=() if risk_sets is None else risk_proofs(plan, spaces[PADDED], cases,
+                                                                              combos_by_space[PADDED], risk_sets),
+                         layout_proof=layout_distinct.prove(plan, cases, level_names, plan.distinct_layouts_by))
+
+
+def risk_suites(plan: Plan, legality: Legality):
+    """(top universe, every universe, the sample's triples, the drafts) of plan.risks: the
+    top suite's rows at top_by, its cheapest rows on the cpu class at sample_at, the whole
+    suite's rows at every_by."""
+    r = plan.risks
+    top = risks.universe(legality, r, r.top_rank)
+    every = risks.universe(legality, r, None)
+    top_rows = risks.suite_rows(legality, r, r.top_rank, top)
+    every_rows = risks.suite_rows(legality, r, None, every)
+
+    def cpu(combo) -> float:
+        return cost_model.predict(graph_of(plan, spec_of(plan, combo)), "cpu", plan.cost_model).predicted_s
+    sample = risks.sample_rows(top_rows, cpu, r.sample)
+    drafts = (repair_drafts(plan, r.item, r.sample_at, sample, label="risk sample ", group=r.group)
+              + repair_drafts(plan, r.item, r.top_by, top_rows, label="risk top ", group=r.group)
+              + repair_drafts(plan, r.item, r.every_by, every_rows, label="risk every ", group=r.group))
+    held = set().union(*(risks.triples(legality, r, c) for c in sample)) if sample else set()
+    return top, every, frozenset(held & top), drafts
+
+
+def risk_proofs(plan: Plan, legality: Legality, cases, combos_by_id, risk_sets):
+    """Per level, the risky triples of its cases' combinations; a triple that names a
+    layout counts only where the case is not another layout's memory."""
+    top, every, sample, _drafts = risk_sets
+    level_names = [lv.name for lv in plan.levels]
+    per_case = {}
+    for c in cases:
+        held = set()
+        for combo in combos_by_id.get(c.id, ()):
+            held |= risks.triples(legality, plan.risks, combo)
+        if held and any(a == "layout" for t in held for a, _v in t):
+            layout = layout_distinct.layout_of(plan, c)
+            if layout is not None and layout_distinct.same_memory_as(plan, c.graph, layout) is not None:
+                held = {t for t in held if all(a != "layout" for a, _v in t)}
+        per_case[c.id] = (level_names.index(c.level), held)
+
+    def held_at(level: str) -> set:
+        i = level_names.index(level)
+        return set().union(*(h for lv, h in per_case.values() if lv <= i))
+    return risks.prove(plan.risks, level_names, held_at, top, every, sample)
 
 
 def _suites(plan: Plan):
@@ -150,6 +212,10 @@ def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:
                             f"over its cpu budget of {level.cpu_budget_seconds:g} s: make its cases smaller")
 
 
+def _one_run(terms: cost_model.CostTerms) -> cost_model.CostTerms:
+    return dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
+
+
 def _coverage_item(plan: Plan, scope: str, space: str = PADDED) -> str:
     """The item a repair case of `scope` in `space` traces to."""
     owner = plan.space(space)
@@ -165,7 +231,7 @@ def _merge(drafts: list[Draft]) -> list[_Merged]:
     return [_Merged.of(g) for g in groups.values()]
 
 
-def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
+def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft], risk_sets=None):
     merged = _merge(drafts)
     level_names = [lv.name for lv in plan.levels]
     built, costed, entries, cpu = {}, [], {}, {}
@@ -181,10 +247,12 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
         terms = cost_model.terms(lead.graph)
         h200 = cost_model.predict_terms(terms, "h200", plan.cost_model, probe=probe)
         on_cpu = cost_model.predict_terms(terms, "cpu", plan.cost_model, probe=probe)
+        one_run = cost_model.predict_terms(_one_run(terms), "cpu", plan.cost_model, probe=probe)
+        one_h200 = cost_model.predict_terms(_one_run(terms), "h200", plan.cost_model, probe=probe)
         min_level = min((d.min_level for d in m.drafts), key=level_names.index)
         built[case_id] = (lead, m, h200)
         costed.append(levels.Costed(case_id, lead.entry, min_level, h200.predicted_s, h200.bytes,
-                                    on_cpu.predicted_s))
+                                    on_cpu.predicted_s, one_run.predicted_s, one_h200.predicted_s))
         for space in spaces:
             if m.combos(space):
                 combos[space][case_id] = m.combos(space)
@@ -203,6 +271,11 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
         for space, legality in spaces.items():
             for k, v in combos[space].items():
                 out.setdefault(k, set()).update((space, u) for u in pairs.covered_units(legality, v, scopes[level]))
+        if risk_sets is not None:   # the trim rule keeps the only cover of a triple the level must hold
+            wanted = {"top": risk_sets[0], "every": risk_sets[1]}.get(risks.required(plan.risks, level))
+            for k, v in (combos[PADDED].items() if wanted else ()):
+                held = set().union(*(risks.triples(spaces[PADDED], plan.risks, c) for c in v)) & wanted
+                out.setdefault(k, set()).update(("risk", t) for t in held)
         need = "none" if plan.boundaries is None else boundaries.requirement(plan.boundaries, level_names, level)
         for k, units in bounds.items():   # the trim rule keeps the only cover of a boundary unit
             if need == "every":

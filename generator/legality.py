@@ -22,6 +22,12 @@ class _Compiled:
         return (all(row[a] in vals for a, vals in self.when)
                 and not all(row[a] in vals for a, vals in self.require))
 
+    def doomed(self, row: list[int | None]) -> bool:
+        """True when `row`, set only in part, breaks the rule whatever its unset axes take:
+        every `when` axis is set and matches, and a set `require` axis does not."""
+        return (all(row[a] is not None and row[a] in vals for a, vals in self.when)
+                and any(row[a] is not None and row[a] not in vals for a, vals in self.require))
+
 
 class Legality:
     """Over one axis space of a plan (its padded or its ragged one): its axes and rules."""
@@ -67,8 +73,29 @@ class Legality:
         first = [row[p] if not free[p] else self.preference[p][0] for p in range(len(row))]
         if not any(c.violated(first) for c in self.compiled):   # the usual case: defaults fit
             return tuple(self.values[p][i] for p, i in enumerate(first))
-        # each rule is checked as soon as every axis it reads is set (fixed ones are set now)
+        # the values each axis may still take, in preference order: an axis no rule reads
+        # takes its preferred value; a rule whose `when` the axes settled so far meet
+        # narrows the axes it requires (until nothing changes). Only values no legal
+        # combination holds are dropped, so the first legal combination stays the same.
+        read = {a for c in self.compiled for a, _ in c.when + c.require}
+        domains = [[row[p]] if not free[p] else list(self.preference[p]) if p in read
+                   else [self.preference[p][0]] for p in range(len(row))]
+        changed = True
+        while changed:
+            changed = False
+            for c in self.compiled:
+                if not all(len(domains[a]) == 1 and domains[a][0] in vals for a, vals in c.when):
+                    continue
+                for a, vals in c.require:
+                    narrowed = [v for v in domains[a] if v in vals]
+                    if not narrowed:
+                        return None
+                    if len(narrowed) != len(domains[a]):
+                        domains[a], changed = narrowed, True
+        # each rule is checked as soon as every axis it reads is set, and in part (doomed)
+        # at every axis it reads
         decide_at: list[list[_Compiled]] = [[] for _ in row]
+        reads_at: list[list[_Compiled]] = [[] for _ in row]
         for c in self.compiled:
             free_read = [a for a, _ in c.when + c.require if free[a]]
             if not free_read:
@@ -76,21 +103,24 @@ class Legality:
                     return None
                 continue
             decide_at[max(free_read)].append(c)
-        found = self._search(0, row, free, decide_at)
+            for a in set(free_read):
+                reads_at[a].append(c)
+        found = self._search(0, row, free, domains, decide_at, reads_at)
         return None if found is None else tuple(self.values[p][i] for p, i in enumerate(found))
 
-    def _search(self, p: int, row: list, free: list[bool], decide_at: list) -> list[int] | None:
+    def _search(self, p: int, row: list, free: list[bool], domains: list, decide_at: list,
+                reads_at: list) -> list[int] | None:
         if p == len(row):
             return list(row)
         if not free[p]:
-            return self._search(p + 1, row, free, decide_at)
-        for choice in self.preference[p]:
+            return self._search(p + 1, row, free, domains, decide_at, reads_at)
+        for choice in domains[p]:
             row[p] = choice
-            if not any(c.violated(row) for c in decide_at[p]):
-                found = self._search(p + 1, row, free, decide_at)
+            if not any(c.violated(row) for c in decide_at[p]) and not any(c.doomed(row) for c in reads_at[p]):
+                found = self._search(p + 1, row, free, domains, decide_at, reads_at)
                 if found is not None:
                     return found
-        row[p] = None
+        row[p] = None      # unset again: doomed() reads only the axes set so far
         return None
 
     # ------------------------------------------------------------------ report

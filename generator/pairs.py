@@ -32,23 +32,48 @@ def scope_positions(legality: Legality, scope: str) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- proposal
 def suite_rows(legality: Legality, suite: PairSuite) -> list[Combo]:
     """allpairspy over the suite's axes (value indices, so the output does not depend on
-    string hashing), axes outside the scope held at their defaults. Extension axes
-    (Axis.extension) are held at their defaults for a first pass, whose rows are the ones
-    the suite gave before they were added; a second pass, told those rows are tested, adds
-    the rows for the pairs the extension axes take part in."""
+    string hashing), axes outside the scope held at their defaults, in passes: each axis
+    and value takes part from the pass it joined (Axis.pass_joined, Axis.value_pass). The
+    first pass gives the rows the suite gave before anything joined later; each later
+    pass, told every earlier row is tested, adds the rows for the pairs the newcomers take
+    part in."""
     scope = scope_positions(legality, suite.scope)
-    extension = [p for p in scope if legality.space.axes[p].extension]
-    first = _proposed(legality, suite, [p for p in scope if p not in extension])
-    if not extension:
-        return first
-    return first + _proposed(legality, suite, list(scope), tested=first)
+    axes = legality.space.axes
+    rows: list[Combo] = []
+    for k in passes(legality, suite.scope):
+        positions = [p for p in scope if axes[p].pass_joined <= k]
+        allowed = {p: [i for i, v in enumerate(axes[p].values) if axes[p].value_pass(v) <= k] for p in positions}
+        rows += propose(legality, f"pair suite '{suite.item}'", allowed, tested=rows)
+    return rows
 
 
-def _proposed(legality: Legality, suite: PairSuite, positions: list[int],
-              tested: list[Combo] = ()) -> list[Combo]:
+def passes(legality: Legality, scope: str) -> list[int]:
+    """The pair-suite passes the scope's axes and values joined, in order."""
+    axes = legality.space.axes
+    return sorted({axes[p].value_pass(v) for p in scope_positions(legality, scope) for v in axes[p].values})
+
+
+def combo_pass(legality: Legality, combo: Combo) -> int:
+    """The latest pass a value of the combination other than its axis's default joined."""
+    axes = legality.space.axes
+    return max((a.value_pass(v) for a, v in zip(axes, combo) if v != a.default), default=0)
+
+
+def unit_pass(legality: Legality, unit: tuple) -> int:
+    """The pass a unit of the proof joined: its latest value's (an axis's default included)."""
+    axes = legality.space.axes
+    return max(axes[legality.position[a]].value_pass(v) for a, v in unit)
+
+
+def propose(legality: Legality, label: str, allowed: dict[int, list[int]], tested: list[Combo] = (),
+            n: int = 2) -> list[Combo]:
+    """allpairspy's rows covering the n-way combinations of the `allowed` value indices
+    (axis position -> indices), every other axis at its default, legal rows only (its
+    coverage is not trusted: callers prove it)."""
     # largest axes first: allpairspy re-weighs every value of an axis against the values
     # already chosen in the row, so this order does the least work (and gives fewer rows)
-    scope = tuple(sorted(positions, key=lambda p: (-len(legality.values[p]), p)))
+    positions = list(allowed)
+    scope = tuple(sorted(positions, key=lambda p: (-len(allowed[p]), p)))
     base: list[int | None] = [None] * len(legality.axes)
     for p, axis in enumerate(legality.space.axes):
         if p not in scope:
@@ -59,7 +84,7 @@ def _proposed(legality: Legality, suite: PairSuite, positions: list[int],
         inside = [scope.index(p) for p in read if p in scope]
         if not inside:
             if c.violated(base):
-                raise PlanError(f"pair suite '{suite.item}': the defaults outside its scope break "
+                raise PlanError(f"{label}: the defaults outside its scope break "
                                 f"rule '{c.rule.name}'")
             continue
         checks_at[max(inside)].append(c)
@@ -75,11 +100,11 @@ def _proposed(legality: Legality, suite: PairSuite, positions: list[int],
             row[scope[i]] = v
         return not any(c.violated(row) for c in checks)
 
-    params = [list(range(len(legality.values[p]))) for p in scope]
+    params = [allowed[p] for p in scope]
     index = [{v: i for i, v in enumerate(legality.values[p])} for p in range(len(legality.axes))]
     prior = [[index[p][combo[p]] for p in scope] for combo in tested]
     combos = []
-    for proposed in AllPairs(params, filter_func=legal_prefix, previously_tested=prior or None):
+    for proposed in AllPairs(params, filter_func=legal_prefix, previously_tested=prior or None, n=n):
         row = list(base)
         for i, v in enumerate(proposed):
             row[scope[i]] = v

@@ -8,6 +8,7 @@ AX-RAGGED-<AXIS>-<VALUE>; its drafts carry space "ragged", so their combinations
 proved against the ragged axes only."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Collection
 
 from bundlegen import reasons as R
@@ -21,16 +22,18 @@ from bundlegen.generator.records import Combo, Draft
 from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
-SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution")
+SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
 OWN_AXES = ("lengths", "storage")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
+OPTIONAL_AXES = ("deterministic",)
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
 def axis_table(plan: Plan, axis: str) -> Collection[str]:
     r = plan.ragged
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
-            "scale": plan.scales, "distribution": plan.distributions, "lengths": r.lengths,
+            "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
+            "lengths": r.lengths,
             "storage": r.storages}[axis]
 
 
@@ -48,7 +51,7 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.ragged.axes), combo))
     shape = RaggedShape(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]])
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
-                distribution=v["distribution"])
+                distribution=v["distribution"], deterministic=v.get("deterministic", "off"))
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -80,18 +83,21 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
             "dk": (T_kv, h.H_k, d.D_qk), "dv": (T_kv, h.H_v, d.D_v), "stats": (T_q, h.H_q, 1)}
     strides = {p: layouts.ragged_strides(st.stats if p == "stats" else st.kind, dims[p]) for p in PORTS}
     mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
-    return ragged_graph(off.cu_q, cu_kv, H_q=h.H_q, H_k=h.H_k, H_v=h.H_v, D_qk=d.D_qk, D_v=d.D_v,
+    graph = ragged_graph(off.cu_q, cu_kv, H_q=h.H_q, H_k=h.H_k, H_v=h.H_v, D_qk=d.D_qk, D_v=d.D_v,
                         dtype=spec.dtype, scale=None if scale is None else float(scale),
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
                         strides=strides, offsets={p: st.offset for p in PORTS})
+    if not plan.switches[spec.deterministic]:
+        return graph
+    return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
 
 
 def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     """The ragged axis items a declared spec realises: each axis whose value it matches."""
     shape = spec.shape
     found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
-             "distribution": spec.distribution,
+             "distribution": spec.distribution, "deterministic": spec.deterministic,
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
              "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None)}

@@ -43,6 +43,24 @@ class PairProof:
 
 
 @dataclass(frozen=True)
+class RiskProof:
+    """The risky triples (plan.risks) the cases of one level and every lower one hold:
+    `required` is what the level must hold (none, sample, top or every); `top` counts the
+    triples of the riskiest values, `every` all of them."""
+    level: str
+    required: str
+    top_total: int
+    top_covered: int
+    total: int
+    covered: int
+    missing: tuple[tuple, ...]      # of what the level requires
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+@dataclass(frozen=True)
 class BoundaryProof:
     """One boundary class at one level (cumulative): the units its cases realise.
     `required`: none, one (some unit of the class) or every (unit)."""
@@ -89,6 +107,8 @@ class GeneratedPlan:
     ragged_exclusions: tuple[RuleExclusion, ...] = ()
     ragged_illegal_pairs: int = 0
     boundary_proofs: tuple[BoundaryProof, ...] = ()    # plan.boundaries: per level and class
+    risk_proofs: tuple[RiskProof, ...] = ()            # plan.risks: per level
+    layout_proof: "object | None" = None               # generator/layout_distinct.py: LayoutProof
 
     def at_level(self, level: str) -> tuple[Case, ...]:
         """The cases a run of `level` executes: that level and every lower one."""

@@ -5,7 +5,7 @@ from collections import Counter
 
 from bundlegen.cost import size_text
 from bundlegen.generator import peer_coverage
-from bundlegen.generator import boundaries
+from bundlegen.generator import boundaries, layout_distinct
 from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
 
@@ -67,12 +67,14 @@ def render(g: GeneratedPlan) -> str:
     first = plan.levels[0]
     quick = g.at_level(first.name)
     cpu = sum(g.cpu_seconds[c.id] for c in quick)
-    worst = max((g.cpu_seconds[c.id] for c in quick), default=0.0)
+    repeated = [c for c in quick if c.graph.attributes.deterministic_algorithm]
+    worst = max((g.cpu_seconds[c.id] for c in quick if c not in repeated), default=0.0)
     run = cpu_run_seconds(plan, first.name, g.cases, g.cpu_seconds)
     budget = "" if first.cpu_budget_seconds is None else f" of its {first.cpu_budget_seconds:g} s budget"
     out.append(f"{first.name} on the cpu class: a run predicted at {run:.1f} s{budget} (cases {cpu:.1f} s, "
                f"start {plan.cost_model['cpu'].run_start_s:.1f} s); largest case {worst:.2f} s "
-               f"(ceiling {first.per_case_cpu_seconds:g} s)")
+               f"(ceiling {first.per_case_cpu_seconds:g} s, one run); {len(repeated)} deterministic-mode cases "
+               f"{sum(g.cpu_seconds[c.id] for c in repeated):.1f} s with their re-runs")
     out.append("")
     out.append("Groups per level")
     for level in plan.levels:
@@ -92,6 +94,9 @@ def render(g: GeneratedPlan) -> str:
         out.append(line)
     out.append(f"  pairs allpairspy missed, added as repair cases: {len(g.repaired_pairs)}")
     out.append("")
+
+    out += _risk_lines(g)
+    out += _layout_lines(g)
 
     # ---- peers
     out += peer_lines(g)
@@ -161,6 +166,61 @@ def peer_lines(g: GeneratedPlan, gaps: bool = False, shown: int = 3) -> list[str
                 out.append(f"    {level}: {len(p.missing)} uncovered: "
                            + "; ".join(peer_coverage.pair_text(x) for x in listed)
                            + ("" if len(listed) == len(p.missing) else " ..."))
+    out.append("")
+    return out
+
+
+def _risk_lines(g: GeneratedPlan) -> list[str]:
+    """Per level: the risky triples held (the riskiest ones and all), against what the
+    level must hold."""
+    r = g.plan.risks
+    if r is None or not g.risk_proofs:
+        return []
+    axes = "; ".join(f"{a} " + ", ".join(f"{v}:{rank}" for v, rank in vals.items()) for a, vals in r.values.items())
+    out = [f"Risk triple proof ({r.item}: every legal triple of risky values of three axes by {r.every_by}; "
+           f"the riskiest (rank <= {r.top_rank}) by {r.top_by}; a first sample, the {r.sample} cheapest rows on "
+           f"the cpu class of their suite, at {r.sample_at}; allpairspy n=3 proposes, the generator proves and "
+           "repairs; a triple naming a layout counts only where the case is no other layout's memory)",
+           f"  ranks: {r.ranking}",
+           f"  risky values (value:rank): {axes}"]
+    rows = []
+    for p in g.risk_proofs:
+        rows.append([p.level, p.required, f"{p.top_covered} of {p.top_total}", f"{p.covered} of {p.total}",
+                     "ok" if p.complete else f"MISSING {len(p.missing)}"])
+    out += ["  " + ln for ln in _table(["level", "must hold", "riskiest triples", "all triples", "status"], rows)]
+    for p in g.risk_proofs:
+        if p.missing:
+            shown = "; ".join(" + ".join(f"{a}={v}" for a, v in t) for t in p.missing[:3])
+            out.append(f"  {p.level} missing: {shown}{' ...' if len(p.missing) > 3 else ''}")
+    out.append("")
+    return out
+
+
+def _layout_lines(g: GeneratedPlan) -> list[str]:
+    """Per layout value: its cases, those that are another layout's memory (not counted for
+    it), and the first level with a distinct case of B, H, S >= 2 and with each head-dim
+    tail at each gradient port."""
+    proof = g.layout_proof
+    if proof is None:
+        return []
+    names = [lv.name for lv in g.plan.levels]
+    out = [f"Layout-distinct proof (a case counts for its layout only where no other layout places every data "
+           f"port where it does, e.g. SBHD at B = 1 is BSHD's memory; every layout by "
+           f"{proof.required_by}: a case of B, H, S >= 2, and at dq, dk, dv a head dim "
+           f"{' and '.join(layout_distinct.TAILS)}; columns: the first level that holds it)"]
+    rows = []
+    for r in proof.rows:
+        same = ", ".join(f"{n} as {o}" for o, n in r.same_memory.items()) or "-"
+        tails = [r.tails_from[(p, t)] or "MISSING" for p in layout_distinct.GRADIENT_PORTS
+                 for t in layout_distinct.TAILS]
+        rows.append([r.layout, r.cases, same, r.multi_from or "MISSING"] + tails)
+    out += ["  " + ln for ln in _table(["layout", "cases", "other's memory (not counted)", "B,H,S>=2"]
+                                       + [f"{p} {t}" for p in layout_distinct.GRADIENT_PORTS
+                                          for t in layout_distinct.TAILS], rows)]
+    short = proof.short(names)
+    out.append(f"  cases counted for a layout that is another's memory: 0; layouts short of the proof by "
+               f"{proof.required_by}: {len(short)}")
+    out += [f"    {line}" for line in short]
     out.append("")
     return out
 

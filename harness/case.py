@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from bundlegen import validate
-from bundlegen.cost import predict, size_text, terms
+from bundlegen.cost import DETERMINISTIC_MODE_RUNS, predict, size_text, terms
 from bundlegen.graph import Case, Graph
 from bundlegen.manifest import Manifest
 from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED,
@@ -116,9 +116,8 @@ def sync_device(device: "torch.device") -> None:
         torch.cuda.synchronize(device)
 
 
-#: runs of a case whose graph asks for a deterministic backward (FlashAttention's own
-#: determinism tests re-run 50 and 250 times)
-DETERMINISTIC_MODE_RUNS = 50
+#: DETERMINISTIC_MODE_RUNS (bundlegen.cost, which prices them): the runs of a case whose
+#: graph asks for a deterministic backward
 
 
 def repeat_count(engine, repeat: int | None, graph: Graph | None = None) -> int:

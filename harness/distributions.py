@@ -18,6 +18,19 @@ MAX_THREADS) threads draws the chunks (torch releases the GIL while it draws).
   sign, with their own parts made orthogonal to it, so every scaled score is about
   -SHIFTED_LOGIT: LSE is below -88.7 for every row (an fp32 exp(s) alone underflows).
   V and dO are standard normal. (Its chunks are whole rows of the head dim.)
+- `l2-grad`: dO as an L2 loss gives it, correlated with O: dO = O - T for a target
+  T = L2_TARGET_SPREAD * rowmax|O| * N(0, 1), so Delta = rowsum(dO * O) = |O|^2 - T.O sits
+  well away from zero (reduction-precision defects in Delta and in the sums that use it
+  show). q, k, v are standard normal; dO's draw is T's N(0, 1), and `do_from_o` forms dO
+  once the oracle's forward gave O (`needs_o`), from O as rounded to the io dtype, in
+  float32 elementwise arithmetic and an exact max, so every device gets the same bits.
+- `large-do`: dO = LARGE_DO * N(0, 1) (|dO| of order 1e3), q, k, v standard normal: dP =
+  dO V^T reaches LARGE_DO * sqrt(D) typically and several times that at its largest, towards
+  fp16's 65504 (an fp16 dP or dS loses digits there; the gradients stay well inside it).
+- `overflow-dp`: dO = LARGE_DO * N, V = OVERFLOW_V * N, Q and K = SMALL_QK * N: dP is of
+  order LARGE_DO * OVERFLOW_V * sqrt(D), past fp16's range, while the scores are tiny (P
+  nearly uniform over the kept keys) so dS = P (dP - Delta) and every gradient stay inside
+  it. An engine that holds dP in fp16 must decline such a case or serve it in a wider type.
 """
 from __future__ import annotations
 
@@ -47,6 +60,22 @@ SHIFTED_LOGIT = 110.0
 CHUNK_ELEMS = 1 << 18
 #: the most threads drawing chunks at once
 MAX_THREADS = 16
+#: l2-grad: the target's spread against each row's largest |O| (Delta's mean |O|^2 stays
+#: several times its spread T.O)
+L2_TARGET_SPREAD = 0.5
+#: large-do and overflow-dp: dO's scale (|dO| of order 1e3)
+LARGE_DO = 1024.0
+#: overflow-dp: V's scale (dP of order LARGE_DO * OVERFLOW_V * sqrt(D), past 65504 from D 8
+#: on) and Q's and K's (scores of order 1e-3: P nearly uniform)
+OVERFLOW_V = 32.0
+SMALL_QK = 1.0 / 64
+#: the scale of each generated port of a scaled-normal distribution (ports not named: 1)
+SCALED_PORTS = {
+    "large-do": {"do": LARGE_DO},
+    "overflow-dp": {"q": SMALL_QK, "k": SMALL_QK, "v": OVERFLOW_V, "do": LARGE_DO},
+}
+#: distributions whose dO is formed from O (do_from_o), after the oracle's forward
+DO_FROM_O = frozenset({"l2-grad"})
 #: a case with fewer elements to draw than this draws them on the calling thread
 THREADED_MIN_ELEMS = 1 << 18
 
@@ -95,7 +124,8 @@ def generate_inputs(graph: Graph, distribution: str, seed: int, *, threads: int 
                     chunk_elems: int = CHUNK_ELEMS) -> dict[str, torch.Tensor]:
     """port -> CPU tensor in the io dtype with the port's generated shape (expand it to the
     logical dims). `threads` (default min(torch's threads, MAX_THREADS); 1 draws on this thread)
-    changes the speed only."""
+    changes the speed only. Where dO is formed from O (`needs_o`), 'do' holds the draw
+    `do_from_o` takes, not dO."""
     drawn = draw_inputs(graph, distribution, seed, threads=threads, chunk_elems=chunk_elems)
     return {port: values.to(TORCH_DTYPES[graph.tensors[port].dtype], copy=True)
             for port, values in drawn.items()}
@@ -118,6 +148,8 @@ def draw_inputs(graph: Graph, distribution: str, seed: int, *, threads: int | No
             draw = _SmallInt(shape, index)
         elif distribution == "shifted-logits" and port in ("q", "k"):
             draw = _Shifted(shape, index, graph, 1.0 if port == "q" else -1.0)
+        elif port in SCALED_PORTS.get(distribution, {}):
+            draw = _Scaled(shape, index, SCALED_PORTS[distribution][port])
         else:
             draw = _Normal(shape, index)
         tasks += draw.tasks(seed, index, chunk_elems)
@@ -180,6 +212,17 @@ class _Normal(_Draw):
         return self.x.view(self.shape)
 
 
+class _Scaled(_Normal):
+    """factor * N(0, 1); a power-of-two factor keeps the scaled values exact in float32."""
+
+    def __init__(self, shape, slot, factor: float):
+        super().__init__(shape, slot)
+        self.factor = factor
+
+    def values(self):
+        return self.x.view(self.shape).mul_(self.factor)   # in place: x is a scratch
+
+
 class _SmallInt(_Draw):
     """One draw of 3 random bits per element: magnitude, sign, keep."""
 
@@ -220,6 +263,21 @@ def _shifted(x: torch.Tensor, graph: Graph, sign: float) -> torch.Tensor:
     alpha = math.sqrt(SHIFTED_LOGIT / (scale * d))
     c = 1.0 / math.sqrt(scale * math.sqrt(d))
     return x.sub_(x.mean(dim=-1, keepdim=True)).mul_(c).add_(sign * alpha)  # in place: x is a scratch
+
+
+def needs_o(distribution: str) -> bool:
+    """dO of this distribution is formed from O (`do_from_o`) after the oracle's forward."""
+    return distribution in DO_FROM_O
+
+
+def do_from_o(o: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """l2-grad's dO in float32: O - L2_TARGET_SPREAD * rowmax|O| * noise. `o`: O as the
+    engine reads it (the io dtype, logical dims, any device); `noise`: dO's float32 draw in
+    O's shape. Every step is an exactly rounded elementwise op or an exact max, so the bits
+    do not depend on the device; a row with no kept key (O = 0) gets dO = 0."""
+    o32 = o.to(torch.float32)
+    spread = o32.abs().amax(dim=-1, keepdim=True).mul_(L2_TARGET_SPREAD)
+    return o32 - spread * noise.to(device=o32.device, dtype=torch.float32)
 
 
 def alibi_bias(H_q: int, S_q: int, S_kv: int, alignment: str) -> torch.Tensor:

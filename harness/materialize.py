@@ -20,7 +20,8 @@ reused pinned buffers) and the strided write into the canary-filled storage happ
 device (a layout whose writes overlap is written on the CPU and copied whole). O and Stats
 come from the float64 oracle forward of those inputs (O rounded to the io dtype, Stats = LSE
 in fp32), written with their declared strides on the case's device, where the oracle left
-them. The oracle backward of the same inputs is the reference; it stays on the oracle's
+them. A distribution whose dO is formed from O (l2-grad) writes dO after that forward,
+from O as rounded to the io dtype (distributions.do_from_o). The oracle backward of the same inputs is the reference; it stays on the oracle's
 device (the GPU when the case runs on one), where the checks compare against it.
 
 The checks read back as little as they can: each scan builds its per-port flags on the
@@ -43,7 +44,8 @@ from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, 
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
 from bundlegen.harness.checks import bit_pattern, read_flags, set_ports
-from bundlegen.harness.distributions import draw_inputs, draw_modifiers, generated_shape
+from bundlegen.harness.distributions import (do_from_o, draw_inputs, draw_modifiers, generated_shape,
+                                             needs_o)
 
 #: every port that takes the output canary
 _OUTPUTS = frozenset(OUTPUT_PORTS + MODIFIER_OUTPUT_PORTS)
@@ -329,14 +331,24 @@ def materialize(case: Case, device: torch.device | str,
     # their strides (generate_inputs' values); the logical values are read back from
     # storage, so the oracle sees exactly what an engine reads. A layout whose writes
     # overlap is written on the CPU and copied whole.
+    # A distribution whose dO is formed from O (l2-grad) keeps dO's draw (a copy: the draw
+    # buffers are reused) and writes dO after the oracle's forward.
     storages: dict[str, torch.Tensor] = {}
-    for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
+    do_noise = None
+
+    def write_input(port: str, values: torch.Tensor) -> None:
         spec = specs[port]
         where = torch.device("cpu") if writes_overlap(spec) else device
         storages[port] = _input_storage(spec, where)
         _write_input(storages[port], spec, values, port)
         if where != device:
             storages[port] = storages[port].to(device)
+
+    for port, values in draw_inputs(graph, case.data.distribution, case.data.seed).items():
+        if port == "do" and needs_o(case.data.distribution):
+            do_noise = values.clone()
+            continue
+        write_input(port, values)
     # bias and sinks: small, written through their strides on the CPU (write_view checks a
     # broadcast axis's values agree) and copied whole
     for port, values in draw_modifiers(graph, case.data.bias_values, case.data.seed).items():
@@ -349,7 +361,7 @@ def materialize(case: Case, device: torch.device | str,
         source = storages[port] if odev == device else storages[port].to(odev)
         return view_of(source, specs[port])
 
-    q, k, v, do = (oracle_view(p) for p in ("q", "k", "v", "do"))
+    q, k, v = (oracle_view(p) for p in ("q", "k", "v"))
     mods = oracle.Modifiers(
         bias=oracle_view("bias") if "bias" in specs else None,
         sinks=oracle_view("sinks") if "sinks" in specs else None,
@@ -371,6 +383,13 @@ def materialize(case: Case, device: torch.device | str,
     for port, values in (("o", o_values), ("stats", stats_values)):
         storages[port] = canary_storage(specs[port], device, output=False)
         write_view(storages[port], specs[port], values, case_id=case.id, port=port)
+    if do_noise is not None:   # dO from O as the engine reads it, in dO's generated shape
+        o_drawn = o_values
+        for axis, size in enumerate(do_noise.shape):
+            o_drawn = o_drawn.narrow(axis, 0, size)
+        write_input("do", do_from_o(o_drawn, do_noise))
+        del o_drawn, do_noise
+    do = oracle_view("do")
     del o_values, stats_values
 
     with clock:

@@ -390,12 +390,17 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     Per block, with P = exp(S - LSE):
       dV  += P^T dO                     mag_dV  += P^T |dO|
       dS   = P * (dO V^T - rowsum(dO*O)) |dS|mag = P * (|dO| |V|^T + rowsum(|dO|*|O|))
-      dBias = dS                        mag_dBias = |dS|mag   (summed over its size-1 axes)
+      dBias = dS                        mag_dBias = |dS|mag   (over its size-1 axes: the root
+                                                             of the sum of squares)
       softcap: dS *= 1 - t^2            |dS|mag *= 1 - t^2
       dQ   = scale * dS K               mag_dQ   = scale * |dS|mag |K|
       dK  += scale * dS^T Q             mag_dK  += scale * |dS|mag^T |Q|
     with dK, dV summed over the q heads of each kv group; then
-      dSinks_h = -sum_{b,i} exp(sink_h - LSE) rowsum(dO*O), mag with rowsum(|dO|*|O|).
+      dSinks_h = -sum_{b,i} exp(sink_h - LSE) rowsum(dO*O), mag the root of the sum over
+      (b, i) of (exp(sink_h - LSE) rowsum(|dO|*|O|))^2.
+    A reduced output (dSinks; dBias over its size-1 axes) adds independent rows or copies:
+    their rounding errors add in quadrature, so its magnitude does too, and a bound from it
+    stays below one missing batch's, head's or key tile's share (bundlegen tolerance-power).
     """
     B, H_q, S_q, D_qk = q.shape
     H_k, S_kv = k.shape[1], k.shape[2]
@@ -466,8 +471,8 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
             ds_mag.mul_(ks)
         ds_mag = ds_mag.add_(abs_delta[rows]).mul_(p)
         del p, pt, ks
-        if mag_dbias is not None:
-            _add_reduced(mag_dbias, ds_mag, blk)
+        if mag_dbias is not None:   # squares: a reduced dBias adds its copies' in quadrature
+            _add_reduced(mag_dbias, ds_mag.square(), blk)
         if slope is not None:
             ds_mag.mul_(slope)
         del slope
@@ -478,6 +483,9 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     if modifiers.dsinks:
         p_sink = torch.exp(_f64(modifiers.sinks.to(device)).view(1, H_q, 1, 1) - lse)
         dsinks = -(p_sink * delta).sum(dim=(0, 2, 3))
-        mag_dsinks = (p_sink * abs_delta).sum(dim=(0, 2, 3))
+        # rows in quadrature (each row's worst case, rowsum(|dO| |O|), is its own)
+        mag_dsinks = (p_sink * abs_delta).square_().sum(dim=(0, 2, 3)).sqrt_()
+    if mag_dbias is not None:
+        mag_dbias.sqrt_()
     return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=mag_dv,
                     dbias=dbias, mag_dbias=mag_dbias, dsinks=dsinks, mag_dsinks=mag_dsinks)

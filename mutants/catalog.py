@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
+from bundlegen.mutants import conditional as C
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -231,6 +232,39 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("dropout-dv-mask-missing", "dropout mask missing",
            "the dropout mask applied to dP but not to P in the dV product (dV = (P / (1 - p))^T dO)",
            WRAPPER, wrap(W.DropoutDvMaskMissing), ("SHP-DROPOUT",)),
+    # --- conditional on one gap class of issue 42 each (mutants/conditional.py): correct
+    # off their condition
+    Mutant("interleaved-dq-batch-offset-lost", "degenerate layouts",
+           "dQ in a heads-interleaved layout stored without its batch offset (B >= 2, H >= 2)",
+           WRAPPER, wrap(C.InterleavedBatchOffsetLost), ("AX-LAYOUT-BSHD", "AX-LAYOUT-SBHD"), killed_by="pr"),
+    Mutant("interleaved-dk-head-dim-tail-dropped", "degenerate layouts",
+           "dK in a heads-interleaved layout loses its head-dim tail when D_qk % 32 != 0",
+           WRAPPER, wrap(C.InterleavedHeadDimTailDropped), ("AX-LAYOUT-*",), killed_by="pr"),
+    Mutant("delta-kept-in-fp8", "gradients range/correlation",
+           "Delta = rowsum(dO * O) kept in fp8 (e5m2): seen in dSinks only where dO is correlated with O",
+           WRAPPER, wrap(C.DeltaKeptInFp8), ("SHP-GRAD-RANGE-LONG", "SHP-GRAD-RANGE"),
+           killed_by="pr"),
+    Mutant("dp-saturates-fp16", "gradients range/correlation",
+           "dP held in fp16 in an fp16 graph: inf (then NaN in dQ, dK) where |dP| > 65504",
+           WRAPPER, wrap(C.DpSaturatesFp16), ("SHP-GRAD-RANGE",), killed_by="pr"),
+    Mutant("dsinks-last-batch-lost", "tolerance cannot see a lost contribution",
+           "dSinks misses the last batch's contribution (B >= 2)",
+           WRAPPER, wrap(C.DsinksLastBatchLost), ("AX-SINKS-ON", "SHP-SINKS-*"), killed_by="pr"),
+    Mutant("nondeterministic-without-gqa", "determinism",
+           "the deterministic backward differs run to run (dK's last bit) when H_q == H_k",
+           WRAPPER, wrap(C.NondeterministicWithoutGqa), ("SHP-DETERMINISTIC-*",), killed_by="pr"),
+    Mutant("fp16-dq-tail-row-lost", "fp16",
+           "an fp16 graph with S_q % 16 != 0 never stores dQ's last row",
+           WRAPPER, wrap(C.Fp16QueryTailStale), ("AX-DTYPE-FP16",), killed_by="pr"),
+    Mutant("extreme-lse-window-half-tile", "risky values meeting late",
+           "extreme LSE under a window with S_kv off the 64 tile: the last key block's dK, dV zero",
+           WRAPPER, wrap(C.ExtremeLseWindowHalfTile), ("REG-EXTREME-LSE",), killed_by="pr"),
+    Mutant("sinks-decode-batch-lse-mixed", "risky values meeting late",
+           "sinks with B >= 2 at S_q <= 16: dSinks reads batch 0's LSE for every batch",
+           WRAPPER, wrap(C.SinksDecodeBatchMixed), ("AX-SINKS-ON",), killed_by="pr"),
+    Mutant("rectangle-128-dq-last-row-lost", "risky values meeting late",
+           "S_q != S_kv, both multiples of 128: dQ's last row lost",
+           WRAPPER, wrap(C.TiledRectangleLastRowLost), ("SHP-*",), killed_by="pr"),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -65,7 +65,8 @@ class EngineWrapper(Engine):
 class WholeEngineWrapper(EngineWrapper):
     """`inner` with all it declares (ragged graphs, score modifiers, deterministic mode) and
     its own warm-up and prepare: for a defect inside the engine's own code or rules (a
-    removed decline arm, a patched source), which every graph it serves can meet."""
+    removed decline arm, a patched source), which every graph it serves can meet, or one
+    that shows only under its own condition (mutants/conditional.py)."""
 
     @property
     def ragged(self) -> bool:

@@ -1,5 +1,5 @@
-"""Peer grids: the published backward test grids of FlashAttention 2 and 3, PyTorch and the
-cuDNN frontend, as reference data (issue 17, item 2). Pure declarations: the peers' values
+"""Peer grids: the published backward test grids of FlashAttention 2 and 3, PyTorch, the
+cuDNN frontend, PyTorch's FlexAttention and TransformerEngine, as reference data (issue 17, item 2). Pure declarations: the peers' values
 are facts read from the cited files (their code is not copied); the mapping rules below turn
 them, and a case's own numbers, into value classes on the axes we share. The dry-run report
 proves, per level, the share of each peer's distinct value pairs our cases cover
@@ -270,7 +270,112 @@ CUDNN_FRONTEND = PeerGrid(
     cases=768,
 )
 
-PEER_GRIDS = (FLASH_ATTENTION_2, FLASH_ATTENTION_3, PYTORCH, CUDNN_FRONTEND)
+# PyTorch FlexAttention: test/inductor/test_flex_attention.py, the tests that run a backward
+# through run_test (the compiled kernel against float64 and the eager reference): BHSD
+# tensors from torch.randn, B 4, H 8 (MHA), S 2048, D 64; test_builtin_score_mods_different_seqlen
+# takes S_q = S / 2. Score mods map to our mask classes where they are masks we have:
+# _identity and score-only mods (x2, square, trig, silu, additive biases, ALiBi) are `none`,
+# _causal and _rel_causal (m >= n) `causal-tl`, _inverse_causal (m <= n) `left-only-tl`.
+# fp32 waits on GATE-FP32; the gradchecks run float64 only.
+_FLEX_MASKS = ("none", "causal-tl", "left-only-tl")
+FLEX_ATTENTION = PeerGrid(
+    name="flex-attention",
+    source="pytorch/pytorch test/inductor/test_flex_attention.py @ 195dbb58a8a2f05c6f1e1d7d3b88785f6606da33",
+    tests=(
+        PeerTest("test_builtin_score_mods", {
+            "dtype": ("fp16", "bf16"), "head_dims": ((64, 64),), "seq": ((2048, 2048),),
+            "group": ((8, 8),), "mask": _FLEX_MASKS, "layout": ("bhsd",)}),
+        PeerTest("test_builtin_score_mods_different_seqlen", {
+            "dtype": ("fp16",), "head_dims": ((64, 64),), "seq": ((1024, 2048),),
+            "group": ((8, 8),), "mask": _FLEX_MASKS, "layout": ("bhsd",)}),
+    ),
+    missing=("score and mask mods with no class of ours (odd keys skipped, document masks, natten, "
+             "per-batch bidirectional prefixes): their shapes are the ones declared",
+             "test_strided_inputs: forward only",
+             "fp32 (GATE-FP32) and the float64 gradchecks"),
+)
+
+# TransformerEngine: tests/pytorch/attention/test_attention.py, the DotProductAttention tests
+# (test_dot_product_attention and the tests that call it: mla, mask, bias, bias shapes, sliding
+# window, ALiBi slopes, qkv layouts). ModelConfig(b, s_q, h, d, s_kv, h_kv groups, d_v, mask).
+# TE's `causal` is top-left, `causal_bottom_right` bottom-right; a sliding window (2, 2)
+# without a causal mask is a band (FlashAttention's alignment, bottom-right), with one a
+# window. Default layouts: self-attention MHA sb3hd (Q, K, V packed, SBHD), GQA or MLA
+# sbhd_sbhd_sbhd; cross-attention MHA bshd_bs2hd (K, V packed, BSHD), else bshd_bshd_bshd.
+_TE_FP = ("fp16", "bf16")
+_TE_LAYOUTS = {    # (self or cross, MHA with equal head dims or not) -> the default layout's classes
+    ("self", True): ("qkv-packed", "sbhd"), ("self", False): ("sbhd",),
+    ("cross", True): ("kv-packed", "bshd"), ("cross", False): ("bshd",),
+}
+
+
+def _te(name: str, dtypes, masks, configs, layouts=None) -> tuple[PeerTest, ...]:
+    """One PeerTest per (self or cross, packable or not) group of TE model configs
+    ((s_q, s_kv), (h, h_kv), (d_qk, d_v)); `layouts`: classes per group instead of the
+    defaults (test_dpa_qkv_layout's list)."""
+    groups: dict = {}
+    for seq, heads, dims in configs:
+        # TE packs Q, K, V (or K, V) only where every head count and head dim agree
+        key = ("self" if seq[0] == seq[1] else "cross", heads[0] == heads[1] and dims[0] == dims[1])
+        g = groups.setdefault(key, ([], [], []))
+        for values, value in zip(g, (seq, heads, dims)):
+            if value not in values:
+                values.append(value)
+    return tuple(PeerTest(f"{name} ({key[0]}, {'packed' if key[1] else 'GQA, MQA or MLA'})", {
+        "dtype": dtypes, "head_dims": tuple(dims), "seq": tuple(seqs), "group": tuple(heads),
+        "mask": masks, "layout": (layouts or _TE_LAYOUTS)[key]})
+        for key, (seqs, heads, dims) in groups.items())
+
+
+_TE_QKV_LAYOUTS = {   # test_dpa_qkv_layout: sb3hd ... bshd_bshd_bshd; "3" layouts skip cross
+    ("self", True): ("qkv-packed", "kv-packed", "sbhd", "bshd"),
+    ("cross", True): ("kv-packed", "sbhd", "bshd"),
+}
+TRANSFORMER_ENGINE = PeerGrid(
+    name="transformer-engine",
+    source="NVIDIA/TransformerEngine tests/pytorch/attention/test_attention.py @ "
+           "368117b6945fa826406799cba71e72c3230613b7",
+    tests=(
+        *_te("test_dot_product_attention (base)", _TE_FP, ("none",), (
+            ((128, 128), (16, 16), (64, 64)), ((128, 256), (16, 16), (64, 64)),
+            ((2048, 2048), (24, 24), (128, 128)), ((2048, 4096), (24, 24), (128, 128)),
+            ((1, 2048), (16, 16), (128, 128)), ((1, 2048), (16, 16), (256, 256)),
+            ((1, 2048), (16, 16), (192, 192)), ((128, 2048), (16, 16), (192, 192)))),
+        *_te("test_dpa_mla", _TE_FP, ("none", "causal-tl"), (
+            ((128, 128), (16, 16), (64, 128)), ((128, 256), (16, 16), (64, 128)),
+            ((128, 256), (16, 16), (192, 128)), ((2048, 2048), (24, 24), (128, 64)),
+            ((2048, 4096), (24, 24), (128, 64)), ((2048, 4096), (24, 24), (192, 128)),
+            ((1, 2048), (16, 16), (128, 64)), ((1, 2048), (16, 16), (256, 128)),
+            ((1, 2048), (16, 16), (192, 128)))),
+        *_te("test_dpa_mask", ("bf16",), ("causal-tl", "causal-br"), (
+            ((2048, 2048), (16, 16), (64, 64)), ((2048, 2048), (24, 1), (128, 128)),
+            ((2048, 4096), (24, 24), (128, 128)), ((1, 2048), (16, 16), (128, 128)),
+            ((1, 2048), (16, 16), (256, 256)))),
+        *_te("test_dpa_bias, test_dpa_bias_shapes", ("bf16",), ("none", "causal-tl"), (
+            ((128, 128), (16, 16), (64, 64)), ((128, 256), (16, 16), (64, 64)),
+            ((2048, 2048), (24, 24), (128, 128)), ((2048, 4096), (24, 24), (128, 128)))),
+        *_te("test_dpa_sliding_window", ("bf16",), ("band-br", "window-tl", "window-br"), (
+            ((2048, 2048), (16, 16), (64, 64)), ((2048, 2048), (24, 4), (128, 128)),
+            ((2048, 4096), (24, 24), (128, 128)))),
+        *_te("test_dpa_alibi_slopes", ("bf16",), ("causal-tl",), (
+            ((128, 128), (16, 16), (64, 64)), ((128, 256), (16, 16), (64, 64)),
+            ((1024, 1024), (24, 24), (128, 128)), ((1024, 2048), (24, 24), (128, 128)))),
+        *_te("test_dpa_qkv_layout", ("bf16",), ("none", "causal-tl"), (
+            ((128, 128), (16, 16), (64, 64)), ((128, 256), (16, 16), (64, 64)),
+            ((2048, 2048), (24, 24), (128, 128)), ((2048, 4096), (24, 24), (128, 128)),
+            ((1, 2048), (16, 16), (256, 256)), ((2048, 2048), (24, 24), (256, 256))),
+            layouts=_TE_QKV_LAYOUTS),
+    ),
+    missing=("padding masks (padding, padding_causal, padding_causal_bottom_right) and the THD "
+             "layouts: ragged graphs, our ragged space (not paired here)",
+             "head dims 512 and 1024 (base_5_*, base_6_*): run for inference only, no backward",
+             "test_transformer_layer, test_te_layer_*: a whole layer's backward, not attention's",
+             "the FP8 tests: no fp8 backward is declared",
+             "bias values (post_scale_bias in its shapes, ALiBi slopes): our bias axis, not paired here"),
+)
+
+PEER_GRIDS = (FLASH_ATTENTION_2, FLASH_ATTENTION_3, PYTORCH, CUDNN_FRONTEND, FLEX_ATTENTION,
+              TRANSFORMER_ENGINE)
 
 PEERS = PeerPlan(grids=PEER_GRIDS, axes=PEER_AXES, peer_classes=peer_classes, case_classes=case_classes,
                  targets=PEER_TARGETS)

@@ -17,13 +17,26 @@ class Axis:
     """A named test dimension. `core` axes get pair coverage by pr, all axes by nightly.
     An `extension` axis was added after the pair suites' rows were fixed: the suites first
     propose their rows with it at its default (the rows, and the cases' ids, they gave
-    before), then add rows for the pairs it takes part in."""
+    before), then add rows for the pairs it takes part in. Later passes work the same way:
+    `joined` is the pass an axis joined (None: 1 for an extension axis, else 0) and
+    `values_joined` the pass of each value added to an axis after its rows were fixed
+    (absent: the axis's pass); each pass is told every earlier pass's rows are tested, so
+    the earlier rows and ids stay. A value that joins later comes after the earlier ones."""
     name: str
     title: str
     values: tuple[str, ...]
     default: str
     core: bool = False
     extension: bool = False
+    joined: int | None = None
+    values_joined: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def pass_joined(self) -> int:
+        return (1 if self.extension else 0) if self.joined is None else self.joined
+
+    def value_pass(self, value: str) -> int:
+        return max(self.pass_joined, self.values_joined.get(value, 0))
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,7 @@ class Spec:
     # port's broadcast kind; None: no mask port, the engine draws its own)
     dropout: str = "off"
     dropout_mask: str = "full"
+    deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
     storage: str = field(init=False)
 
     def __post_init__(self):
@@ -370,6 +384,26 @@ class BoundaryPlan:
     grid_rows: int = 64
 
 
+# ----------------------------------------------------------------------------- risk interactions
+@dataclass(frozen=True)
+class RiskPlan:
+    """Risky values of some axes (axis -> value -> rank, 1 the riskiest) and the 3-way
+    combinations of them the plan must hold: every legal triple of risky values of three
+    different axes by `every_by`; every triple whose values are all of rank <= `top_rank`
+    by `top_by`; and at `sample_at` a first sample of those: the `sample` cheapest rows (on
+    the cpu class) of the top suite. `ranking` says how the ranks were given."""
+    item: str
+    title: str
+    values: Mapping[str, Mapping[str, int]]
+    ranking: str
+    top_rank: int = 1
+    every_by: str = "nightly"
+    top_by: str = "pr"
+    sample_at: str = "quick"
+    sample: int = 4
+    group: str = "risks"
+
+
 # ----------------------------------------------------------------------------- levels, cost, tolerance
 @dataclass(frozen=True)
 class Level:
@@ -412,6 +446,10 @@ class Plan:
     ragged: Space | None = None            # ragged (THD / varlen) graphs: their own axis space
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
     boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
+    risks: RiskPlan | None = None          # risky values whose 3-way combinations are proved per level
+    #: by this level every layout value has a case that is no other layout's memory with
+    #: B, H and S >= 2, and head-dim tails at every gradient port (generator/layout_distinct.py)
+    distinct_layouts_by: str | None = None
     #: score modifiers: bias kinds (None: no bias), on/off switches (dbias, sinks) and
     #: softcap values (None: off)
     biases: Mapping[str, BiasKind | None] = field(default_factory=lambda: {"none": None})

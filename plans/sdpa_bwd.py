@@ -12,7 +12,7 @@ import math
 
 from bundlegen.plans.records import (
     Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
-    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, Rule, SeqPair, Shape, Space,
+    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
@@ -44,6 +44,7 @@ HEADS = {                             # H_k and H_v each divide H_q; H_kv > 1 wh
     "mqa6": HeadConfig(6, 1, 1),
     "mqa7": HeadConfig(7, 1, 1),
     "mqa9": HeadConfig(9, 1, 1),
+    "mqa24": HeadConfig(24, 1, 1),   # TransformerEngine's MQA (24 query heads, one kv head)
 }
 
 SEQS = {
@@ -82,6 +83,7 @@ HEAD_DIMS = {
     "d40-24": HeadDims(40, 24),
     "d144-8": HeadDims(144, 8),
     "d256-64": HeadDims(256, 64),
+    "d256-128": HeadDims(256, 128),   # TransformerEngine's MLA decode dims
 }
 
 BATCHES = {"b1": 1, "b2": 2, "b3": 3}
@@ -154,7 +156,13 @@ AXIS_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-tl", "strict-caus
               "left-only-tl", "left-only-br", "right-only-tl", "right-only-br")
 
 SCALES = {"default": None, "custom": 0.3, "large": 1.0}   # None: 1/sqrt(D_qk)
-DISTRIBUTIONS = ("randn", "small-int", "shifted-logits")
+# l2-grad: dO = O - target (an L2 loss), so Delta = rowsum(dO * O) is far from zero;
+# large-do: |dO| ~ 1e3, dP towards fp16's range; overflow-dp: dP past fp16's range with
+# every gradient inside it (harness/distributions.py defines each)
+DISTRIBUTIONS = ("randn", "small-int", "shifted-logits", "l2-grad", "large-do", "overflow-dp")
+#: overflow-dp keeps dS = P (dP - Delta) inside fp16's range only where P is spread over
+#: many keys: no mask, no bias, S_kv >= OVERFLOW_DP_MIN_KEYS
+OVERFLOW_DP_MIN_KEYS = 64
 
 # score modifiers (docs/CONTRACTS.md, "Score modifiers")
 BIASES = {                            # [B, H_q, S_q, S_kv], broadcast by zero strides
@@ -173,16 +181,38 @@ DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
 DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
 
 # ============================================================================ axes
+# Pair-suite passes (Axis.joined, Axis.values_joined): 0 the first axes, 1 the score
+# modifiers, 2 what issue 42 added (the deterministic flag, gradient distributions). Each
+# later pass only adds rows, so every earlier case keeps its id.
+ISSUE_42_PASS = 2
+#: the values the suites' first two passes knew; any other value of these axes joins pass 2
+FIRST_VALUES = {
+    "heads": ("mha", "gqa2", "gqa4", "gqa8", "mqa", "hk2-hv1", "hk1-hv2", "hk4-hv2", "gqa3", "mqa5", "mqa6",
+              "mqa7", "mqa9"),
+    "head_dims": ("d32", "d40", "d64", "d72", "d80", "d96", "d128", "d160", "d192", "d256", "d192-128", "d96-8",
+                  "d128-64", "d64-128", "d8", "d15", "d16", "d48", "d59", "d88", "d111", "d120", "d144", "d184",
+                  "d203", "d224", "d64-256", "d40-24", "d144-8", "d256-64"),
+    "distribution": ("randn", "small-int", "shifted-logits"),
+}
+
+
+def _joined_later(axis: str, values) -> dict[str, int]:
+    return {v: ISSUE_42_PASS for v in values if v not in FIRST_VALUES[axis]}
+
+
 AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
-    Axis("heads", "head configuration (MHA, GQA, MQA, H_k != H_v)", tuple(HEADS), "mha", core=True),
+    Axis("heads", "head configuration (MHA, GQA, MQA, H_k != H_v)", tuple(HEADS), "mha", core=True,
+         values_joined=_joined_later("heads", HEADS)),
     Axis("seq", "sequence pair S_q, S_kv", tuple(SEQS), "eq-64", core=True),
-    Axis("head_dims", "head dims D_qk, D_v", tuple(HEAD_DIMS), "d64", core=True),
+    Axis("head_dims", "head dims D_qk, D_v", tuple(HEAD_DIMS), "d64", core=True,
+         values_joined=_joined_later("head_dims", HEAD_DIMS)),
     Axis("mask", "mask kind and diagonal alignment", AXIS_MASKS, "none", core=True),
     Axis("layout", "per-tensor layout", tuple(LAYOUTS), "bhsd"),
     Axis("stats_layout", "stats (LSE) layout", ("packed", "padded-head", "s-major"), "packed"),
     Axis("scale", "attention scale", tuple(SCALES), "default"),
-    Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
+    Axis("distribution", "input distribution", DISTRIBUTIONS, "randn",
+         values_joined=_joined_later("distribution", DISTRIBUTIONS)),
     Axis("batch", "batch size", tuple(BATCHES), "b1"),
     # core: paired at pr with every head configuration, sequence pair, head dim and mask;
     # extension: the pair suites' earlier rows (and case ids) stay, rows are added for these
@@ -190,6 +220,9 @@ AXES = (
     Axis("dbias", "dBias output (summed over the bias's broadcast axes)", tuple(SWITCHES), "off", core=True, extension=True),
     Axis("sinks", "attention sinks: a per-head sink logit and its dSinks", tuple(SWITCHES), "off", core=True, extension=True),
     Axis("softcap", "softcap cap * tanh(s / cap) on the scaled scores", tuple(SOFTCAPS), "off", core=True, extension=True),
+    # core: paired by pr with MHA/GQA, every head-dim tier up to 256, masks and modifiers
+    Axis("deterministic", "the deterministic backward asked for (re-run, compared bitwise)", tuple(SWITCHES),
+         "off", core=True, joined=ISSUE_42_PASS),
 )
 
 # ============================================================================ legality
@@ -226,6 +259,12 @@ RULES = (
     Rule("bias-batch-broadcast-needs-batch",
          "a zero batch stride on the bias at B = 1 broadcasts nothing",
          when={"bias": ("batch", "both", "alibi")}, require={"batch": ("b2", "b3")}),
+    Rule("overflow-dp-needs-spread-p",
+         "overflow-dp's dP is past fp16's range; dS = P (dP - Delta) stays inside it only where "
+         "P is spread over many keys (no mask or bias, enough keys)",
+         when={"distribution": ("overflow-dp",)},
+         require={"mask": ("none",), "bias": ("none",),
+                  "seq": tuple(n for n, s in SEQS.items() if s.S_kv >= OVERFLOW_DP_MIN_KEYS)}),
     Rule("batch-broadcast-stats-needs-batch-broadcast-bias",
          "stats broadcast over the batch hold one LSE for every batch: a bias that differs "
          "per batch would give each batch its own",
@@ -545,7 +584,48 @@ GAP_REGRESSIONS = (
                      for port in ("k", "v", "o", "do", "dk", "dv"))),
 )
 
+# issue 42: every layout where it is no other layout's memory (B, H, S >= 2), with a head
+# dim of each tail class (D % 32 = 16, D % 16 != 0) at every gradient port
+_LAYOUT_DISTINCT = tuple(Spec(_shape(B=2, H=2, S=33, D=d), layout=name) for name in LAYOUTS for d in (48, 40))
+
 GAP_CATALOG = (
+    CatalogEntry("SHP-LAYOUT-DISTINCT", "every layout at B, H, S >= 2 (no other layout's memory) with D 48 and 40",
+                 _LAYOUT_DISTINCT, level="pr"),
+    # issue 42: the deterministic backward where the CPU gate runs it (GQA, fp16, bottom-right
+    # tails; a batch-broadcast bias with dBias and sinks, where atomics would live)
+    CatalogEntry("SHP-DETERMINISTIC-CPU", "the deterministic backward at CPU size: GQA fp16 causal-br tails, dBias + dSinks",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=24, S_kv=40, D=16), dtype="fp16", mask="causal-br", bias="batch",
+                       dbias="on", sinks="on", deterministic="on"),)),
+    # issue 42: fp16 and the risky values early (quick: CPU-sized; pr: the 512 x 256 pairs)
+    CatalogEntry("SHP-RISK-EARLY-QUICK", "fp16 with extreme LSE x band at an S_kv half tile; sinks x B 2 x decode",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=17, S_kv=96, D=40), dtype="fp16", mask="band-br",
+                       distribution="shifted-logits"),
+                  Spec(_shape(B=2, H=2, S=1, S_kv=96, D=48), dtype="fp16", mask="causal-br", sinks="on"),
+                  Spec(_shape(B=2, H=2, S=33, S_kv=96, D=24), dtype="fp16", mask="window-br", layout="bshd"))),
+    CatalogEntry("SHP-RISK-EARLY", "S_q 512 x S_kv 256 both ways; extreme LSE x band/window at S_kv half tiles; "
+                 "sinks x B >= 2 x decode-like S_q",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=512, S_kv=256, D=64), mask="causal-br"),
+                  Spec(_shape(B=2, H=4, H_k=2, S=256, S_kv=512, D=64), mask="causal-br", dtype="fp16"),
+                  Spec(_shape(B=2, H=4, S=512, S_kv=256, D=128), mask="window-br", distribution="shifted-logits"),
+                  Spec(_shape(B=2, H=4, H_k=1, S=256, S_kv=512, D=128), mask="band-tl", dtype="fp16",
+                       distribution="shifted-logits"),
+                  Spec(_shape(B=2, H=2, S=192, D=64), mask="band-br", distribution="shifted-logits"),
+                  Spec(_shape(B=2, H=4, H_k=2, S=100, S_kv=320, D=128), mask="window-tl", dtype="fp16",
+                       distribution="shifted-logits"),
+                  Spec(_shape(B=3, H=8, H_k=2, S=1, S_kv=192, D=128), mask="causal-br", sinks="on"),
+                  Spec(_shape(B=2, H=4, S=3, S_kv=320, D=64), dtype="fp16", sinks="on")), level="pr"),
+    # issue 42: gradients with a realistic range and correlation, in fp16 at quick
+    CatalogEntry("SHP-GRAD-RANGE",
+                 "dO correlated with O (L2 loss), and |dO| ~ 1e3 driving dP towards and past fp16's range",
+                 (Spec(_shape(B=2, H=2, S=64, D=64), dtype="fp16", distribution="l2-grad", mask="causal-br"),
+                  Spec(_shape(B=2, H=4, H_k=2, S=48, S_kv=80, D=64), distribution="l2-grad"),
+                  Spec(_shape(B=2, H=2, S=64, D=64), dtype="fp16", distribution="large-do"),
+                  Spec(_shape(B=1, H=2, S=63, D=128), dtype="fp16", distribution="large-do", mask="causal-tl"),
+                  Spec(_shape(B=2, H=2, S=64, D=64), dtype="fp16", distribution="overflow-dp"))),
+    # long coherent sums: dO correlated with O over 512 rows, sinks with B 2 (dSinks sums 1024
+    # rows of one sign): a dV or dSinks sum kept in bf16 is outside the bound here
+    CatalogEntry("SHP-GRAD-RANGE-LONG", "dO correlated with O over long sums: dV and dSinks (B 2, sinks)",
+                 (Spec(_shape(B=2, H=2, S=512, D=64), distribution="l2-grad", sinks="on"),), level="pr"),
     # SHP-MANY-PROGRAMS's first shapes, too large for pr's per-case bytes: kept (and claimed) at nightly
     CatalogEntry("SHP-MANY-PROGRAMS-D128", "B 8 x H 16 at d128: 512 programs of 64 rows",
                  (Spec(_shape(B=8, H=16, S=256, D=128)),
@@ -744,7 +824,10 @@ RAGGED_AXES = (
     Axis("mask", "mask kind, aligned per sequence", RAGGED_MASKS, "none", core=True),
     Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd"),
     Axis("scale", "attention scale", tuple(SCALES), "default"),
-    Axis("distribution", "input distribution", DISTRIBUTIONS, "randn"),
+    Axis("distribution", "input distribution", ("randn", "small-int", "shifted-logits", "l2-grad"), "randn",
+         values_joined={"l2-grad": 1}),
+    # the ragged suites' second pass (issue 42): the deterministic backward of ragged graphs
+    Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
@@ -854,6 +937,40 @@ RAGGED = Space(
     catalog=RAGGED_CATALOG, regressions=RAGGED_REGRESSIONS, probes=RAGGED_PROBES,
 )
 
+# ============================================================================ risk interactions (issue 42)
+# Held-out backward defects (public reports against FlashAttention, PyTorch, cuDNN,
+# TransformerEngine, aiter, CK, vLLM) need a *combination* of conditions: a data
+# distribution and a mask and a tile tail; an output layout and a head-dim tail. The risky
+# values of each axis below, and every legal triple of them (generator/risks.py) by nightly.
+# Ranks: 1 where such a report's smallest reproducer needed the value (extreme LSE or a
+# large gradient, a band/window or bottom-right mask, S_kv on a half tile, a D % 16 or
+# D % 32 tail, a non-power-of-two GQA ratio, a packed or heads-interleaved layout, fp16,
+# B >= 2 reductions, sinks), 2 a neighbour of the same class (the other alignment, the
+# other tail side), 3 the class's further values. The rank-1 triples are due at pr, the
+# cheapest rows holding them at quick.
+_RISKY_DISTRIBUTIONS = {"shifted-logits": 1, "l2-grad": 1, "large-do": 1, "overflow-dp": 2}
+RISKS = RiskPlan(
+    "RISK-TRIPLES", "every legal triple of risky values of three axes",
+    values={
+        "dtype": {"fp16": 1},
+        "heads": {"gqa3": 1, "gqa4": 2, "mqa": 2, "hk2-hv1": 3, "mqa7": 3},
+        "seq": {"lt-64-192": 1, "gt-129-64": 1, "lt-1-128": 1, "lt-17-129": 2, "eq-65": 2, "gt-192-64": 2,
+                "lt-16-65": 3, "eq-129": 3, "gt-65-16": 3, "lt-32-400": 3, "gt-217-128": 3},
+        "head_dims": {"d40": 1, "d48": 1, "d72": 2, "d80": 2, "d144": 3, "d59": 3, "d111": 3},
+        "mask": {"band-br": 1, "window-br": 1, "causal-br": 1, "band-tl": 2, "window-tl": 2,
+                 "strict-causal-br": 2, "left-only-br": 3, "right-only-br": 3},
+        # layouts that are never another's memory (BSHD at B = 1 is SBHD's: the storage
+        # orders' B >= 2 cases are the layout-distinct proof's, SHP-LAYOUT-DISTINCT)
+        "layout": {"qkv-interleaved": 1, "kv-packed": 1, "odd-pitch": 2, "mixed": 3},
+        "distribution": {d: rank for d, rank in _RISKY_DISTRIBUTIONS.items() if d in DISTRIBUTIONS},
+        "batch": {"b2": 1, "b3": 2},
+        "sinks": {"on": 1},
+        "dbias": {"on": 2},
+    },
+    ranking="1: a value a public report's smallest reproducer needed; 2: its neighbour in the same "
+            "class (other alignment or tail side); 3: the class's further values",
+    top_rank=1, every_by="nightly", top_by="pr", sample_at="quick", sample=6)
+
 # ============================================================================ gated
 GATED = (
     Gated("GATE-PAGED-KV", "paged K/V with a block table (incl. bad block-table probes)",
@@ -863,12 +980,16 @@ GATED = (
 # ============================================================================ levels
 MiB = 1 << 20
 GiB = 1 << 30
+# 65 s before issue 42, which added at quick the deterministic backward (three cases, each
+# priced at its 50 runs: bundlegen.cost), the gradient distributions, fp16 and the risk
+# triples' first sample
+CPU_QUICK_BUDGET_S = 90.0
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
     # them), every boundary class and the ragged space once, through the Triton interpreter
-    # on a 2-core CPU in about a minute
+    # on a 2-core CPU in about a minute and a half (CPU_QUICK_BUDGET_S)
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, cpu_budget_seconds=65.0, pair_scope="values"),
+          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
@@ -977,4 +1098,5 @@ PLAN = Plan(
     peers=PEERS,
     boundaries=BOUNDARIES,
     biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
+    risks=RISKS, distinct_layouts_by="pr",
 )

@@ -42,6 +42,8 @@ def design_sections(text: str) -> dict[int, str]:
 def citation_problems(texts: dict[str, str], sections: dict[int, str]) -> list[str]:
     bad = []
     for rel, text in texts.items():
+        if rel == THIS:     # its own lines are the scanners' test examples, bad ones on purpose
+            continue
         for m in CITATION.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             n, topic = int(m.group(1)), m.group(2)
@@ -49,7 +51,7 @@ def citation_problems(texts: dict[str, str], sections: dict[int, str]) -> list[s
                 bad.append(f"{rel}:{line}: {m.group(0)!r}: docs/DESIGN.md has no section {n}")
             elif topic and "DESIGN.md" in m.group(0) and topic.lower() not in sections[n].lower():
                 bad.append(f"{rel}:{line}: {m.group(0)!r}: section {n} does not mention {topic!r}")
-        if rel in ("docs/DESIGN.md", THIS):
+        if rel == "docs/DESIGN.md":
             continue
         for m in UNNUMBERED.finditer(text):
             line = text.count("\n", 0, m.start()) + 1

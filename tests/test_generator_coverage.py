@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from bundlegen.graph import load_bundle
-from bundlegen import ids
+from bundlegen import cost, ids
 from bundlegen.generator import PlanError, build, build_default, levels, pairs
 from bundlegen.generator.generate import _proofs
 from bundlegen.generator.legality import Legality
@@ -87,10 +87,16 @@ def test_every_level_fits_its_ceilings_and_budgets(generated):
     cumulative = 0.0
     for level in generated.plan.levels:
         for case in generated.only_level(level.name):
-            assert case.cost.predicted_s <= level.per_case_seconds, case.id
+            # the per-case ceilings bound one engine run (a deterministic case's re-runs
+            # count in the budgets)
+            once = dataclasses.replace(case.graph, attributes=dataclasses.replace(
+                case.graph.attributes, deterministic_algorithm=False))
+            probe = case.purpose == "probe" and case.expected_rejection.by != "device"
+            one = {k: cost.predict(once, k, generated.plan.cost_model, probe=probe).predicted_s for k in ("h200", "cpu")}
+            assert one["h200"] <= level.per_case_seconds, case.id
             assert case.cost.bytes <= level.per_case_bytes, case.id
             if level.per_case_cpu_seconds is not None:
-                assert generated.cpu_seconds[case.id] <= level.per_case_cpu_seconds, case.id
+                assert one["cpu"] <= level.per_case_cpu_seconds, case.id
         cumulative += sum(c.cost.predicted_s for c in generated.only_level(level.name))
         assert cumulative <= level.budget_seconds * (1 - level.reserve), level.name
     quick = sum(c.cost.predicted_s for c in generated.at_level("quick"))
@@ -144,11 +150,15 @@ def test_a_case_that_fits_no_level_names_its_entry():
 
 
 def test_an_overfull_plan_is_trimmed_without_losing_coverage():
-    tight = tuple(dataclasses.replace(lv, budget_seconds=lv.budget_seconds / 6) for lv in sdpa_bwd.LEVELS)
+    # pr only a little tighter: its deterministic pair rows (each priced at 50 runs) are
+    # the only cover of their pairs and cannot move
+    tight = tuple(dataclasses.replace(lv, budget_seconds=lv.budget_seconds / f)
+                  for lv, f in zip(sdpa_bwd.LEVELS, (4, 1.7, 6, 6)))
     g = build(dataclasses.replace(sdpa_bwd.PLAN, levels=tight))
     assert sum(c.cost.predicted_s for c in g.at_level("quick")) <= tight[0].budget_seconds * 0.95
     assert any(c.group == "regressions" and c.level != "quick" for c in g.cases)
     assert all(p.complete for p in g.proofs)
+    assert all(p.complete for p in g.risk_proofs)     # the only cover of a risky triple stays too
 
 
 # ----------------------------------------------------------------------------- traceability
@@ -184,8 +194,9 @@ def test_recalibrating_costs_and_tolerances_renames_no_case(generated):
     slower = {k: dataclasses.replace(v, overhead_s=v.overhead_s * 2, engine_flops_per_s=v.engine_flops_per_s / 3)
               for k, v in sdpa_bwd.COST_MODEL.items()}
     classes = {k: dataclasses.replace(v, rtol=v.rtol * 1.25) for k, v in sdpa_bwd.TOLERANCE_CLASSES.items()}
-    roomy = tuple(dataclasses.replace(lv, cpu_budget_seconds=lv.cpu_budget_seconds and lv.cpu_budget_seconds * 2)
-                  for lv in sdpa_bwd.LEVELS)      # the slower cpu class would not fit quick's budget
+    roomy = tuple(dataclasses.replace(lv, cpu_budget_seconds=lv.cpu_budget_seconds and lv.cpu_budget_seconds * 2,
+                                      budget_seconds=lv.budget_seconds * 3)
+                  for lv in sdpa_bwd.LEVELS)      # the slower classes would not fit the budgets (no trimming)
     other = build(dataclasses.replace(sdpa_bwd.PLAN, cost_model=slower, tolerance_classes=classes, levels=roomy))
     assert {c.id for c in other.cases} == {c.id for c in generated.cases}
     assert {c.id: c.data.seed for c in other.cases} == {c.id: c.data.seed for c in generated.cases}

@@ -148,7 +148,8 @@ def test_every_ragged_claim_and_regression_is_valid_and_small_at_quick(generated
             assert frontend_reason(case.graph) is None, case.id
             assert good_sequences(case.graph) == tuple(range(case.graph.B)), case.id
     quick = _ragged_cases(generated.at_level("quick"))
-    assert sum(generated.cpu_seconds[c.id] for c in quick) < 15
+    # the deterministic value case's 50 runs count apart (their own test bounds them)
+    assert sum(generated.cpu_seconds[c.id] for c in quick if not c.graph.attributes.deterministic_algorithm) < 15
 
 
 def test_the_seed_001_regressions(generated):
@@ -297,7 +298,7 @@ def test_the_int64_offset_case_is_at_full_and_too_large_for_the_cpu(generated):
 
 
 @pytest.mark.parametrize("mend, message", [
-    (lambda axes: axes[:-1], "ragged axes: missing"),
+    (lambda axes: axes[1:], "ragged axes: missing"),
     (lambda axes: axes + (axes[0],), "declared twice"),
     (lambda axes: (dataclasses.replace(axes[0], default="nope"),) + axes[1:], "is not one of its values"),
     (lambda axes: (dataclasses.replace(axes[0], values=axes[0].values + ("zz",)),) + axes[1:],

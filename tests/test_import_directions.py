@@ -146,14 +146,14 @@ def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
 #: above the one-case path, which must run, and judge, without it.
 HARNESS_FLOORS = (
     ("front end", ("command", "lanes_command", "repro_command", "serve_command", "pytest_plugin",
-                   "schema_files")),
+                   "schema_files", "tolerance_power_command")),
     ("level", ("level", "lanes", "repro", "repro_dump", "progress")),
     ("executor", ("executor",)),
     ("workers", ("workers",)),
     ("case", ("case",)),
     ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
                  "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
-                 "job_summary", "__init__")),
+                 "job_summary", "tolerance_power", "__init__")),
 )
 HARNESS = ROOT / "harness"
 

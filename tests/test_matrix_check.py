@@ -194,7 +194,8 @@ def test_the_checked_in_claims_fail_without_their_evidence(tmp_path, capsys, mon
         if run_json.is_file():
             shutil.copy(run_json, run_json_of(tmp_path / source.path))
     matrix_command.main(_args())
-    assert _check(capsys)[0] == 0
+    rc, out = _check(capsys)
+    assert rc == 0, out
     fresh = [s.path for s in claims.evidence["sm90"].results if s.level == "full"]
     assert fresh and all(path.startswith("evidence/") for path in fresh)
     (tmp_path / fresh[0]).unlink()

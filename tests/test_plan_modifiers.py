@@ -62,13 +62,20 @@ def test_alibi_cases_carry_their_bias_values(generated):
 def test_the_extension_axes_leave_earlier_cases_as_they_were(generated):
     """The plan without the modifier axes builds a subset of today's cases: every earlier
     case (pair rows included) keeps its id, so claims stay attached to them."""
-    axes = tuple(a for a in sdpa_bwd.AXES if a.name not in MODIFIER_AXES)
-    axes += tuple(dataclasses.replace(a, values=(a.default,)) for a in sdpa_bwd.AXES if a.name in MODIFIER_AXES)
-    rules = tuple(r for r in sdpa_bwd.RULES if not set(r.axes) & set(MODIFIER_AXES))
+    # the plan before the modifiers and before what later passes added (Axis.values_joined,
+    # the deterministic axis): those only add rows
+    first = tuple(dataclasses.replace(a, values=tuple(v for v in a.values if a.value_pass(v) == 0), values_joined={})
+                  for a in sdpa_bwd.AXES if a.name not in MODIFIER_AXES and a.pass_joined == 0)
+    axes = first + tuple(dataclasses.replace(a, values=(a.default,)) for a in sdpa_bwd.AXES if a.name in MODIFIER_AXES)
+    known = {a.name: set(a.values) for a in axes}
+    rules = tuple(dataclasses.replace(r, require={ax: tuple(v for v in vals if v in known[ax])
+                                                  for ax, vals in r.require.items()})
+                  for r in sdpa_bwd.RULES if not set(r.axes) & set(MODIFIER_AXES)
+                  and all(set(vals) <= known[ax] for ax, vals in r.when.items()))
     catalog = tuple(c for c in sdpa_bwd.PLAN.padded.catalog if c not in sdpa_bwd.MODIFIER_CATALOG)
     probes = tuple(p for p in sdpa_bwd.PLAN.padded.probes if p not in sdpa_bwd.MODIFIER_PROBES)
     before = build(dataclasses.replace(sdpa_bwd.PLAN, padded=dataclasses.replace(
-        sdpa_bwd.PLAN.padded, axes=axes, rules=rules, catalog=catalog, probes=probes)))
+        sdpa_bwd.PLAN.padded, axes=axes, rules=rules, catalog=catalog, probes=probes), risks=None))
     now = {c.id for c in generated.cases}
     missing = [c.id for c in before.cases if c.id not in now]
     assert not missing, f"{len(missing)} earlier cases changed id, e.g. {missing[:3]}"
