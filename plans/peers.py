@@ -276,7 +276,7 @@ CUDNN_FRONTEND = PeerGrid(
 # takes S_q = S / 2. Score mods map to our mask classes where they are masks we have:
 # _identity and score-only mods (x2, square, trig, silu, additive biases, ALiBi) are `none`,
 # _causal and _rel_causal (m >= n) `causal-tl`, _inverse_causal (m <= n) `left-only-tl`.
-# fp32 waits on GATE-FP32; the gradchecks run float64 only.
+# fp32 cases are entries of their own (SHP-FP32*), not pair-suite values; the gradchecks run float64 only.
 _FLEX_MASKS = ("none", "causal-tl", "left-only-tl")
 FLEX_ATTENTION = PeerGrid(
     name="flex-attention",
@@ -292,7 +292,7 @@ FLEX_ATTENTION = PeerGrid(
     missing=("score and mask mods with no class of ours (odd keys skipped, document masks, natten, "
              "per-batch bidirectional prefixes): their shapes are the ones declared",
              "test_strided_inputs: forward only",
-             "fp32 (GATE-FP32) and the float64 gradchecks"),
+             "fp32 (our fp32 cases are entries of their own, not pair-suite values) and the float64 gradchecks"),
 )
 
 # TransformerEngine: tests/pytorch/attention/test_attention.py, the DotProductAttention tests
