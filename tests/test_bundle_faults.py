@@ -12,7 +12,7 @@ import pytest
 
 from bundlegen import reasons as R
 from bundlegen import ids
-from bundlegen.graph import BundleError, Rejection, _Reader, graph_from_json, load_bundle
+from bundlegen.graph import BundleError, Rejection, FieldReader, graph_from_json, load_bundle
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results
 from bundlegen.harness.level import run_level
@@ -63,7 +63,7 @@ def _with_content_id(raw: dict) -> dict:
     """`raw` under the id of its (edited) content: as if a generator had written it; a
     graph the loader refuses to decode keeps its id (the load refuses it before the id)."""
     try:
-        graph = graph_from_json(raw["graph"], _Reader("-"))
+        graph = graph_from_json(raw["graph"], FieldReader("-"))
     except BundleError:
         return raw
     raw["id"] = ids.case_id(raw["purpose"], graph, raw["data"]["distribution"], None, raw["data"]["seed"])

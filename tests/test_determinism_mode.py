@@ -11,7 +11,7 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.engines.torch_sdpa_common import deterministic_algorithms
-from bundlegen.graph import Attributes, canonical_json, graph_from_json, _Reader
+from bundlegen.graph import Attributes, canonical_json, graph_from_json, FieldReader
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.case import DETERMINISTIC_MODE_RUNS, run_case
 from tests.graph_factory import make_case, make_graph
@@ -81,7 +81,7 @@ def test_the_attribute_is_in_the_bundle_only_when_asked_for():
     assert "deterministic_algorithm" not in canonical_json(plain.to_json())
     text = json.loads(canonical_json(GRAPH.to_json()))
     assert text["attributes"]["deterministic_algorithm"] is True
-    assert graph_from_json(text, _Reader("t.json")) == GRAPH
+    assert graph_from_json(text, FieldReader("t.json")) == GRAPH
     assert Attributes(attn_scale=1.0).deterministic_algorithm is False
 
 

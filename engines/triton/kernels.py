@@ -13,32 +13,8 @@ its own. Rows with LSE = -inf have no kept key: their P is 0 (LSE is replaced by
 Addressing, masked and whole (EVEN) loads, descriptor (TMA) loads and the band mask:
 tile_ops.py, whose functions the kernels are built from.
 
-Ragged (THD / varlen) batches, RAGGED on: each [T, H, D] port comes as a [1, H, T, D] view
-whose batch stride is its token stride (launch.token_major), so a program indexes the batch
-axis by its sequence's first token (64-bit, like every tile start). Each program reads its
-sequence's offsets on the device (_sequence) and works on its own lengths; grids and Delta
-are sized by the max_seqlen bounds, and programs past their sequence's end do nothing.
-
-Two chunks (BLOCK_DQK2 / BLOCK_DV2 > 0, configs.two_chunk_tiles): head dims in (128, 192]
-held as two column chunks, [0, BLOCK_DQK) and [BLOCK_DQK, BLOCK_DQK + BLOCK_DQK2) (likewise
-V), e.g. 128 + 64 for D 192, not padded to 256. Both head dims exceed BLOCK_DQK = BLOCK_DV =
-128 there, so the first chunk is whole (no head-dim mask). A constexpr branch of the dK/dV
-and dQ kernels (0: its code is not compiled), serving every band and score modifier.
-
-Score modifiers (docs/CONTRACTS.md, "Score modifiers"), each behind a constexpr so that a
-launch without them compiles the code it had before (the launcher then passes None for their
-arguments, which Triton makes constexprs):
-    SOFTCAP   S <- cap * tanh(S / cap) (cap: the runtime `softcap`); dS <- dS * (1 - t^2)
-    HAS_BIAS  S <- S + bias[b, h, i, j] (h the query head), read through its 4 strides
-              (0 on a broadcast axis), its tile base 64-bit like every other
-    dBias     bwd_dbias: one program per dBias tile recomputes dS = P (dP - Delta) and sums
-              it over the batches and heads dBias is broadcast over, in a fixed order (no
-              atomics, no scratch); tiles outside the band are written as zeros
-    sinks     only in the LSE the stats hold, so P, dQ, dK, dV are unchanged; bwd_dsinks:
-              dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi, one program per head
-    HAS_DROPOUT  the dropout_mask port (keep 1, drop 0) read like the bias, times drop_scale
-              = 1 / (1 - p): dV += (P keep / (1 - p))^T dO and dS = P (dP keep / (1 - p) -
-              Delta), Delta from the dropped O the harness gives (no dBias kernel variant)
+Ragged batches (RAGGED), two column chunks (BLOCK_DQK2 / BLOCK_DV2) and the score modifiers'
+constexprs (SOFTCAP, HAS_BIAS, dBias, sinks, HAS_DROPOUT): docs/DESIGN.md section 6.
 """
 import triton
 import triton.language as tl

@@ -22,7 +22,7 @@ import math
 import sys
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -30,6 +30,7 @@ from bundlegen.graph import OFFSET_PORTS, Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import CHUNK, BlockConfig, block_d, two_chunk_tiles
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
+from bundlegen.engines.triton.side_stream import beside, side_stream
 
 VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
 ALIGN_BYTES = 16
@@ -574,31 +575,3 @@ def run(L: Launch, overlap: bool = True) -> None:
                lambda: (run_dkdv(L, only="dv"), run_dq(L)))
     run_dbias(L)
     run_dsinks(L)
-
-
-_SIDE_STREAMS: dict = {}
-
-
-def side_stream(device: torch.device) -> "torch.cuda.Stream | None":
-    """The side stream of a GPU (one per device and process); None off the GPU."""
-    if device.type != "cuda":
-        return None
-    if device not in _SIDE_STREAMS:
-        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
-    return _SIDE_STREAMS[device]
-
-
-def beside(side: "torch.cuda.Stream", here: Callable[[], object],
-           there: Callable[[], object]) -> None:
-    """`here`'s launches on the current stream and `there`'s on `side`, both after the work
-    queued so far; the current stream's later work waits for both. The dQ kernel and the
-    dK/dV passes read the same inputs and Delta and write different outputs, so they may run
-    at once: the programs of one fill the SMs the other's last wave leaves idle. The Delta
-    scratch was allocated on the current stream, whose later work waits for `side`, so the
-    allocator cannot hand it out again while `side` still reads it."""
-    main = torch.cuda.current_stream(side.device)
-    side.wait_stream(main)
-    here()
-    with torch.cuda.stream(side):
-        there()
-    main.wait_stream(side)
