@@ -26,7 +26,7 @@ The models (each applies only where it changes something):
 The terms are recomputed here in float64 from the case's materialized inputs (the
 oracle's forward gives O and LSE); their sums must equal the oracle's gradients
 (`TERM_RTOL`), so a model is applied to what the oracle computes, not to a copy of it.
-Dense graphs only (a ragged case is skipped), sampled and size-capped so the check stays
+Dense graphs only (a ragged or dropout case is skipped), sampled and size-capped so the check stays
 small on the CPU.
 """
 from __future__ import annotations
@@ -49,6 +49,9 @@ MODELS = ("batch-dropped", "head-dropped", "key-tile-dropped", "row-shifted", "b
 KEY_TILES = (64, 32, 16)
 #: the recomputed terms' sums agree with the oracle's gradients to this (relative to mag)
 TERM_RTOL = 1e-9
+#: data distributions whose dO is correlated with O (an L2 loss): the terms of a sum share a
+#: sign, so a sum kept in bf16 errs with its running total, where independent terms cancel
+CORRELATED_DISTRIBUTIONS = ("l2-grad",)
 #: cases whose term tensors (B x H_q x S_q x S_kv x D float64 elements) exceed this are
 #: not sampled
 MAX_TERM_ELEMS = 1 << 22
@@ -293,22 +296,49 @@ def term_elems(case: Case) -> int:
 
 
 def eligible(case: Case) -> bool:
-    """A dense claim or regression case (no probe, no ragged graph) small enough here."""
+    """A dense claim or regression case (no probe, no ragged graph, no dropout: the terms
+    here have no dropout mask) small enough here."""
     return (case.expected_rejection is None and case.graph.ragged is None
+            and not case.graph.attributes.dropout_probability
             and case.graph.dtype in ("bf16", "fp16") and term_elems(case) <= MAX_TERM_ELEMS)
 
 
+def longest_sum(case: Case, output: str) -> int:
+    """The number of terms in `output`'s longest sum (what the bf16-sum model accumulates),
+    0 where the case has no such sum."""
+    g = case.graph
+    if output == "dq":
+        return g.S_kv
+    if output in ("dk", "dv"):
+        return g.S_q * g.H_q // (g.H_k if output == "dk" else g.H_v)
+    if output == "dbias" and "dbias" in g.tensors:
+        dims = g.tensors["dbias"].dims
+        return math.prod(n for axis, n in enumerate((g.B, g.H_q)) if dims[axis] == 1 and n > 1) \
+            if 1 in dims[:2] else 0
+    if output == "dsinks" and "dsinks" in g.tensors:
+        return g.B * g.S_q
+    return 0
+
+
 def sample(cases: Iterable[Case], count: int) -> list[Case]:
-    """Up to `count` eligible cases: every one with a reduced output first (dSinks, or a
-    dBias summed over batches or heads; they are few and the reason for this check), then
-    an even spread of the others in id order."""
+    """Up to `count` eligible cases: first, per output, the case with its longest sum, and
+    every case with correlated gradients (CORRELATED_DISTRIBUTIONS): a sum kept in bf16
+    shows there first, and a level's reduced outputs are more than a sample holds at pr;
+    then every one with a reduced output (dSinks, or a dBias summed over batches or heads;
+    the reason for this check), then an even spread of the others, each in id order."""
     pool = sorted((c for c in cases if eligible(c)), key=lambda c: c.id)
-    reduced = [c for c in pool if "dsinks" in c.graph.tensors
-               or ("dbias" in c.graph.tensors and 1 in c.graph.tensors["dbias"].dims[:2])]
-    rest = [c for c in pool if c not in reduced]
-    room = max(0, count - len(reduced))
-    step = max(1, math.ceil(len(rest) / room)) if room else len(rest) + 1
-    return (reduced[:count] + rest[::step][:room])
+    first: list[Case] = []
+    for output in OUTPUTS:
+        best = max(pool, key=lambda c: longest_sum(c, output), default=None)
+        if best is not None and longest_sum(best, output) and best not in first:
+            first.append(best)
+    first += [c for c in pool if c.data.distribution in CORRELATED_DISTRIBUTIONS and c not in first]
+    first += [c for c in pool if c not in first and ("dsinks" in c.graph.tensors
+              or ("dbias" in c.graph.tensors and 1 in c.graph.tensors["dbias"].dims[:2]))]
+    rest = [c for c in pool if c not in first]
+    first = first[:count]
+    room = min(len(rest), max(0, count - len(first)))
+    return first + [rest[i * len(rest) // room] for i in range(room)]
 
 
 def level_power(level: str, cases: Iterable[Case], tolerance_for: Callable[[Case], Tolerance],

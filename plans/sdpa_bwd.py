@@ -626,6 +626,12 @@ GAP_CATALOG = (
     # rows of one sign): a dV or dSinks sum kept in bf16 is outside the bound here
     CatalogEntry("SHP-GRAD-RANGE-LONG", "dO correlated with O over long sums: dV and dSinks (B 2, sinks)",
                  (Spec(_shape(B=2, H=2, S=512, D=64), distribution="l2-grad", sinks="on"),), level="pr"),
+    # a bias broadcast over batch and heads: dBias sums B x H = 128 copies of dS, correlated
+    # by an L2 loss. The bound adds the copies in quadrature (grows as sqrt(128)), a sum kept
+    # in bf16 errs with the running total (grows as 128): outside the bound only with many
+    # copies; small rows keep it CPU-cheap
+    CatalogEntry("SHP-DBIAS-MANY-COPIES", "dBias of a bias broadcast over B 8 x H 16: 128 correlated copies summed",
+                 (Spec(_shape(B=8, H=16, S=16, D=16), distribution="l2-grad", bias="both", dbias="on"),)),
     # SHP-MANY-PROGRAMS's first shapes, too large for pr's per-case bytes: kept (and claimed) at nightly
     CatalogEntry("SHP-MANY-PROGRAMS-D128", "B 8 x H 16 at d128: 512 programs of 64 rows",
                  (Spec(_shape(B=8, H=16, S=256, D=128)),

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from bundlegen.graph import TensorSpec, dense_graph
+from bundlegen.graph import TensorSpec, dense_graph, with_modifiers
 from bundlegen.harness import tolerance_power as TP
 from bundlegen.harness.bundles import load_level
 from bundlegen.tolerance import Tolerance
@@ -105,16 +105,41 @@ def test_quick_level_sample_sees_every_lost_contribution():
 
 def test_sample_takes_reduced_outputs_first():
     loaded = load_level(default_bundle_root(), "quick")
-    chosen = TP.sample(loaded.cases, 8)
+    chosen = TP.sample(loaded.cases, 40)
     reduced = [c for c in loaded.cases if TP.eligible(c) and "dsinks" in c.graph.tensors]
-    assert len(chosen) == 8 and all(TP.eligible(c) for c in chosen)
-    assert set(c.id for c in reduced[:8]) <= set(c.id for c in chosen)
+    assert len(chosen) == 40 and all(TP.eligible(c) for c in chosen)
+    assert reduced and set(c.id for c in reduced) <= set(c.id for c in chosen)
+    assert len(TP.sample(loaded.cases, 8)) == 8
 
 
-def test_command_reports_each_level_and_exits_1_only_when_a_model_is_unseen(capsys):
+def test_a_bf16_sum_over_many_dbias_copies_is_seen_and_over_few_is_not():
+    """dBias of a bias broadcast over batch and heads sums B x H copies; the bound adds them
+    in quadrature, a bf16 running sum errs with the total: 4 copies hide it, 128 do not."""
+    def seen(B, H):
+        graph = with_modifiers(dense_graph(B=B, H_q=H, S_q=16, D_qk=16, dtype="bf16"),
+                               bias="both", dbias=True)
+        return _seen(TP.case_power(make_case(graph, seed=1, distribution="l2-grad"), BF16_R256))
+    assert not seen(2, 2)[("dbias", "bf16-sum")]
+    assert seen(8, 16)[("dbias", "bf16-sum")]
+
+
+def test_sample_takes_each_outputs_longest_sum_and_correlated_gradients():
+    loaded = load_level(default_bundle_root(), "quick")
+    chosen = {c.id for c in TP.sample(loaded.cases, 40)}
+    pool = [c for c in loaded.cases if TP.eligible(c)]
+    for output in TP.OUTPUTS:
+        longest = max(TP.longest_sum(c, output) for c in pool)
+        assert any(TP.longest_sum(c, output) == longest for c in pool if c.id in chosen), output
+    correlated = {c.id for c in pool if c.data.distribution in TP.CORRELATED_DISTRIBUTIONS}
+    assert correlated and correlated <= chosen
+
+
+def test_command_sees_every_model_of_every_output_at_quick_and_pr(capsys):
+    """The default sample of quick and pr: every model some case applies, some case sees."""
     from bundlegen.cli import main
 
-    rc = main(["tolerance-power", "--level", "quick", "--sample", "3"])
+    rc = main(["tolerance-power", "--levels", "quick,pr"])
     out = capsys.readouterr().out
-    assert "level quick: 3 cases sampled" in out
-    assert rc == (1 if "no sampled case sees" in out else 0)
+    assert "level quick: " in out and "level pr: " in out
+    assert "no sampled case sees" not in out, out
+    assert rc == 0
