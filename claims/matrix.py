@@ -9,9 +9,9 @@ claims say were run; archs an engine is configured for but never ran are listed 
 A cell is one of four states (`cell_for`, the one rule):
   ✅ n        supported: every case of the feature the engine accepted (did not decline) is
               claimed; n claimed. Cases declined for another feature's sake do not count.
-  🟡 k/n [^] partial: k of the n accepted cases are claimed; the footnotes say why the others
-              are not (skipped, and by what: bundlegen.claims.skips; failed, too few runs, too
-              little margin, in no run).
+  🟡 k/n [^] partial: k of the n accepted cases are claimed; its one footnote lists why the
+              others are not (skipped, and by what: bundlegen.claims.skips; failed, too few
+              runs, too little margin, in no run).
   ❌ code     declined: the engine declined every case of the feature it was seen to accept or
               decline (cases in no harvested run do not count); the code is this feature's
               reason (`feature_reason`), not the most common one overall.
@@ -90,8 +90,14 @@ class Cause:
 
 @dataclass(frozen=True)
 class Note:
+    """A cell's one footnote: every cause of its unclaimed cases, each named with its source
+    (one note per distinct set of causes, so a cell carries one marker however many it has)."""
     label: str
-    text: str
+    causes: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "; ".join(self.causes)
 
 
 @dataclass(frozen=True)
@@ -101,14 +107,14 @@ class Cell:
     accepted: int = 0
     reason: str | None = None
     causes: tuple[Cause, ...] = ()
-    notes: tuple[str, ...] = ()        # footnote labels of the causes
+    note: str = ""                     # the footnote label of its causes
 
     @property
     def text(self) -> str:
         if self.status == SUPPORTED:
             return f"✅ {self.claimed}"
         if self.status == PARTIAL:
-            return f"🟡 {self.claimed}/{self.accepted}" + "".join(f" [^{n}]" for n in self.notes)
+            return f"🟡 {self.claimed}/{self.accepted}" + (f" [^{self.note}]" if self.note else "")
         if self.status == DECLINED:
             return f"❌ {self.reason}"
         if self.status == NO_CASES:
@@ -315,15 +321,16 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: It
     notes: dict[tuple, Note] = {}
 
     def labelled(cell: Cell, column: Column) -> Cell:
-        labels = []
-        for cause in cell.causes:
-            key = (cause.kind, cause.detail, column.engine if cause.kind == WHY_SKIPPED else "")
-            if key not in notes:
-                notes[key] = Note(str(len(notes) + 1),
-                                  note_text(cause, (engine_tomls or {}).get(column.engine),
-                                            (skip_rows or {}).get(column.engine, ())))
-            labels.append(notes[key].label)
-        return Cell(cell.status, cell.claimed, cell.accepted, cell.reason, cell.causes, tuple(labels))
+        if not cell.causes:
+            return cell
+        # a skip's note names the engine's own engine.toml row, so skips key on the engine
+        key = tuple((cause.kind, cause.detail, column.engine if cause.kind == WHY_SKIPPED else "")
+                    for cause in cell.causes)
+        if key not in notes:
+            notes[key] = Note(str(len(notes) + 1),
+                              tuple(note_text(cause, (engine_tomls or {}).get(column.engine),
+                                              (skip_rows or {}).get(column.engine, ())) for cause in cell.causes))
+        return Cell(cell.status, cell.claimed, cell.accepted, cell.reason, cell.causes, notes[key].label)
 
     sections = []
     for group in groups:

@@ -11,7 +11,7 @@ from bundlegen.plans.records import Mutation, Regression, Shape, Spec
 
 SPEC_DEFAULTS = {f: getattr(Spec(Shape(1, 1, 1, 1, 1, 1, 1, 1)), f)
                  for f in ("dtype", "layout", "stats_layout", "mask", "scale", "distribution",
-                           "bias", "dbias", "sinks", "softcap", "deterministic")}
+                           "bias", "dbias", "sinks", "softcap", "dropout", "dropout_mask", "deterministic")}
 
 
 def shape_text(shape: Shape, helper: bool = True) -> str:

@@ -89,9 +89,13 @@ def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?
     mask_name, attr_fixes = _mask(plan, graph)
     scale_name, scale_fixes = _scale(plan, graph)
     modifiers, cap_fixes = _modifiers(plan, graph, bias_values, case_id)
+    dropout, dropout_fixes = _dropout(plan, graph, case_id)
+    switch = {v: k for k, v in plan.switches.items()}
     spec = Spec(shape_of(graph), dtype=graph.dtype, layout=layout_name, stats_layout=stats_name,
                 mask=mask_name, scale=scale_name, distribution=distribution, port_kinds=port_kinds,
-                mutations=tuple(mutations + attr_fixes + scale_fixes + cap_fixes), **modifiers)
+                deterministic=switch[graph.attributes.deterministic_algorithm],
+                mutations=tuple(mutations + attr_fixes + scale_fixes + cap_fixes + dropout_fixes),
+                **modifiers, **dropout)
     rebuilt = graph_of(plan, spec)
     relaid = [reshape(p, graph.tensors[p].dims, graph.tensors[p].strides) for p in MODIFIER_PORTS
               if p in graph.tensors and p in rebuilt.tensors and rebuilt.tensors[p] != graph.tensors[p]]
@@ -144,11 +148,38 @@ def _mask(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
 
 def _scale(plan: Plan, graph: Graph) -> tuple[str, list[Mutation]]:
     a = graph.attributes
-    fixes = [] if a.dropout_probability is None else [attr("dropout_probability", a.dropout_probability)]
-    if a.deterministic_algorithm:
-        fixes.append(attr("deterministic_algorithm", True))
     for name, value in plan.scales.items():
         if (default_scale(graph.D_qk) if value is None else float(value)) == a.attn_scale:
-            return name, fixes
+            return name, []
     default = next((n for n, v in plan.scales.items() if v is None), next(iter(plan.scales)))
-    return default, [attr("attn_scale", a.attn_scale)] + fixes
+    return default, [attr("attn_scale", a.attn_scale)]
+
+
+def _dropout(plan: Plan, graph: Graph, case_id: str) -> tuple[dict, list[Mutation]]:
+    """The Spec's dropout and dropout_mask names: the probability by value in
+    Plan.dropouts, the mask port's broadcast kind (its zero strides on batch / heads) in
+    Plan.dropout_masks, no mask port with a probability set the "drawn" kind. A probability
+    no table value has: an attr mutation on a declared probability when a mask port must be
+    built, else on the "off" name (no port built, the attribute set by hand)."""
+    p, mask = graph.attributes.dropout_probability, graph.tensors.get("dropout_mask")
+    out = {"dropout_mask": next(iter(plan.dropout_masks))}
+    if mask is not None:
+        zero = tuple(a for a in (0, 1) if mask.strides[a] == 0)
+        kinds = [n for n, k in plan.dropout_masks.items() if k is not None and BIAS_BROADCASTS[k] == zero]
+        if not kinds:
+            raise SpecNotFound(f"case {case_id}: no dropout-mask kind of the plan broadcasts axes {zero}")
+        out["dropout_mask"] = kinds[0]
+    named = [n for n, v in plan.dropouts.items() if v == p and (v is not None or mask is None)]
+    if named:
+        out["dropout"], fixes = named[0], []
+    else:
+        out["dropout"] = next((n for n, v in plan.dropouts.items() if (v is not None) == (mask is not None)), None)
+        fixes = [attr("dropout_probability", p)]
+        if out["dropout"] is None:
+            raise SpecNotFound(f"case {case_id}: dropout probability {p} has no declaration of the plan to start from")
+    if mask is None and plan.dropouts[out["dropout"]] is not None:   # dropout on, the engine draws its mask
+        drawn = [n for n, k in plan.dropout_masks.items() if k is None]
+        if not drawn:
+            raise SpecNotFound(f"case {case_id}: dropout without a mask port, and the plan has no drawn-mask kind")
+        out["dropout_mask"] = drawn[0]
+    return out, fixes

@@ -85,7 +85,7 @@ def test_render_from_fixtures():
     assert "| bf16 | ✅ 2 | ✅ 2 |" in lines
     assert "| fp16 | 🟡 1/2 [^1] | ✅ 2 |" in lines
     assert "| `REG-X` | ❌ mask-not-served | ✅ 1 |" in lines
-    assert "| `REG-X` | a \\| pipe in the title |" in lines
+    assert "- `REG-X`: a | pipe in the title" in lines               # the catalog is a list: no escape
     assert lines[lines.index("| `REG-X` | ❌ mask-not-served | ✅ 1 |") + 2].startswith(
         "[^1]: skipped by a skip row the engine's [engine.toml](engines/torch_flash/engine.toml) does not hold")
     assert "Every column below is on **sm90**." in lines
@@ -251,8 +251,9 @@ def test_skips_are_attributed_to_their_source():
                         levels=(("quick", ids),))
     matrix = build_matrix([FeatureGroup("f", (Feature("F", "f"),), True)], cases, [Column("e", "sm90")],
                           {"e": engine}, engine_tomls={"e": "engines/e/engine.toml"}, skip_rows={"e": (row,)})
-    notes = [n.text for n in matrix.notes]
-    assert len(notes) == 4                              # the two byte-ceiling skips share one note
+    assert len(matrix.notes) == 1 and matrix.sections[0].rows[0].cells[0].text == "🟡 1/6 [^1]"   # one marker
+    notes = matrix.notes[0].causes
+    assert len(notes) == 4                              # the two byte-ceiling skips share one cause
     cpu = next(n for n in notes if "CPU" in n)
     assert "engine.toml" not in cpu and "size limit of the device" in cpu
     memory = next(n for n in notes if "byte ceiling" in n)
@@ -262,6 +263,10 @@ def test_skips_are_attributed_to_their_source():
     assert any(n.startswith("skipped by a skip row the engine's [engine.toml](engines/e/engine.toml) does not hold")
                and n.endswith("T-8: lane skip") for n in notes)
     assert "in no engine.toml of the engine" in skip_note("T-8: lane skip")
+    lines = render(matrix).splitlines()                 # the one footnote lists each cause as an item
+    start = lines.index("[^1]: the accepted cases not claimed have 4 causes:")
+    items = [line for line in lines[start + 1:] if line.startswith("    - ")][:4]
+    assert len(items) == 4 and all(n.startswith(item[len("    - "):]) for n, item in zip(notes, items))
 
 
 # ----------------------------------------------------------------------------- combinations

@@ -173,8 +173,6 @@ def test_the_command_prints_the_split(tmp_path, capsys):
 
 def test_ctrl_c_with_two_workers_ends_cleanly_and_resumes(tmp_path):
     import signal
-    import subprocess
-    import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
@@ -182,8 +180,7 @@ def test_ctrl_c_with_two_workers_ends_cleanly_and_resumes(tmp_path):
     out = tmp_path / "out"
     args = ["run", "--level", "quick", "--engine", S.engine_ref(Paced), "--devices", "cpu,cpu",
             "--bundles", str(tmp_path / "bundles"), "--out", str(out), "--quiet", "--repeat", "1"]
-    proc = subprocess.Popen([sys.executable, "-m", "bundlegen", *args], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = S.start_cli(args, cwd=repo)
     deadline = time.monotonic() + 120
     while len(read_results(out)) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)

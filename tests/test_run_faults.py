@@ -186,8 +186,7 @@ def test_ctrl_c_ends_cleanly_with_results_junit_run_json_and_the_resume_command(
     out = tmp_path / "out"
     args = ["run", "--level", "quick", "--engine", S.engine_ref(Slow), "--device", "cpu",
             "--bundles", str(tmp_path / "bundles"), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen([sys.executable, "-m", "bundlegen", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = S.start_cli(args, cwd=REPO)
     deadline = time.monotonic() + 120
     while len(read_results(out / RESULTS_NAME)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

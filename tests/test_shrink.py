@@ -49,6 +49,24 @@ def test_recovery_names_layouts_and_falls_back_to_mutations():
     assert (got.scale, got.mutations) == ("default", (stride("dq", 2, 200), attr("attn_scale", 0.07)))
 
 
+@pytest.mark.parametrize("spec, names", [
+    (Spec(_shape(B=2, H=2, S=24, D=16), dropout="p0.5", dropout_mask="head", deterministic="on"),
+     ("p0.5", "head", "on", ())),
+    (Spec(_shape(B=2, H=4, S=16, D=16), dropout="p0.9", dropout_mask="both"), ("p0.9", "both", "off", ())),
+    (Spec(_shape(B=1, H=2, S=16, D=16), dropout="p0.1", dropout_mask="batch"), ("p0.1", "batch", "off", ())),
+    (Spec(_shape(H=1, S=32, D=16), dropout="p0.1", dropout_mask="drawn"), ("p0.1", "drawn", "off", ())),
+    (Spec(_shape(H=1, S=32, D=16), mutations=(attr("dropout_probability", 0.0),)),
+     ("off", "full", "off", (attr("dropout_probability", 0.0),))),
+    (Spec(_shape(B=2, H=2, S=16, D=16), dropout="p0.5", dropout_mask="both",
+          mutations=(attr("dropout_probability", 0.3),)),
+     ("p0.1", "both", "off", (attr("dropout_probability", 0.3),))),
+])
+def test_recovery_names_dropout_its_mask_kind_and_the_deterministic_flag(spec, names):
+    got = spec_of_graph(PLAN, graph_of(PLAN, spec), "randn")
+    assert (got.dropout, got.dropout_mask, got.deterministic, got.mutations) == names
+    assert graph_of(PLAN, got) == graph_of(PLAN, spec)
+
+
 def test_a_graph_no_spec_builds_is_refused_naming_the_case():
     graph = graph_of(PLAN, Spec(_shape()))
     odd = dataclasses.replace(graph, tensors={**graph.tensors,
@@ -64,6 +82,7 @@ def test_a_graph_no_spec_builds_is_refused_naming_the_case():
          stats_layout="s-major", distribution="shifted-logits"),
     Spec(_shape(H=2, S=1, S_kv=64), port_kinds={"q": "bshd", "dq": "pad1"},
          mutations=(stride("q", 2, 1), attr("attn_scale", 1e-10))),
+    Spec(_shape(B=2, H=2, S=24, D=16), dtype="fp32", dropout="p0.5", dropout_mask="head", deterministic="on"),
 ])
 def test_the_regression_text_declares_the_same_graph(spec):
     text = regression_text("REG-X", "defect", "source", spec)
