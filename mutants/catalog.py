@@ -232,7 +232,7 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("dropout-dv-mask-missing", "dropout mask missing",
            "the dropout mask applied to dP but not to P in the dV product (dV = (P / (1 - p))^T dO)",
            WRAPPER, wrap(W.DropoutDvMaskMissing), ("SHP-DROPOUT",)),
-    # --- conditional on one gap class of issue 42 each (mutants/conditional.py): correct
+    # --- conditional on one gap class of the plan each (mutants/conditional.py): correct
     # off their condition
     Mutant("interleaved-dq-batch-offset-lost", "degenerate layouts",
            "dQ in a heads-interleaved layout stored without its batch offset (B >= 2, H >= 2)",

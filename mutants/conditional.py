@@ -1,5 +1,5 @@
 """Conditional mutants: a correct engine that misbehaves only under one condition, one or
-more per gap class of the plan (issue 42): degenerate layouts, gradients with a realistic
+more per gap class of the plan: degenerate layouts, gradients with a realistic
 range and correlation, a tolerance that cannot see a lost contribution, determinism, fp16,
 and risky values that meet late. Off its condition each one is the engine itself.
 

@@ -182,9 +182,9 @@ DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both
 
 # ============================================================================ axes
 # Pair-suite passes (Axis.joined, Axis.values_joined): 0 the first axes, 1 the score
-# modifiers, 2 what issue 42 added (the deterministic flag, gradient distributions). Each
+# modifiers, 2 the deterministic flag and the gradient distributions. Each
 # later pass only adds rows, so every earlier case keeps its id.
-ISSUE_42_PASS = 2
+RISK_VALUES_PASS = 2
 #: the values the suites' first two passes knew; any other value of these axes joins pass 2
 FIRST_VALUES = {
     "heads": ("mha", "gqa2", "gqa4", "gqa8", "mqa", "hk2-hv1", "hk1-hv2", "hk4-hv2", "gqa3", "mqa5", "mqa6",
@@ -197,7 +197,7 @@ FIRST_VALUES = {
 
 
 def _joined_later(axis: str, values) -> dict[str, int]:
-    return {v: ISSUE_42_PASS for v in values if v not in FIRST_VALUES[axis]}
+    return {v: RISK_VALUES_PASS for v in values if v not in FIRST_VALUES[axis]}
 
 
 AXES = (
@@ -222,7 +222,7 @@ AXES = (
     Axis("softcap", "softcap cap * tanh(s / cap) on the scaled scores", tuple(SOFTCAPS), "off", core=True, extension=True),
     # core: paired by pr with MHA/GQA, every head-dim tier up to 256, masks and modifiers
     Axis("deterministic", "the deterministic backward asked for (re-run, compared bitwise)", tuple(SWITCHES),
-         "off", core=True, joined=ISSUE_42_PASS),
+         "off", core=True, joined=RISK_VALUES_PASS),
 )
 
 # ============================================================================ legality
@@ -584,19 +584,19 @@ GAP_REGRESSIONS = (
                      for port in ("k", "v", "o", "do", "dk", "dv"))),
 )
 
-# issue 42: every layout where it is no other layout's memory (B, H, S >= 2), with a head
+# every layout where it is no other layout's memory (B, H, S >= 2), with a head
 # dim of each tail class (D % 32 = 16, D % 16 != 0) at every gradient port
 _LAYOUT_DISTINCT = tuple(Spec(_shape(B=2, H=2, S=33, D=d), layout=name) for name in LAYOUTS for d in (48, 40))
 
 GAP_CATALOG = (
     CatalogEntry("SHP-LAYOUT-DISTINCT", "every layout at B, H, S >= 2 (no other layout's memory) with D 48 and 40",
                  _LAYOUT_DISTINCT, level="pr"),
-    # issue 42: the deterministic backward where the CPU gate runs it (GQA, fp16, bottom-right
+    # the deterministic backward where the CPU gate runs it (GQA, fp16, bottom-right
     # tails; a batch-broadcast bias with dBias and sinks, where atomics would live)
     CatalogEntry("SHP-DETERMINISTIC-CPU", "the deterministic backward at CPU size: GQA fp16 causal-br tails, dBias + dSinks",
                  (Spec(_shape(B=2, H=4, H_k=2, S=24, S_kv=40, D=16), dtype="fp16", mask="causal-br", bias="batch",
                        dbias="on", sinks="on", deterministic="on"),)),
-    # issue 42: fp16 and the risky values early (quick: CPU-sized; pr: the 512 x 256 pairs)
+    # fp16 and the risky values early (quick: CPU-sized; pr: the 512 x 256 pairs)
     CatalogEntry("SHP-RISK-EARLY-QUICK", "fp16 with extreme LSE x band at an S_kv half tile; sinks x B 2 x decode",
                  (Spec(_shape(B=2, H=4, H_k=2, S=17, S_kv=96, D=40), dtype="fp16", mask="band-br",
                        distribution="shifted-logits"),
@@ -614,7 +614,7 @@ GAP_CATALOG = (
                        distribution="shifted-logits"),
                   Spec(_shape(B=3, H=8, H_k=2, S=1, S_kv=192, D=128), mask="causal-br", sinks="on"),
                   Spec(_shape(B=2, H=4, S=3, S_kv=320, D=64), dtype="fp16", sinks="on")), level="pr"),
-    # issue 42: gradients with a realistic range and correlation, in fp16 at quick
+    # gradients with a realistic range and correlation, in fp16 at quick
     CatalogEntry("SHP-GRAD-RANGE",
                  "dO correlated with O (L2 loss), and |dO| ~ 1e3 driving dP towards and past fp16's range",
                  (Spec(_shape(B=2, H=2, S=64, D=64), dtype="fp16", distribution="l2-grad", mask="causal-br"),
@@ -832,7 +832,7 @@ RAGGED_AXES = (
     Axis("scale", "attention scale", tuple(SCALES), "default"),
     Axis("distribution", "input distribution", ("randn", "small-int", "shifted-logits", "l2-grad"), "randn",
          values_joined={"l2-grad": 1}),
-    # the ragged suites' second pass (issue 42): the deterministic backward of ragged graphs
+    # the ragged suites' second pass: the deterministic backward of ragged graphs
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
 )
 
@@ -943,7 +943,7 @@ RAGGED = Space(
     catalog=RAGGED_CATALOG, regressions=RAGGED_REGRESSIONS, probes=RAGGED_PROBES,
 )
 
-# ============================================================================ risk interactions (issue 42)
+# ============================================================================ risk interactions
 # Held-out backward defects (public reports against FlashAttention, PyTorch, cuDNN,
 # TransformerEngine, aiter, CK, vLLM) need a *combination* of conditions: a data
 # distribution and a mask and a tile tail; an output layout and a head-dim tail. The risky
