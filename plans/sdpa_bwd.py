@@ -986,9 +986,8 @@ GATED = (
 # ============================================================================ levels
 MiB = 1 << 20
 GiB = 1 << 30
-# 65 s before issue 42, which added at quick the deterministic backward (three cases, each
-# priced at its 50 runs: bundlegen.cost), the gradient distributions, fp16 and the risk
-# triples' first sample
+# quick holds the deterministic backward (three cases, each priced at its 50 runs:
+# bundlegen.cost), the gradient distributions, fp16 and the risk triples' first sample
 CPU_QUICK_BUDGET_S = 90.0
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
