@@ -124,6 +124,16 @@ _MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1, "dropout_mask
 _NEEDS = {"dbias": ("bias", R.DBIAS_WITHOUT_BIAS), "dsinks": ("sinks", R.DSINKS_WITHOUT_SINKS)}
 
 
+def _score_shaped(graph: Graph, port: str, spec: TensorSpec, dims_code: str, axis_code: str) -> Finding | None:
+    """A port shaped like the scores ([B, H_q, S_q, S_kv]: the bias, the dropout mask), which
+    may broadcast over batch and heads only."""
+    if spec.dims != (graph.B, graph.H_q, graph.S_q, graph.S_kv):
+        return Finding(dims_code, _at(port, "dims"))
+    if any(s == 0 and d > 1 for d, s in zip(spec.dims[2:], spec.strides[2:])):
+        return Finding(axis_code, _at(port, "strides"))
+    return None
+
+
 def _modifier_finding(graph: Graph) -> Finding | None:
     """The score-modifier ports' rules (docs/CONTRACTS.md, "Score modifiers") on a padded
     graph whose core ports are valid: an output needs its input; each port on its own;
@@ -144,21 +154,17 @@ def _modifier_finding(graph: Graph) -> Finding | None:
             return Finding(R.SINKS_DTYPE, _at(port, "dtype"))
     if "bias" in t:
         bias = t["bias"]
-        if bias.dims != (graph.B, graph.H_q, graph.S_q, graph.S_kv):
-            return Finding(R.BIAS_DIMS_MISMATCH, _at("bias", "dims"))
-        if any(s == 0 and d > 1 for d, s in zip(bias.dims[2:], bias.strides[2:])):
-            return Finding(R.BIAS_BROADCAST_AXIS, _at("bias", "strides"))
+        if (found := _score_shaped(graph, "bias", bias, R.BIAS_DIMS_MISMATCH, R.BIAS_BROADCAST_AXIS)):
+            return found
         if "dbias" in t:
             if t["dbias"].dims != dbias_dims(bias):
                 return Finding(R.DBIAS_DIMS_MISMATCH, _at("dbias", "dims"))
             if overlaps_itself(t["dbias"]):
                 return Finding(R.DBIAS_OVERLAP, _at("dbias", "strides"))
     if "dropout_mask" in t:
-        mask = t["dropout_mask"]
-        if mask.dims != (graph.B, graph.H_q, graph.S_q, graph.S_kv):
-            return Finding(R.DROPOUT_MASK_DIMS_MISMATCH, _at("dropout_mask", "dims"))
-        if any(s == 0 and d > 1 for d, s in zip(mask.dims[2:], mask.strides[2:])):
-            return Finding(R.DROPOUT_MASK_BROADCAST_AXIS, _at("dropout_mask", "strides"))
+        if (found := _score_shaped(graph, "dropout_mask", t["dropout_mask"], R.DROPOUT_MASK_DIMS_MISMATCH,
+                                   R.DROPOUT_MASK_BROADCAST_AXIS)):
+            return found
         if not graph.attributes.dropout_probability:
             return Finding(R.DROPOUT_MASK_WITHOUT_PROBABILITY, "graph.attributes.dropout_probability")
     for port in ("sinks", "dsinks"):
