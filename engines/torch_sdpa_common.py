@@ -112,12 +112,13 @@ def capability_between(low: tuple[int, int], high: tuple[int, int], source: str)
 
 def no_dropout(graph: Graph, facts: DeviceFacts) -> str | None:
     """PyTorch's ops take no mask (a dropout_mask port cannot reach them) and draw their own
-    from a Philox seed and offset, which this engine does not yet recover for the oracle
-    (torch.ops.aten._fill_mem_eff_dropout_mask_, the flash forward's debug mask)."""
+    from a Philox seed and offset; where that mask cannot be recovered for the oracle (cuDNN's
+    op; the varlen ops) the engine declines dropout. The flash and efficient ops' masks are
+    recovered (engines/torch_drawn_dropout.py)."""
     if graph.attributes.dropout_probability:
         if "dropout_mask" in graph.tensors:
             return f"{R.DROPOUT_NOT_SERVED}: the aten op takes no dropout mask (it draws its own)"
-        return f"{R.DROPOUT_NOT_SERVED}: the mask the op draws is not recovered for the oracle yet"
+        return f"{R.DROPOUT_NOT_SERVED}: the mask this op draws is not recovered for the oracle"
     return None
 
 

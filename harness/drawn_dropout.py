@@ -7,7 +7,9 @@ alone. Such an engine (`Engine.draws_dropout_mask`) tells the mask through
 `Engine.drawn_dropout_mask(graph)`: before the run, so that the O it is handed and the
 oracle's reference are those of that mask; and after the run, when the mask must be the
 same one (the same seed and offset give the same mask) and is checked: its dims, values
-0 or 1, and a keep count within a binomial bound of n (1 - p)."""
+0 or 1, and a keep count within a binomial bound of n (1 - p), n the entries the graph's
+mask attends (a bit the mask removes scales nothing, and a kernel that skips such tiles
+never draws it)."""
 from __future__ import annotations
 
 import math
@@ -16,6 +18,7 @@ import torch
 
 from bundlegen.graph import Case, Graph
 from bundlegen.harness import materialize as M
+from bundlegen.mask import keep_mask
 
 #: a drawn mask's keep count may differ from n (1 - p) by this many standard deviations
 KEEP_RATE_SIGMAS = 6.0
@@ -39,8 +42,12 @@ def mask_problem(keep: torch.Tensor | None, graph: Graph) -> str | None:
         return f"drawn dropout mask of dims {list(keep.shape)}, not {list(want)}"
     if not bool(((keep == 0) | (keep == 1)).all()):
         return "drawn dropout mask holds values other than 0 and 1"
-    n = keep.numel()
-    kept = int(keep.sum())
+    attended = keep_mask(graph.S_q, graph.S_kv, graph.attributes, device=keep.device)
+    if attended is None:
+        n, kept = keep.numel(), int(keep.sum())
+    else:
+        n = int(attended.sum()) * graph.B * graph.H_q
+        kept = int((keep * attended).sum())
     bound = KEEP_RATE_SIGMAS * math.sqrt(n * p * (1 - p)) + 1
     if abs(kept - n * (1 - p)) > bound:
         return (f"drawn dropout mask keeps {kept} of {n} entries: outside {n * (1 - p):.0f} "

@@ -29,6 +29,8 @@ from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchS
                                        lse_per_sequence, needs_nvidia_gpu, no_dropout, no_gqa,
                                        no_rng, packed_rows_copy, ragged_causal_only,
                                        writable_outputs)
+from bundlegen.engines.torch_drawn_dropout import (draws_only, drawn_keep, efficient_keep,
+                                                   efficient_philox)
 
 LSE_ROW_MULTIPLE = 32      # kAlignLSE
 KERNEL_ALIGNMENT = 4       # DefaultGemmType<Sm80+, f16/bf16/f32>::kMinimumAlignment
@@ -98,11 +100,10 @@ def efficient_varlen_values(graph: Graph, tensors: Mapping[str, torch.Tensor],
         "scale": graph.attributes.attn_scale}
 
 
-#: what the op needs whatever the graph's batch layout
+#: what the op needs whatever the graph's batch layout (dropout: see each layout's rules)
 _OWN_RULES = (
         needs_nvidia_gpu,
         capability_between((5, 0), (12, 1), "check_mem_efficient_hardware_support"),
-        no_dropout,
         writable_outputs,
         efficient_dtype,
         efficient_head_dims,
@@ -122,13 +123,16 @@ BIAS_RULES = (
 def efficient_values(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict:
     """The arguments of aten::_scaled_dot_product_efficient_attention_backward, by schema
     name: the declared q, k, v, dO, bias views; O packed [B, S, H, D_v]; LSE padded to a
-    multiple of 32 rows; the bias gradient asked for when the graph has a dbias."""
+    multiple of 32 rows; the bias gradient asked for when the graph has a dbias; with
+    dropout, p and the Philox seed and offset whose mask drawn_dropout_mask reports."""
     rng = no_rng(tensors["q"].device)
+    seed, offset = efficient_philox() if drawn_keep(graph) else (rng, rng)
     return {
         "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
         "value": tensors["v"], "attn_bias": tensors.get("bias"), "out": bshd_packed_copy(tensors["o"]),
         "logsumexp": lse_padded(tensors["stats"], LSE_ROW_MULTIPLE),
-        "philox_seed": rng, "philox_offset": rng, "dropout_p": 0.0,
+        "philox_seed": seed, "philox_offset": offset,
+        "dropout_p": graph.attributes.dropout_probability or 0.0,
         "grad_input_mask": [True, True, True, "dbias" in tensors], "is_causal": is_causal(graph),
         "scale": graph.attributes.attn_scale}
 
@@ -138,8 +142,11 @@ class TorchEfficientEngine(TorchSdpaEngine):
     #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
     deterministic_mode = True
     score_modifiers = frozenset({"bias", "dbias"})
+    #: its Philox mask is recovered with aten::_fill_mem_eff_dropout_mask_ (padded graphs)
+    draws_dropout_mask = True
     RULES = (
         *_OWN_RULES,
+        draws_only,
         no_gqa("_efficient_attention_backward needs equal head counts; SDPA repeats K/V "
                "before this op"),
         causal_only("TOP_LEFT", "is_causal maps to CausalFromTopLeft"),
@@ -157,6 +164,7 @@ class TorchEfficientEngine(TorchSdpaEngine):
     # num_queries after the offsets set the sequence's lengths).
     RAGGED_RULES = (
         *_OWN_RULES,
+        no_dropout,
         no_gqa("_efficient_attention_backward checks query.size(2) == key.size(2)"),
         ragged_causal_only(("TOP_LEFT", "BOTTOM_RIGHT"), "custom_mask_type 1 or 2; window_size "
                                                         "not used"),
@@ -165,6 +173,9 @@ class TorchEfficientEngine(TorchSdpaEngine):
         aligned_strides(lambda graph: KERNEL_ALIGNMENT, "cutlassB check_supported",
                         ports=("q", "k", "v"), axes_always=(0, 1)),
     )
+
+    def drawn_dropout_mask(self, graph: Graph) -> torch.Tensor | None:
+        return efficient_keep(graph, self.device)
 
     def ragged_backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor],
                         q_rows: RaggedRows, kv_rows: RaggedRows):

@@ -22,6 +22,7 @@ from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchS
                                        lse_heads_tokens, lse_rows, needs_nvidia_gpu,
                                        no_dropout, no_rng, packed_rows_copy,
                                        ragged_causal_only, writable_outputs)
+from bundlegen.engines.torch_drawn_dropout import draws_only, drawn_keep, flash_draw
 
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 8
@@ -70,10 +71,12 @@ class TorchFlashEngine(TorchSdpaEngine):
     name = "torch-flash"
     #: PyTorch runs this backward deterministically under torch.use_deterministic_algorithms
     deterministic_mode = True
+    #: its Philox mask is recovered from the forward's debug mask (padded graphs)
+    draws_dropout_mask = True
     RULES = (
         needs_nvidia_gpu,
         capability_between((8, 0), (12, 1), "check_flash_attention_hardware_support"),
-        no_dropout,
+        draws_only,
         writable_outputs,
         dtype_in(("fp16", "bf16"), "check_dtypes_flash_attention"),
         equal_head_dims("check_head_dim_size_flash: q, k, v share D"),
@@ -115,14 +118,20 @@ class TorchFlashEngine(TorchSdpaEngine):
         op = torch.ops.aten._flash_attention_backward.default
         return call_by_schema(op, flash_varlen_values(graph, tensors, q_rows, kv_rows))
 
+    def drawn_dropout_mask(self, graph: Graph) -> torch.Tensor | None:
+        return flash_draw(graph, self.device)[0]
+
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
-        rng = no_rng(tensors["q"].device)
+        seed = offset = no_rng(tensors["q"].device)
+        if drawn_keep(graph):
+            _keep, seed, offset = flash_draw(graph, self.device)
         dq, dk, dv = call_by_schema(op, {
             "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
             "value": tensors["v"], "out": bshd_packed_copy(tensors["o"]),
             "logsumexp": lse_rows(tensors["stats"]), "cum_seq_q": None, "cum_seq_k": None,
-            "max_q": graph.S_q, "max_k": graph.S_kv, "dropout_p": 0.0,
-            "is_causal": is_causal(graph), "philox_seed": rng, "philox_offset": rng,
+            "max_q": graph.S_q, "max_k": graph.S_kv,
+            "dropout_p": graph.attributes.dropout_probability or 0.0,
+            "is_causal": is_causal(graph), "philox_seed": seed, "philox_offset": offset,
             "scale": graph.attributes.attn_scale})
         return dq, dk, dv
