@@ -1,7 +1,12 @@
 """Finding and loading the bundles of a level and every lower level
 (`<bundle root>/<level>/<plan>/<group>.json`, levels and plan from the root's manifest).
 A malformed file or case becomes a BundleError beside the good cases; it never stops the
-others from loading; a missing or malformed manifest is a BundleError raised."""
+others from loading; a missing or malformed manifest is a BundleError raised.
+
+A workspace plan that extends the built-in one (bundlegen.plans.extension) has two layers:
+the built-in plan's bundles, read where the package installed them, less the cases of the
+items the extension removes or gates, and the extension's own bundles, which hold only the
+cases it adds. A run loads both as one level."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,10 +14,10 @@ from pathlib import Path
 from typing import Mapping
 
 from bundlegen.graph import BundleError, Case, load_bundle
-from bundlegen.manifest import Manifest, load_manifest
+from bundlegen.manifest import Manifest, load_manifest, manifest_path
 from bundlegen.tolerance import Tolerance
 from bundlegen.tolerance_rule import NoClass, class_for
-from bundlegen.workspace import default_bundle_root
+from bundlegen.workspace import builtin_bundle_root, default_bundle_root
 
 
 def manifest_of(root: Path | str | None = None, plan: str | None = None) -> Manifest:
@@ -38,20 +43,55 @@ def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
     return sorted((Path(root) / level / plan).glob("*.json"))
 
 
+@dataclass(frozen=True)
+class Layer:
+    """One plan's bundles in one bundle root, less the cases of `removed` items."""
+    root: Path
+    plan: str
+    removed: frozenset[str] = frozenset()
+
+    def leaves_out(self, case: Case) -> bool:
+        return not self.removed.isdisjoint(case.items)
+
+
+def layers(root: Path | str, manifest: Manifest) -> tuple[Layer, ...]:
+    """The bundle layers of `manifest`'s plan in `root`, the built-in one first for an
+    extension (load_manifest has checked that its digest is the one recorded)."""
+    own = Layer(Path(root), manifest.plan)
+    if manifest.extends is None:
+        return (own,)
+    return (Layer(builtin_bundle_root(), manifest.extends.plan, frozenset(manifest.extends.removed)), own)
+
+
+def manifest_files(root: Path | str, manifest: Manifest) -> list[Path]:
+    """The manifest of every layer: what a run's bundles digest covers besides the bundles."""
+    return [manifest_path(layer.root, layer.plan) for layer in layers(root, manifest)]
+
+
+def level_files(root: Path | str, level: str, manifest: Manifest) -> list[Path]:
+    """Every file a run of `level` reads: each layer's bundles of the level and the lower
+    ones, and the layers' manifests (what the run's bundles digest is taken over)."""
+    return [*(path for layer in layers(root, manifest) for lvl in manifest.levels_upto(level)
+              for path in bundle_files(layer.root, lvl, layer.plan)),
+            *manifest_files(root, manifest)]
+
+
 def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedCases:
     """Every case of `level` and the lower levels of `plan` (default: the root's only plan),
-    in level then file order."""
+    in layer, level then file order."""
     manifest = load_manifest(root, plan)
     cases: list[Case] = []
     errors: list[BundleError] = []
     files: list[Path] = []
     seen: dict[str, str] = {}  # case id -> file
-    for lvl in manifest.levels_upto(level):
-        for path in bundle_files(Path(root), lvl, manifest.plan):
+    for layer, lvl in ((layer, lvl) for layer in layers(root, manifest) for lvl in manifest.levels_upto(level)):
+        for path in bundle_files(layer.root, lvl, layer.plan):
             files.append(path)
-            file_cases, file_errors = _load_file(path, lvl, manifest.plan)
+            file_cases, file_errors = _load_file(path, lvl, layer.plan)
             errors.extend(file_errors)
             for case in file_cases:
+                if layer.leaves_out(case):
+                    continue
                 wrong_class = class_error(case, manifest.tolerance_classes, path)
                 if wrong_class is not None:
                     errors.append(wrong_class)

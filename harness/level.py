@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from bundlegen.manifest import manifest_path
 from bundlegen.harness import bundles as B
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
@@ -210,7 +209,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 finish_s=now - at(cases_done), elapsed_s=now - started,
                 prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
                 selection=selection_text(pattern, shard),
-                bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
+                bundles_digest=R.bundles_digest([*loaded.files, *B.manifest_files(root, manifest)], root),
                 complete=complete, versions=executor.versions,
                 per_device=tuple(t.to_json() for t in per_device), lane=lane,
                 workers_per_device=workers_per_device,
