@@ -238,7 +238,8 @@ def _headroom(plan: Plan, kept_base: list[Case]):
     out = []
     for i, lv in enumerate(plan.levels):
         used = sum(c.cost.predicted_s for c in kept_base if names.index(c.level) <= i)
-        out.append(dataclasses.replace(lv, budget_seconds=lv.budget_seconds * (1.0 - lv.reserve) - used, reserve=0.0))
+        room = max(0.0, lv.budget_seconds * (1.0 - lv.reserve) - used)    # a Budget may cut below the built-in use
+        out.append(dataclasses.replace(lv, budget_seconds=room, reserve=0.0))
     return tuple(out)
 
 
