@@ -146,7 +146,9 @@ def base_bundles(base: Plan) -> BaseBundles:
     cases = []
     for level in manifest.level_names:
         for path in sorted((Path(root) / level / base.name).glob("*.json")):
-            bundle, _errors = load_bundle(path)
+            bundle, errors = load_bundle(path)
+            if errors:    # levelling against part of the built-in cases would misplace the added ones
+                raise PlanError(f"the built-in bundles are damaged: {errors[0]}")
             cases += [dataclasses.replace(c, level=level) for c in bundle.cases]
     return BaseBundles(manifest, tuple(cases))
 
@@ -182,7 +184,9 @@ def build_extension(ext: Extension) -> GeneratedPlan:
         check_draft(plan, spaces[d.space], d)
     kept_base = [c for c in installed.cases if not set(c.items) & set(removed)]
     cases, cpu = _cases(plan, drafts, kept_base, {c.id for c in installed.cases})
-    items = {k: v for k, v in own.items() if k not in base_items and k not in {g.item for g in plan.gated}}
+    traced = {i for c in cases for i in c.items}     # the built-in items (axis values) the added cases give
+    items = {k: v for k, v in own.items()
+             if (k not in base_items or k in traced) and k not in {g.item for g in plan.gated}}
     return GeneratedPlan(plan=plan, cases=cases, combos={}, entries={c.id: () for c in cases}, cpu_seconds=cpu,
                          proofs=(), exclusions=(), illegal_pairs=0, repaired_pairs=(), legality_violations=(),
                          items=items, extends=Extends(base.name, installed.manifest.digest, removed),

@@ -9,7 +9,7 @@ items the extension removes or gates, and the extension's own bundles, which hol
 cases it adds. A run loads both as one level."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -37,6 +37,7 @@ class LoadedCases:
     errors: tuple[BundleError, ...]
     files: tuple[Path, ...]
     manifest: Manifest
+    file_of: Mapping[str, Path] = field(default_factory=dict)    # case id -> the bundle file it came from
 
 
 def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
@@ -66,6 +67,15 @@ def layers(root: Path | str, manifest: Manifest) -> tuple[Layer, ...]:
 def manifest_files(root: Path | str, manifest: Manifest) -> list[Path]:
     """The manifest of every layer: what a run's bundles digest covers besides the bundles."""
     return [manifest_path(layer.root, layer.plan) for layer in layers(root, manifest)]
+
+
+def file_name(path: Path | str, root: Path | str) -> str:
+    """A bundle file's name in results and digests: its path under bundle root `root`, or,
+    for the built-in layer an extension reads from the package, `built-in/<its path there>`."""
+    path = Path(path)
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    return "built-in/" + path.relative_to(builtin_bundle_root()).as_posix()
 
 
 def level_files(root: Path | str, level: str, manifest: Manifest) -> list[Path]:
@@ -102,7 +112,8 @@ def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedC
                     continue
                 seen[case.id] = str(path)
                 cases.append(case)
-    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files), manifest=manifest)
+    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files), manifest=manifest,
+                       file_of={case_id: Path(file) for case_id, file in seen.items()})
 
 
 def _load_file(path: Path, level: str, plan: str) -> tuple[list[Case], list[BundleError]]:

@@ -177,6 +177,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     wait_for_exits = True   # False once the run ends as it should (every worker idle)
     try:
         loaded = B.load_level(root, level, manifest.plan)
+        for each in executors:
+            each.case_files = {case_id: B.file_name(path, root) for case_id, path in loaded.file_of.items()}
         selected = selection(pattern)
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         if not cases and not loaded.errors and not allow_empty:

@@ -170,14 +170,12 @@ def _drop_partial_last_line(path: Path) -> None:
 
 def bundles_digest(files: Iterable[Path], root: Path) -> str:
     """sha256 over the bundle files a run loaded (their paths under the root and bytes)."""
-    from bundlegen.workspace import builtin_bundle_root
+    from bundlegen.harness.bundles import file_name
 
     digest = hashlib.sha256()
     for path in sorted(Path(f) for f in files):
         # an extension's run reads the built-in bundles too, where the package installed them
-        name = (path.relative_to(root).as_posix() if path.is_relative_to(root)
-                else "built-in/" + path.relative_to(builtin_bundle_root()).as_posix())
-        digest.update(name.encode() + b"\0")
+        digest.update(file_name(path, root).encode() + b"\0")
         digest.update(safe_read.digest_bytes(path))   # never blocks on a FIFO
     return digest.hexdigest()[:16]
 

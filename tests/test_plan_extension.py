@@ -133,16 +133,23 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
     assert len(kept) < len(builtin_quick)
     assert {c.id for c in loaded.cases} == {c.id for c in kept} | set(ids)
 
-    # 5. the next run holds the new case, and it fails as the original did
+    # 5. the next run holds the new case, which fails as the original did, beside the built-in ones
     _cli(ws, "run", "--level", "quick", "--engine", ENGINE, "--device", "cpu",
-         "-k", f"{item} or SHP-MY-DECODE", "--out", "out/next", want=1)
+         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "out/next", want=1)
     nxt = _results(ws / "out" / "next")
-    assert nxt[new_id]["verdict"] == "fail:numeric" and "quick/my_attention/" in nxt[new_id]["file"]
-    assert {r["verdict"] for i, r in nxt.items() if i != new_id} == {"pass"}
+    assert nxt[new_id]["verdict"] == "fail:numeric" and nxt[new_id]["file"].startswith("quick/my_attention/")
+    assert nxt[case]["verdict"] == "fail:numeric" and nxt[case]["file"].startswith(f"built-in/quick/{BASE}/")
+    assert {r["verdict"] for i, r in nxt.items() if i not in (new_id, case)} == {"pass"} and len(nxt) == 3
+    # the pytest plugin collects both layers too
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--bundlegen-level", "quick", "--bundlegen-engine",
+                                "torch-math", "--co", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"],
+                               cwd=ws, capture_output=True, text=True, timeout=300).stdout.splitlines()
+    assert f"quick/my_attention/regressions.json::{new_id}" in collected, collected[-5:]
+    assert any(line.startswith(f"built-in/quick/{BASE}/") and line.endswith(f"::{case}") for line in collected)
 
     # 6. harvest and matrix of the workspace read both layers
     _cli(ws, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu",
-         "-k", f"{item} or SHP-MY-DECODE or {FAILING_SELECTION}", "--out", "out/tm")
+         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "out/tm")
     _cli(ws, "harvest", "out/tm/results.jsonl", "--min-runs", "1")
     claims = (ws / "bundlegen-engines" / "torch_math" / "claims.json").read_text()
     assert new_id in claims and case in claims
@@ -167,6 +174,18 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
     _cli(ws, "generate", "--check")
 
 
+def test_the_plan_adopting_shows_builds(tmp_path, monkeypatch):
+    import re
+    text = (Path(__file__).resolve().parents[1] / "docs" / "ADOPTING.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith('"""my_plans/attention.py')]
+    (tmp_path / "adopting_plan.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = plan_module("adopting_plan", None)
+    generated = extend.build_extension(module.PLAN)
+    assert [c.items for c in generated.cases if "SHP-MY-DECODE" in c.items]
+    assert set(generated.extends.removed) == {"SHP-DROPOUT", "SHP-FP32"}
+
+
 # ----------------------------------------------------------------------------- building an extension
 def _ext(**fields) -> Extension:
     return Extension(name="my_attention", **fields)
@@ -181,6 +200,23 @@ def test_an_extension_generates_only_its_additions():
     assert case.purpose == "regression" and "REG-OURS" in case.items and case.level == "quick"
     assert case.id not in _builtin_ids()
     assert list(bundle_texts(generated)) == ["quick/my_attention/regressions.json"]
+
+
+def test_ragged_entries_and_probes_go_where_their_specs_say():
+    from bundlegen import reasons
+    from bundlegen.plans.records import HeadConfig, HeadDims, Lengths, Probe, RaggedShape, attr
+    ragged = Regression("REG-OURS-RAGGED", "ours", "here",
+                        (Spec(RaggedShape(HeadConfig(2, 2, 2), HeadDims(16, 16), Lengths((5, 23))), layout="thd"),))
+    probe = Probe("PRB-OURS-SCALE", "a negative scale", "frontend", reasons.SCALE_NONPOSITIVE,
+                  Spec(Shape(1, 1, 1, 1, 8, 8, 16, 16), mutations=(attr("attn_scale", -1.0),)))
+    generated = extend.build_extension(_ext(regressions=(ragged,), probes=(probe,)))
+    by_group = {c.group: c for c in generated.cases}
+    assert set(by_group) == {"ragged-regressions", "probes"}
+    assert by_group["ragged-regressions"].graph.ragged is not None
+    assert by_group["probes"].expected_rejection.reason == reasons.SCALE_NONPOSITIVE
+    wrong = Probe("PRB-OURS-WRONG", "says the wrong code", "frontend", reasons.SCALE_NONFINITE, probe.spec)
+    with pytest.raises(PlanError, match="the frontend gives 'scale-nonpositive'"):
+        extend.build_extension(_ext(probes=(wrong,)))
 
 
 def test_a_budget_is_taken():
