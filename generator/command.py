@@ -47,7 +47,7 @@ def plan_module(name: str, workspace: Workspace | None):
         where = f"{workspace.source}: plans" if workspace is not None else "plan"
         raise PlanError(f"{where}: cannot import {name!r}: {exc}") from None
     except Exception as exc:    # a misspelt record field (TypeError) or any fault of the plan's own code
-        raise PlanError(f"plan {name}: {type(exc).__name__}: {exc}") from None
+        raise PlanError(f"plan {name}: {type(exc).__name__}: {exc}{extend.field_hint(exc)}") from None
     if not hasattr(module, "PLAN"):
         raise PlanError(f"{name}: defines no PLAN")
     if not isinstance(module.PLAN, (Plan, Extension)):

@@ -264,6 +264,21 @@ def _check_cpu_budget(plan: Plan, kept_base: list[Case], added_quick: list[L.Cos
 
 
 # ----------------------------------------------------------------------------- defined but not taken
+def field_hint(exc: Exception) -> str:
+    """' (did you mean 'regressions'?)' for a TypeError naming an unexpected keyword close to
+    a field of a plan record; empty otherwise."""
+    import difflib
+    from bundlegen.plans import records
+
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc)) if isinstance(exc, TypeError) else None
+    if found is None:
+        return ""
+    fields = {f.name for record in [*vars(records).values(), Extension]
+              if dataclasses.is_dataclass(record) and isinstance(record, type) for f in dataclasses.fields(record)}
+    close = difflib.get_close_matches(found.group(1), sorted(fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 DECLARATION_NAMES = frozenset(f.name.upper() for record in (Plan, Space, Extension) for f in dataclasses.fields(record))
 
 

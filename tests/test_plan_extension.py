@@ -132,6 +132,8 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
     kept = [c for c in builtin_quick if REMOVED_ITEM not in c.items]
     assert len(kept) < len(builtin_quick)
     assert {c.id for c in loaded.cases} == {c.id for c in kept} | set(ids)
+    from bundlegen.harness.repro import find_case
+    assert find_case(new_id, bundles).id == new_id and find_case(case, bundles).id == case   # repro finds both
 
     # 5. the next run holds the new case, which fails as the original did, beside the built-in ones
     _cli(ws, "run", "--level", "quick", "--engine", ENGINE, "--device", "cpu",
@@ -311,6 +313,7 @@ def test_a_misspelt_field_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(["generate"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unexpected keyword argument 'regresions'" in err, err
+    assert "(did you mean 'regressions'?)" in err
 
 
 def test_the_built_in_plan_takes_every_declaration_it_defines():
