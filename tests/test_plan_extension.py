@@ -25,8 +25,7 @@ from bundlegen.plans.records import CatalogEntry, Gated, Regression, Shape, Spec
 from bundlegen.workspace import builtin_bundle_root
 
 BASE = "sdpa_bwd"
-#: five quick cases, every one with more than 16 keys: each fails the planted bug
-FAILING_SELECTION = "SHP-GRAD-RANGE"
+FAILING_CASES = 3     # the cheapest built-in quick cases the planted bug fails
 REMOVED_ITEM = "SHP-DROPOUT"
 
 PLAN_MODULE = '''\
@@ -47,7 +46,7 @@ PLAN = Extension(
 '''
 
 ENGINE_MODULE = '''\
-"""torch-math with a planted bug: dK is 5% off once a sequence has more than 16 keys."""
+"""torch-math with a planted bug: dK is half again too large once there are more than 16 keys."""
 from bundlegen.engines.torch_math.engine import TorchMathEngine
 
 
@@ -57,7 +56,7 @@ class BuggyMath(TorchMathEngine):
     def run(self, graph, tensors):
         super().run(graph, tensors)
         if graph.S_kv > 16:
-            tensors["dk"].mul_(1.05)
+            tensors["dk"].mul_(1.5)
 '''
 ENGINE = "buggy_engine:BuggyMath"
 
@@ -83,6 +82,18 @@ def _results(out: Path) -> dict[str, dict]:
     return {r["case_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
 
 
+def _failing_selection() -> str:
+    """-k for the cheapest built-in quick claims with more than 16 keys (each fails the
+    planted bug) and nothing a plain torch-math wrapper would treat apart: padded, no score
+    modifier, no dropout, not deterministic."""
+    cases = [c for c in load_level(builtin_bundle_root(), "quick", BASE).cases
+             if c.purpose == "claim" and c.graph.ragged is None and c.graph.S_kv > 16 and not c.graph.modifiers
+             and not c.graph.attributes.dropout_probability and not c.graph.attributes.deterministic_algorithm]
+    cheapest = sorted(cases, key=lambda c: (c.cost.predicted_s, c.id))[:FAILING_CASES]
+    assert len(cheapest) == FAILING_CASES
+    return " or ".join(c.id for c in cheapest)
+
+
 def _builtin_ids() -> set[str]:
     return {c.id for c in load_level(builtin_bundle_root(), "full", BASE).cases}
 
@@ -92,7 +103,7 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
 
     # 1. CI runs quick (a subset here) on the built-in bundles: the planted bug fails cases
     ci = _cli(ws, "run", "--level", "quick", "--engine", ENGINE, "--device", "cpu",
-              "-k", FAILING_SELECTION, "--out", "out/ci", want=1)
+              "-k", _failing_selection(), "--out", "out/ci", want=1)
     failed = sorted(i for i, r in _results(ws / "out" / "ci").items() if r["verdict"] == "fail:numeric")
     assert failed, ci.stdout
     case = failed[0]
