@@ -14,13 +14,20 @@ never import the plan or the generator.
      "axes": [{"name": "dtype", "title": "...", "core": true, "default": "bf16",
                "values": ["bf16", ...], "items": ["AX-DTYPE-BF16", ...]}, ...],
      "sections": [{"title": "shape catalog", "items": [{"id": "SHP-...", "title": "..."}]}, ...],
-     "gates": [{"item": "GATE-FP32", "title": "...", "gate": "waiting on ...", "planned_cases": 20}]}
+     "gates": [{"item": "GATE-FP32", "title": "...", "gate": "waiting on ...", "planned_cases": 20}],
+     "extends": {"plan": "sdpa_bwd", "digest": "sha256:<hex>", "removed": ["SHP-..."]}}   # optional
 
 `digest` is the sha256 of the plan's generated bundle files (their paths relative to the
 bundle root and their texts, in path order): it changes exactly when a bundle does.
 `tolerances` names the plan's tolerance TOML beside it (bundlegen.tolerances), the only
 place the classes' numbers live, with the sha256 of its text and the class names; loading
 the manifest reads the numbers from it and refuses a TOML whose digest differs.
+
+`extends` is present only in the manifest of a workspace plan that extends the built-in
+one (bundlegen.plans.extension): its bundles hold only the cases it adds, the built-in
+plan's bundles are read where the package installed them, and `extends` records their
+digest when the workspace generated, and the items whose built-in cases it leaves out.
+Loading such a manifest refuses built-in bundles whose digest has changed since.
 """
 from __future__ import annotations
 
@@ -39,13 +46,14 @@ MANIFEST_VERSION = 2
 MANIFEST_SUFFIX = ".manifest.json"
 #: the keys each object of a manifest may have, and nothing else
 TOP_KEYS = ("version", "plan", "digest", "levels", "tolerances", "cost_model", "min_claim_margin",
-            "cpu_case_limit_s", "axes", "sections", "gates")
+            "cpu_case_limit_s", "axes", "sections", "gates", "extends")
 LEVEL_KEYS = ("name", "per_case_seconds", "per_case_bytes", "budget_seconds", "per_case_cpu_seconds")
 TOLERANCES_KEYS = ("file", "digest", "classes")
 AXIS_KEYS = ("name", "title", "core", "default", "values", "items")
 SECTION_KEYS = ("title", "items")
 ITEM_KEYS = ("id", "title")
 GATE_KEYS = ("item", "title", "gate", "planned_cases")
+EXTENDS_KEYS = ("plan", "digest", "removed")
 #: the cost model's rates (per second) that divide a case's work: below this floor every
 #: case is predicted past every limit and skipped, so a run would go green having run none
 RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s")
@@ -96,6 +104,16 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class Extends:
+    """The built-in plan an extension's bundles add to: its name, the digest of its bundles
+    when the extension was generated (reused by reference, never copied) and the items
+    whose built-in cases the extension leaves out (removed or gated)."""
+    plan: str
+    digest: str
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Manifest:
     plan: str
     digest: str
@@ -108,6 +126,7 @@ class Manifest:
     axes: tuple[AxisItems, ...]
     sections: tuple[Section, ...]
     gates: tuple[Gate, ...]
+    extends: Extends | None = None
 
     @property
     def level_names(self) -> tuple[str, ...]:
@@ -125,7 +144,7 @@ class Manifest:
         return frozenset(a.items[a.values.index(a.default)] for a in self.axes)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "version": MANIFEST_VERSION, "plan": self.plan, "digest": self.digest,
             "levels": [{"name": lv.name, "per_case_seconds": lv.per_case_seconds,
                         "per_case_bytes": lv.per_case_bytes, "budget_seconds": lv.budget_seconds,
@@ -142,6 +161,10 @@ class Manifest:
             "gates": [{"item": g.item, "title": g.title, "gate": g.gate, "planned_cases": g.planned_cases}
                       for g in self.gates],
         }
+        if self.extends is not None:     # absent from a plan that extends none
+            out["extends"] = {"plan": self.extends.plan, "digest": self.extends.digest,
+                              "removed": list(self.extends.removed)}
+        return out
 
 
 def manifest_name(plan: str) -> str:
@@ -180,9 +203,28 @@ def manifest_path(root: Path | str, plan: str | None = None) -> Path:
 
 def load_manifest(root: Path | str, plan: str | None = None) -> Manifest:
     """Read the manifest of `plan` (default: the only plan) in bundle root `root`, with the
-    numbers of its tolerance classes from the tolerance TOML beside it.
+    numbers of its tolerance classes from the tolerance TOML beside it; for an extension,
+    check that the built-in bundles it extends are the ones it was generated against.
     Raises BundleError naming the file and the field at fault."""
-    return read_manifest(manifest_path(root, plan))
+    path = manifest_path(root, plan)
+    manifest = read_manifest(path)
+    if manifest.extends is not None:
+        base_manifest(manifest, path)
+    return manifest
+
+
+def base_manifest(manifest: Manifest, path: Path | str = "-") -> Manifest:
+    """The built-in manifest an extension's `manifest` extends; BundleError (one line) when
+    it is missing or its bundles' digest is no longer the one the extension recorded."""
+    from bundlegen.workspace import builtin_bundle_root
+
+    ext = manifest.extends
+    base = read_manifest(manifest_path(builtin_bundle_root(), ext.plan))
+    if base.digest != ext.digest:
+        raise _fail(str(path), "extends.digest",
+                    f"the built-in bundles of plan {ext.plan!r} changed since this workspace generated its "
+                    f"own (recorded {ext.digest}, installed {base.digest}): run `bundlegen generate`")
+    return base
 
 
 def read_manifest(path: Path | str, text: str | None = None, tolerances_text: str | None = None) -> Manifest:
@@ -229,11 +271,19 @@ def read_manifest(path: Path | str, text: str | None = None, tolerances_text: st
     gates = tuple(Gate(item=r.get(g, "item", str, w), title=r.get(g, "title", str, w),
                        gate=r.get(g, "gate", str, w), planned_cases=r.count(g, "planned_cases", w))
                   for w, g in r.items(top, "gates", keys=GATE_KEYS))
+    extends = None
+    if "extends" in top:
+        e = r.obj(top["extends"], "extends")
+        r.only(e, EXTENDS_KEYS, "extends")
+        extends = Extends(plan=r.get(e, "plan", str, "extends"), digest=r.get(e, "digest", str, "extends"),
+                          removed=r.strings(e, "removed", "extends"))
+        if extends.plan == plan:
+            raise _fail(file, "extends.plan", f"a plan cannot extend itself ({plan!r})")
     return Manifest(plan=plan, digest=r.get(top, "digest", str, ""), levels=levels,
                     tolerance_classes=tolerances, tolerances_digest=tolerances_digest, cost_model=cost_model,
                     min_claim_margin=r.num(top, "min_claim_margin", "", positive=True),
                     cpu_case_limit_s=r.num(top, "cpu_case_limit_s", "", positive=True),
-                    axes=axes, sections=sections, gates=gates)
+                    axes=axes, sections=sections, gates=gates, extends=extends)
 
 
 def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,

@@ -6,7 +6,8 @@ A workspace is a folder holding `bundlegen.toml`, or a `pyproject.toml` with a
 `[tool.bundlegen]` table; the nearest one at or above the current folder is used. Keys
 (all optional; paths are relative to the workspace folder):
 
-    plans   = ["bundlegen.plans.sdpa_bwd"]   # plan modules (each defines PLAN)
+    plans   = ["bundlegen.plans.sdpa_bwd"]   # plan modules (each defines PLAN: a Plan, or an
+                                              # Extension of the built-in one)
     bundles = "bundles"                       # bundle root: manifests and bundles
     engines = ["engines"]                     # engine config folders: <folder>/<engine dir>/
     lanes   = "lanes.yaml"                    # CI lanes

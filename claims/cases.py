@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from bundlegen.graph import BundleError, load_bundle
+from bundlegen.manifest import MANIFEST_SUFFIX, load_manifest
+from bundlegen.harness.bundles import Layer, layers
 
 
 @dataclass(frozen=True)
@@ -31,12 +33,27 @@ class BundleCases:
         return frozenset(out)
 
 
+def plan_layers(bundle_root: Path | str, plan: str) -> tuple[Layer, ...]:
+    """The bundle layers of `plan` in `bundle_root` (an extension's built-in layer first);
+    the plan's own bundles alone when the root has no manifest for it."""
+    if not (Path(bundle_root) / f"{plan}{MANIFEST_SUFFIX}").is_file():
+        return (Layer(Path(bundle_root), plan),)
+    return layers(bundle_root, load_manifest(bundle_root, plan))
+
+
+def _layer_bundles(bundle_root: Path | str, plan: str):
+    """(layer, bundle file) of every bundle of every layer of `plan`."""
+    for layer in plan_layers(bundle_root, plan):
+        for path in sorted(layer.root.glob(f"*/{layer.plan}/*.json")):
+            yield layer, path
+
+
 def bundle_cases(bundle_root: Path | str, plan: str, level_order: Sequence[str]) -> BundleCases:
     items: dict[str, set[str]] = defaultdict(set)
     case_items: dict[str, frozenset[str]] = {}
     levels: dict[str, set[str]] = defaultdict(set)
     errors: list[str] = []
-    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
+    for layer, path in _layer_bundles(bundle_root, plan):
         try:
             bundle, bad = load_bundle(path)
         except BundleError as exc:
@@ -44,6 +61,8 @@ def bundle_cases(bundle_root: Path | str, plan: str, level_order: Sequence[str])
             continue
         errors.extend(str(e) for e in bad)
         for case in bundle.cases:
+            if layer.leaves_out(case):
+                continue
             levels[case.level or path.parent.parent.name].add(case.id)
             if case.purpose == "probe":
                 continue
@@ -64,7 +83,7 @@ def graph_lines(bundle_root: Path | str, plan: str, case_ids: Iterable[str]) -> 
     wanted, found = set(case_ids), {}
     if not wanted:
         return found
-    for path in sorted(Path(bundle_root).glob(f"*/{plan}/*.json")):
+    for _layer, path in _layer_bundles(bundle_root, plan):
         try:
             bundle, _ = load_bundle(path)
         except BundleError:

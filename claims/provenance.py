@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from bundlegen.graph import BundleError
-from bundlegen.manifest import load_manifest, manifest_path
-from bundlegen.harness.bundles import bundle_files
+from bundlegen.manifest import load_manifest
+from bundlegen.harness.bundles import level_files
 from bundlegen.harness.results import bundles_digest
 
 
@@ -21,8 +21,7 @@ def workspace_digest(bundle_root: Path | str, level: str, plan: str | None = Non
     manifest = load_manifest(root, plan)
     if level not in manifest.level_names:
         return None
-    files = [f for name in manifest.levels_upto(level) for f in bundle_files(root, name, manifest.plan)]
-    return bundles_digest([*files, manifest_path(root, manifest.plan)], root)
+    return bundles_digest(level_files(root, level, manifest), root)
 
 
 def digest_mismatch(results: Path | str, run_json: Path | str, bundle_root: Path | str,

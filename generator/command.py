@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 from bundlegen.workspace import DEFAULTS, Workspace, WorkspaceError, find_workspace, require_workspace
-from bundlegen.generator import report, write
+from bundlegen.generator import extend, report, write
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.generate import build, build_default
 from bundlegen.generator.records import GeneratedPlan
+from bundlegen.plans.extension import Extension
+from bundlegen.plans.records import Plan
 
 EXIT_DRIFT = 1
 EXIT_PLAN_ERROR = 2
@@ -44,9 +46,22 @@ def plan_module(name: str, workspace: Workspace | None):
     except ImportError as exc:
         where = f"{workspace.source}: plans" if workspace is not None else "plan"
         raise PlanError(f"{where}: cannot import {name!r}: {exc}") from None
+    except Exception as exc:    # a misspelt record field (TypeError) or any fault of the plan's own code
+        raise PlanError(f"plan {name}: {type(exc).__name__}: {exc}{extend.field_hint(exc)}") from None
     if not hasattr(module, "PLAN"):
         raise PlanError(f"{name}: defines no PLAN")
+    if not isinstance(module.PLAN, (Plan, Extension)):
+        raise PlanError(f"{name}: PLAN is a {type(module.PLAN).__name__}, not a Plan or an Extension")
+    problem = extend.untaken_error(module, module.PLAN)
+    if problem:
+        raise PlanError(problem)
     return module
+
+
+def effective_plan(module) -> Plan:
+    """The whole plan a plan module means: its PLAN, or the plan an Extension extends with
+    the extension's additions."""
+    return extend.merged_plan(module.PLAN) if extend.is_extension(module.PLAN) else module.PLAN
 
 
 def build_plans(workspace: Workspace | None) -> list[GeneratedPlan]:
@@ -55,7 +70,10 @@ def build_plans(workspace: Workspace | None) -> list[GeneratedPlan]:
     out = []
     for name in names:
         module = plan_module(name, workspace)
-        out.append(build_default() if name == BUILTIN_PLAN else build(module.PLAN))
+        if extend.is_extension(module.PLAN):
+            out.append(extend.build_extension(module.PLAN))
+        else:
+            out.append(build_default() if name == BUILTIN_PLAN else build(module.PLAN))
     return out
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bundlegen.graph import Case, Graph, Rejection
+from bundlegen.manifest import Extends, Manifest
 from bundlegen.plans.records import PADDED, Plan
 
 Combo = tuple[str, ...]                       # one value per plan axis, in plan order
@@ -109,6 +110,11 @@ class GeneratedPlan:
     boundary_proofs: tuple[BoundaryProof, ...] = ()    # plan.boundaries: per level and class
     risk_proofs: tuple[RiskProof, ...] = ()            # plan.risks: per level
     layout_proof: "object | None" = None               # generator/layout_distinct.py: LayoutProof
+    # a workspace plan that extends the built-in one (generator/extend.py): what its manifest
+    # records of the built-in bundles, and their manifest (its axes, sections and gates)
+    extends: Extends | None = None
+    base_manifest: Manifest | None = None
+    base_gates: tuple = ()          # plans.records.Gated entries of the extension that gate built-in items
 
     def at_level(self, level: str) -> tuple[Case, ...]:
         """The cases a run of `level` executes: that level and every lower one."""

@@ -56,6 +56,8 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
     """What the harness, claims and mutants need of the plan, for bundles `texts`."""
     plan = generated.plan
     texts = bundle_texts(generated) if texts is None else texts
+    if generated.extends is not None:
+        return _extension_manifest(generated, texts)
     return Manifest(
         plan=plan.name, digest=digest(texts),
         levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
@@ -72,6 +74,29 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
                                                for r in plan.padded.regressions + _ragged(plan, "regressions"))))
         + _boundary_section(plan),
         gates=tuple(Gate(g.item, g.title, g.gate, g.planned_cases) for g in plan.gated))
+
+
+def _extension_manifest(generated: GeneratedPlan, texts: dict[str, str]) -> Manifest:
+    """An extension's manifest: the built-in manifest's axes, its sections with the added
+    items appended, its gates and the new ones, the levels with the extension's budgets, and
+    `extends` (the built-in bundles' digest); `digest` covers only the extension's bundles."""
+    plan, base = generated.plan, generated.base_manifest
+    added = {"shape catalog": plan.padded.catalog + _ragged(plan, "catalog"),
+             "regressions": plan.padded.regressions + _ragged(plan, "regressions")}
+    sections = tuple(Section(s.title, s.items + tuple(Item(e.item, getattr(e, "purpose", None) or e.defect)
+                                                      for e in added.get(s.title, ())))
+                     for s in base.sections)
+    return Manifest(
+        plan=plan.name, digest=digest(texts),
+        levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
+                                 lv.per_case_cpu_seconds) for lv in plan.levels),
+        tolerance_classes=dict(plan.tolerance_classes),
+        tolerances_digest=text_digest(plan_tolerances_text(generated)),
+        cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
+        cpu_case_limit_s=float(plan.cpu_case_limit_s), axes=base.axes, sections=sections,
+        gates=base.gates + tuple(Gate(g.item, g.title, g.gate, g.planned_cases)
+                                 for g in generated.base_gates + plan.gated),
+        extends=generated.extends)
 
 
 def _boundary_section(plan) -> tuple[Section, ...]:

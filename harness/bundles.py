@@ -1,18 +1,23 @@
 """Finding and loading the bundles of a level and every lower level
 (`<bundle root>/<level>/<plan>/<group>.json`, levels and plan from the root's manifest).
 A malformed file or case becomes a BundleError beside the good cases; it never stops the
-others from loading; a missing or malformed manifest is a BundleError raised."""
+others from loading; a missing or malformed manifest is a BundleError raised.
+
+A workspace plan that extends the built-in one (bundlegen.plans.extension) has two layers:
+the built-in plan's bundles, read where the package installed them, less the cases of the
+items the extension removes or gates, and the extension's own bundles, which hold only the
+cases it adds. A run loads both as one level."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from bundlegen.graph import BundleError, Case, load_bundle
-from bundlegen.manifest import Manifest, load_manifest
+from bundlegen.manifest import Manifest, load_manifest, manifest_path
 from bundlegen.tolerance import Tolerance
 from bundlegen.tolerance_rule import NoClass, class_for
-from bundlegen.workspace import default_bundle_root
+from bundlegen.workspace import builtin_bundle_root, default_bundle_root
 
 
 def manifest_of(root: Path | str | None = None, plan: str | None = None) -> Manifest:
@@ -32,26 +37,71 @@ class LoadedCases:
     errors: tuple[BundleError, ...]
     files: tuple[Path, ...]
     manifest: Manifest
+    file_of: Mapping[str, Path] = field(default_factory=dict)    # case id -> the bundle file it came from
 
 
 def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
     return sorted((Path(root) / level / plan).glob("*.json"))
 
 
+@dataclass(frozen=True)
+class Layer:
+    """One plan's bundles in one bundle root, less the cases of `removed` items."""
+    root: Path
+    plan: str
+    removed: frozenset[str] = frozenset()
+
+    def leaves_out(self, case: Case) -> bool:
+        return not self.removed.isdisjoint(case.items)
+
+
+def layers(root: Path | str, manifest: Manifest) -> tuple[Layer, ...]:
+    """The bundle layers of `manifest`'s plan in `root`, the built-in one first for an
+    extension (load_manifest has checked that its digest is the one recorded)."""
+    own = Layer(Path(root), manifest.plan)
+    if manifest.extends is None:
+        return (own,)
+    return (Layer(builtin_bundle_root(), manifest.extends.plan, frozenset(manifest.extends.removed)), own)
+
+
+def manifest_files(root: Path | str, manifest: Manifest) -> list[Path]:
+    """The manifest of every layer: what a run's bundles digest covers besides the bundles."""
+    return [manifest_path(layer.root, layer.plan) for layer in layers(root, manifest)]
+
+
+def file_name(path: Path | str, root: Path | str) -> str:
+    """A bundle file's name in results and digests: its path under bundle root `root`, or,
+    for the built-in layer an extension reads from the package, `built-in/<its path there>`."""
+    path = Path(path)
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    return "built-in/" + path.relative_to(builtin_bundle_root()).as_posix()
+
+
+def level_files(root: Path | str, level: str, manifest: Manifest) -> list[Path]:
+    """Every file a run of `level` reads: each layer's bundles of the level and the lower
+    ones, and the layers' manifests (what the run's bundles digest is taken over)."""
+    return [*(path for layer in layers(root, manifest) for lvl in manifest.levels_upto(level)
+              for path in bundle_files(layer.root, lvl, layer.plan)),
+            *manifest_files(root, manifest)]
+
+
 def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedCases:
     """Every case of `level` and the lower levels of `plan` (default: the root's only plan),
-    in level then file order."""
+    in layer, level then file order."""
     manifest = load_manifest(root, plan)
     cases: list[Case] = []
     errors: list[BundleError] = []
     files: list[Path] = []
     seen: dict[str, str] = {}  # case id -> file
-    for lvl in manifest.levels_upto(level):
-        for path in bundle_files(Path(root), lvl, manifest.plan):
+    for layer, lvl in ((layer, lvl) for layer in layers(root, manifest) for lvl in manifest.levels_upto(level)):
+        for path in bundle_files(layer.root, lvl, layer.plan):
             files.append(path)
-            file_cases, file_errors = _load_file(path, lvl, manifest.plan)
+            file_cases, file_errors = _load_file(path, lvl, layer.plan)
             errors.extend(file_errors)
             for case in file_cases:
+                if layer.leaves_out(case):
+                    continue
                 wrong_class = class_error(case, manifest.tolerance_classes, path)
                 if wrong_class is not None:
                     errors.append(wrong_class)
@@ -62,7 +112,8 @@ def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedC
                     continue
                 seen[case.id] = str(path)
                 cases.append(case)
-    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files), manifest=manifest)
+    return LoadedCases(cases=tuple(cases), errors=tuple(errors), files=tuple(files), manifest=manifest,
+                       file_of={case_id: Path(file) for case_id, file in seen.items()})
 
 
 def _load_file(path: Path, level: str, plan: str) -> tuple[list[Case], list[BundleError]]:

@@ -58,6 +58,9 @@ class CaseExecutor:
         self.config = spec.config
         self.manifest: Manifest = self.config.manifest
         self.run_id = run_id or time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
+        #: case id -> its bundle file as results name it, set once the cases are loaded (an
+        #: extension's built-in cases lie outside the bundle root: harness.bundles.file_name)
+        self.case_files: Mapping[str, str] = {}
         # wait=False: the worker starts in the background (see wait_ready)
         if runner_factory is not None:
             self.runner = runner_factory(spec)
@@ -96,7 +99,7 @@ class CaseExecutor:
         start = time.perf_counter()
         outcome = self.runner.run(case)
         wall = time.perf_counter() - start
-        file = case_file(case, self.manifest.plan)
+        file = self.case_files.get(case.id) or case_file(case, self.manifest.plan)
         if outcome.verdict == V.ERROR_BUNDLE:  # name the file and case like a load error
             outcome = dataclasses.replace(outcome, detail=f"{file}: case {case.id}: {outcome.detail}")
         return CaseResult(

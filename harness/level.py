@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from bundlegen.manifest import manifest_path
 from bundlegen.harness import bundles as B
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
@@ -178,6 +177,8 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     wait_for_exits = True   # False once the run ends as it should (every worker idle)
     try:
         loaded = B.load_level(root, level, manifest.plan)
+        for each in executors:
+            each.case_files = {case_id: B.file_name(path, root) for case_id, path in loaded.file_of.items()}
         selected = selection(pattern)
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         if not cases and not loaded.errors and not allow_empty:
@@ -210,7 +211,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                 finish_s=now - at(cases_done), elapsed_s=now - started,
                 prepare_problem=prepare_problem, before_s=before, engine_spec=engine,
                 selection=selection_text(pattern, shard),
-                bundles_digest=R.bundles_digest([*loaded.files, manifest_path(root, manifest.plan)], root),
+                bundles_digest=R.bundles_digest([*loaded.files, *B.manifest_files(root, manifest)], root),
                 complete=complete, versions=executor.versions,
                 per_device=tuple(t.to_json() for t in per_device), lane=lane,
                 workers_per_device=workers_per_device,

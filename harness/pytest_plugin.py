@@ -183,7 +183,7 @@ def _bundle_files(session) -> list[BundleFile]:
     paths = list(dict.fromkeys([*loaded.files, *(Path(e.file) for e in loaded.errors)]))
     by_path = {path: ([], []) for path in paths}
     for case in loaded.cases:
-        by_path[_case_path(root, case, plan)][0].append(case)
+        by_path[loaded.file_of[case.id]][0].append(case)
     for error in loaded.errors:
         by_path[Path(error.file)][1].append(error)
     files = []
@@ -194,15 +194,11 @@ def _bundle_files(session) -> list[BundleFile]:
     return files
 
 
-def _case_path(root: Path, case, plan: str) -> Path:
-    from bundlegen.harness.bundles import case_file
-
-    return root / case_file(case, plan)
-
-
 def _relative(root: Path, path: Path) -> str:
+    from bundlegen.harness.bundles import file_name
+
     try:
-        return path.relative_to(root).as_posix()
+        return file_name(path, root)     # an extension's built-in files: built-in/<path>
     except ValueError:
         return path.as_posix()
 

@@ -170,9 +170,12 @@ def _drop_partial_last_line(path: Path) -> None:
 
 def bundles_digest(files: Iterable[Path], root: Path) -> str:
     """sha256 over the bundle files a run loaded (their paths under the root and bytes)."""
+    from bundlegen.harness.bundles import file_name
+
     digest = hashlib.sha256()
     for path in sorted(Path(f) for f in files):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        # an extension's run reads the built-in bundles too, where the package installed them
+        digest.update(file_name(path, root).encode() + b"\0")
         digest.update(safe_read.digest_bytes(path))   # never blocks on a FIFO
     return digest.hexdigest()[:16]
 

@@ -71,7 +71,7 @@ def test_engine_names_that_are_not_folder_names_are_refused(name):
 # ----------------------------------------------------------------------------- adoption
 def _skeleton() -> str:
     text = (REPO / "docs" / "ADOPTING.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith('"""my_engine.py')]
     assert len(blocks) == 1
     return blocks[0]
 
