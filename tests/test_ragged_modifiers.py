@@ -151,3 +151,22 @@ def test_torch_math_passes_padded_alibi_slopes_under_gqa(form):
     outcome = run_case(_case(with_modifiers(base, alibi_slopes=form, bias="head", dbias=True)),
                        TorchMathEngine("cpu"), PLAIN)
     assert outcome.verdict == V.PASS, outcome.detail
+
+
+@pytest.mark.parametrize("name", ["torch-flash", "torch-efficient", "torch-cudnn"])
+@pytest.mark.parametrize("extras, code", [
+    (dict(alibi_slopes="head"), R.MODIFIER_NOT_SERVED),
+    (dict(bias="full"), None),   # listed by efficient and cudnn, but not on a varlen op
+])
+def test_the_pytorch_backends_decline_slopes_and_ragged_modifiers(name, extras, code):
+    from bundlegen.engines.registry import engine_class
+    from bundlegen.engines.torch_sdpa_common import cuda_facts
+    engine = engine_class(name)("cpu", facts=cuda_facts(9, 0, cudnn_version=91002))
+    for base in (RAGGED, dense_graph(B=2, H_q=4, S_q=16, D_qk=64, dtype="bf16")):
+        graph = with_modifiers(base, **extras)
+        outcome = run_case(_case(graph), engine, PLAIN)
+        assert outcome.verdict == V.DECLINED or base is not RAGGED and code is None, outcome
+        if base is RAGGED or code is not None:
+            want = code or (R.MODIFIER_NOT_SERVED if "bias" not in engine.score_modifiers
+                            else R.MODIFIER_COMBINATION_NOT_SERVED)
+            assert R.code_of(outcome.reason) == want, outcome.reason
