@@ -170,3 +170,26 @@ def test_the_pytorch_backends_decline_slopes_and_ragged_modifiers(name, extras, 
             want = code or (R.MODIFIER_NOT_SERVED if "bias" not in engine.score_modifiers
                             else R.MODIFIER_COMBINATION_NOT_SERVED)
             assert R.code_of(outcome.reason) == want, outcome.reason
+
+
+#: each mutant of mutants/slopes_sinks.py, a graph it shows on, and one its condition spares
+SLOPES_SINKS_MUTANTS = {
+    "alibi-slope-of-kv-head": (with_modifiers(dense_graph(B=2, H_q=4, H_k=1, S_q=12, S_kv=20, D_qk=16),
+                                              alibi_slopes="head"),
+                               with_modifiers(dense_graph(B=2, H_q=4, S_q=12, S_kv=20, D_qk=16),
+                                              alibi_slopes="head")),
+    "alibi-shift-not-per-sequence": (with_modifiers(RAGGED_BR, alibi_slopes="batch"),
+                                     with_modifiers(RAGGED, alibi_slopes="batch")),
+    "dsinks-over-padding-rows": (with_modifiers(RAGGED, sinks=True, dsinks=True),
+                                 with_modifiers(dense_graph(B=2, H_q=4, S_q=12, D_qk=16), sinks=True,
+                                                dsinks=True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLOPES_SINKS_MUTANTS))
+def test_the_slopes_and_sinks_mutants_fail_on_their_condition_only(name):
+    from bundlegen.mutants import catalog
+    shows, spared = SLOPES_SINKS_MUTANTS[name]
+    mutant = catalog.by_name(name).wrap(TorchMathEngine("cpu"))
+    assert run_case(_case(shows), mutant, PLAIN).verdict.startswith("fail")
+    assert run_case(_case(spared), mutant, PLAIN).verdict == V.PASS
