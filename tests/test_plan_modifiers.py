@@ -101,3 +101,26 @@ def test_a_modifier_case_spec_is_recovered_from_its_graph(generated):
     for c in cases + [c for c in generated.cases if c.data.bias_values == "alibi"][:3]:
         spec = spec_of_graph(sdpa_bwd.PLAN, c.graph, c.data.distribution, c.id, bias_values=c.data.bias_values)
         assert graph_of(sdpa_bwd.PLAN, spec) == c.graph
+
+
+def test_the_report_names_the_values_later_passes_added(generated):
+    """The ragged modifiers axis joined a later pass: the dry-run report lists its values
+    under that pass, below the pair proofs that hold them."""
+    lines = render_report(generated).splitlines()
+    later = [ln for ln in lines if ln.startswith("  ragged pass 2 added: ")]
+    assert later and "modifiers=" + ", ".join(sdpa_bwd.RAGGED_MODIFIER_SETS) in later[0]
+    proof = [ln for ln in lines if ln.startswith("  pr: ragged all-pairs (core axes): ")]
+    assert proof and "MISSING" not in proof[0]
+
+
+def test_ragged_modifier_cases_pair_with_every_core_value(generated):
+    """By pr, every ragged modifiers value meets every value of the other core ragged axes."""
+    core = [a for a in sdpa_bwd.RAGGED_AXES if a.core and a.name != "modifiers"]
+    pr = [c for c in generated.cases if c.level in ("quick", "pr") and c.graph.ragged is not None]
+    for value in sdpa_bwd.RAGGED_MODIFIER_SETS:
+        item = f"AX-RAGGED-MODIFIERS-{value.upper()}"
+        held = {i for c in pr if item in c.items for i in c.items}
+        for axis in core:
+            for v in axis.values:
+                other = "AX-RAGGED-" + f"{axis.name}-{v}".upper().replace("_", "-")
+                assert other in held, (item, other)
