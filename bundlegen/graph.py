@@ -15,7 +15,7 @@ from bundlegen.graph_records import (ALIGNMENTS, ATTRIBUTE_KEYS, BIAS_VALUES, BU
                                      packed_strides)
 from bundlegen.graph_codec import (FieldReader, case_from_json, graph_from_json, load_bundle,
                                    tensor_from_json)
-from bundlegen.graph_shapes import (BIAS_BROADCASTS, LAYOUT_ORDERS, RAGGED_LAYOUT_ORDERS,
+from bundlegen.graph_shapes import (ALIBI_SLOPES_DIMS, BIAS_BROADCASTS, LAYOUT_ORDERS, RAGGED_LAYOUT_ORDERS,
                                     RAGGED_STATS_ORDER, dbias_dims, default_scale, dense_graph,
                                     port_dims, ragged_graph, ragged_port_dims, with_modifiers)
 
@@ -26,6 +26,6 @@ __all__ = ['ALIGNMENTS', 'ATTRIBUTE_KEYS', 'BIAS_VALUES', 'BUNDLE_KEYS', 'BUNDLE
            'RAGGED_KEYS', 'REJECTION_LAYERS', 'TENSOR_KEYS', 'Attributes', 'Bundle', 'BundleError',
            'Case', 'Cost', 'DataSpec', 'Graph', 'Ragged', 'Rejection', 'TensorSpec',
            'canonical_json', 'packed_strides', 'FieldReader', 'case_from_json', 'graph_from_json',
-           'load_bundle', 'tensor_from_json', 'BIAS_BROADCASTS', 'LAYOUT_ORDERS',
+           'load_bundle', 'tensor_from_json', 'ALIBI_SLOPES_DIMS', 'BIAS_BROADCASTS', 'LAYOUT_ORDERS',
            'RAGGED_LAYOUT_ORDERS', 'RAGGED_STATS_ORDER', 'dbias_dims', 'default_scale',
            'dense_graph', 'port_dims', 'ragged_graph', 'ragged_port_dims', 'with_modifiers']

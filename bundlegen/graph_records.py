@@ -23,14 +23,15 @@ PORTS = INPUT_PORTS + OUTPUT_PORTS
 #: that has them: bias [B|1-by-stride-0, H_q|.., S_q, S_kv] (io dtype), sinks [H_q] (fp32);
 #: dbias (the bias's dims, 1 on its broadcast axes) and dsinks [H_q] (fp32) need their input;
 #: dropout_mask [B|1-by-stride-0, H_q|.., S_q, S_kv] (io dtype, keep = 1, drop = 0) comes
-#: with dropout_probability p in (0, 1): kept entries of P are scaled by 1 / (1 - p)
-MODIFIER_INPUT_PORTS = ("bias", "sinks", "dropout_mask")
+#: with dropout_probability p in (0, 1): kept entries of P are scaled by 1 / (1 - p);
+#: alibi_slopes [H_q] or [B, H_q] (fp32): ALiBi from the indices, -slope * |i - j + shift|
+MODIFIER_INPUT_PORTS = ("bias", "sinks", "dropout_mask", "alibi_slopes")
 MODIFIER_OUTPUT_PORTS = ("dbias", "dsinks")
 #: every port a bundle may name
 KNOWN_PORTS = INPUT_PORTS + MODIFIER_INPUT_PORTS + OUTPUT_PORTS + MODIFIER_OUTPUT_PORTS
 #: the score modifiers an engine may serve (Engine.score_modifiers): the four ports by
 #: name, and the softcap attribute
-MODIFIERS = ("bias", "dbias", "sinks", "softcap")
+MODIFIERS = ("bias", "dbias", "sinks", "softcap", "alibi_slopes")
 #: values a bias input is filled with (DataSpec.bias_values): normal draws, or ALiBi
 BIAS_VALUES = ("randn", "alibi")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -220,7 +221,7 @@ class Graph:
     def modifiers(self) -> frozenset[str]:
         """The score modifiers this graph uses (a subset of MODIFIERS); dsinks counts as
         "sinks" (an engine serving sinks writes their gradient when asked)."""
-        used = {p for p in ("bias", "dbias", "sinks") if p in self.tensors}
+        used = {p for p in ("bias", "dbias", "sinks", "alibi_slopes") if p in self.tensors}
         if self.attributes.softcap is not None:
             used.add("softcap")
         return frozenset(used)

@@ -55,15 +55,22 @@ def dense_graph(B: int = 1, H_q: int = 2, H_k: int | None = None, H_v: int | Non
 BIAS_BROADCASTS = {"full": (), "batch": (0,), "head": (1,), "both": (0, 1)}
 
 
+#: the two forms of the alibi_slopes port: one slope per query head, or per sequence and head
+ALIBI_SLOPES_DIMS = {"head": lambda B, H_q: (H_q,), "batch": lambda B, H_q: (B, H_q)}
+
+
 def with_modifiers(graph: Graph, *, bias: str | None = None, dbias: bool = False,
                    sinks: bool = False, dsinks: bool = False,
                    softcap: float | None = None, dropout: float | None = None,
-                   dropout_mask: str | None = "full") -> Graph:
+                   dropout_mask: str | None = "full", alibi_slopes: str | None = None) -> Graph:
     """`graph` (padded) with score-modifier ports added, each packed: a bias broadcast as
     BIAS_BROADCASTS[bias] (zero strides on its broadcast axes), its dbias summed over them
     (dims 1 there), sinks / dsinks [H_q] fp32; `softcap` sets the attribute; `dropout` sets
     dropout_probability and, unless `dropout_mask` is None, adds the dropout_mask port
-    broadcast as BIAS_BROADCASTS[dropout_mask]."""
+    broadcast as BIAS_BROADCASTS[dropout_mask]; `alibi_slopes` adds that fp32 port, one slope
+    per query head ("head": [H_q]) or per sequence and query head ("batch": [B, H_q]). On a
+    ragged graph B is its batch and S_q, S_kv its max_seqlens: the bias is the padded
+    [B, H_q, max_seqlen_q, max_seqlen_kv] (docs/CONTRACTS.md, "Score modifiers")."""
     B, H_q, S_q, S_kv = graph.B, graph.H_q, graph.S_q, graph.S_kv
     tensors = dict(graph.tensors)
     if bias is not None:
@@ -82,6 +89,9 @@ def with_modifiers(graph: Graph, *, bias: str | None = None, dbias: bool = False
             tensors["dsinks"] = TensorSpec(dims=(H_q,), strides=(1,), dtype="fp32")
     elif dsinks:
         raise ValueError("dsinks needs sinks")
+    if alibi_slopes is not None:
+        dims = ALIBI_SLOPES_DIMS[alibi_slopes](B, H_q)
+        tensors["alibi_slopes"] = TensorSpec(dims=dims, strides=packed_strides(dims), dtype="fp32")
     attrs = graph.attributes if softcap is None else dataclasses.replace(graph.attributes,
                                                                          softcap=float(softcap))
     if dropout is not None:

@@ -46,7 +46,9 @@ DSINKS_WITHOUT_SINKS = "dsinks-without-sinks"
 DSINKS_OVERLAP = "dsinks-overlap"                  # dsinks stride 0 with H_q > 1
 SOFTCAP_NONPOSITIVE = "softcap-nonpositive"
 SOFTCAP_NONFINITE = "softcap-nonfinite"
-RAGGED_MODIFIER = "ragged-modifier"                # bias, sinks or softcap on a ragged graph
+RAGGED_MODIFIER = "ragged-modifier"                # a dropout_mask on a ragged graph
+ALIBI_SLOPES_DIMS_MISMATCH = "alibi-slopes-dims-mismatch"  # alibi_slopes not [H_q] or [B, H_q]
+ALIBI_SLOPES_DTYPE = "alibi-slopes-dtype"                  # alibi_slopes must be fp32
 # dropout (docs/CONTRACTS.md, "Dropout"); the mask's dtype rule reuses DTYPE_MISMATCH
 DROPOUT_PROBABILITY_RANGE = "dropout-probability-range"   # p < 0, p >= 1 or not finite
 DROPOUT_MASK_DIMS_MISMATCH = "dropout-mask-dims-mismatch"  # mask not [B, H_q, S_q, S_kv]
@@ -64,6 +66,7 @@ FRONTEND = frozenset({
     BIAS_DIMS_MISMATCH, BIAS_BROADCAST_AXIS, DBIAS_WITHOUT_BIAS, DBIAS_DIMS_MISMATCH,
     DBIAS_OVERLAP, SINKS_DIMS_MISMATCH, SINKS_DTYPE, DSINKS_WITHOUT_SINKS, DSINKS_OVERLAP,
     SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE, RAGGED_MODIFIER,
+    ALIBI_SLOPES_DIMS_MISMATCH, ALIBI_SLOPES_DTYPE,
     DROPOUT_PROBABILITY_RANGE, DROPOUT_MASK_DIMS_MISMATCH, DROPOUT_MASK_BROADCAST_AXIS,
     DROPOUT_MASK_WITHOUT_PROBABILITY,
 })

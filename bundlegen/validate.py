@@ -120,7 +120,7 @@ def _spec_finding(port: str, spec: TensorSpec, rank: int) -> Finding | None:
 
 
 #: each modifier port's rank and the input an output needs
-_MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1, "dropout_mask": 4}
+_MODIFIER_RANKS = {"bias": 4, "dbias": 4, "sinks": 1, "dsinks": 1, "dropout_mask": 4, "alibi_slopes": 1}
 _NEEDS = {"dbias": ("bias", R.DBIAS_WITHOUT_BIAS), "dsinks": ("sinks", R.DSINKS_WITHOUT_SINKS)}
 
 
@@ -135,19 +135,22 @@ def _score_shaped(graph: Graph, port: str, spec: TensorSpec, dims_code: str, axi
 
 
 def _modifier_finding(graph: Graph) -> Finding | None:
-    """The score-modifier ports' rules (docs/CONTRACTS.md, "Score modifiers") on a padded
-    graph whose core ports are valid: an output needs its input; each port on its own;
-    bias and dbias in the io dtype, sinks and dsinks fp32; then their dims and layouts."""
+    """The score-modifier ports' rules (docs/CONTRACTS.md, "Score modifiers") on a graph
+    whose core ports are valid (a ragged graph's bias is the padded [B, H_q, max_seqlen_q,
+    max_seqlen_kv]): an output needs its input; each port on its own; bias and dbias in
+    the io dtype, sinks, dsinks and alibi_slopes fp32; then their dims and layouts."""
     t = graph.tensors
     for port, (needed, code) in _NEEDS.items():
         if port in t and needed not in t:
             return Finding(code, _at(port))
     present = [p for p in MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS if p in t]
     for port in present:
-        finding = _spec_finding(port, t[port], _MODIFIER_RANKS[port])
+        finding = _spec_finding(port, t[port], _modifier_rank(port, t[port]))
         if finding is not None:
             return finding
     for port in present:
+        if port == "alibi_slopes" and t[port].dtype != "fp32":
+            return Finding(R.ALIBI_SLOPES_DTYPE, _at(port, "dtype"))
         if port in ("bias", "dbias", "dropout_mask") and t[port].dtype != graph.dtype:
             return Finding(R.DTYPE_MISMATCH, _at(port, "dtype"))
         if port in ("sinks", "dsinks") and t[port].dtype != "fp32":
@@ -172,7 +175,17 @@ def _modifier_finding(graph: Graph) -> Finding | None:
             return Finding(R.SINKS_DIMS_MISMATCH, _at(port, "dims"))
     if "dsinks" in t and overlaps_itself(t["dsinks"]):
         return Finding(R.DSINKS_OVERLAP, _at("dsinks", "strides"))
+    if "alibi_slopes" in t and t["alibi_slopes"].dims not in ((graph.H_q,), (graph.B, graph.H_q)):
+        return Finding(R.ALIBI_SLOPES_DIMS_MISMATCH, _at("alibi_slopes", "dims"))
     return None
+
+
+def _modifier_rank(port: str, spec: TensorSpec) -> int:
+    """The rank a modifier port must have: alibi_slopes takes rank 1 ([H_q]) or 2
+    ([B, H_q]); the others their one rank."""
+    if port == "alibi_slopes":
+        return len(spec.dims) if len(spec.dims) in (1, 2) else 1
+    return _MODIFIER_RANKS[port]
 
 
 def _at(port: str, field: str = "") -> str:
@@ -186,11 +199,8 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
     if finding is not None:
         return finding
     t = graph.tensors
-    for port in MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS:
-        if port in t:   # padded graphs only this round
-            return Finding(R.RAGGED_MODIFIER, _at(port))
-    if graph.attributes.softcap is not None:
-        return Finding(R.RAGGED_MODIFIER, "graph.attributes.softcap")
+    if "dropout_mask" in t:   # dropout on ragged graphs: padded graphs only
+        return Finding(R.RAGGED_MODIFIER, _at("dropout_mask"))
     T_q, H_q, D_qk = t["q"].dims
     T_kv, H_k, _ = t["k"].dims
     H_v, D_v = t["v"].dims[1], t["v"].dims[2]
@@ -226,7 +236,7 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
         finding = ragged_offsets_finding(graph)
         if finding is not None:
             return finding
-    return _attributes_finding(graph)
+    return _modifier_finding(graph) or _attributes_finding(graph)
 
 
 def ragged_offsets_finding(graph: Graph) -> Finding | None:

@@ -389,6 +389,15 @@ def not_ragged(graph: Graph, facts: DeviceFacts) -> str | None:
     return None
 
 
+def no_ragged_modifiers(graph: Graph, facts: DeviceFacts) -> str | None:
+    """Every varlen rule list's first rule: the varlen ops take no bias, sinks, softcap or
+    slopes (the padded ops' bias has no ragged form there)."""
+    if graph.ragged is not None and graph.modifiers:
+        return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(graph.modifiers))} with a "
+                "ragged batch (the varlen op takes no score modifier)")
+    return None
+
+
 def ragged_causal_only(alignments: tuple[str, ...], source: str) -> Rule:
     """A varlen op's mask switch: unmasked, or causal (right_bound 0, no left bound) with its
     diagonal aligned per sequence as one of `alignments`. The other alignment is declined
@@ -537,7 +546,7 @@ class TorchSdpaEngine(Engine):
         return TARGET_ARCHS
 
     def is_applicable(self, graph: Graph) -> str | None:
-        rules = self.RAGGED_RULES if graph.ragged is not None else self.RULES
+        rules = (no_ragged_modifiers, *self.RAGGED_RULES) if graph.ragged is not None else self.RULES
         return launch_reason(graph) or first_reason(rules, graph, self.facts)
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:

@@ -99,7 +99,7 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
                        diagonal_alignment=mask.alignment, left_bound=mask.left_bound,
                        right_bound=mask.right_bound,
                        deterministic_algorithm=plan.switches[spec.deterministic])
-    graph = _with_modifiers(plan, spec, Graph(tensors=tensors, attributes=attrs))
+    graph = spec_modifiers(plan, spec, Graph(tensors=tensors, attributes=attrs))
     for m in spec.mutations:
         if m.kind == "attr":
             graph = dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes,
@@ -113,16 +113,17 @@ def bias_values(plan: Plan, spec: Spec) -> str:
     return "randn" if kind is None else kind.values
 
 
-def _with_modifiers(plan: Plan, spec: Spec, graph: Graph) -> Graph:
+def spec_modifiers(plan: Plan, spec: Spec, graph: Graph) -> Graph:
     """The spec's score-modifier ports (packed; bundlegen.graph.with_modifiers), then the
     mutations that target them: dims (strides repacked, zero strides kept), stride, dtype,
-    reshape, drop."""
+    reshape, drop. A ragged graph's too (its bias in the padded max_seqlen layout)."""
     kind = plan.biases[spec.bias]
     graph = with_modifiers(graph, bias=None if kind is None else kind.broadcast,
                            dbias=plan.switches[spec.dbias] and kind is not None,
                            sinks=plan.switches[spec.sinks], dsinks=plan.switches[spec.sinks],
                            softcap=plan.softcaps[spec.softcap], dropout=plan.dropouts[spec.dropout],
-                           dropout_mask=plan.dropout_masks[spec.dropout_mask])
+                           dropout_mask=plan.dropout_masks[spec.dropout_mask],
+                           alibi_slopes=plan.alibi_slopes[spec.alibi_slopes])
     if plan.switches[spec.dbias] and kind is None:   # a probe's dbias without a bias
         full = (graph.B, graph.H_q, graph.S_q, graph.S_kv)
         graph = dataclasses.replace(graph, tensors={**graph.tensors, "dbias": TensorSpec(

@@ -23,9 +23,9 @@ from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
 SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
-OWN_AXES = ("lengths", "storage")
+OWN_AXES = ("lengths", "storage", "modifiers")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
-OPTIONAL_AXES = ("deterministic",)
+OPTIONAL_AXES = ("deterministic", "modifiers")
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
@@ -34,7 +34,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
             "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
             "lengths": r.lengths,
-            "storage": r.storages}[axis]
+            "storage": r.storages, "modifiers": r.modifiers}[axis]
 
 
 def item(axis: str, value: str) -> str:
@@ -50,8 +50,9 @@ def manifest_axis(axis: str) -> str:
 def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.ragged.axes), combo))
     shape = RaggedShape(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]])
+    mods = plan.ragged.modifiers[v["modifiers"]].fields() if "modifiers" in v else {}
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
-                distribution=v["distribution"], deterministic=v.get("deterministic", "off"))
+                distribution=v["distribution"], deterministic=v.get("deterministic", "off"), **mods)
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -88,6 +89,7 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
                         strides=strides, offsets={p: st.offset for p in PORTS})
+    graph = expand.spec_modifiers(plan, spec, graph)   # the score modifiers (and their mutations)
     if not plan.switches[spec.deterministic]:
         return graph
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
@@ -100,7 +102,11 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
              "distribution": spec.distribution, "deterministic": spec.deterministic,
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
-             "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None)}
+             "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None),
+             "modifiers": next((n for n, m in plan.ragged.modifiers.items()
+                                if m.fields() == {f: getattr(spec, f) for f in m.fields()}), None)}
+    if any(m.target in expand.MODIFIER_PORTS for m in spec.mutations):
+        found["modifiers"] = None   # modifier ports changed by hand are not the named ones
     return expand.found_items(plan.ragged, found)
 
 
@@ -182,11 +188,19 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
                          ("distribution", plan.distributions), ("layout", plan.ragged.storages)):
         if getattr(spec, field) not in table:
             raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
+    for field, table in (("bias", plan.biases), ("dbias", plan.switches), ("sinks", plan.switches),
+                         ("softcap", plan.softcaps), ("alibi_slopes", plan.alibi_slopes)):
+        if getattr(spec, field) not in table:
+            raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
+    # graph_of reads none of the padded-only fields; score modifiers (and mutations of their
+    # ports, for probes) it applies as a padded graph's
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
-                 distribution=spec.distribution)
-    if spec != plain:     # graph_of reads none of the padded-only fields
-        raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, mutations or score "
-                        "modifiers (leave them at their defaults)")
+                 distribution=spec.distribution, bias=spec.bias, dbias=spec.dbias, sinks=spec.sinks,
+                 softcap=spec.softcap, alibi_slopes=spec.alibi_slopes,
+                 mutations=tuple(m for m in spec.mutations if m.target in expand.MODIFIER_PORTS))
+    if spec != plain:
+        raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, dropout or mutations "
+                        "but of score-modifier ports (leave them at their defaults)")
     st = plan.ragged.storages[spec.layout]
     if isinstance(spec.shape.lengths, Offsets) and (st.lead or st.tail):
         raise PlanError(f"{entry}: explicit offsets place their own rows; storage "

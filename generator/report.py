@@ -93,6 +93,7 @@ def render(g: GeneratedPlan) -> str:
             line += f"  MISSING {len(proof.missing)}: {shown}{' ...' if len(proof.missing) > 5 else ''}"
         out.append(line)
     out.append(f"  pairs allpairspy missed, added as repair cases: {len(g.repaired_pairs)}")
+    out += _later_pass_lines(g)
     out.append("")
 
     out += _risk_lines(g)
@@ -132,6 +133,19 @@ def render(g: GeneratedPlan) -> str:
         if ids:
             out.append(f"  {name}: {', '.join(ids)}")
     return "\n".join(out) + "\n"
+
+
+def _later_pass_lines(g: GeneratedPlan) -> list[str]:
+    """The axis values each later pair-suite pass added (their pairs are in the proofs above;
+    the earlier passes' rows and case ids stay)."""
+    passes: dict[tuple[str, int], list[str]] = {}
+    for space in (g.plan.padded, g.plan.ragged):
+        for axis in () if space is None else space.axes:
+            later = [v for v in axis.values if axis.value_pass(v) > 0]
+            for n in sorted({axis.value_pass(v) for v in later}):
+                values = ", ".join(v for v in later if axis.value_pass(v) == n)
+                passes.setdefault((space.storage, n), []).append(f"{axis.name}={values}")
+    return [f"  {storage} pass {n} added: " + "; ".join(axes) for (storage, n), axes in sorted(passes.items())]
 
 
 def peer_lines(g: GeneratedPlan, gaps: bool = False, shown: int = 3) -> list[str]:

@@ -111,7 +111,7 @@ def spec_of_graph(plan: Plan, graph: Graph, distribution: str, case_id: str = "?
 
 
 def _modifiers(plan: Plan, graph: Graph, bias_values: str, case_id: str) -> tuple[dict, list[Mutation]]:
-    """The Spec's bias, dbias, sinks and softcap names for the graph's modifiers (a softcap
+    """The Spec's bias, dbias, sinks, alibi_slopes and softcap names for the graph's modifiers (a softcap
     no table value has: the "off" name and an attr mutation)."""
     t = graph.tensors
     switch = {v: k for k, v in plan.switches.items()}
@@ -126,6 +126,11 @@ def _modifiers(plan: Plan, graph: Graph, bias_values: str, case_id: str) -> tupl
         if not found:
             raise SpecNotFound(f"case {case_id}: no bias kind of the plan is a {broadcast} {bias_values} bias")
         out["bias"] = found[0]
+    form = None if "alibi_slopes" not in t else "head" if len(t["alibi_slopes"].dims) == 1 else "batch"
+    forms = [n for n, f in plan.alibi_slopes.items() if f == form]
+    if not forms:
+        raise SpecNotFound(f"case {case_id}: no alibi_slopes form of the plan is {form!r}")
+    out["alibi_slopes"] = forms[0]
     cap = graph.attributes.softcap
     names = [n for n, v in plan.softcaps.items() if v == cap]
     if names:

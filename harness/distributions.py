@@ -310,7 +310,22 @@ def draw_modifiers(graph: Graph, bias_values: str, seed: int) -> dict[str, torch
         spec = graph.tensors["dropout_mask"]
         out["dropout_mask"] = dropout_keep(generated_shape(spec.dims, spec.strides), seed,
                                            graph.attributes.dropout_probability).expand(spec.dims)
+    if "alibi_slopes" in graph.tensors:
+        spec = graph.tensors["alibi_slopes"]
+        out["alibi_slopes"] = alibi_slopes(generated_shape(spec.dims, spec.strides), graph.H_q).expand(spec.dims)
     return out
+
+
+def alibi_slopes(dims: tuple[int, ...], H_q: int) -> torch.Tensor:
+    """float32 slopes of dims [H_q] or [B, H_q] (B is 1 for a slopes port broadcast over the
+    batch by stride 0): 2^(-8 (h+1) / H_q) (BLOOM's and
+    FlashAttention's geometric slopes), halved for each sequence b of the [B, H_q] form
+    (2^-b), so a slope read for the wrong head or sequence differs. Finite by construction:
+    the frontend cannot see values (docs/CONTRACTS.md, "Score modifiers")."""
+    slopes = torch.pow(2.0, -8.0 * torch.arange(1, H_q + 1, dtype=torch.float64) / H_q)
+    if len(dims) == 2:
+        slopes = slopes.view(1, H_q) * torch.pow(2.0, -torch.arange(dims[0], dtype=torch.float64)).view(-1, 1)
+    return slopes.to(torch.float32)
 
 
 def dropout_keep(shape: tuple[int, ...], seed: int, p: float, chunk_elems: int = CHUNK_ELEMS) -> torch.Tensor:

@@ -367,14 +367,15 @@ def materialize(case: Case, device: torch.device | str,
         sinks=oracle_view("sinks") if "sinks" in specs else None,
         dbias_dims=specs["dbias"].dims if "dbias" in specs else None, dsinks="dsinks" in specs,
         dropout_keep=(oracle_view("dropout_mask") if "dropout_mask" in specs
-                      else None if dropout_keep is None else dropout_keep.to(odev)))
+                      else None if dropout_keep is None else dropout_keep.to(odev)),
+        alibi_slopes=oracle_view("alibi_slopes") if "alibi_slopes" in specs else None)
     clock = _OracleClock(odev)
     with clock:
         if seqs is None:
             fwd = oracle.forward(q, k, v, graph.attributes, modifiers=mods,
                                  max_block_elems=max_block_elems)
         else:
-            fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs,
+            fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs, modifiers=mods,
                                         max_block_elems=max_block_elems)
 
     # O and Stats written on the case's device, where the oracle left them on a GPU
@@ -397,7 +398,7 @@ def materialize(case: Case, device: torch.device | str,
             bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, modifiers=mods,
                                   max_block_elems=max_block_elems)
         else:
-            bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs,
+            bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs, modifiers=mods,
                                          max_block_elems=max_block_elems)
     del q, k, v, do, mods
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
@@ -464,6 +465,8 @@ def judged_outputs(m: Materialized) -> tuple[dict[str, torch.Tensor], oracle.Bac
     for port in OUTPUT_PORTS:
         rows = m.judged_rows[port].to(m.device)
         outputs[port] = outputs[port].index_select(0, rows)
+    for name in oracle.MODIFIER_FIELDS:   # dBias (padded layout) and dSinks: judged whole
+        ref[name] = getattr(m.reference, name)
     return outputs, oracle.Backward(**ref)
 
 

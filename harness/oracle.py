@@ -19,7 +19,8 @@ kept key: O = 0, LSE = -inf, P = 0, so every gradient there is 0 and nothing is 
 
 Score modifiers (docs/CONTRACTS.md, "Score modifiers"; `Modifiers`): the softcap (from the
 attributes) and an additive bias act on each block's scores before the mask; a sink logit
-per head joins each row's softmax denominator only (the forward folds it into LSE and O
+per head joins each row's softmax denominator only; ALiBi slopes add -slope * |i - j + shift|
+per block, formed from the indices (the forward folds it into LSE and O
 after the blocks; the backward reads that LSE). dBias is dS before the softcap's factor,
 summed over dbias's size-1 axes; dSinks = -sum_{b,i} exp(sink_h - LSE_i) D_i.
 
@@ -72,6 +73,9 @@ class Modifiers:
     dbias_dims: tuple[int, ...] | None = None
     dsinks: bool = False
     dropout_keep: torch.Tensor | None = None
+    #: [H_q] or [B, H_q]: ALiBi from the indices, score += -slope[b, h] * |i - j + shift|
+    #: (shift the mask's diagonal shift); no gradient
+    alibi_slopes: torch.Tensor | None = None
 
 
 NO_MODIFIERS = Modifiers()
@@ -282,6 +286,34 @@ def _scores(qb: torch.Tensor, kb: torch.Tensor, scale: float,
     return s, t
 
 
+def _score_bias(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
+                attrs: Attributes) -> Callable[[Block], torch.Tensor | None]:
+    """A block's additive score term (the bias's slice plus ALiBi from the slopes), float64
+    [nb, nh, R, W], or None for a graph with neither. ALiBi is formed per block from the
+    indices (never a whole [B, H_q, S_q, S_kv])."""
+    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    slopes = None
+    if modifiers.alibi_slopes is not None:
+        slopes = _f64(modifiers.alibi_slopes)
+        slopes = (slopes.view(1, H_q) if slopes.dim() == 1 else slopes).expand(B, H_q)
+    if bias is None and slopes is None:
+        return lambda blk: None
+    shift = diagonal_shift(S_q, S_kv, attrs.diagonal_alignment)
+
+    def term(blk: Block) -> torch.Tensor:
+        out = None
+        if bias is not None:
+            out = bias[blk.b0:blk.b1, blk.h0:blk.h1, blk.r0:blk.r1, blk.c0:blk.c1]
+        if slopes is not None:
+            i = torch.arange(blk.r0, blk.r1, dtype=F64, device=slopes.device).view(-1, 1)
+            j = torch.arange(blk.c0, blk.c1, dtype=F64, device=slopes.device).view(1, -1)
+            distance = (i - j + shift).abs_()
+            alibi = -slopes[blk.b0:blk.b1, blk.h0:blk.h1, None, None] * distance
+            out = alibi if out is None else out + alibi
+        return out
+    return term
+
+
 def _keep_scale(modifiers: Modifiers, attrs: Attributes,
                 shape: tuple[int, ...]) -> Callable[[tuple], torch.Tensor] | None:
     """A block's keep / (1 - p) as float64 (the block's index tuple -> [nb, nh, R, W]), or
@@ -351,7 +383,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     budget = max_block_elems or default_block_elems(device)
     q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
     dropped = _DroppedMask(S_q, S_kv, attrs, device)
-    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)
     keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
     todo = [blk for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v))
             if not blk.empty]
@@ -364,7 +396,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
         rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
         kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
         s, _ = _scores(q64[rows], k64[kv], attrs.attn_scale, dropped(blk), attrs.softcap,
-                       None if bias is None else bias[(*rows, slice(blk.c0, blk.c1))])
+                       score_bias(blk))
         row_lse = torch.logsumexp(s, dim=-1)  # -inf for a row with no kept key
         p = s.sub_(_finite_lse(row_lse).unsqueeze(-1)).exp_()
         if keep_scale is not None:   # P_drop = P * keep / (1 - p)
@@ -429,7 +461,7 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     del o64
     lse = _finite_lse(fwd.lse.to(device)).unsqueeze(-1)
     group_k, group_v = H_q // H_k, H_q // H_v
-    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)
     keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
     dbias = mag_dbias = None
     if modifiers.dbias_dims is not None:
@@ -443,8 +475,7 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
         kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
         qb, dob, adob = q64[rows], do64[rows], abs_do[rows]
         kb, vb = k64[kv], v64[kv]
-        s, t = _scores(qb, kb, scale, dropped(blk), attrs.softcap,
-                       None if bias is None else bias[(*rows, slice(blk.c0, blk.c1))])
+        s, t = _scores(qb, kb, scale, dropped(blk), attrs.softcap, score_bias(blk))
         p = s.sub_(lse[rows]).exp_()
         del s
         # d(cap * tanh(s / cap)) / ds

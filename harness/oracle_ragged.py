@@ -26,12 +26,13 @@ class Sequence:
     q1: int
     k0: int
     k1: int
+    b: int = 0   # its index in the batch: its bias block and its row of [B, H_q] slopes
 
 
 def sequences(graph: Graph, which: tuple[int, ...]) -> tuple[Sequence, ...]:
     rag = graph.ragged
     cq, ck = rag.cu_seqlens_q, rag.cu_seqlens_kv
-    return tuple(Sequence(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in which)
+    return tuple(Sequence(cq[b], cq[b + 1], ck[b], ck[b + 1], b) for b in which)
 
 
 def _cut(t: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
@@ -44,18 +45,37 @@ def _paste(dst: torch.Tensor, r0: int, r1: int, src: torch.Tensor) -> None:
     dst[r0:r1] = src[0].transpose(0, 1)
 
 
+def sequence_modifiers(mods: oracle.Modifiers, s: Sequence) -> oracle.Modifiers:
+    """The padded oracle's modifiers of one sequence: its block [b, :, :S_q_b, :S_kv_b] of
+    the padded bias (docs/CONTRACTS.md, "Score modifiers"), its row of [B, H_q] slopes, the
+    sinks as they are; a dBias of that block's size (1 on the batch axis)."""
+    n_q, n_kv = s.q1 - s.q0, s.k1 - s.k0
+    bias = None if mods.bias is None else mods.bias[s.b:s.b + 1, :, :n_q, :n_kv]
+    slopes = mods.alibi_slopes
+    if slopes is not None and slopes.dim() == 2:
+        slopes = slopes[s.b:s.b + 1]
+    dbias_dims = None if mods.dbias_dims is None else (1, mods.dbias_dims[1], n_q, n_kv)
+    return oracle.Modifiers(bias=bias, sinks=mods.sinks, dbias_dims=dbias_dims, dsinks=mods.dsinks,
+                            alibi_slopes=slopes)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes,
-            seqs: tuple[Sequence, ...], *, max_block_elems: int | None = None) -> oracle.Forward:
-    """O [T_q, H_q, D_v] and LSE [T_q, H_q], float64, sequence by sequence."""
+            seqs: tuple[Sequence, ...], *, modifiers: oracle.Modifiers = oracle.NO_MODIFIERS,
+            max_block_elems: int | None = None) -> oracle.Forward:
+    """O [T_q, H_q, D_v] and LSE [T_q, H_q], float64, sequence by sequence (a sequence with
+    no key: LSE = sink_h with sinks, O = 0)."""
     T_q, H_q, D_v = q.shape[0], q.shape[1], v.shape[2]
     o = torch.zeros(T_q, H_q, D_v, dtype=F64, device=q.device)
     lse = torch.full((T_q, H_q), float("-inf"), dtype=F64, device=q.device)
     per_sequence = []
     for s in seqs:
+        if s.k1 == s.k0 and modifiers.sinks is not None:   # every row's mass on the sink
+            lse[s.q0:s.q1] = modifiers.sinks.to(device=q.device, dtype=F64).view(1, H_q)
         if s.q1 == s.q0 or s.k1 == s.k0:
             continue
         qs, ks, vs = _cut(q, s.q0, s.q1), _cut(k, s.k0, s.k1), _cut(v, s.k0, s.k1)
-        fwd = oracle.forward(qs, ks, vs, attrs, max_block_elems=max_block_elems)
+        fwd = oracle.forward(qs, ks, vs, attrs, modifiers=sequence_modifiers(modifiers, s),
+                             max_block_elems=max_block_elems)
         _paste(o, s.q0, s.q1, fwd.o)
         _paste(lse, s.q0, s.q1, fwd.lse)
         per_sequence.append((s, qs, ks, vs, fwd))
@@ -64,11 +84,23 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
 
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
              attrs: Attributes, fwd: oracle.Forward, seqs: tuple[Sequence, ...], *,
+             modifiers: oracle.Modifiers = oracle.NO_MODIFIERS,
              max_block_elems: int | None = None) -> oracle.Backward:
-    """dQ, dK, dV and their magnitudes in the token-major shapes of q, k, v."""
+    """dQ, dK, dV and their magnitudes in the token-major shapes of q, k, v; dBias in the
+    padded [B|1, H_q|1, max_seqlen_q, max_seqlen_kv] (sequence b's block at [b, :, :S_q_b,
+    :S_kv_b], summed into [0] when dBias sums over the batch; 0 outside every block) and
+    dSinks summed over the sequences' query rows only. Reduced magnitudes add in
+    quadrature, as the padded oracle's do."""
     shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape}
     out = {name: torch.zeros(shapes[name[-2:]], dtype=F64, device=q.device)
            for name in oracle.GRADIENT_FIELDS}
+    H_q = q.shape[1]
+    if modifiers.dbias_dims is not None:
+        out["dbias"] = torch.zeros(modifiers.dbias_dims, dtype=F64, device=q.device)
+        out["mag_dbias"] = torch.zeros_like(out["dbias"])
+    if modifiers.dsinks:
+        out["dsinks"] = torch.zeros(H_q, dtype=F64, device=q.device)
+        out["mag_dsinks"] = torch.zeros_like(out["dsinks"])
     done = {s: (qs, ks, vs, f) for s, qs, ks, vs, f in (fwd.operands or ())}
     for s in seqs:
         if s.q1 == s.q0 or s.k1 == s.k0:
@@ -80,8 +112,20 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
             f = oracle.Forward(o=_cut(fwd.o, s.q0, s.q1),
                                lse=fwd.lse[s.q0:s.q1].transpose(0, 1).unsqueeze(0))
         bwd = oracle.backward(qs, ks, vs, _cut(do, s.q0, s.q1), attrs, f,
+                              modifiers=sequence_modifiers(modifiers, s),
                               max_block_elems=max_block_elems)
         for name in oracle.GRADIENT_FIELDS:
             r0, r1 = (s.q0, s.q1) if name.endswith("dq") else (s.k0, s.k1)
             _paste(out[name], r0, r1, getattr(bwd, name))
+        if bwd.dbias is not None:
+            b = 0 if out["dbias"].shape[0] == 1 else s.b
+            block = (slice(b, b + 1), slice(None), slice(0, s.q1 - s.q0), slice(0, s.k1 - s.k0))
+            out["dbias"][block] += bwd.dbias
+            out["mag_dbias"][block] += bwd.mag_dbias.square()
+        if bwd.dsinks is not None:
+            out["dsinks"] += bwd.dsinks
+            out["mag_dsinks"] += bwd.mag_dsinks.square()
+    for name in ("mag_dbias", "mag_dsinks"):
+        if name in out:
+            out[name].sqrt_()
     return oracle.Backward(**out)

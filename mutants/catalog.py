@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
 from bundlegen.mutants import conditional as C
+from bundlegen.mutants import slopes_sinks as M
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -265,6 +266,17 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("rectangle-128-dq-last-row-lost", "risky values meeting late",
            "S_q != S_kv, both multiples of 128: dQ's last row lost",
            WRAPPER, wrap(C.TiledRectangleLastRowLost), ("SHP-*",), killed_by="pr"),
+    # --- ALiBi slopes and modifiers on ragged graphs (mutants/slopes_sinks.py)
+    Mutant("alibi-slope-of-kv-head", "GQA head index confused",
+           "ALiBi slopes indexed by the K/V head under GQA / MQA (slope[h // (H_q / H_k)])",
+           WRAPPER, wrap(M.AlibiSlopeOfKvHead), ("SHP-ALIBI-SLOPES*", "AX-RAGGED-MODIFIERS-ALIBI-*")),
+    Mutant("alibi-shift-not-per-sequence", "wrong diagonal alignment",
+           "ragged bottom-right ALiBi shifted by max_seqlen_kv - max_seqlen_q, not each sequence's own",
+           WRAPPER, wrap(M.AlibiShiftNotPerSequence), ("SHP-RAGGED-MODIFIERS-*", "RAGGED-PAIR-CORE"),
+           killed_by="pr"),
+    Mutant("dsinks-over-padding-rows", "rows outside the sequences read",
+           "ragged dSinks sums each sequence's rows up to max_seqlen_q (the next sequences' rows again)",
+           WRAPPER, wrap(M.DsinksOverPaddingRows), ("AX-RAGGED-MODIFIERS-SINKS", "SHP-RAGGED-MODIFIERS-*")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

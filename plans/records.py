@@ -2,6 +2,7 @@
 beyond building records. The generator (generator/) interprets them."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -184,6 +185,20 @@ class RaggedShape:
 
 
 @dataclass(frozen=True)
+class ModifierSet:
+    """A value of the ragged space's modifiers axis: the score modifiers a ragged graph gets,
+    by names from the plan's tables (Spec's fields of the same names)."""
+    bias: str = "none"
+    dbias: str = "off"
+    sinks: str = "off"
+    softcap: str = "off"
+    alibi_slopes: str = "off"
+
+    def fields(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One concrete graph, by names from the plan's tables (layout, stats layout, mask,
     scale, distribution) plus per-port storage-kind overrides and mutations.
@@ -210,6 +225,8 @@ class Spec:
     dropout: str = "off"
     dropout_mask: str = "full"
     deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
+    #: ALiBi slopes, by name from Plan.alibi_slopes (the port's form; None: no slopes)
+    alibi_slopes: str = "off"
     storage: str = field(init=False)
 
     def __post_init__(self):
@@ -341,6 +358,7 @@ class Space:
     probes: tuple[Probe, ...] = ()
     lengths: Mapping[str, Lengths] = field(default_factory=dict)          # ragged only
     storages: Mapping[str, TokenStorage] = field(default_factory=dict)    # ragged only
+    modifiers: Mapping[str, ModifierSet] = field(default_factory=dict)    # ragged only
 
 
 # ----------------------------------------------------------------------------- boundary values
@@ -458,6 +476,8 @@ class Plan:
     #: dropout probabilities (None: off) and dropout-mask broadcast kinds (None: no mask port)
     dropouts: Mapping[str, float | None] = field(default_factory=lambda: {"off": None})
     dropout_masks: Mapping[str, str | None] = field(default_factory=lambda: {"full": "full"})
+    #: ALiBi slopes port forms (bundlegen.graph.ALIBI_SLOPES_DIMS; None: no slopes)
+    alibi_slopes: Mapping[str, str | None] = field(default_factory=lambda: {"off": None})
 
     def space(self, storage: str) -> Space:
         """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""

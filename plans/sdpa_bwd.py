@@ -12,7 +12,7 @@ import math
 
 from bundlegen.plans.records import (
     Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
-    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
+    MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
@@ -179,6 +179,8 @@ SOFTCAPS = {"off": None, "cap30": 30.0, "cap5": 5.0}   # 30: Gemma-like, rarely 
 # broadcast kinds (zero strides on batch and / or heads), or none (the engine draws its own)
 DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
 DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
+# ALiBi as slopes (docs/CONTRACTS.md, "Score modifiers"): the alibi_slopes port, [H_q] or [B, H_q]
+ALIBI_SLOPES = {"off": None, "head": "head", "batch": "batch"}
 
 # ============================================================================ axes
 # Pair-suite passes (Axis.joined, Axis.values_joined): 0 the first axes, 1 the score
@@ -793,6 +795,33 @@ DROPOUT_PROBES = (
            "dropout-mask-without-probability", attr("dropout_probability", 0.0), **_DROP_PROBE),
 )
 
+# ALiBi as slopes (the alibi_slopes port): the query head's slope under GQA / MQA (MQA 4/1
+# tells a slope read by the K head at once), the diagonal shifted per alignment, both forms
+ALIBI_SLOPES_CATALOG = (
+    CatalogEntry("SHP-ALIBI-SLOPES", "ALiBi slopes [H_q] under MQA, bottom-right causal, S_q < S_kv; "
+                 "[B, H_q] slopes with a head-broadcast bias and its dBias, S_q > S_kv",
+                 (Spec(_shape(B=2, H=4, H_k=1, S=24, S_kv=40, D=32), mask="causal-br", alibi_slopes="head"),
+                  Spec(_shape(B=2, H=4, H_k=2, S=40, S_kv=24, D=32), alibi_slopes="batch", bias="head",
+                       dbias="on"))),
+    CatalogEntry("SHP-ALIBI-SLOPES-PR", "ALiBi slopes at S 256-384: GQA 8/2 d128 causal-br; [B, H_q] slopes "
+                 "with a window, sinks and a softcap; fp16 top-left",
+                 (Spec(_shape(B=2, H=8, H_k=2, S=256, S_kv=384, D=128), mask="causal-br", alibi_slopes="head"),
+                  Spec(_shape(B=2, H=4, H_k=1, S=300, D=64), mask="window-br", alibi_slopes="batch",
+                       sinks="on", softcap="cap5"),
+                  Spec(_shape(B=3, H=4, S=129, S_kv=65, D=64), dtype="fp16", mask="causal-tl",
+                       alibi_slopes="head")), level="pr"),
+)
+ALIBI_SLOPES_PROBES = (
+    _probe("PRB-ALIBI-SLOPES-DIMS", "alibi_slopes [3] for H_q = 2", "frontend", "alibi-slopes-dims-mismatch",
+           dims("alibi_slopes", 0, 3), alibi_slopes="head"),
+    _probe("PRB-ALIBI-SLOPES-BATCH-DIMS", "alibi_slopes [3, H_q] for B = 2", "frontend",
+           "alibi-slopes-dims-mismatch", dims("alibi_slopes", 0, 3), alibi_slopes="batch"),
+    _probe("PRB-ALIBI-SLOPES-DTYPE", "alibi_slopes not fp32", "frontend", "alibi-slopes-dtype",
+           dtype("alibi_slopes", "bf16"), alibi_slopes="head"),
+    _probe("PRB-ALIBI-SLOPES-RANK", "alibi_slopes of rank 3 [1, B, H_q]", "frontend", "bad-rank",
+           reshape("alibi_slopes", (1, 2, 2), (4, 2, 1)), alibi_slopes="batch"),
+)
+
 # ============================================================================ ragged (THD / varlen)
 # A separate axis space, pair-proved on its own (DESIGN section 10): a ragged graph has no
 # padded storage kind, sequence pair or batch size, so "batch kind" as one more padded axis
@@ -822,6 +851,23 @@ RAGGED_STORAGES = {                   # token-major storage of every port (gener
 
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
 
+# score modifiers per sequence (docs/CONTRACTS.md, "Score modifiers"): the bias in the padded
+# [B, H_q, max_seqlen_q, max_seqlen_kv] layout, its dBias per sequence (batch-broadcast: summed
+# over the sequences), sinks and their dSinks over the sequences' rows, ALiBi slopes with each
+# sequence's own diagonal shift
+RAGGED_MODIFIER_SETS = {
+    "none": ModifierSet(),
+    "softcap": ModifierSet(softcap="cap5"),
+    "sinks": ModifierSet(sinks="on"),
+    "bias": ModifierSet(bias="full"),
+    "bias-dbias": ModifierSet(bias="full", dbias="on"),
+    "bias-batch-dbias": ModifierSet(bias="batch", dbias="on"),
+    "alibi-slopes": ModifierSet(alibi_slopes="head"),
+    "alibi-slopes-batch": ModifierSet(alibi_slopes="batch"),
+}
+#: the ragged suites' pass the modifiers axis joined: after pass 1 (deterministic, l2-grad)
+RAGGED_MODIFIERS_PASS = 2
+
 RAGGED_AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
     Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1"), "mha", core=True),
@@ -834,6 +880,8 @@ RAGGED_AXES = (
          values_joined={"l2-grad": 1}),
     # the ragged suites' second pass: the deterministic backward of ragged graphs
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
+    Axis("modifiers", "score modifiers per sequence (bias, dBias, sinks, softcap, ALiBi slopes)",
+         tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
@@ -932,15 +980,32 @@ RAGGED_PROBES = (
           _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
 )
 
+RAGGED_MODIFIER_CATALOG = (
+    CatalogEntry("SHP-RAGGED-MODIFIERS-ALL", "every modifier at once per sequence: a batch-broadcast bias "
+                 "and its dBias, sinks, softcap, [B, H_q] ALiBi slopes, GQA 4/1, causal-br; sinks over "
+                 "sequences with no keys",
+                 (_rspec(H=4, H_k=1, mask="causal-br", bias="batch", dbias="on", sinks="on", softcap="cap5",
+                         alibi_slopes="batch"),
+                  _rspec(lengths=RAGGED_LENGTHS["zero-kv"], sinks="on", alibi_slopes="head")), level="pr"),
+)
+RAGGED_MODIFIER_PROBES = (
+    Probe("PRB-RAGGED-BIAS-DIMS", "a ragged bias whose S_q axis is not max_seqlen_q", "frontend",
+          "bias-dims-mismatch", _rspec(bias="full", mutations=(dims("bias", 2, 41),))),
+    Probe("PRB-RAGGED-ALIBI-SLOPES-DIMS", "ragged alibi_slopes [B + 1, H_q]", "frontend",
+          "alibi-slopes-dims-mismatch", _rspec(alibi_slopes="batch", mutations=(dims("alibi_slopes", 0, 5),))),
+)
+
 RAGGED = Space(
     RAGGED_STORAGE, axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
+    modifiers=RAGGED_MODIFIER_SETS,
     value_suite_item="RAGGED-AXIS-VALUES",
     pair_suites=(
         PairSuite("RAGGED-PAIR-CORE", "every legal pair of ragged core-axis values", "ragged-pairs-core", "core", "pr"),
         PairSuite("RAGGED-PAIR-ALL", "every legal pair of values of all ragged axes", "ragged-pairs-all", "all",
                   "nightly"),
     ),
-    catalog=RAGGED_CATALOG, regressions=RAGGED_REGRESSIONS, probes=RAGGED_PROBES,
+    catalog=RAGGED_CATALOG + RAGGED_MODIFIER_CATALOG, regressions=RAGGED_REGRESSIONS,
+    probes=RAGGED_PROBES + RAGGED_MODIFIER_PROBES,
 )
 
 # ============================================================================ risk interactions
@@ -1088,9 +1153,9 @@ def tolerance_class_for(graph) -> str:
 
 PADDED = Space(
     PADDED_STORAGE, axes=AXES, rules=RULES, value_suite_item=VALUE_SUITE_ITEM, pair_suites=PAIR_SUITES,
-    catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG + FP32_CATALOG + DROPOUT_CATALOG, sweeps=SWEEPS,
-    regressions=REGRESSIONS + GAP_REGRESSIONS,
-    probes=PROBES + PROBE_ARMS + MODIFIER_PROBES + DROPOUT_PROBES,
+    catalog=CATALOG + GAP_CATALOG + MODIFIER_CATALOG + FP32_CATALOG + DROPOUT_CATALOG + ALIBI_SLOPES_CATALOG,
+    sweeps=SWEEPS, regressions=REGRESSIONS + GAP_REGRESSIONS,
+    probes=PROBES + PROBE_ARMS + MODIFIER_PROBES + DROPOUT_PROBES + ALIBI_SLOPES_PROBES,
 )
 
 PLAN = Plan(
@@ -1103,5 +1168,5 @@ PLAN = Plan(
     peers=PEERS,
     boundaries=BOUNDARIES,
     biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
-    risks=RISKS, distinct_layouts_by="pr",
+    alibi_slopes=ALIBI_SLOPES, risks=RISKS, distinct_layouts_by="pr",
 )

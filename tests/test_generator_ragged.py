@@ -340,8 +340,9 @@ def test_a_spec_in_the_other_storages_space_is_a_plan_error():
 
 
 def test_a_ragged_spec_with_a_padded_only_field_is_a_plan_error():
-    spec = dataclasses.replace(sdpa_bwd.RAGGED_CATALOG[0].specs[0], bias="both")
-    entry = sdpa_bwd.CatalogEntry("SHP-RAGGED-TEST-BIAS", "a ragged spec with a bias", (spec,))
+    """Score modifiers are a ragged spec's too (SHP-RAGGED-MODIFIERS-ALL); dropout is not."""
+    spec = dataclasses.replace(sdpa_bwd.RAGGED_CATALOG[0].specs[0], dropout="p0.5")
+    entry = sdpa_bwd.CatalogEntry("SHP-RAGGED-TEST-DROPOUT", "a ragged spec with dropout", (spec,))
     space = dataclasses.replace(sdpa_bwd.RAGGED, catalog=sdpa_bwd.RAGGED_CATALOG + (entry,))
-    with pytest.raises(PlanError, match=r"SHP-RAGGED-TEST-BIAS'\[0\]: a ragged spec has no stats layout"):
+    with pytest.raises(PlanError, match=r"SHP-RAGGED-TEST-DROPOUT'\[0\]: a ragged spec has no stats layout"):
         build(_with_entries(ragged_space=space))

@@ -47,7 +47,8 @@ def test_each_modifier_has_claim_cases_at_each_level(generated, level, modifier)
 
 def test_quick_modifier_cases_are_small(generated):
     quick = [c for c in generated.cases if c.level == "quick" and c.purpose != "probe" and c.graph.modifiers]
-    assert 5 <= len(quick) <= 20
+    padded = [c for c in quick if c.graph.ragged is None]
+    assert 5 <= len(padded) <= 20 and len(quick) - len(padded) <= 8   # ragged: one per modifiers value
     for c in quick:
         assert c.graph.S_q <= 128 and c.graph.S_kv <= 128 and c.graph.D_qk <= 64, c.id
 
@@ -93,8 +94,33 @@ def test_tolerance_class_counts_the_dbias_and_dsinks_sums():
 
 
 def test_a_modifier_case_spec_is_recovered_from_its_graph(generated):
-    cases = [c for c in generated.cases if c.graph.modifiers and c.purpose == "claim"][:40]
+    cases = [c for c in generated.cases if c.graph.modifiers and c.purpose == "claim" and c.graph.ragged is None][:40]
+    cases += [c for c in generated.cases if "alibi_slopes" in c.graph.tensors and c.graph.ragged is None
+              and c.purpose == "claim"]
     assert any(c.data.bias_values == "alibi" for c in generated.cases if c.graph.modifiers)
     for c in cases + [c for c in generated.cases if c.data.bias_values == "alibi"][:3]:
         spec = spec_of_graph(sdpa_bwd.PLAN, c.graph, c.data.distribution, c.id, bias_values=c.data.bias_values)
         assert graph_of(sdpa_bwd.PLAN, spec) == c.graph
+
+
+def test_the_report_names_the_values_later_passes_added(generated):
+    """The ragged modifiers axis joined a later pass: the dry-run report lists its values
+    under that pass, below the pair proofs that hold them."""
+    lines = render_report(generated).splitlines()
+    later = [ln for ln in lines if ln.startswith("  ragged pass 2 added: ")]
+    assert later and "modifiers=" + ", ".join(sdpa_bwd.RAGGED_MODIFIER_SETS) in later[0]
+    proof = [ln for ln in lines if ln.startswith("  pr: ragged all-pairs (core axes): ")]
+    assert proof and "MISSING" not in proof[0]
+
+
+def test_ragged_modifier_cases_pair_with_every_core_value(generated):
+    """By pr, every ragged modifiers value meets every value of the other core ragged axes."""
+    core = [a for a in sdpa_bwd.RAGGED_AXES if a.core and a.name != "modifiers"]
+    pr = [c for c in generated.cases if c.level in ("quick", "pr") and c.graph.ragged is not None]
+    for value in sdpa_bwd.RAGGED_MODIFIER_SETS:
+        item = f"AX-RAGGED-MODIFIERS-{value.upper()}"
+        held = {i for c in pr if item in c.items for i in c.items}
+        for axis in core:
+            for v in axis.values:
+                other = "AX-RAGGED-" + f"{axis.name}-{v}".upper().replace("_", "-")
+                assert other in held, (item, other)

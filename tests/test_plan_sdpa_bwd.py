@@ -31,7 +31,7 @@ def legality():
 # ----------------------------------------------------------------------------- probes and claims
 def test_every_probe_is_an_invalid_graph_for_its_layer(generated):
     probes = [c for c in generated.cases if c.purpose == "probe"]
-    assert len(probes) == len(sdpa_bwd.PLAN.padded.probes) + len(sdpa_bwd.RAGGED_PROBES)
+    assert len(probes) == len(sdpa_bwd.PLAN.padded.probes) + len(sdpa_bwd.PLAN.ragged.probes)
     for case in probes:
         r = case.expected_rejection
         if r.by == "frontend":

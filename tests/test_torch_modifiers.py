@@ -32,7 +32,7 @@ def test_each_engine_lists_what_it_serves():
     assert engine_class("torch-flash").score_modifiers == frozenset()
     assert engine_class("torch-efficient").score_modifiers == {"bias", "dbias"}
     assert engine_class("torch-cudnn").score_modifiers == {"bias"}
-    assert engine_class("torch-math").score_modifiers == {"bias", "dbias", "sinks", "softcap"}
+    assert engine_class("torch-math").score_modifiers == {"bias", "dbias", "sinks", "softcap", "alibi_slopes"}
 
 
 @pytest.mark.parametrize("name, extras, unlisted", [

@@ -136,24 +136,31 @@ def test_reruns_are_bitwise_equal(engine):
                            .view(torch.uint8) if t.dtype != torch.float32 else prep.views[p]), p
 
 
-def test_rows_declined_on_ragged_graphs():
-    """No ragged kernel variant has score modifiers: every row declines them, with reason."""
+def test_gpu_rows_decline_modifiers_on_ragged_graphs():
+    """No ragged variant with score modifiers is resource-checked: every GPU row declines
+    them, with reason; the CPU interpreter serves them (tests/test_triton_ragged_modifiers.py)."""
     graph = ragged_graph((0, 9, 16), (0, 12, 20), H_q=2, D_qk=16)
     capped = dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes,
                                                                        softcap=5.0))
     sinks = dataclasses.replace(graph, tensors=dict(
         graph.tensors, sinks=TensorSpec(dims=(2,), strides=(1,), dtype="fp32")))
-    for row in ROWS.values():
+    for arch, row in ROWS.items():
         assert row.mismatch(graph) is None
         for g in (capped, sinks):
             reason = row.mismatch(g)
-            assert reason is not None and reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
+            if arch == "cpu":
+                assert reason is None
+            else:
+                assert reason is not None and reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
 
 
 def test_engine_lists_every_modifier():
+    """The GPU rows leave out ALiBi slopes (no HAS_ALIBI variant is resource-checked)."""
     from bundlegen.graph import MODIFIERS
     assert TritonEngine.score_modifiers == frozenset(MODIFIERS)
-    assert all(row.score_modifiers == frozenset(MODIFIERS) for row in ROWS.values())
+    assert ROWS["cpu"].score_modifiers == frozenset(MODIFIERS)
+    assert all(row.score_modifiers == frozenset(MODIFIERS) - {"alibi_slopes"}
+               for arch, row in ROWS.items() if arch != "cpu")
 
 
 #: each score-modifier mutant of the catalog (mutants/catalog.py), the graph it shows on

@@ -89,9 +89,10 @@ RAGGED = ragged_graph((0, 5, 12), H_q=2, D_qk=8)
     ("bias", TensorSpec(dims=(2, 2, 7, 7), strides=(98, 49, 7, 1), dtype="fp16")),
     ("sinks", TensorSpec(dims=(2,), strides=(1,), dtype="fp32")),
 ])
-def test_modifiers_on_a_ragged_graph_are_rejected(port, spec):
+def test_modifiers_on_a_ragged_graph_are_valid(port, spec):
+    """The ragged bias is the padded [B, H_q, max_seqlen_q, max_seqlen_kv]; only a dropout
+    mask stays padded-only (test_ragged_modifiers)."""
     graph = dataclasses.replace(RAGGED, tensors={**RAGGED.tensors, port: spec})
-    finding = frontend_finding(graph)
-    assert (finding.reason, finding.field) == (R.RAGGED_MODIFIER, f"graph.tensors.{port}")
-    assert frontend_finding(_cap(RAGGED, 5.0)).reason == R.RAGGED_MODIFIER
+    assert frontend_finding(graph) is None
+    assert frontend_finding(_cap(RAGGED, 5.0)) is None
     assert frontend_finding(RAGGED) is None

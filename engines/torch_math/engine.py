@@ -2,8 +2,8 @@
 recomputed from Q, K, V and dO. Runs on every device torch runs on; declines only what it
 cannot do: output layouts no engine may write (zero-stride or overlapping outputs), and
 dropout without a dropout_mask port (it draws no mask of its own). Dropout with the mask
-port: P * keep / (1 - p) before the product with V, by autograd like the rest. Every score modifier (bias, dbias, sinks, softcap; padded
-graphs) by autograd too: the bias is a leaf of its stored size (1 on a broadcast axis), so
+port: P * keep / (1 - p) before the product with V, by autograd like the rest. Every score modifier (bias, dbias, sinks, softcap, ALiBi
+slopes as a materialised bias with no gradient; padded and ragged graphs) by autograd too: the bias is a leaf of its stored size (1 on a broadcast axis), so
 autograd's sum over the broadcast is dBias; the sink is one more logit column.
 
 Ragged graphs (DESIGN section 10) are computed sequence by sequence: the engine reads the
@@ -26,7 +26,7 @@ import torch
 
 from bundlegen import reasons as R
 from bundlegen.graph import Attributes, Graph
-from bundlegen.mask import keep_mask
+from bundlegen.mask import diagonal_shift, keep_mask
 from bundlegen.validate import good_sequences, launch_reason, output_layout_reason
 from bundlegen.engines.base import Engine
 from bundlegen.engines.fp32_products import ieee_fp32
@@ -40,7 +40,7 @@ class TorchMathEngine(Engine):
     name = "torch-math"
     deterministic = True
     ragged = True
-    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
+    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap", "alibi_slopes"})
 
     def archs(self) -> tuple[str, ...]:
         return ("cpu", "sm90", "sm120", "gfx942")
@@ -69,7 +69,8 @@ class TorchMathEngine(Engine):
         grads = attention_backward_heads(graph.attributes, tensors["q"], tensors["k"], tensors["v"],
                                          tensors["do"], bias=tensors.get("bias"),
                                          sinks=tensors.get("sinks"),
-                                         dropout_keep=tensors.get("dropout_mask"))
+                                         dropout_keep=tensors.get("dropout_mask"),
+                                         alibi_slopes=tensors.get("alibi_slopes"))
         names = ["dq", "dk", "dv"] + ["dbias"] * ("bias" in tensors) + ["dsinks"] * ("sinks" in tensors)
         for port, grad in zip(names, grads):
             if port in tensors:   # a bias or sinks input without its gradient port: not asked for
@@ -91,22 +92,43 @@ def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tup
 
 def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
     """Each good sequence as a batch of one ([1, H, S_b, D]), its gradients written into its
-    own rows; rows of no good sequence are neither read nor written."""
+    own rows; rows of no good sequence are neither read nor written. Modifiers per sequence:
+    its block [b, :, :S_q_b, :S_kv_b] of the padded bias, its row of [B, H_q] slopes; dBias
+    (zeroed whole first) gathers each sequence's block, dSinks each sequence's sum."""
     q, k, v, do = (tensors[p] for p in ("q", "k", "v", "do"))
-    for _, rq, rk in sequence_rows(graph, tensors):
+    bias, sinks, slopes = (tensors.get(p) for p in ("bias", "sinks", "alibi_slopes"))
+    dbias, dsinks = tensors.get("dbias"), tensors.get("dsinks")
+    dbias_sum = None if dbias is None else torch.zeros(dbias.shape, dtype=torch.float32, device=dbias.device)
+    dsinks_sum = None if dsinks is None else torch.zeros(dsinks.shape, dtype=torch.float32, device=dsinks.device)
+    for b, rq, rk in sequence_rows(graph, tensors):
         if len(rq) == 0:            # no query: no key is kept, dK = dV = 0
             tensors["dk"][rk.start:rk.stop].zero_()
             tensors["dv"][rk.start:rk.stop].zero_()
             continue
-        if len(rk) == 0:            # no key: every row's LSE is -inf, dQ = 0
+        if len(rk) == 0:            # no key: every row's LSE is -inf (sink_h with sinks), dQ = 0
             tensors["dq"][rq.start:rq.stop].zero_()
             continue
         as_batch = lambda t, rows: t[rows.start:rows.stop].transpose(0, 1).unsqueeze(0)
-        dq, dk, dv = attention_backward_heads(
-            graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq))
+        grads = attention_backward_heads(
+            graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq),
+            bias=None if bias is None else bias[b:b + 1, :, :len(rq), :len(rk)], sinks=sinks,
+            alibi_slopes=None if slopes is None else slopes if slopes.dim() == 1 else slopes[b:b + 1])
+        dq, dk, dv = grads[:3]
         tensors["dq"][rq.start:rq.stop].copy_(dq[0].transpose(0, 1))
         tensors["dk"][rk.start:rk.stop].copy_(dk[0].transpose(0, 1))
         tensors["dv"][rk.start:rk.stop].copy_(dv[0].transpose(0, 1))
+        rest = list(grads[3:])
+        if bias is not None:
+            seq_dbias = rest.pop(0)
+            if dbias_sum is not None:   # the bias's stored size: its head axis is dbias's
+                b0 = 0 if dbias.shape[0] == 1 else b
+                dbias_sum[b0:b0 + 1, :, :len(rq), :len(rk)] += seq_dbias.to(torch.float32)
+        if sinks is not None and dsinks_sum is not None:
+            dsinks_sum += rest.pop(0)
+    if dbias_sum is not None:
+        dbias.copy_(dbias_sum)
+    if dsinks_sum is not None:
+        dsinks.copy_(dsinks_sum)
 
 
 def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -120,11 +142,13 @@ def attention_backward(graph: Graph, q: torch.Tensor, k: torch.Tensor, v: torch.
 def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              do: torch.Tensor, bias: torch.Tensor | None = None,
                              sinks: torch.Tensor | None = None,
-                             dropout_keep: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                             dropout_keep: torch.Tensor | None = None,
+                             alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """attention_backward on [B, H, S, D] tensors, sizes read from them: dQ, dK, dV, then
     dBias (the bias's stored size: 1 on its broadcast axes) when `bias` is given, then
     dSinks (fp32) when `sinks` is. `dropout_keep` ([B, H_q, S_q, S_kv], 1 kept, 0 dropped)
-    scales the kept probabilities by 1 / (1 - attrs.dropout_probability)."""
+    scales the kept probabilities by 1 / (1 - attrs.dropout_probability). `alibi_slopes`
+    ([H_q] or [B, H_q], no gradient) adds the materialised ALiBi bias (`alibi_bias`)."""
     H_q, H_k, H_v = q.shape[1], k.shape[1], v.shape[1]
     B, S_q, S_kv = q.shape[0], q.shape[2], k.shape[2]
     io_dtype = q.dtype
@@ -148,6 +172,8 @@ def attention_backward_heads(attrs: Attributes, q: torch.Tensor, k: torch.Tensor
             scores = torch.tanh(scores / attrs.softcap) * attrs.softcap
         if bias is not None:
             scores = scores + bias
+        if alibi_slopes is not None:
+            scores = scores + alibi_bias(alibi_slopes, S_q, S_kv, attrs, compute)
         keep = keep_mask(S_q, S_kv, attrs, device=q.device)
         if sinks is not None:
             # the sink: one more logit per row, in the denominator only; a row with no kept
@@ -180,3 +206,15 @@ def _stored(t: torch.Tensor) -> torch.Tensor:
         if st == 0 and d > 1:
             t = t.narrow(axis, 0, 1)
     return t
+
+
+def alibi_bias(slopes: torch.Tensor, S_q: int, S_kv: int, attrs: Attributes,
+               dtype: torch.dtype) -> torch.Tensor:
+    """The ALiBi bias of [H_q] or [B, H_q] slopes, [1|B, H_q, S_q, S_kv]: -slope[b, h] *
+    |i - j + shift|, shift the mask's diagonal shift (docs/CONTRACTS.md, "Score modifiers")."""
+    shift = diagonal_shift(S_q, S_kv, attrs.diagonal_alignment)
+    i = torch.arange(S_q, device=slopes.device, dtype=dtype).view(-1, 1)
+    j = torch.arange(S_kv, device=slopes.device, dtype=dtype).view(1, -1)
+    per_head = slopes.detach().to(dtype)
+    per_head = per_head.view(1, -1) if per_head.dim() == 1 else per_head
+    return -per_head[:, :, None, None] * (i - j + shift).abs()

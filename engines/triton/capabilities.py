@@ -9,8 +9,10 @@ D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale,
 and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
 strides; dBias in any layout that addresses each element once, summed over the bias's
 broadcast axes; sinks and dSinks; softcap) alone or combined, on padded graphs with every
-mask, GQA / MQA, layout and head dim. Declined: a modifier on a ragged graph (the frontend
-rejects it this round; the kernels have no modifier variants with RAGGED), and on sm120 a
+mask, GQA / MQA, layout and head dim; ALiBi slopes (kernels' HAS_ALIBI) and modifiers on
+ragged graphs (RAGGED with the modifier constexprs, the dBias and dSinks kernels' RAGGED) on
+the CPU interpreter. Declined: on the GPU rows ALiBi slopes and a modifier on a ragged graph
+(no such variant is compiled and resource-checked: resources.json), and on sm120 a
 modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there),
 on gfx942 a modifier with unaligned io rows (unaligned_modifiers: those variants spill).
 """
@@ -40,7 +42,9 @@ class Capabilities:
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
     #: any combination of them, on padded graphs
     score_modifiers: frozenset[str] = frozenset(MODIFIERS)
-    ragged_modifiers: bool = False   # no RAGGED variant has them (compiled, resource-checked)
+    #: score modifiers on ragged graphs; off where no RAGGED variant with them is compiled
+    #: and resource-checked (resources.json holds none)
+    ragged_modifiers: bool = False
     #: the largest padded head dim (BLOCK_D) at which graphs with H_k != H_v, whose separate
     #: dK pass is the heaviest kernel, are served with modifiers; None: every head dim
     split_pass_modifiers_max_d: int | None = None
@@ -82,7 +86,8 @@ class Capabilities:
             return f"{R.MODIFIER_NOT_SERVED}: {', '.join(sorted(missing))} on {self.arch}"
         if used and graph.ragged is not None and not self.ragged_modifiers:
             return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with a ragged "
-                    "batch (no ragged kernel variant has score modifiers)")
+                    f"batch on {self.arch} (no ragged variant with score modifiers is "
+                    "resource-checked there: engines/triton/resources.json)")
         if used and not self.unaligned_modifiers and not _io_rows_aligned(graph):
             return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with io rows "
                     f"not 16-byte aligned on {self.arch} (its unaligned modifier variants spill "
@@ -104,15 +109,21 @@ def _io_rows_aligned(graph: Graph) -> bool:
                             graph.tensors[p].offset) for p in IO_PORTS)
 
 
+#: the GPU rows' modifiers: ALiBi slopes (kernels' HAS_ALIBI) only on the CPU interpreter until a
+#: variant with them is compiled and resource-checked (resources.json holds none)
+GPU_MODIFIERS = frozenset(MODIFIERS) - {"alibi_slopes"}
+
 ROWS: dict[str, Capabilities] = {
-    "sm90": Capabilities("sm90", fp32_max_head_dim=128),
+    "sm90": Capabilities("sm90", fp32_max_head_dim=128, score_modifiers=GPU_MODIFIERS),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
-    "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64, fp32_max_head_dim=128),
+    "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64, fp32_max_head_dim=128,
+                          score_modifiers=GPU_MODIFIERS),
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
-    "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128),
-    "cpu": Capabilities("cpu", dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
+    "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128,
+                           score_modifiers=GPU_MODIFIERS),
+    "cpu": Capabilities("cpu", dropout=True, ragged_modifiers=True),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

@@ -7,7 +7,7 @@ accumulate in registers over the GQA group, dQ has its own kernel (no atomics an
 Ragged (THD / varlen) graphs run natively too: `run` hands the launcher the
 `cu_seqlens_q` / `cu_seqlens_kv` device tensors from `tensors`, which only the kernels read
 (and bound: a sequence whose offsets leave the storage is skipped); nothing here reads them.
-Score modifiers (bias / dBias, sinks / dSinks, softcap) are served natively on padded graphs
+Score modifiers (bias / dBias, sinks / dSinks, softcap, ALiBi slopes) are served natively on padded graphs
 (launch.py, kernels.py); the arch's Capabilities row declines what it cannot serve.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from bundlegen import reasons as R
 from bundlegen.extras import require
 from bundlegen.validate import launch_reason
-from bundlegen.graph import Graph
+from bundlegen.graph import MODIFIERS, Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
@@ -82,7 +82,7 @@ class TritonEngine(Engine):
     ragged = True          # capabilities rows say which ragged graphs each arch serves
     #: served natively (kernels: HAS_BIAS, SOFTCAP, bwd_dbias, bwd_dsinks); the capabilities
     #: rows say which combinations each arch serves
-    score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap"})
+    score_modifiers = frozenset(MODIFIERS)
     prepare_shared = True   # prepare compiles into Triton's disk cache (warm.compile_missing)
     #: the modules this engine launches with: the launcher and the @triton.jit kernels
     launch_module = "bundlegen.engines.triton.launch"

@@ -14,18 +14,16 @@ Addressing, masked and whole (EVEN) loads, descriptor (TMA) loads and the band m
 tile_ops.py, whose functions the kernels are built from.
 
 Ragged batches (RAGGED), two column chunks (BLOCK_DQK2 / BLOCK_DV2) and the score modifiers'
-constexprs (SOFTCAP, HAS_BIAS, dBias, sinks, HAS_DROPOUT): docs/DESIGN.md section 6.
+constexprs (SOFTCAP, HAS_BIAS, dBias, sinks, HAS_DROPOUT, HAS_ALIBI): docs/DESIGN.md section 6.
 """
 import triton
 import triton.language as tl
 
-from bundlegen.engines.triton.runtime_ints import (BIAS_INTS, CHOICE_INTS, DQA_INTS, DROP_INTS,
+from bundlegen.engines.triton.runtime_ints import (ALIBI_INTS, BIAS_INTS, CHOICE_INTS, DQA_INTS, DROP_INTS,
                                                    INPUT_INTS, RAGGED_INTS, SIZE_INTS)
-from bundlegen.engines.triton.tile_ops import (LOG2E, bias_tile, block_batch_head, chunk_cols,
-                                               cols_ok, dot_acc, dot_rows, keep_mask,
-                                               keep_scaled_tile,
-                                               load_desc, load_tile, store_tile, tanh_exp2,
-                                               tile_offsets, tile_ranges)
+from bundlegen.engines.triton.tile_ops import (LOG2E, alibi_tile, bias_tile, block_batch_head, chunk_cols,
+                                               cols_ok, dot_acc, dot_rows, keep_mask, keep_scaled_tile, load_desc,
+                                               load_tile, store_tile, tanh_exp2, tile_offsets, tile_ranges)
 
 
 @triton.jit
@@ -131,7 +129,7 @@ def bwd_preprocess(O, DO, Delta, CU_Q, o_off, so_b, so_h, so_s, so_d, do_off, sd
 
 
 @triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS
-            + DROP_INTS + DQA_INTS + [
+            + DROP_INTS + ALIBI_INTS + DQA_INTS + [
     "H_grp", "dk_off", "sdk_b", "sdk_h", "sdk_s", "sdk_d", "dv_off", "sdv_b", "sdv_h", "sdv_s",
     "sdv_d"])
 def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off,
@@ -139,14 +137,14 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
              sdo_d, l_off, sl_b, sl_h, sl_s, dk_off, sdk_b, sdk_h, sdk_s, sdk_d, dv_off, sdv_b,
              sdv_h, sdv_s, sdv_d, H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v, scale, shift, left,
              right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, DROP,
-             drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, DQA, sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, ALIBI, alibi_off, salibi_b, salibi_h, DQA, sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
              block_major, lone_bound, COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr, HAS_BIAS: tl.constexpr,
              SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
              ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-             DP_FIRST: tl.constexpr):
+             DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -290,6 +288,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
         if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
             s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                              rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
+        if HAS_ALIBI:  # query head h's slope (not its K head's), as S^T
+            s2T += alibi_tile(ALIBI, alibi_off, b, salibi_b, h, salibi_h, offs_m[None, :], offs_n[:, None], shift)
         if HAS_LEFT or HAS_RIGHT:
             # P first but in the two-chunk kernels (it made D 192 causal 0.73-0.75x there) and
             # a dV-only pass (it spilled 8-16 bytes in sm120's, engines/triton/resources.json)
@@ -357,19 +357,19 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
                      mask=cols_ok(n_ok, rdv2, d_v, False))
 
 
-@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS + DROP_INTS + [
-    "dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + CHOICE_INTS + RAGGED_INTS + BIAS_INTS + DROP_INTS
+            + ALIBI_INTS + ["dq_off", "sdq_b", "sdq_h", "sdq_s", "sdq_d"])
 def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq_d, k_off, sk_b,
            sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s, sdo_d,
            l_off, sl_b, sl_h, sl_s, dq_off, sdq_b, sdq_h, sdq_s, sdq_d, H_q, G_k, G_v, S_q, S_kv,
            D_qk, D_v, scale, shift, left, right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h,
            sbias_i, sbias_j, softcap, DROP, drop_off, sdrop_b, sdrop_h, sdrop_i,
-           sdrop_j, drop_scale, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           sdrop_j, drop_scale, ALIBI, alibi_off, salibi_b, salibi_h, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
            block_major, lone_bound, UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
            BLOCK_DV: tl.constexpr, RAGGED: tl.constexpr, bottom_right, HAS_BIAS: tl.constexpr,
            SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
-           EVEN: tl.constexpr, TMA: tl.constexpr):
+           EVEN: tl.constexpr, TMA: tl.constexpr, HAS_ALIBI: tl.constexpr = False):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
     registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
     descriptors KD and VD."""
@@ -460,6 +460,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
         if HAS_BIAS:   # bias[b, h, i, j]
             s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
                             rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
+        if HAS_ALIBI:  # -slope[b, h] |i - j + shift|
+            s2 += alibi_tile(ALIBI, alibi_off, b, salibi_b, h, salibi_h, offs_m[:, None], offs_n[None, :], shift)
         # With every block whole (EVEN, no band) the loop has no branch (one never taken slows it)
         if EVEN and not (HAS_LEFT or HAS_RIGHT):
             p = tl.exp2(s2 - lse2[:, None])
@@ -491,7 +493,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
                  mask=cols_ok(m_in, rdq2, d_qk, False))
 
 
-@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + BIAS_INTS + [
+@triton.jit(do_not_specialize=INPUT_INTS + SIZE_INTS + BIAS_INTS + ALIBI_INTS + [
     "dbias_off", "sdbias_b", "sdbias_h", "sdbias_i", "sdbias_j", "B_sum", "H_sum", "H_db"])
 def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_d, k_off, sk_b,
               sk_h, sk_s, sk_d, v_off, sv_b, sv_h, sv_s, sv_d, do_off, sdo_b, sdo_h, sdo_s, sdo_d,
@@ -500,7 +502,8 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
               shift, left, right, softcap, B_sum, H_sum, H_db, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
               WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr):
+              CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr, ALIBI=None, alibi_off=None, salibi_b=None,
+              salibi_h=None, HAS_ALIBI: tl.constexpr = False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, bottom_right=0, RAGGED_DB: tl.constexpr = False):
     """One program per (dBias batch, dBias head, Q block, KV block): the dBias tile = dS =
     P (dP - Delta) (before the softcap factor), summed in a fixed order over the B_sum
     batches and H_sum query heads dBias is broadcast over (B_sum = B when dBias has one
@@ -508,7 +511,8 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
     misses entirely skips the work and is written as zeros (masked entries have P = 0).
     S and dP are accumulated over head-dim chunks of CHUNK_QK / CHUNK_V columns: with Q, K,
     dO and V reloaded for every summed head, whole-head-dim tiles would hold four tiles of
-    offsets across the loop (they spilled on sm120 at D 128 and 256)."""
+    offsets across the loop (they spilled on sm120 at D 128 and 256). RAGGED_DB: dBias is the
+    padded [B|1, H_q|1, max_S_q, max_S_kv]; each sequence adds its block [:S_q_b, :S_kv_b]."""
     n_n = tl.cdiv(S_kv, BLOCK_N)
     n_m = tl.cdiv(S_q, BLOCK_M)
     pid = tl.program_id(0)
@@ -536,32 +540,35 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
     n_it = B_sum * H_sum
     m_last = tl.minimum(start_m + BLOCK_M, S_q) - 1
     n_last = tl.minimum(start_n + BLOCK_N, S_kv) - 1
-    if HAS_RIGHT:   # every (i, j) of the tile has j - i - shift > right
+    if HAS_RIGHT and not RAGGED_DB:   # every (i, j) of the tile has j - i - shift > right
         n_it = tl.where(start_n - m_last - shift > right, 0, n_it)
-    if HAS_LEFT:    # every (i, j) of the tile has i - j + shift >= left
+    if HAS_LEFT and not RAGGED_DB:    # every (i, j) of the tile has i - j + shift >= left
         n_it = tl.where(start_m - n_last + shift >= left, 0, n_it)
 
-    keep = keep_mask(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right,
-                     HAS_LEFT, HAS_RIGHT)
+    keep = keep_mask(offs_m[:, None], offs_n[None, :], S_q, S_kv, shift, left, right, HAS_LEFT, HAS_RIGHT)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, n_it):
         b = b0 + it // H_sum
         h = h0 + it % H_sum
+        bq, bk, bias_ok = b, b, inside   # q-side and kv-side "batch" index: a sequence's first token
+        if RAGGED_DB:   # sequence b's block: its lengths, first tokens and shift
+            bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right)
+            m_ok, n_ok = offs_m < n_q, offs_n < n_kv
+            bias_ok = m_ok[:, None] & n_ok[None, :]
+            keep = keep_mask(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right, HAS_LEFT, HAS_RIGHT)
         # S from Q and K, then dP from dO and V, chunk by chunk of the head dims
-        s2 = dot_rows(_at(Q, q_off, b, sq_b, h, sq_h, row0, sq_s, VEC), rm, m_ok, sq_s, sq_d,
-                      _at(K, k_off, b, sk_b, h // G_k, sk_h, col0, sk_s, VEC), rn, n_ok,
-                      sk_s, sk_d, rdq, d_qk, BLOCK_M, BLOCK_N, CHUNK_QK, VEC, UPCAST)
+        s2 = dot_rows(_at(Q, q_off, bq, sq_b, h, sq_h, row0, sq_s, VEC), rm, m_ok, sq_s, sq_d, _at(K, k_off, bk, sk_b,
+                      h // G_k, sk_h, col0, sk_s, VEC), rn, n_ok, sk_s, sk_d, rdq, d_qk, BLOCK_M, BLOCK_N, CHUNK_QK, VEC, UPCAST)
         s2 = s2 * qk_scale
         if SOFTCAP:
             s2 = tanh_exp2(s2 / (softcap * LOG2E)) * (softcap * LOG2E)
-        s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                        rm, rn, inside, False)
-        lse2 = _lse2(tl.load(_at(LSE, l_off, b, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s,
-                             mask=m_ok, other=0.0))
+        s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j, rm, rn, bias_ok, False)
+        if HAS_ALIBI:
+            s2 += alibi_tile(ALIBI, alibi_off, b, salibi_b, h, salibi_h, offs_m[:, None], offs_n[None, :], shift)
+        lse2 = _lse2(tl.load(_at(LSE, l_off, bq, sl_b, h, sl_h, row0, sl_s, 1) + rm * sl_s, mask=m_ok, other=0.0))
         p = _p(keep, s2, lse2[:, None])
-        dp = dot_rows(_at(DO, do_off, b, sdo_b, h, sdo_h, row0, sdo_s, VEC), rm, m_ok, sdo_s,
-                      sdo_d, _at(V, v_off, b, sv_b, h // G_v, sv_h, col0, sv_s, VEC), rn, n_ok,
-                      sv_s, sv_d, rdv, d_v, BLOCK_M, BLOCK_N, CHUNK_V, VEC, UPCAST)
+        dp = dot_rows(_at(DO, do_off, bq, sdo_b, h, sdo_h, row0, sdo_s, VEC), rm, m_ok, sdo_s, sdo_d, _at(V, v_off,
+                      bk, sv_b, h // G_v, sv_h, col0, sv_s, VEC), rn, n_ok, sv_s, sv_d, rdv, d_v, BLOCK_M, BLOCK_N, CHUNK_V, VEC, UPCAST)
         delta = tl.load(Delta + ((b * H_q + h) * S_q + row0) + rm, mask=m_ok, other=0.0)
         acc += p * (dp - delta[:, None])
     tl.store(DBIAS + (dbias_off + b0 * sdbias_b + h0 * sdbias_h + row0 * sdbias_i
@@ -572,10 +579,10 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
 @triton.jit(do_not_specialize=["l_off", "sl_b", "sl_h", "sl_s", "sink_off", "s_sink",
                                "dsink_off", "s_dsink", "B", "H_q", "S_q"])
 def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_sink, dsink_off,
-               s_dsink, B, H_q, S_q, BLOCK: tl.constexpr):
+               s_dsink, B, H_q, S_q, BLOCK: tl.constexpr, CU_Q=None, T_q=None, RAGGED_DS: tl.constexpr = False):
     """One program per query head h: dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi,
     each lane summing its rows in order, then one tree sum: deterministic. A row whose LSE
-    is -inf (no kept key, no sink in it) adds 0."""
+    is -inf (no kept key, no sink in it) adds 0. RAGGED_DS: sequence b's own S_q_b rows only."""
     h = tl.program_id(0).to(tl.int64)
     sink2 = tl.load(SINKS + sink_off + h * s_sink) * LOG2E
     r = tl.arange(0, BLOCK).to(tl.int64)
@@ -584,8 +591,9 @@ def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_s
     for it in range(0, B * n_blk):
         b = (it // n_blk).to(tl.int64)
         rows = (it % n_blk) * BLOCK + r
-        ok = rows < S_q
-        lse2 = _lse2(tl.load(LSE + (l_off + b * sl_b + h * sl_h) + rows * sl_s, mask=ok,
+        bq, n_q = _sequence(CU_Q, b, T_q, S_q) if RAGGED_DS else (b, S_q)
+        ok = rows < n_q
+        lse2 = _lse2(tl.load(LSE + (l_off + bq * sl_b + h * sl_h) + rows * sl_s, mask=ok,
                              other=float("-inf")))
         delta = tl.load(Delta + (b * H_q + h) * S_q + rows, mask=ok, other=0.0)
         acc += tl.exp2(sink2 - lse2) * delta

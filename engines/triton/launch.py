@@ -9,7 +9,7 @@ token stride (kernels: a program indexes the batch axis by its sequence's first 
 its offsets as the int32 device tensors `cu_seqlens_q` / `cu_seqlens_kv`, never read here:
 the kernels read and bound them. S_q / S_kv are then the max_seqlen bounds (grids, Delta).
 
-Score modifiers (padded graphs only): the bias, dbias, sinks and dsinks ports are addressed
+Score modifiers: the bias, dbias, sinks, dsinks and alibi_slopes ports are addressed
 the same way (base, offset, strides; never scaled by VEC, bias strides 0 where it
 broadcasts); a launch without one passes None for its arguments (Triton makes them
 constexprs, so the kernels compile as they did without modifiers). dBias and dSinks have
@@ -40,6 +40,7 @@ PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
 DROPOUT_PORTS = ("dropout_mask",)   # [B|1, H_q|1, S_q, S_kv], io dtype, keep 1 / drop 0
 SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
+ALIBI_PORTS = ("alibi_slopes",)     # [H_q] or [B, H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
 DBIAS_CHUNK = 32                    # head-dim columns per step of the dBias kernel
 DBIAS_TILE = 32                     # its Q and KV blocks: the dQ kernel's, at most this
@@ -208,9 +209,11 @@ def _plain_addr(t: torch.Tensor | None) -> tuple | None:
 
 
 def modifier_flags(graph: Graph) -> dict:
-    """HAS_BIAS and SOFTCAP, the score-modifier constexprs of the dK/dV and dQ kernels."""
+    """HAS_BIAS, SOFTCAP, HAS_DROPOUT and HAS_ALIBI, the score-modifier constexprs of the
+    dK/dV and dQ kernels."""
     return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None,
-                HAS_DROPOUT="dropout_mask" in graph.tensors)
+                HAS_DROPOUT="dropout_mask" in graph.tensors,
+                HAS_ALIBI="alibi_slopes" in graph.tensors)
 
 
 @dataclass(frozen=True)
@@ -271,13 +274,21 @@ class Launch:
     @property
     def score_args(self) -> tuple:
         """(BIAS, bias_off, 4 bias strides, softcap, DROP, drop_off, 4 mask strides,
-        drop_scale) of the dK/dV and dQ kernels; None for a modifier the graph does not have."""
+        drop_scale, ALIBI, alibi_off, 2 slope strides) of the dK/dV and dQ kernels; None for a
+        modifier the graph does not have."""
         bias = self.mods.get("bias") or (None,) * 6
         cap = self.graph.attributes.softcap
         drop = self.mods.get("dropout_mask")
         p = self.graph.attributes.dropout_probability
         drop = (None,) * 7 if drop is None else (*drop, 1.0 / (1.0 - p))
-        return (*bias, None if cap is None else float(cap), *drop)
+        return (*bias, None if cap is None else float(cap), *drop, *self.alibi_args)
+
+    @property
+    def alibi_args(self) -> tuple:
+        """(ALIBI, alibi_off, salibi_b, salibi_h): the slopes, their batch stride 0 when they
+        are [H_q]; None each without them."""
+        slopes = self.mods.get("alibi_slopes") or (None,) * 4
+        return (*slopes[:2], 0, slopes[2]) if len(slopes) == 3 else slopes
 
     @property
     def sizes(self) -> tuple:
@@ -335,7 +346,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged = offsets(graph, tensors)
-    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS}
+    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
@@ -482,7 +493,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
 def modified(flags: Mapping[str, Any]) -> bool:
     """A launch with score modifiers (a bias or a softcap): the stage and dp_first limits
     below hold for either, since both compile as one variant (resources.REPRESENTED)."""
-    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"])
+    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"] or flags.get("HAS_ALIBI"))
 
 
 def dp_first(cfg: BlockConfig, flags: Mapping[str, Any]) -> bool:
@@ -539,7 +550,18 @@ def run_dbias(L: Launch) -> None:
         UPCAST=f["UPCAST"], WIDE=f["WIDE"], VEC=L.vec, BLOCK_M=block_m, BLOCK_N=block_n,
         CHUNK_QK=min(DBIAS_CHUNK, L.tiles["BLOCK_DQK"]),
         CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
+        **dict(zip(("ALIBI", "alibi_off", "salibi_b", "salibi_h"), L.alibi_args)),
+        HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right"), "RAGGED_DB"),
         **dict(cfg.launch_kwargs(dq=True), num_stages=1))
+
+
+def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:
+    """The dBias or dSinks kernel's ragged flag and, ragged, its `names` (a padded launch
+    passes the flag off alone: those kernels compile as before they took ragged batches)."""
+    if L.graph.ragged is None:
+        return {flag: False}
+    values = dict(zip(("CU_Q", "CU_KV", "T_q", "T_kv"), L.ragged), bottom_right=L.flags["bottom_right"])
+    return dict({n: values[n] for n in names}, **{flag: True})
 
 
 def run_dsinks(L: Launch) -> None:
@@ -550,7 +572,8 @@ def run_dsinks(L: Launch) -> None:
     g, stats = L.graph, L.ports["stats"]
     L.kernels.bwd_dsinks[(g.H_q,)](
         stats[0], L.delta, L.mods["sinks"][0], dsinks[0], *stats[1:], *L.mods["sinks"][1:],
-        *dsinks[1:], g.B, g.H_q, g.S_q, BLOCK=DSINKS_BLOCK, num_warps=4)
+        *dsinks[1:], g.B, g.H_q, g.S_q, BLOCK=DSINKS_BLOCK, num_warps=4,
+        **_ragged_kwargs(L, ("CU_Q", "T_q"), "RAGGED_DS"))
 
 
 def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,

@@ -60,10 +60,15 @@ MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j",
 #: the dropout mask's arguments: None (constexprs) in every variant checked here, since the
 #: GPU rows decline dropout (capabilities.Capabilities.dropout)
 DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale")
+#: the ALiBi slopes' arguments: None (constexprs) in every variant checked here, since the
+#: GPU rows decline ALiBi slopes (capabilities.ROWS: score_modifiers)
+ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: constexprs added to the kernels after the variants were measured, at their off value (a
 #: static branch the compiler drops, so the variant's code is what it was without them): left
 #: out of a variant's key, put back when the variant is compiled
-ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}}
+ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
+             "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS},
+             "RAGGED_DB": False, "RAGGED_DS": False}
 
 
 def _dbias_chunk() -> int:
@@ -104,7 +109,14 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
        for a in MODIFIER_ARGS},
     **{a: (lambda c, off=off: off, "the GPU rows decline dropout (capabilities.Capabilities."
                                      "dropout): no launch with it is resource-checked")
-       for a, off in ADDED_OFF.items()},
+       for a, off in ADDED_OFF.items() if a in DROPOUT_ARGS or a == "HAS_DROPOUT"},
+    **{a: (lambda c, off=off: off, "the GPU rows decline ALiBi slopes (capabilities.ROWS' "
+                                     "score_modifiers): no launch with them is resource-checked")
+       for a, off in ADDED_OFF.items() if a in ALIBI_ARGS or a == "HAS_ALIBI"},
+    **{a: (lambda c, off=off: off, "the GPU rows decline modifiers on ragged graphs (capabilities."
+                                     "Capabilities.ragged_modifiers): no ragged dBias or dSinks "
+                                     "launch is resource-checked")
+       for a, off in ADDED_OFF.items() if a in ("RAGGED_DB", "RAGGED_DS")},
     **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
            "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
        for a in aot.ATOMIC_DQ_ARGS},

@@ -21,3 +21,6 @@ BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
 DROP_INTS = ["drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j"]
 #: ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch, in its rows
 DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
+#: HAS_ALIBI launches only (None otherwise): the alibi_slopes offset and its batch and head
+#: strides (batch stride 0 for [H_q] slopes)
+ALIBI_INTS = ["alibi_off", "salibi_b", "salibi_h"]

@@ -128,6 +128,15 @@ def bias_tile(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl
 
 
 @triton.jit
+def alibi_tile(ALIBI, off, b, s_b, h, s_h, i, j, shift):
+    """ALiBi of query head h in log2 units, fp32: -slope[b, h] * |i - j + shift| for the
+    broadcast row indices i and column indices j (either orientation: the dK/dV kernel's
+    S^T passes them transposed). The slope is the query head's ([H_q] slopes: s_b = 0)."""
+    slope = tl.load(ALIBI + (off + b * s_b + h * s_h)).to(tl.float32)
+    return -(slope * LOG2E) * tl.abs(i - j + shift).to(tl.float32)
+
+
+@triton.jit
 def keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
                      TRANS: tl.constexpr):
     """keep[b, h, i0 + ri, j0 + rj] * drop_scale, fp32, 0 where not ok: a tile of the dropout
