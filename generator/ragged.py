@@ -82,12 +82,21 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
             "o": (T_q, h.H_q, d.D_v), "do": (T_q, h.H_q, d.D_v), "dq": (T_q, h.H_q, d.D_qk),
             "dk": (T_kv, h.H_k, d.D_qk), "dv": (T_kv, h.H_v, d.D_v), "stats": (T_q, h.H_q, 1)}
     strides = {p: layouts.ragged_strides(st.stats if p == "stats" else st.kind, dims[p]) for p in PORTS}
+    offsets = dict.fromkeys(PORTS, st.offset)
+    slots = layouts.PACKED_SLOTS.get(st.packed, {})
+    if len({dims[p] for p in slots}) > 1:
+        raise PlanError(f"ragged storage '{spec.layout}' packs {', '.join(sorted(slots))} into one buffer: "
+                        f"they need one shape [T, H, D], not {sorted({dims[p] for p in slots})}")
+    for p in slots:
+        placed = layouts.packed_placement(st.packed, p, dims[p])
+        if placed is not None:
+            strides[p], offsets[p] = placed[0], st.offset + placed[1]
     mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
     graph = ragged_graph(off.cu_q, cu_kv, H_q=h.H_q, H_k=h.H_k, H_v=h.H_v, D_qk=d.D_qk, D_v=d.D_v,
                         dtype=spec.dtype, scale=None if scale is None else float(scale),
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
-                        strides=strides, offsets={p: st.offset for p in PORTS})
+                        strides=strides, offsets=offsets)
     if not plan.switches[spec.deterministic]:
         return graph
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
@@ -153,6 +162,9 @@ def check_plan(plan: Plan) -> None:
     for name, st in r.storages.items():
         if st.kind not in layouts.RAGGED_KINDS or st.stats not in layouts.RAGGED_STATS_KINDS:
             raise PlanError(f"ragged storage '{name}': unknown storage kind {st.kind!r} or {st.stats!r}")
+        if st.packed and st.packed not in layouts.PACKED_SLOTS:
+            raise PlanError(f"ragged storage '{name}': unknown packing {st.packed!r} "
+                            f"(known: {', '.join(layouts.PACKED_SLOTS)})")
         if min(st.offset, st.lead, st.tail) < 0:
             raise PlanError(f"ragged storage '{name}': offset, lead and tail must be >= 0")
     for name, ln in r.lengths.items():

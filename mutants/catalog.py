@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
 from bundlegen.mutants import conditional as C
+from bundlegen.mutants import ragged_layouts as RL
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -265,6 +266,11 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("rectangle-128-dq-last-row-lost", "risky values meeting late",
            "S_q != S_kv, both multiples of 128: dQ's last row lost",
            WRAPPER, wrap(C.TiledRectangleLastRowLost), ("SHP-*",), killed_by="pr"),
+    # --- ragged layouts (mutants/ragged_layouts.py): packed token buffers
+    Mutant("packed-dk-in-v-slot", "packed varlen slots confused",
+           "dK of a packed dKV / dQKV buffer written one slot on, into dV's slot (a slot "
+           "offset taken from the wrong port), its own slot left unwritten",
+           WRAPPER, wrap(RL.PackedDkInVSlot), ("AX-RAGGED-STORAGE-KV-PACKED", "AX-RAGGED-STORAGE-QKV-PACKED")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

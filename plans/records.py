@@ -312,12 +312,16 @@ class TokenStorage:
     """How a ragged graph's token-major ports are stored (generator/layouts.py places them):
     `kind` names the [T, H, D] storage kind of the eight data ports, `stats` the kind of
     stats [T_q, H_q, 1]; `offset` elements precede every port's view; `lead` and `tail` token
-    rows before cu_seqlens[0] and after cu_seqlens[B] belong to no sequence."""
+    rows before cu_seqlens[0] and after cu_seqlens[B] belong to no sequence. `packed`
+    (layouts.PACKED_SLOTS: "qkv" or "kv", "" none) puts Q, K, V (or K, V) and their
+    gradients in the slots of one [T, n, H, D] buffer each, FlashAttention's varlen
+    qkvpacked / kvpacked: token stride n*H*D, slot s at element offset s*H*D."""
     kind: str = "thd"
     stats: str = "stats-ht"
     offset: int = 0
     lead: int = 0
     tail: int = 0
+    packed: str = ""
 
 
 @dataclass(frozen=True)

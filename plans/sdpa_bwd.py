@@ -818,17 +818,32 @@ RAGGED_STORAGES = {                   # token-major storage of every port (gener
     "thd-offset24": TokenStorage(offset=24),                  # every view 24 elements in
     "spare-rows": TokenStorage(lead=5, tail=7),               # rows before cu[0], after cu[B]
     "stats-th": TokenStorage(stats="stats-th"),               # stats token-major [T, H]
+    # one buffer for Q, K, V ([T, 3, H, D]) or K, V ([T, 2, H, D]), gradients likewise:
+    # FlashAttention's varlen qkvpacked / kvpacked inputs
+    "qkv-packed": TokenStorage(packed="qkv"),
+    "kv-packed": TokenStorage(packed="kv"),
 }
+RAGGED_PACKED_STORAGES = ("qkv-packed", "kv-packed")
 
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
 
+# The ragged suites' third pass: the largest head-dim tier (D256), D_v > D_qk and a group
+# ratio that is no power of two (GQA 3) as axis values (each costs the quick CPU budget a
+# case); the other tiers and ratios of the padded plan are SHP-RAGGED-HEAD-TIERS (pr)
+RAGGED_BREADTH_PASS = 2
+RAGGED_LATER_HEADS = ("gqa3",)
+RAGGED_LATER_HEAD_DIMS = ("d256", "d64-128")
+
 RAGGED_AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
-    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1"), "mha", core=True),
+    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS, "mha", core=True,
+         values_joined=dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS)),
     Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
-    Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128"), "d64", core=True),
+    Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128") + RAGGED_LATER_HEAD_DIMS, "d64",
+         core=True, values_joined=dict.fromkeys(RAGGED_LATER_HEAD_DIMS, RAGGED_BREADTH_PASS)),
     Axis("mask", "mask kind, aligned per sequence", RAGGED_MASKS, "none", core=True),
-    Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd"),
+    Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd",
+         values_joined=dict.fromkeys(RAGGED_PACKED_STORAGES, RAGGED_BREADTH_PASS)),
     Axis("scale", "attention scale", tuple(SCALES), "default"),
     Axis("distribution", "input distribution", ("randn", "small-int", "shifted-logits", "l2-grad"), "randn",
          values_joined={"l2-grad": 1}),
@@ -841,6 +856,10 @@ _UNEQUAL_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q != ln.kv_
 _WINDOW_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].left_bound is not None)
 _PAST_WINDOW = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > WINDOW)
 
+_RAGGED_HEADS = next(a for a in RAGGED_AXES if a.name == "heads").values
+_RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
+_SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
+
 RAGGED_RULES = (
     Rule("ragged-bottom-right-needs-unequal-lengths",
          "BOTTOM_RIGHT aligns each sequence's own lengths: where every S_q_b = S_kv_b it is "
@@ -849,6 +868,18 @@ RAGGED_RULES = (
     Rule("ragged-window-needs-longer-sequences",
          f"a window of {WINDOW} keys over sequences of at most {WINDOW} keys keeps what causal keeps",
          when={"mask": _WINDOW_MASKS}, require={"lengths": _PAST_WINDOW}),
+    Rule("ragged-qkv-packed-needs-equal-heads-dims-and-lengths",
+         "Q, K and V are the slots of one [T, 3, H, D] buffer: they share T (so every sequence "
+         "has as many keys as queries), H and D",
+         when={"storage": ("qkv-packed",)},
+         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _EQUAL_HEADS),
+                  "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS),
+                  "lengths": _SAME_LENGTHS}),
+    Rule("ragged-kv-packed-needs-equal-kv-heads-and-dims",
+         "K and V are the slots of one [T, 2, H, D] buffer: they share H and D",
+         when={"storage": ("kv-packed",)},
+         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _KV_EQUAL_HEADS),
+                  "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS)}),
 )
 
 
@@ -876,6 +907,21 @@ RAGGED_CATALOG = (
                          mask="window-br", layout="htd")), level="nightly"),
     CatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
                  (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+)
+
+# the padded plan's head-dim tiers and group ratios the ragged axes leave out, one spec each
+_TIER_SPECS = (
+    _rspec(D=32), _rspec(D=96, mask="causal-br"), _rspec(D=160, mask="window-br"), _rspec(D=192),
+    _rspec(D=128, D_v=64, mask="causal-tl"), _rspec(D=59, mask="causal-br"), _rspec(D=256, D_v=128),
+    _rspec(H=8, H_k=2, mask="causal-br"), _rspec(H=6, H_k=1, D=128), _rspec(H=9, H_k=1, mask="causal-br"),
+    _rspec(H=4, H_k=1, H_v=2, D=96), _rspec(H=4, H_k=4, H_v=2), _rspec(H=8, H_k=1, D=192, D_v=128, mask="causal-br"),
+    _rspec(H=16, H_k=2, D=256, mask="causal-br", layout="htd"),
+)
+RAGGED_CATALOG += (
+    CatalogEntry("SHP-RAGGED-HEAD-TIERS",
+                 "the padded plan's other head-dim tiers (32, 96, 160, 192, a 59 tail, 128/64, 256/128) "
+                 "and group ratios (4, 6, 9, H_k < H_v, H_k > H_v, MQA 8/1 with MLA dims, 16/2 at D256) on packed batches",
+                 _TIER_SPECS, level="pr"),
 )
 
 _SEED_001 = "ROCm/rocm-libraries#15045 (AICK-3016): THD token base unbounded"
