@@ -23,9 +23,9 @@ from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
 SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
-OWN_AXES = ("lengths", "storage")
+OWN_AXES = ("lengths", "storage", "seqused")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
-OPTIONAL_AXES = ("deterministic",)
+OPTIONAL_AXES = ("deterministic", "seqused")
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
@@ -34,7 +34,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
             "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
             "lengths": r.lengths,
-            "storage": r.storages}[axis]
+            "storage": r.storages, "seqused": r.seqused}[axis]
 
 
 def item(axis: str, value: str) -> str:
@@ -51,7 +51,8 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.ragged.axes), combo))
     shape = RaggedShape(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]])
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
-                distribution=v["distribution"], deterministic=v.get("deterministic", "off"))
+                distribution=v["distribution"], deterministic=v.get("deterministic", "off"),
+                seqused=v.get("seqused", "off"))
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -68,7 +69,10 @@ def offsets_of(plan: Plan, spec: Spec) -> Offsets:
             out.append(out[-1] + n)
         return tuple(out)
     cq, ck = cu(lengths.q), cu(lengths.kv_lengths)
-    return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail)
+    pads = plan.ragged.seqused.get(spec.seqused)
+    used = lambda lengths, pad: None if pad is None else tuple(max(0, n - pad) for n in lengths)
+    return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail,
+                   used_q=used(lengths.q, pads and pads.q_pad), used_kv=used(lengths.kv_lengths, pads and pads.kv_pad))
 
 
 def graph_of(plan: Plan, spec: Spec) -> Graph:
@@ -96,7 +100,7 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
                         dtype=spec.dtype, scale=None if scale is None else float(scale),
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
-                        strides=strides, offsets=offsets)
+                        strides=strides, offsets=offsets, seqused_q=off.used_q, seqused_kv=off.used_kv)
     if not plan.switches[spec.deterministic]:
         return graph
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
@@ -106,7 +110,7 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     """The ragged axis items a declared spec realises: each axis whose value it matches."""
     shape = spec.shape
     found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
-             "distribution": spec.distribution, "deterministic": spec.deterministic,
+             "distribution": spec.distribution, "deterministic": spec.deterministic, "seqused": spec.seqused,
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
              "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None)}
@@ -195,7 +199,9 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
         if getattr(spec, field) not in table:
             raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
-                 distribution=spec.distribution)
+                 distribution=spec.distribution, seqused=spec.seqused)
+    if spec.seqused not in plan.ragged.seqused and spec.seqused != "off":
+        raise PlanError(f"{entry}: unknown seqused {spec.seqused!r}")
     if spec != plain:     # graph_of reads none of the padded-only fields
         raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, mutations or score "
                         "modifiers (leave them at their defaults)")
@@ -234,13 +240,14 @@ def check_draft(draft: Draft) -> None:
 def stray_reach(graph: Graph) -> dict[str, tuple[int, int]]:
     """Per port, how many elements before its view's first element and past its last
     addressed element the rows of the graph's sequences reach (a kernel with no token-base
-    bound reads and writes every row a sequence claims): rows below 0 and from T on, times
-    the port's token stride."""
+    bound reads and writes every row a sequence claims, by its range or its used length):
+    rows below 0 and from T on, times the port's token stride."""
     rag = graph.ragged
     rows = {}
     for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
         cu = getattr(rag, f"cu_seqlens_{side}")
-        spans = [(a, b) for a, b in zip(cu, cu[1:]) if b > a]
+        used = getattr(rag, f"seqused_{side}") or (0,) * (len(cu) - 1)   # a used length may run past its range
+        spans = [(a, max(b, a + u)) for a, b, u in zip(cu, cu[1:], used) if max(b, a + u) > a]
         rows[side] = (max([0, *(-a for a, _ in spans)]), max([0, *(b - tokens for _, b in spans)]))
     out = {}
     for port, spec in graph.tensors.items():

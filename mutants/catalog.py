@@ -271,6 +271,10 @@ CATALOG: tuple[Mutant, ...] = (
            "dK of a packed dKV / dQKV buffer written one slot on, into dV's slot (a slot "
            "offset taken from the wrong port), its own slot left unwritten",
            WRAPPER, wrap(RL.PackedDkInVSlot), ("AX-RAGGED-STORAGE-KV-PACKED", "AX-RAGGED-STORAGE-QKV-PACKED")),
+    Mutant("seqused-ignored", "padded varlen used lengths ignored",
+           "seqused_q / seqused_kv ignored: each sequence attended over its whole cu_seqlens "
+           "range, so its padding rows (NaN canaries) are read and their output rows written",
+           WRAPPER, wrap(RL.SequsedIgnored), ("AX-RAGGED-SEQUSED-KV", "AX-RAGGED-SEQUSED-BOTH")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -5,7 +5,7 @@ every graph the engine serves and the condition, not a decline, decides where th
 shows."""
 from __future__ import annotations
 
-import torch
+import dataclasses
 
 from bundlegen.graph import Graph
 from bundlegen.mutants.wrappers import WholeEngineWrapper
@@ -34,4 +34,19 @@ class PackedDkInVSlot(WholeEngineWrapper):
         if slot and end <= size:
             moved = dk.as_strided(dk.shape, dk.stride(), dk.storage_offset() + slot)
             tensors = {**tensors, "dk": moved}
+        self.inner.run(graph, tensors)
+
+
+class SequsedIgnored(WholeEngineWrapper):
+    """The used lengths of a padded varlen batch ignored: the engine is handed the graph
+    and tensors without seqused, so it attends each sequence's whole cu_seqlens range,
+    reads the padding rows (NaN canaries) and writes their output rows. Graphs without
+    used lengths are untouched."""
+
+    def run(self, graph, tensors):
+        rag = graph.ragged
+        if rag is not None and rag.seqused_ports:
+            graph = dataclasses.replace(graph, ragged=dataclasses.replace(
+                rag, **dict.fromkeys(rag.seqused_ports, None)))
+            tensors = {p: t for p, t in tensors.items() if p not in rag.seqused_ports}
         self.inner.run(graph, tensors)

@@ -169,6 +169,8 @@ class Offsets:
     T_kv: int | None = None
     max_q: int | None = None
     max_kv: int | None = None
+    used_q: tuple[int, ...] | None = None    # seqused_q (a padded varlen batch); None: none
+    used_kv: tuple[int, ...] | None = None   # seqused_kv
 
 
 PADDED, RAGGED = "padded", "ragged"      # a graph's storage: padded [B, H, S, D] or ragged tokens
@@ -210,6 +212,7 @@ class Spec:
     dropout: str = "off"
     dropout_mask: str = "full"
     deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
+    seqused: str = "off"         # ragged only: a name from Space.seqused (per-sequence used lengths)
     storage: str = field(init=False)
 
     def __post_init__(self):
@@ -325,6 +328,15 @@ class TokenStorage:
 
 
 @dataclass(frozen=True)
+class SeqUsed:
+    """Per-sequence used lengths of a padded varlen batch (Ragged.seqused_*): on each side
+    whose pad is not None, sequence b uses max(0, length_b - pad) rows and the rest of its
+    range is padding; None: that side has no used lengths."""
+    q_pad: int | None = None
+    kv_pad: int | None = None
+
+
+@dataclass(frozen=True)
 class Space:
     """One axis space of a plan, pair-proved on its own, with the entries declared in it:
     the padded graphs' or the ragged (THD / varlen) graphs' (`storage`). A ragged and a padded
@@ -345,6 +357,7 @@ class Space:
     probes: tuple[Probe, ...] = ()
     lengths: Mapping[str, Lengths] = field(default_factory=dict)          # ragged only
     storages: Mapping[str, TokenStorage] = field(default_factory=dict)    # ragged only
+    seqused: Mapping[str, SeqUsed | None] = field(default_factory=dict)   # ragged only (None: off)
 
 
 # ----------------------------------------------------------------------------- boundary values

@@ -12,7 +12,7 @@ import math
 
 from bundlegen.plans.records import (
     Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
-    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
+    MaskSpec, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed, Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
@@ -825,14 +825,25 @@ RAGGED_STORAGES = {                   # token-major storage of every port (gener
 }
 RAGGED_PACKED_STORAGES = ("qkv-packed", "kv-packed")
 
+# padded varlen (FlashAttention 3's seqused_q / seqused_k): each sequence's last rows of its
+# cu_seqlens range are padding (NaN canaries the engine must not read, output rows it must
+# not write); 7 rows, so a used length crosses the 64-row tiles of the 65-, 127- and
+# 129-row sequences and short sequences use none of their rows
+RAGGED_SEQUSED = {
+    "off": None,
+    "kv": SeqUsed(kv_pad=7),               # keys padded (FA3's seqused_k alone)
+    "both": SeqUsed(q_pad=7, kv_pad=7),
+}
+
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
 
-# The ragged suites' third pass: the largest head-dim tier (D256), D_v > D_qk and a group
-# ratio that is no power of two (GQA 3) as axis values (each costs the quick CPU budget a
-# case); the other tiers and ratios of the padded plan are SHP-RAGGED-HEAD-TIERS (pr)
+# The ragged suites' third pass: the largest head-dim tier (D256) and a group ratio that is
+# no power of two (GQA 3) as axis values (each costs the quick CPU budget a case; the other
+# tiers and ratios of the padded plan are SHP-RAGGED-HEAD-TIERS, at pr), the packed token
+# storages and the used lengths of padded varlen batches
 RAGGED_BREADTH_PASS = 2
 RAGGED_LATER_HEADS = ("gqa3",)
-RAGGED_LATER_HEAD_DIMS = ("d256", "d64-128")
+RAGGED_LATER_HEAD_DIMS = ("d256",)
 
 RAGGED_AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
@@ -849,6 +860,8 @@ RAGGED_AXES = (
          values_joined={"l2-grad": 1}),
     # the ragged suites' second pass: the deterministic backward of ragged graphs
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
+    Axis("seqused", "per-sequence used lengths (padded varlen)", tuple(RAGGED_SEQUSED), "off", core=True,
+         joined=RAGGED_BREADTH_PASS),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
@@ -912,14 +925,14 @@ RAGGED_CATALOG = (
 # the padded plan's head-dim tiers and group ratios the ragged axes leave out, one spec each
 _TIER_SPECS = (
     _rspec(D=32), _rspec(D=96, mask="causal-br"), _rspec(D=160, mask="window-br"), _rspec(D=192),
-    _rspec(D=128, D_v=64, mask="causal-tl"), _rspec(D=59, mask="causal-br"), _rspec(D=256, D_v=128),
+    _rspec(D=128, D_v=64, mask="causal-tl"), _rspec(D=64, D_v=128, mask="window-br"), _rspec(D=59, mask="causal-br"), _rspec(D=256, D_v=128),
     _rspec(H=8, H_k=2, mask="causal-br"), _rspec(H=6, H_k=1, D=128), _rspec(H=9, H_k=1, mask="causal-br"),
     _rspec(H=4, H_k=1, H_v=2, D=96), _rspec(H=4, H_k=4, H_v=2), _rspec(H=8, H_k=1, D=192, D_v=128, mask="causal-br"),
     _rspec(H=16, H_k=2, D=256, mask="causal-br", layout="htd"),
 )
 RAGGED_CATALOG += (
     CatalogEntry("SHP-RAGGED-HEAD-TIERS",
-                 "the padded plan's other head-dim tiers (32, 96, 160, 192, a 59 tail, 128/64, 256/128) "
+                 "the padded plan's other head-dim tiers (32, 96, 160, 192, a 59 tail, 128/64, 64/128, 256/128) "
                  "and group ratios (4, 6, 9, H_k < H_v, H_k > H_v, MQA 8/1 with MLA dims, 16/2 at D256) on packed batches",
                  _TIER_SPECS, level="pr"),
 )
@@ -976,10 +989,33 @@ RAGGED_PROBES = (
     Probe("PRB-RAGGED-DEVICE-OVER-MAX-KV", "kv side: a sequence of 36 keys with max_seqlen_kv 24",
           "device", "ragged-length-over-max",
           _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
+    # padded varlen: used lengths the frontend sees, then ones only device code sees (a
+    # used length past its range reads the next sequence's rows, or past the storage); one
+    # device probe per rule at quick (the CPU budget), the others at pr
+    Probe("PRB-RAGGED-SEQUSED-COUNT", "seqused_kv with one length for two sequences", "frontend",
+          "ragged-seqused-count", _rspec(lengths=Offsets((0, 30, 64), used_kv=(20,)))),
+    Probe("PRB-RAGGED-SEQUSED-NEGATIVE", "seqused_q[1] < 0", "frontend", "ragged-seqused-negative",
+          _rspec(lengths=Offsets((0, 30, 64), used_q=(30, -4)))),
+    Probe("PRB-RAGGED-SEQUSED-PAST-RANGE", "seqused_kv[0] past its sequence's range", "frontend",
+          "ragged-seqused-past-range", _rspec(lengths=Offsets((0, 30, 64), used_kv=(36, 20)))),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-INTO-NEXT-Q", "q side: the first sequence claims 12 rows of the next one",
+          "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 16, 40), (0, 24, 48), used_q=(28, 20), used_kv=(20, 24), max_q=28)),
+          level="pr"),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-PAST-Q-END", "q side: the last sequence's used length runs 6 rows past "
+          "the storage", "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 16, 40), (0, 24, 48), used_q=(16, 30), max_q=30))),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-PAST-KV-END", "kv side: the last sequence's used length runs 10 rows "
+          "past the storage", "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 48), used_kv=(30, 28), max_kv=40)), level="pr"),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-NEGATIVE-KV", "kv side: a used length of -8", "device",
+          "ragged-seqused-negative",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 48), used_kv=(-8, 14)))),
 )
 
 RAGGED = Space(
     RAGGED_STORAGE, axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
+    seqused=RAGGED_SEQUSED,
     value_suite_item="RAGGED-AXIS-VALUES",
     pair_suites=(
         PairSuite("RAGGED-PAIR-CORE", "every legal pair of ragged core-axis values", "ragged-pairs-core", "core", "pr"),

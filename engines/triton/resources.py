@@ -63,7 +63,7 @@ DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", 
 #: constexprs added to the kernels after the variants were measured, at their off value (a
 #: static branch the compiler drops, so the variant's code is what it was without them): left
 #: out of a variant's key, put back when the variant is compiled
-ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}}
+ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}, **aot.NO_USED}
 
 
 def _dbias_chunk() -> int:
@@ -104,7 +104,10 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
        for a in MODIFIER_ARGS},
     **{a: (lambda c, off=off: off, "the GPU rows decline dropout (capabilities.Capabilities."
                                      "dropout): no launch with it is resource-checked")
-       for a, off in ADDED_OFF.items()},
+       for a, off in ADDED_OFF.items() if a not in aot.NO_USED},
+    **{a: (lambda c, off=off: off, "the GPU rows decline used lengths (capabilities.Capabilities."
+                                     "seqused): no launch with them is resource-checked")
+       for a, off in aot.NO_USED.items()},
     **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
            "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
        for a in aot.ATOMIC_DQ_ARGS},
