@@ -142,3 +142,10 @@ def test_the_plan_pads_every_sequence_and_probes_each_rule():
     probes = {c.expected_rejection.reason for c in cases if c.purpose == "probe"
               and c.items[0].startswith("PRB-RAGGED-") and "SEQUSED" in c.items[0]}
     assert probes == {R.RAGGED_SEQUSED_COUNT, R.RAGGED_SEQUSED_NEGATIVE, R.RAGGED_SEQUSED_PAST_RANGE}
+
+
+def test_the_graph_line_names_the_used_lengths():
+    from bundlegen.describe import ragged_text
+    assert "used_q=(7,6,0) used_kv=(12,3,9)" in ragged_text(_graph())
+    assert "used_kv=hidden" in ragged_text(_graph(seqused_q=None).as_launched())
+    assert "used_" not in ragged_text(ragged_graph(CU_Q, CU_KV))
