@@ -26,7 +26,7 @@ def mask_text(graph: Graph) -> str:
 
 def ragged_text(graph: Graph) -> str:
     """A ragged graph's sequences: each side's lengths and offsets (hidden on a launched
-    graph), its token rows and max_seqlen bounds."""
+    graph), its used lengths where it has them, its token rows and max_seqlen bounds."""
     r = graph.ragged
 
     def side(name: str, cu) -> str:
@@ -34,7 +34,9 @@ def ragged_text(graph: Graph) -> str:
             return f"cu_{name}=hidden"
         lengths = ",".join(str(b - a) for a, b in zip(cu, cu[1:]))
         return f"len_{name}=({lengths}) cu_{name}=[{','.join(map(str, cu))}]"
-    return (f"ragged {side('q', r.cu_seqlens_q)} {side('kv', r.cu_seqlens_kv)} T_q={graph.T_q} "
+    used = "".join(f" used_{p[8:]}=" + (f"({','.join(map(str, getattr(r, p)))})" if getattr(r, p) else "hidden")
+                   for p in r.seqused_ports)   # seqused_q -> used_q
+    return (f"ragged {side('q', r.cu_seqlens_q)} {side('kv', r.cu_seqlens_kv)}{used} T_q={graph.T_q} "
             f"T_kv={graph.T_kv} max_q={r.max_seqlen_q} max_kv={r.max_seqlen_kv}")
 
 

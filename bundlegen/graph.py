@@ -10,7 +10,7 @@ from bundlegen.graph_records import (ALIGNMENTS, ATTRIBUTE_KEYS, BIAS_VALUES, BU
                                      GRAPH_KEYS, INPUT_PORTS, INT64_LIMIT, KNOWN_PORTS, MODIFIERS,
                                      MODIFIER_INPUT_PORTS, MODIFIER_OUTPUT_PORTS, OFFSET_PORTS,
                                      OUTPUT_PORTS, PORTS, PURPOSES, RAGGED_KEYS, REJECTION_LAYERS,
-                                     TENSOR_KEYS, Attributes, Bundle, BundleError, Case, Cost,
+                                     SEQUSED_PORTS, TENSOR_KEYS, Attributes, Bundle, BundleError, Case, Cost,
                                      DataSpec, Graph, Ragged, Rejection, TensorSpec, canonical_json,
                                      packed_strides)
 from bundlegen.graph_codec import (FieldReader, case_from_json, graph_from_json, load_bundle,
@@ -23,7 +23,7 @@ __all__ = ['ALIGNMENTS', 'ATTRIBUTE_KEYS', 'BIAS_VALUES', 'BUNDLE_KEYS', 'BUNDLE
            'CASE_KEYS', 'DATA_KEYS', 'DISTRIBUTIONS', 'DTYPES', 'GRAPH_KEYS', 'INPUT_PORTS',
            'INT64_LIMIT', 'KNOWN_PORTS', 'MODIFIERS', 'MODIFIER_INPUT_PORTS',
            'MODIFIER_OUTPUT_PORTS', 'OFFSET_PORTS', 'OUTPUT_PORTS', 'PORTS', 'PURPOSES',
-           'RAGGED_KEYS', 'REJECTION_LAYERS', 'TENSOR_KEYS', 'Attributes', 'Bundle', 'BundleError',
+           'RAGGED_KEYS', 'REJECTION_LAYERS', 'SEQUSED_PORTS', 'TENSOR_KEYS', 'Attributes', 'Bundle', 'BundleError',
            'Case', 'Cost', 'DataSpec', 'Graph', 'Ragged', 'Rejection', 'TensorSpec',
            'canonical_json', 'packed_strides', 'FieldReader', 'case_from_json', 'graph_from_json',
            'load_bundle', 'tensor_from_json', 'ALIBI_SLOPES_DIMS', 'BIAS_BROADCASTS', 'LAYOUT_ORDERS',

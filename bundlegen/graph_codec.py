@@ -10,7 +10,7 @@ from typing import Any
 from bundlegen import reasons, safe_read, strict_json
 from bundlegen.graph_records import (ATTRIBUTE_KEYS, BIAS_VALUES, BUNDLE_KEYS, BUNDLE_VERSION, CASE_KEYS,
                                      DATA_KEYS, DISTRIBUTIONS, DTYPES, GRAPH_KEYS, INT64_LIMIT, KNOWN_PORTS,
-                                     PURPOSES, RAGGED_KEYS, REJECTION_LAYERS, TENSOR_KEYS, Attributes,
+                                     PURPOSES, RAGGED_KEYS, REJECTION_LAYERS, SEQUSED_PORTS, TENSOR_KEYS, Attributes,
                                      Bundle, BundleError, Case, Cost, DataSpec, Graph, Ragged, Rejection,
                                      TensorSpec)
 
@@ -140,7 +140,8 @@ def graph_from_json(raw: Any, r: FieldReader, where: str = "graph") -> Graph:
         ragged = Ragged(cu_seqlens_q=cq, cu_seqlens_kv=ck,
                         max_seqlen_q=r.integer(rag, "max_seqlen_q", rw),
                         max_seqlen_kv=r.integer(rag, "max_seqlen_kv", rw),
-                        batch=len(cq) - 1)
+                        batch=len(cq) - 1,
+                        **{p: r.int_list(rag, p, rw) for p in SEQUSED_PORTS if p in rag})
     return Graph(tensors=tensors, attributes=attrs, ragged=ragged)
 
 

@@ -16,6 +16,9 @@ INPUT_PORTS = ("q", "k", "v", "o", "do", "stats")
 #: the index tensors of a ragged graph, handed to engines beside the ports (int32, [B+1],
 #: on the engine's device): the only place an engine may read the sequence offsets from
 OFFSET_PORTS = ("cu_seqlens_q", "cu_seqlens_kv")
+#: a padded ragged graph's per-sequence used lengths (int32, [B], on the engine's device),
+#: handed beside the offsets for each side the graph has them on (Ragged.seqused_*)
+SEQUSED_PORTS = ("seqused_q", "seqused_kv")
 OUTPUT_PORTS = ("dq", "dk", "dv")
 #: the ports every graph has
 PORTS = INPUT_PORTS + OUTPUT_PORTS
@@ -49,7 +52,7 @@ GRAPH_KEYS = ("tensors", "attributes", "ragged")
 TENSOR_KEYS = ("dims", "strides", "offset", "dtype")
 ATTRIBUTE_KEYS = ("attn_scale", "diagonal_alignment", "left_bound", "right_bound", "dropout_probability",
                   "deterministic_algorithm", "softcap")
-RAGGED_KEYS = ("cu_seqlens_q", "cu_seqlens_kv", "max_seqlen_q", "max_seqlen_kv")
+RAGGED_KEYS = ("cu_seqlens_q", "cu_seqlens_kv", "max_seqlen_q", "max_seqlen_kv", "seqused_q", "seqused_kv")
 DATA_KEYS = ("seed", "distribution", "bias_values")
 #: every integer of a graph that addresses memory (a dim, stride, offset, sequence offset or
 #: length) is below this in magnitude, and so is every element a port addresses: engines
@@ -132,12 +135,20 @@ class Ragged:
 
     The offsets are device data: an engine gets the graph as launched (`Graph.as_launched`),
     whose offsets are None, and reads them from the `cu_seqlens_*` tensors, as a real launch
-    path does (a host check of them would need a device-to-host copy)."""
+    path does (a host check of them would need a device-to-host copy).
+
+    Padded varlen (FlashAttention 3's seqused_q / seqused_k): `seqused_q[b]` (and
+    `seqused_kv[b]`) is how many of sequence b's rows, from its first, are used; the rest of
+    its cu_seqlens range is padding, never read, its output rows never written. None: the
+    side has no used lengths (every row of the range is used). Device data like the offsets:
+    as launched a side that has them holds () (present, values only on the device)."""
     cu_seqlens_q: tuple[int, ...] | None
     cu_seqlens_kv: tuple[int, ...] | None
     max_seqlen_q: int
     max_seqlen_kv: int
     batch: int
+    seqused_q: tuple[int, ...] | None = None
+    seqused_kv: tuple[int, ...] | None = None
 
     @staticmethod
     def of(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q: int | None = None,
@@ -158,10 +169,25 @@ class Ragged:
     def lengths_kv(self) -> tuple[int, ...]:
         return tuple(b - a for a, b in zip(self.cu_seqlens_kv, self.cu_seqlens_kv[1:]))
 
+    @property
+    def seqused_ports(self) -> tuple[str, ...]:
+        """The SEQUSED_PORTS of the sides that have used lengths."""
+        return tuple(p for p in SEQUSED_PORTS if getattr(self, p) is not None)
+
+    def used_lengths(self, side: str) -> tuple[int, ...]:
+        """Sequence b's used rows on `side` (q or kv): its used length, else its whole range."""
+        used = getattr(self, f"seqused_{side}")
+        if used is not None:
+            return used
+        return self.lengths_q if side == "q" else self.lengths_kv
+
     def to_json(self) -> dict:
-        return {"cu_seqlens_q": None if self.cu_seqlens_q is None else list(self.cu_seqlens_q),
-                "cu_seqlens_kv": None if self.cu_seqlens_kv is None else list(self.cu_seqlens_kv),
-                "max_seqlen_q": self.max_seqlen_q, "max_seqlen_kv": self.max_seqlen_kv}
+        out = {"cu_seqlens_q": None if self.cu_seqlens_q is None else list(self.cu_seqlens_q),
+               "cu_seqlens_kv": None if self.cu_seqlens_kv is None else list(self.cu_seqlens_kv),
+               "max_seqlen_q": self.max_seqlen_q, "max_seqlen_kv": self.max_seqlen_kv}
+        for port in self.seqused_ports:   # left out when absent: other graphs keep their ids
+            out[port] = list(getattr(self, port))
+        return out
 
 
 @dataclass(frozen=True)
@@ -231,7 +257,8 @@ class Graph:
         engine only as device tensors); a padded graph unchanged."""
         if self.ragged is None or self.ragged.cu_seqlens_q is None:
             return self
-        hidden = dataclasses.replace(self.ragged, cu_seqlens_q=None, cu_seqlens_kv=None)
+        hidden = dataclasses.replace(self.ragged, cu_seqlens_q=None, cu_seqlens_kv=None,
+                                     **{p: () for p in self.ragged.seqused_ports})
         return dataclasses.replace(self, ragged=hidden)
 
     def to_json(self) -> dict:

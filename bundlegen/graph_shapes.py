@@ -133,8 +133,9 @@ def ragged_graph(cu_seqlens_q, cu_seqlens_kv=None, *, H_q: int = 2, H_k: int | N
                  max_seqlen_q: int | None = None, max_seqlen_kv: int | None = None,
                  T_q: int | None = None, T_kv: int | None = None,
                  strides: Mapping[str, tuple[int, ...]] | None = None,
-                 offsets: Mapping[str, int] | None = None) -> Graph:
-    """A ragged graph from its offsets: every port packed in `layout` (stats head by head,
+                 offsets: Mapping[str, int] | None = None,
+                 seqused_q: tuple[int, ...] | None = None, seqused_kv: tuple[int, ...] | None = None) -> Graph:
+    """A ragged graph from its offsets (and per-sequence used lengths, when given): every port packed in `layout` (stats head by head,
     fp32); T_q / T_kv default to the last offset, cu_seqlens_kv to cu_seqlens_q, the
     max_seqlens to the longest lengths. `strides` and `offsets` override any port's."""
     cu_seqlens_kv = cu_seqlens_q if cu_seqlens_kv is None else cu_seqlens_kv
@@ -153,4 +154,6 @@ def ragged_graph(cu_seqlens_q, cu_seqlens_kv=None, *, H_q: int = 2, H_k: int | N
     attrs = Attributes(attn_scale=default_scale(D_qk) if scale is None else scale,
                        diagonal_alignment=alignment, left_bound=left, right_bound=right)
     return Graph(tensors=tensors, attributes=attrs,
-                 ragged=Ragged.of(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv))
+                 ragged=dataclasses.replace(Ragged.of(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv),
+                                            seqused_q=seqused_q if seqused_q is None else tuple(seqused_q),
+                                            seqused_kv=seqused_kv if seqused_kv is None else tuple(seqused_kv)))

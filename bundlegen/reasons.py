@@ -33,6 +33,10 @@ RAGGED_NEGATIVE_OFFSET = "ragged-negative-offset"        # cu_seqlens[0] < 0
 RAGGED_OFFSETS_DECREASE = "ragged-offsets-decrease"      # cu_seqlens[b+1] < cu_seqlens[b]
 RAGGED_OFFSET_PAST_STORAGE = "ragged-offset-past-storage"  # cu_seqlens[B] > T
 RAGGED_LENGTH_OVER_MAX = "ragged-length-over-max"        # a sequence longer than max_seqlen
+# padded varlen: per-sequence used lengths (Ragged.seqused_q / seqused_kv)
+RAGGED_SEQUSED_COUNT = "ragged-seqused-count"            # seqused not [B]
+RAGGED_SEQUSED_NEGATIVE = "ragged-seqused-negative"      # a used length < 0
+RAGGED_SEQUSED_PAST_RANGE = "ragged-seqused-past-range"  # a used length past its cu_seqlens range
 # score modifiers (docs/CONTRACTS.md, "Score modifiers"); dtype rules reuse DTYPE_MISMATCH
 # (bias, dbias: io dtype) and SINKS_DTYPE (sinks, dsinks: fp32)
 BIAS_DIMS_MISMATCH = "bias-dims-mismatch"          # bias not [B, H_q, S_q, S_kv]
@@ -63,6 +67,7 @@ FRONTEND = frozenset({
     SCALE_NONPOSITIVE, SCALE_NONFINITE, SPAN_OVERFLOW, RAGGED_OFFSETS_COUNT,
     RAGGED_MAX_SEQLEN_NEGATIVE, RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE,
     RAGGED_OFFSET_PAST_STORAGE, RAGGED_LENGTH_OVER_MAX,
+    RAGGED_SEQUSED_COUNT, RAGGED_SEQUSED_NEGATIVE, RAGGED_SEQUSED_PAST_RANGE,
     BIAS_DIMS_MISMATCH, BIAS_BROADCAST_AXIS, DBIAS_WITHOUT_BIAS, DBIAS_DIMS_MISMATCH,
     DBIAS_OVERLAP, SINKS_DIMS_MISMATCH, SINKS_DTYPE, DSINKS_WITHOUT_SINKS, DSINKS_OVERLAP,
     SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE, RAGGED_MODIFIER,
@@ -76,11 +81,12 @@ FRONTEND = frozenset({
 # graph or skip the bad sequences, and is judged by what it touches (DESIGN section 10).
 DEVICE = frozenset({
     RAGGED_NEGATIVE_OFFSET, RAGGED_OFFSETS_DECREASE, RAGGED_OFFSET_PAST_STORAGE,
-    RAGGED_LENGTH_OVER_MAX,
+    RAGGED_LENGTH_OVER_MAX, RAGGED_SEQUSED_NEGATIVE, RAGGED_SEQUSED_PAST_RANGE,
 })
-#: frontend codes about a ragged graph's offsets (their values or their count): an engine
-#: is handed offsets only as device tensors, so these are never offered to its checks
-RAGGED_OFFSETS = DEVICE | {RAGGED_OFFSETS_COUNT}
+#: frontend codes about a ragged graph's offsets or used lengths (their values or their
+#: count): an engine is handed them only as device tensors, so these are never offered to
+#: its checks
+RAGGED_OFFSETS = DEVICE | {RAGGED_OFFSETS_COUNT, RAGGED_SEQUSED_COUNT}
 
 # --- engine: a valid graph the engine cannot address ----------------------------------
 ZERO_STRIDE_OUTPUT = "zero-stride-output"          # dQ/dK/dV stride 0 on an axis longer than 1
@@ -104,6 +110,7 @@ GATED_FEATURE = "gated-feature"                    # a feature the engine has no
 #: would have to draw its own mask and report it) where it draws none
 DROPOUT_NOT_SERVED = "dropout-not-served"
 RAGGED_NOT_SERVED = "ragged-not-served"            # packed variable-length batches
+SEQUSED_NOT_SERVED = "seqused-not-served"          # per-sequence used lengths (padded varlen)
 DETERMINISM_NOT_SERVED = "determinism-not-served"  # no deterministic backward to ask for
 ARCH_NOT_SERVED = "arch-not-served"
 DEVICE_NOT_SERVED = "device-not-served"
@@ -122,7 +129,7 @@ ENGINE = frozenset({
     SEQ_LEN_NOT_SERVED, MISALIGNED_STRIDE, BROADCAST_INPUT_NOT_SERVED, GATED_FEATURE,
     ARCH_NOT_SERVED, DEVICE_NOT_SERVED, TOO_LARGE, RAGGED_NOT_SERVED, DETERMINISM_NOT_SERVED,
     MODIFIER_NOT_SERVED, BIAS_LAYOUT_NOT_SERVED, MODIFIER_COMBINATION_NOT_SERVED,
-    DROPOUT_NOT_SERVED,
+    DROPOUT_NOT_SERVED, SEQUSED_NOT_SERVED,
 })
 
 ALL = FRONTEND | ENGINE | DEVICE

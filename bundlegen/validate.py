@@ -227,6 +227,12 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
     elif (rag.cu_seqlens_q is None or rag.cu_seqlens_kv is None or len(rag.cu_seqlens_q) < 2
             or len(rag.cu_seqlens_kv) != len(rag.cu_seqlens_q)):
         return Finding(R.RAGGED_OFFSETS_COUNT, "graph.ragged.cu_seqlens_kv")
+    for port in rag.seqused_ports if not launched else ():
+        used = getattr(rag, port)
+        if len(used) != rag.batch:
+            return Finding(R.RAGGED_SEQUSED_COUNT, f"graph.ragged.{port}")
+        if max(abs(x) for x in used) >= MAX_SPAN:
+            return Finding(R.SPAN_OVERFLOW, f"graph.ragged.{port}")
     for side in ("q", "kv"):
         if getattr(rag, f"max_seqlen_{side}") < 0:
             return Finding(R.RAGGED_MAX_SEQLEN_NEGATIVE, f"graph.ragged.max_seqlen_{side}")
@@ -257,6 +263,21 @@ def ragged_offsets_finding(graph: Graph) -> Finding | None:
         for b in range(len(cu) - 1):
             if cu[b + 1] - cu[b] > bound:
                 return Finding(R.RAGGED_LENGTH_OVER_MAX, f"{field}[{b + 1}]")
+    return seqused_finding(graph)
+
+
+def seqused_finding(graph: Graph) -> Finding | None:
+    """The first rule a padded ragged graph's used lengths break (valid offsets assumed),
+    per side, q first: 0 <= seqused[b] (`ragged-seqused-negative`) and seqused[b] <= the
+    length of sequence b's cu_seqlens range (`ragged-seqused-past-range`)."""
+    rag = graph.ragged
+    for side, lengths in (("q", rag.lengths_q), ("kv", rag.lengths_kv)):
+        used = getattr(rag, f"seqused_{side}")
+        for b, (n, whole) in enumerate(zip(used or (), lengths)):
+            if n < 0:
+                return Finding(R.RAGGED_SEQUSED_NEGATIVE, f"graph.ragged.seqused_{side}[{b}]")
+            if n > whole:
+                return Finding(R.RAGGED_SEQUSED_PAST_RANGE, f"graph.ragged.seqused_{side}[{b}]")
     return None
 
 
@@ -264,7 +285,8 @@ def good_sequences(graph: Graph) -> tuple[int, ...]:
     """The sequences of a ragged graph a device probe's engine must get right (every one,
     for a valid graph): on both sides 0 <= start <= end <= T, length <= max_seqlen, no
     earlier offset above its start and no later offset below its end (so a good sequence
-    shares no row with another sequence)."""
+    shares no row with another sequence), and a used length (where the side has them)
+    within 0 .. its range's length."""
     rag = graph.ragged
     good = set(range(rag.batch))
     for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
@@ -273,6 +295,9 @@ def good_sequences(graph: Graph) -> tuple[int, ...]:
             start, end = cu[b], cu[b + 1]
             if not (0 <= start <= end <= tokens and end - start <= bound
                     and max(cu[:b + 1]) <= start and min(cu[b + 1:]) >= end):
+                good.discard(b)
+            used = getattr(rag, f"seqused_{side}")
+            if used is not None and not 0 <= used[b] <= end - start:
                 good.discard(b)
     return tuple(sorted(good))
 

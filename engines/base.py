@@ -36,6 +36,12 @@ class Engine(abc.ABC):
     #: asked about one: the harness declines it for the engine with `ragged-not-served`, so
     #: an engine written for padded graphs never meets a token-major port.
     ragged: bool = False
+    #: serves padded ragged graphs (per-sequence used lengths, Ragged.seqused_*): run()
+    #: then finds tensors['seqused_q'|'seqused_kv'] (int32 [B] on the device) for each side
+    #: that has them, and must neither read a sequence's rows past its used length nor
+    #: write their outputs. The harness declines such graphs for the others with
+    #: `seqused-not-served`.
+    seqused: bool = False
     #: has a deterministic backward it switches to when a graph asks for one
     #: (graph.attributes.deterministic_algorithm); an engine that is always deterministic
     #: needs none. The harness declines such graphs for the others.

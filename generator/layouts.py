@@ -141,3 +141,22 @@ def ragged_strides(kind: str, dims: RaggedDims) -> tuple[int, int, int]:
     """Strides of a token-major tensor with `dims` stored as `kind`."""
     table = RAGGED_STATS_KINDS if kind.startswith("stats-") else RAGGED_KINDS
     return table[kind](dims)
+
+
+#: packed token storages (TokenStorage.packed): the slot of each port in its [T, n, H, D]
+#: buffer. Inputs and their gradients share the slot numbering (dQKV like QKV), as
+#: FlashAttention's varlen qkvpacked / kvpacked entry points return them.
+PACKED_SLOTS: dict[str, dict[str, int]] = {
+    "qkv": {"q": 0, "k": 1, "v": 2, "dq": 0, "dk": 1, "dv": 2},
+    "kv": {"k": 0, "v": 1, "dk": 0, "dv": 1},
+}
+
+
+def packed_placement(packed: str, port: str, dims: RaggedDims) -> tuple[tuple[int, int, int], int] | None:
+    """(strides, slot offset) of a port of a packed token storage, or None for a port the
+    packing leaves alone (o, do, stats; q under "kv")."""
+    slot = PACKED_SLOTS[packed].get(port)
+    if slot is None:
+        return None
+    n, (_, H, D) = len(set(PACKED_SLOTS[packed].values())), dims
+    return (n * H * D, D, 1), slot * H * D

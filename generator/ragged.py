@@ -23,9 +23,9 @@ from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
 SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
-OWN_AXES = ("lengths", "storage", "modifiers")
+OWN_AXES = ("lengths", "storage", "modifiers", "seqused")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
-OPTIONAL_AXES = ("deterministic", "modifiers")
+OPTIONAL_AXES = ("deterministic", "modifiers", "seqused")
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
@@ -34,7 +34,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
             "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
             "lengths": r.lengths,
-            "storage": r.storages, "modifiers": r.modifiers}[axis]
+            "storage": r.storages, "modifiers": r.modifiers, "seqused": r.seqused}[axis]
 
 
 def item(axis: str, value: str) -> str:
@@ -52,7 +52,8 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     shape = RaggedShape(plan.heads[v["heads"]], plan.head_dims[v["head_dims"]], plan.ragged.lengths[v["lengths"]])
     mods = plan.ragged.modifiers[v["modifiers"]].fields() if "modifiers" in v else {}
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
-                distribution=v["distribution"], deterministic=v.get("deterministic", "off"), **mods)
+                distribution=v["distribution"], deterministic=v.get("deterministic", "off"),
+                seqused=v.get("seqused", "off"), **mods)
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -69,7 +70,10 @@ def offsets_of(plan: Plan, spec: Spec) -> Offsets:
             out.append(out[-1] + n)
         return tuple(out)
     cq, ck = cu(lengths.q), cu(lengths.kv_lengths)
-    return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail)
+    pads = plan.ragged.seqused.get(spec.seqused)
+    used = lambda lengths, pad: None if pad is None else tuple(max(0, n - pad) for n in lengths)
+    return Offsets(cq, ck, T_q=cq[-1] + st.tail, T_kv=ck[-1] + st.tail,
+                   used_q=used(lengths.q, pads and pads.q_pad), used_kv=used(lengths.kv_lengths, pads and pads.kv_pad))
 
 
 def graph_of(plan: Plan, spec: Spec) -> Graph:
@@ -83,12 +87,21 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
             "o": (T_q, h.H_q, d.D_v), "do": (T_q, h.H_q, d.D_v), "dq": (T_q, h.H_q, d.D_qk),
             "dk": (T_kv, h.H_k, d.D_qk), "dv": (T_kv, h.H_v, d.D_v), "stats": (T_q, h.H_q, 1)}
     strides = {p: layouts.ragged_strides(st.stats if p == "stats" else st.kind, dims[p]) for p in PORTS}
+    offsets = dict.fromkeys(PORTS, st.offset)
+    slots = layouts.PACKED_SLOTS.get(st.packed, {})
+    if len({dims[p] for p in slots}) > 1:
+        raise PlanError(f"ragged storage '{spec.layout}' packs {', '.join(sorted(slots))} into one buffer: "
+                        f"they need one shape [T, H, D], not {sorted({dims[p] for p in slots})}")
+    for p in slots:
+        placed = layouts.packed_placement(st.packed, p, dims[p])
+        if placed is not None:
+            strides[p], offsets[p] = placed[0], st.offset + placed[1]
     mask, scale = plan.masks[spec.mask], plan.scales[spec.scale]
     graph = ragged_graph(off.cu_q, cu_kv, H_q=h.H_q, H_k=h.H_k, H_v=h.H_v, D_qk=d.D_qk, D_v=d.D_v,
                         dtype=spec.dtype, scale=None if scale is None else float(scale),
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
-                        strides=strides, offsets={p: st.offset for p in PORTS})
+                        strides=strides, offsets=offsets, seqused_q=off.used_q, seqused_kv=off.used_kv)
     graph = expand.spec_modifiers(plan, spec, graph)   # the score modifiers (and their mutations)
     if not plan.switches[spec.deterministic]:
         return graph
@@ -99,7 +112,7 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     """The ragged axis items a declared spec realises: each axis whose value it matches."""
     shape = spec.shape
     found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
-             "distribution": spec.distribution, "deterministic": spec.deterministic,
+             "distribution": spec.distribution, "deterministic": spec.deterministic, "seqused": spec.seqused,
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
              "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None),
@@ -159,6 +172,9 @@ def check_plan(plan: Plan) -> None:
     for name, st in r.storages.items():
         if st.kind not in layouts.RAGGED_KINDS or st.stats not in layouts.RAGGED_STATS_KINDS:
             raise PlanError(f"ragged storage '{name}': unknown storage kind {st.kind!r} or {st.stats!r}")
+        if st.packed and st.packed not in layouts.PACKED_SLOTS:
+            raise PlanError(f"ragged storage '{name}': unknown packing {st.packed!r} "
+                            f"(known: {', '.join(layouts.PACKED_SLOTS)})")
         if min(st.offset, st.lead, st.tail) < 0:
             raise PlanError(f"ragged storage '{name}': offset, lead and tail must be >= 0")
     for name, ln in r.lengths.items():
@@ -196,9 +212,11 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
     # ports, for probes) it applies as a padded graph's
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
                  distribution=spec.distribution, bias=spec.bias, dbias=spec.dbias, sinks=spec.sinks,
-                 softcap=spec.softcap, alibi_slopes=spec.alibi_slopes,
+                 softcap=spec.softcap, alibi_slopes=spec.alibi_slopes, seqused=spec.seqused,
                  mutations=tuple(m for m in spec.mutations if m.target in expand.MODIFIER_PORTS))
-    if spec != plain:
+    if spec.seqused not in plan.ragged.seqused and spec.seqused != "off":
+        raise PlanError(f"{entry}: unknown seqused {spec.seqused!r}")
+    if spec != plain:     # graph_of reads none of the padded-only fields
         raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, dropout or mutations "
                         "but of score-modifier ports (leave them at their defaults)")
     st = plan.ragged.storages[spec.layout]
@@ -236,13 +254,14 @@ def check_draft(draft: Draft) -> None:
 def stray_reach(graph: Graph) -> dict[str, tuple[int, int]]:
     """Per port, how many elements before its view's first element and past its last
     addressed element the rows of the graph's sequences reach (a kernel with no token-base
-    bound reads and writes every row a sequence claims): rows below 0 and from T on, times
-    the port's token stride."""
+    bound reads and writes every row a sequence claims, by its range or its used length):
+    rows below 0 and from T on, times the port's token stride."""
     rag = graph.ragged
     rows = {}
     for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
         cu = getattr(rag, f"cu_seqlens_{side}")
-        spans = [(a, b) for a, b in zip(cu, cu[1:]) if b > a]
+        used = getattr(rag, f"seqused_{side}") or (0,) * (len(cu) - 1)   # a used length may run past its range
+        spans = [(a, max(b, a + u)) for a, b, u in zip(cu, cu[1:], used) if max(b, a + u) > a]
         rows[side] = (max([0, *(-a for a, _ in spans)]), max([0, *(b - tokens for _, b in spans)]))
     out = {}
     for port, spec in graph.tensors.items():

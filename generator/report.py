@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bundlegen.cost import size_text
+from bundlegen.generator.pass_report import later_value_lines
 from bundlegen.generator import peer_coverage
 from bundlegen.generator import boundaries, layout_distinct
 from bundlegen.generator.generate import cpu_run_seconds
@@ -95,6 +96,7 @@ def render(g: GeneratedPlan) -> str:
     out.append(f"  pairs allpairspy missed, added as repair cases: {len(g.repaired_pairs)}")
     out += _later_pass_lines(g)
     out.append("")
+    out += later_value_lines(g)
 
     out += _risk_lines(g)
     out += _layout_lines(g)

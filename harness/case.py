@@ -15,7 +15,7 @@ from bundlegen import validate
 from bundlegen.cost import DETERMINISTIC_MODE_RUNS, predict, size_text, terms
 from bundlegen.graph import Case, Graph
 from bundlegen.manifest import Manifest
-from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED,
+from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED, SEQUSED_NOT_SERVED,
                                RAGGED_OFFSETS, code_of)
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.bundles import manifest_of
@@ -229,6 +229,9 @@ def decline_reason(engine, graph: Graph) -> str | None:
     (Engine.score_modifiers)."""
     if graph.ragged is not None and not getattr(engine, "ragged", False):
         return f"{RAGGED_NOT_SERVED}: the engine does not set ragged = True"
+    if graph.ragged is not None and graph.ragged.seqused_ports and not getattr(engine, "seqused", False):
+        return (f"{SEQUSED_NOT_SERVED}: {', '.join(graph.ragged.seqused_ports)} (the engine does not set "
+                "seqused = True)")
     unlisted = modifiers_held(graph) - frozenset(getattr(engine, "score_modifiers", ()))
     if unlisted:
         return (f"{MODIFIER_NOT_SERVED}: {', '.join(sorted(unlisted))} "

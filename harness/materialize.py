@@ -39,7 +39,7 @@ from typing import Iterator, Mapping
 import torch
 
 from bundlegen.dtypes import TORCH_DTYPES
-from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OFFSET_PORTS, OUTPUT_PORTS, Case, Graph,
+from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OUTPUT_PORTS, Case, Graph,
                              TensorSpec)
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
@@ -81,7 +81,7 @@ class Materialized:
     #: a ragged graph's judged rows: output port -> row indices (on the oracle device) of
     #: the sequences the outputs are compared on (all of them; a device probe's good ones)
     judged_rows: Mapping[str, torch.Tensor] | None = None
-    #: a ragged graph's cu_seqlens tensors as handed to the engine, and their values
+    #: a ragged graph's cu_seqlens (and seqused) tensors as handed to the engine, and their values
     offsets: Mapping[str, tuple[int, ...]] | None = None
     #: the keep mask an engine that draws its own announced for this case (the oracle's
     #: dropout mask; harness/drawn_dropout.py), None otherwise
@@ -405,6 +405,8 @@ def materialize(case: Case, device: torch.device | str,
 
     for port in graph.output_ports:
         storages[port] = canary_storage(specs[port], device, output=True)
+    if seqs is not None:
+        _canary_padding(graph, specs, storages)
     # what the input-modified check compares with: a copy of each input storage made on
     # the device itself
     baselines = {port: storages[port].clone() for port in graph.input_ports}
@@ -412,7 +414,8 @@ def materialize(case: Case, device: torch.device | str,
     judged = silent = offsets = None
     if seqs is not None:
         judged, silent = _ragged_rows(graph, seqs, is_device_probe(case), odev)
-        offsets = {"cu_seqlens_q": graph.ragged.cu_seqlens_q, "cu_seqlens_kv": graph.ragged.cu_seqlens_kv}
+        offsets = {"cu_seqlens_q": graph.ragged.cu_seqlens_q, "cu_seqlens_kv": graph.ragged.cu_seqlens_kv,
+                   **{p: getattr(graph.ragged, p) for p in graph.ragged.seqused_ports}}
         for port, values in offsets.items():
             tensors[port] = torch.tensor(values, dtype=torch.int32, device=device)
     # the one wait of materialize: the engine's time starts on an idle device, and the
@@ -426,6 +429,33 @@ def materialize(case: Case, device: torch.device | str,
         unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
         snapshots=_Snapshots(baselines), baselines=baselines, reference=bwd, forward=fwd,
         oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep)
+
+
+#: the input ports of each side of a ragged graph (stats, o, do: the query side)
+_SIDE_INPUTS = {"q": ("q", "o", "do", "stats"), "kv": ("k", "v")}
+
+
+def padding_rows(graph: Graph, side: str) -> tuple[range, ...]:
+    """A padded ragged graph's padding rows on `side` (q or kv): each sequence's rows past
+    its used length, up to the end of its cu_seqlens range (only sequences whose offsets
+    and used length are in range: validate.good_sequences)."""
+    rag = graph.ragged
+    if getattr(rag, f"seqused_{side}") is None:
+        return ()
+    cu, used = getattr(rag, f"cu_seqlens_{side}"), rag.used_lengths(side)
+    return tuple(range(cu[b] + used[b], cu[b + 1]) for b in good_sequences(graph)
+                 if cu[b] + used[b] < cu[b + 1])
+
+
+def _canary_padding(graph: Graph, specs, storages) -> None:
+    """The input canary into every input's padding rows (a padded ragged graph): an engine
+    that reads them gets NaN (DESIGN section 10)."""
+    for side, ports in _SIDE_INPUTS.items():
+        for rows in padding_rows(graph, side):
+            for port in ports:
+                spec = specs[port]
+                bits = storages[port].view(BITS_DTYPES[spec.dtype])
+                view_of(bits, spec)[rows.start:rows.stop] = canary_bits(spec.dtype, output=False)
 
 
 def is_device_probe(case: Case) -> bool:
@@ -448,8 +478,9 @@ def _ragged_rows(graph: Graph, seqs, device_probe: bool, odev: torch.device):
     if device_probe:
         return judged, {}
     rag = graph.ragged
-    silent_q = (range(0, rag.cu_seqlens_q[0]), range(rag.cu_seqlens_q[-1], graph.T_q))
-    silent_kv = (range(0, rag.cu_seqlens_kv[0]), range(rag.cu_seqlens_kv[-1], graph.T_kv))
+    silent_q = (range(0, rag.cu_seqlens_q[0]), range(rag.cu_seqlens_q[-1], graph.T_q), *padding_rows(graph, "q"))
+    silent_kv = (range(0, rag.cu_seqlens_kv[0]), range(rag.cu_seqlens_kv[-1], graph.T_kv),
+                 *padding_rows(graph, "kv"))
     return judged, {"dq": silent_q, "dk": silent_kv, "dv": silent_kv}
 
 
@@ -512,13 +543,13 @@ def modified_flags(m: Materialized) -> dict[str, torch.Tensor]:
     """input port -> device bool scalar: its storage (guards included) differs bitwise
     from its baseline copy. Not read back."""
     def differs(port):
-        if port in OFFSET_PORTS:
+        if port in (m.offsets or ()):
             now = m.tensors[port]
             return _differs_anywhere(now, torch.tensor(m.offsets[port], dtype=now.dtype, device=now.device))
         now = bit_pattern(m.storages[port])
         return _differs_anywhere(now, bit_pattern(m.baselines[port].to(now.device)))
     return {port: differs(port)
-            for port in m.case.graph.input_ports + (OFFSET_PORTS if m.offsets else ())}
+            for port in m.case.graph.input_ports + tuple(m.offsets or ())}
 
 
 def guard_violations(m: Materialized) -> list[str]:

@@ -3,7 +3,8 @@ oracle's problem of its own lengths, cut out of the token-major [T, H, D] tensor
 [1, H, S_b, D] view (no copy), so every mask rule, GQA rule and magnitude bound is the
 padded oracle's, applied per sequence.
 
-Rows outside the given sequences stay O = 0, LSE = -inf and zero gradients (they are not
+A padded graph's sequences are their used rows (Ragged.seqused_*): the padding rows after
+them are neither read nor given values. Rows outside the given sequences stay O = 0, LSE = -inf and zero gradients (they are not
 judged). A sequence with no key gives its query rows O = 0, LSE = -inf and dQ = 0; one
 with no query gives its key rows dK = dV = 0.
 """
@@ -30,9 +31,12 @@ class Sequence:
 
 
 def sequences(graph: Graph, which: tuple[int, ...]) -> tuple[Sequence, ...]:
+    """The rows the oracle attends for each sequence in `which`: from its first row, its
+    used length on each side (a padded graph's seqused; else its whole range)."""
     rag = graph.ragged
     cq, ck = rag.cu_seqlens_q, rag.cu_seqlens_kv
-    return tuple(Sequence(cq[b], cq[b + 1], ck[b], ck[b + 1], b) for b in which)
+    uq, uk = rag.used_lengths("q"), rag.used_lengths("kv")
+    return tuple(Sequence(cq[b], cq[b] + uq[b], ck[b], ck[b] + uk[b], b) for b in which)
 
 
 def _cut(t: torch.Tensor, r0: int, r1: int) -> torch.Tensor:

@@ -26,6 +26,7 @@ from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
 from bundlegen.mutants import conditional as C
 from bundlegen.mutants import slopes_sinks as M
+from bundlegen.mutants import ragged_layouts as RL
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -277,6 +278,15 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("dsinks-over-padding-rows", "rows outside the sequences read",
            "ragged dSinks sums each sequence's rows up to max_seqlen_q (the next sequences' rows again)",
            WRAPPER, wrap(M.DsinksOverPaddingRows), ("AX-RAGGED-MODIFIERS-SINKS", "SHP-RAGGED-MODIFIERS-*")),
+    # --- ragged layouts (mutants/ragged_layouts.py): packed token buffers
+    Mutant("packed-dk-in-v-slot", "packed varlen slots confused",
+           "dK of a packed dKV / dQKV buffer written one slot on, into dV's slot (a slot "
+           "offset taken from the wrong port), its own slot left unwritten",
+           WRAPPER, wrap(RL.PackedDkInVSlot), ("AX-RAGGED-STORAGE-KV-PACKED", "AX-RAGGED-STORAGE-QKV-PACKED")),
+    Mutant("seqused-ignored", "padded varlen used lengths ignored",
+           "seqused_q / seqused_kv ignored: each sequence attended over its whole cu_seqlens "
+           "range, so its padding rows (NaN canaries) are read and their output rows written",
+           WRAPPER, wrap(RL.SequsedIgnored), ("AX-RAGGED-SEQUSED-KV", "AX-RAGGED-SEQUSED-BOTH")),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -73,6 +73,10 @@ class WholeEngineWrapper(EngineWrapper):
         return self.inner.ragged
 
     @property
+    def seqused(self) -> bool:
+        return self.inner.seqused
+
+    @property
     def score_modifiers(self) -> frozenset[str]:
         return self.inner.score_modifiers
 

@@ -170,6 +170,8 @@ class Offsets:
     T_kv: int | None = None
     max_q: int | None = None
     max_kv: int | None = None
+    used_q: tuple[int, ...] | None = None    # seqused_q (a padded varlen batch); None: none
+    used_kv: tuple[int, ...] | None = None   # seqused_kv
 
 
 PADDED, RAGGED = "padded", "ragged"      # a graph's storage: padded [B, H, S, D] or ragged tokens
@@ -227,6 +229,7 @@ class Spec:
     deterministic: str = "off"   # "on": the graph asks for the engine's deterministic backward
     #: ALiBi slopes, by name from Plan.alibi_slopes (the port's form; None: no slopes)
     alibi_slopes: str = "off"
+    seqused: str = "off"         # ragged only: a name from Space.seqused (per-sequence used lengths)
     storage: str = field(init=False)
 
     def __post_init__(self):
@@ -329,12 +332,25 @@ class TokenStorage:
     """How a ragged graph's token-major ports are stored (generator/layouts.py places them):
     `kind` names the [T, H, D] storage kind of the eight data ports, `stats` the kind of
     stats [T_q, H_q, 1]; `offset` elements precede every port's view; `lead` and `tail` token
-    rows before cu_seqlens[0] and after cu_seqlens[B] belong to no sequence."""
+    rows before cu_seqlens[0] and after cu_seqlens[B] belong to no sequence. `packed`
+    (layouts.PACKED_SLOTS: "qkv" or "kv", "" none) puts Q, K, V (or K, V) and their
+    gradients in the slots of one [T, n, H, D] buffer each, FlashAttention's varlen
+    qkvpacked / kvpacked: token stride n*H*D, slot s at element offset s*H*D."""
     kind: str = "thd"
     stats: str = "stats-ht"
     offset: int = 0
     lead: int = 0
     tail: int = 0
+    packed: str = ""
+
+
+@dataclass(frozen=True)
+class SeqUsed:
+    """Per-sequence used lengths of a padded varlen batch (Ragged.seqused_*): on each side
+    whose pad is not None, sequence b uses max(0, length_b - pad) rows and the rest of its
+    range is padding; None: that side has no used lengths."""
+    q_pad: int | None = None
+    kv_pad: int | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +375,7 @@ class Space:
     lengths: Mapping[str, Lengths] = field(default_factory=dict)          # ragged only
     storages: Mapping[str, TokenStorage] = field(default_factory=dict)    # ragged only
     modifiers: Mapping[str, ModifierSet] = field(default_factory=dict)    # ragged only
+    seqused: Mapping[str, SeqUsed | None] = field(default_factory=dict)   # ragged only (None: off)
 
 
 # ----------------------------------------------------------------------------- boundary values

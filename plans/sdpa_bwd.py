@@ -12,7 +12,8 @@ import math
 
 from bundlegen.plans.records import (
     Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
-    MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, Shape, Space,
+    MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed,
+    Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
@@ -847,6 +848,21 @@ RAGGED_STORAGES = {                   # token-major storage of every port (gener
     "thd-offset24": TokenStorage(offset=24),                  # every view 24 elements in
     "spare-rows": TokenStorage(lead=5, tail=7),               # rows before cu[0], after cu[B]
     "stats-th": TokenStorage(stats="stats-th"),               # stats token-major [T, H]
+    # one buffer for Q, K, V ([T, 3, H, D]) or K, V ([T, 2, H, D]), gradients likewise:
+    # FlashAttention's varlen qkvpacked / kvpacked inputs
+    "qkv-packed": TokenStorage(packed="qkv"),
+    "kv-packed": TokenStorage(packed="kv"),
+}
+RAGGED_PACKED_STORAGES = ("qkv-packed", "kv-packed")
+
+# padded varlen (FlashAttention 3's seqused_q / seqused_k): each sequence's last rows of its
+# cu_seqlens range are padding (NaN canaries the engine must not read, output rows it must
+# not write); 7 rows, so a used length crosses the 64-row tiles of the 65-, 127- and
+# 129-row sequences and short sequences use none of their rows
+RAGGED_SEQUSED = {
+    "off": None,
+    "kv": SeqUsed(kv_pad=7),               # keys padded (FA3's seqused_k alone)
+    "both": SeqUsed(q_pad=7, kv_pad=7),
 }
 
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
@@ -867,14 +883,24 @@ RAGGED_MODIFIER_SETS = {
 }
 #: the ragged suites' pass the modifiers axis joined: after pass 1 (deterministic, l2-grad)
 RAGGED_MODIFIERS_PASS = 2
+# The ragged suites' third pass: the largest head-dim tier (D256) and a group ratio that is
+# no power of two (GQA 3) as axis values (each costs the quick CPU budget a case; the other
+# tiers and ratios of the padded plan are SHP-RAGGED-HEAD-TIERS, at pr), the packed token
+# storages and the used lengths of padded varlen batches
+RAGGED_BREADTH_PASS = 2
+RAGGED_LATER_HEADS = ("gqa3",)
+RAGGED_LATER_HEAD_DIMS = ("d256",)
 
 RAGGED_AXES = (
     Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
-    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1"), "mha", core=True),
+    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS, "mha", core=True,
+         values_joined=dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS)),
     Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
-    Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128"), "d64", core=True),
+    Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128") + RAGGED_LATER_HEAD_DIMS, "d64",
+         core=True, values_joined=dict.fromkeys(RAGGED_LATER_HEAD_DIMS, RAGGED_BREADTH_PASS)),
     Axis("mask", "mask kind, aligned per sequence", RAGGED_MASKS, "none", core=True),
-    Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd"),
+    Axis("storage", "token-major storage", tuple(RAGGED_STORAGES), "thd",
+         values_joined=dict.fromkeys(RAGGED_PACKED_STORAGES, RAGGED_BREADTH_PASS)),
     Axis("scale", "attention scale", tuple(SCALES), "default"),
     Axis("distribution", "input distribution", ("randn", "small-int", "shifted-logits", "l2-grad"), "randn",
          values_joined={"l2-grad": 1}),
@@ -882,12 +908,18 @@ RAGGED_AXES = (
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
     Axis("modifiers", "score modifiers per sequence (bias, dBias, sinks, softcap, ALiBi slopes)",
          tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS),
+    Axis("seqused", "per-sequence used lengths (padded varlen)", tuple(RAGGED_SEQUSED), "off", core=True,
+         joined=RAGGED_BREADTH_PASS),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
 _UNEQUAL_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q != ln.kv_lengths)
 _WINDOW_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].left_bound is not None)
 _PAST_WINDOW = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > WINDOW)
+
+_RAGGED_HEADS = next(a for a in RAGGED_AXES if a.name == "heads").values
+_RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
+_SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
 
 RAGGED_RULES = (
     Rule("ragged-bottom-right-needs-unequal-lengths",
@@ -897,6 +929,18 @@ RAGGED_RULES = (
     Rule("ragged-window-needs-longer-sequences",
          f"a window of {WINDOW} keys over sequences of at most {WINDOW} keys keeps what causal keeps",
          when={"mask": _WINDOW_MASKS}, require={"lengths": _PAST_WINDOW}),
+    Rule("ragged-qkv-packed-needs-equal-heads-dims-and-lengths",
+         "Q, K and V are the slots of one [T, 3, H, D] buffer: they share T (so every sequence "
+         "has as many keys as queries), H and D",
+         when={"storage": ("qkv-packed",)},
+         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _EQUAL_HEADS),
+                  "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS),
+                  "lengths": _SAME_LENGTHS}),
+    Rule("ragged-kv-packed-needs-equal-kv-heads-and-dims",
+         "K and V are the slots of one [T, 2, H, D] buffer: they share H and D",
+         when={"storage": ("kv-packed",)},
+         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _KV_EQUAL_HEADS),
+                  "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS)}),
 )
 
 
@@ -924,6 +968,21 @@ RAGGED_CATALOG = (
                          mask="window-br", layout="htd")), level="nightly"),
     CatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
                  (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+)
+
+# the padded plan's head-dim tiers and group ratios the ragged axes leave out, one spec each
+_TIER_SPECS = (
+    _rspec(D=32), _rspec(D=96, mask="causal-br"), _rspec(D=160, mask="window-br"), _rspec(D=192),
+    _rspec(D=128, D_v=64, mask="causal-tl"), _rspec(D=64, D_v=128, mask="window-br"), _rspec(D=59, mask="causal-br"), _rspec(D=256, D_v=128),
+    _rspec(H=8, H_k=2, mask="causal-br"), _rspec(H=6, H_k=1, D=128), _rspec(H=9, H_k=1, mask="causal-br"),
+    _rspec(H=4, H_k=1, H_v=2, D=96), _rspec(H=4, H_k=4, H_v=2), _rspec(H=8, H_k=1, D=192, D_v=128, mask="causal-br"),
+    _rspec(H=16, H_k=2, D=256, mask="causal-br", layout="htd"),
+)
+RAGGED_CATALOG += (
+    CatalogEntry("SHP-RAGGED-HEAD-TIERS",
+                 "the padded plan's other head-dim tiers (32, 96, 160, 192, a 59 tail, 128/64, 64/128, 256/128) "
+                 "and group ratios (4, 6, 9, H_k < H_v, H_k > H_v, MQA 8/1 with MLA dims, 16/2 at D256) on packed batches",
+                 _TIER_SPECS, level="pr"),
 )
 
 _SEED_001 = "ROCm/rocm-libraries#15045 (AICK-3016): THD token base unbounded"
@@ -978,6 +1037,28 @@ RAGGED_PROBES = (
     Probe("PRB-RAGGED-DEVICE-OVER-MAX-KV", "kv side: a sequence of 36 keys with max_seqlen_kv 24",
           "device", "ragged-length-over-max",
           _rspec(**_DEV, lengths=Offsets((0, 20, 40), (0, 24, 60), max_kv=24))),
+    # padded varlen: used lengths the frontend sees, then ones only device code sees (a
+    # used length past its range reads the next sequence's rows, or past the storage); one
+    # device probe per rule at quick (the CPU budget), the others at pr
+    Probe("PRB-RAGGED-SEQUSED-COUNT", "seqused_kv with one length for two sequences", "frontend",
+          "ragged-seqused-count", _rspec(lengths=Offsets((0, 30, 64), used_kv=(20,)))),
+    Probe("PRB-RAGGED-SEQUSED-NEGATIVE", "seqused_q[1] < 0", "frontend", "ragged-seqused-negative",
+          _rspec(lengths=Offsets((0, 30, 64), used_q=(30, -4)))),
+    Probe("PRB-RAGGED-SEQUSED-PAST-RANGE", "seqused_kv[0] past its sequence's range", "frontend",
+          "ragged-seqused-past-range", _rspec(lengths=Offsets((0, 30, 64), used_kv=(36, 20)))),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-INTO-NEXT-Q", "q side: the first sequence claims 12 rows of the next one",
+          "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 16, 40), (0, 24, 48), used_q=(28, 20), used_kv=(20, 24), max_q=28)),
+          level="pr"),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-PAST-Q-END", "q side: the last sequence's used length runs 6 rows past "
+          "the storage", "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 16, 40), (0, 24, 48), used_q=(16, 30), max_q=30))),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-PAST-KV-END", "kv side: the last sequence's used length runs 10 rows "
+          "past the storage", "device", "ragged-seqused-past-range",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 48), used_kv=(30, 28), max_kv=40)), level="pr"),
+    Probe("PRB-RAGGED-DEVICE-SEQUSED-NEGATIVE-KV", "kv side: a used length of -8", "device",
+          "ragged-seqused-negative",
+          _rspec(**_DEV, lengths=Offsets((0, 20, 36), (0, 30, 48), used_kv=(-8, 14)))),
 )
 
 RAGGED_MODIFIER_CATALOG = (
@@ -998,6 +1079,7 @@ RAGGED_MODIFIER_PROBES = (
 RAGGED = Space(
     RAGGED_STORAGE, axes=RAGGED_AXES, rules=RAGGED_RULES, lengths=RAGGED_LENGTHS, storages=RAGGED_STORAGES,
     modifiers=RAGGED_MODIFIER_SETS,
+    seqused=RAGGED_SEQUSED,
     value_suite_item="RAGGED-AXIS-VALUES",
     pair_suites=(
         PairSuite("RAGGED-PAIR-CORE", "every legal pair of ragged core-axis values", "ragged-pairs-core", "core", "pr"),
@@ -1052,12 +1134,13 @@ GATED = (
 MiB = 1 << 20
 GiB = 1 << 30
 # quick holds the deterministic backward (three cases, each priced at its 50 runs:
-# bundlegen.cost), the gradient distributions, fp16 and the risk triples' first sample
-CPU_QUICK_BUDGET_S = 90.0
+# bundlegen.cost), the gradient distributions, fp16, the risk triples' first sample, and
+# each ragged value once: score modifiers, ALiBi slopes, used lengths, packed buffers
+CPU_QUICK_BUDGET_S = 100.0
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
     # them), every boundary class and the ragged space once, through the Triton interpreter
-    # on a 2-core CPU in about a minute and a half (CPU_QUICK_BUDGET_S)
+    # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S)
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
           per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),

@@ -128,7 +128,7 @@ def test_the_ragged_values_cover_the_issue_list():
 
 def test_ragged_rules_exclude_exactly_what_they_say(legality, generated):
     values = {a.name: a.values for a in sdpa_bwd.RAGGED_AXES}
-    for rule in sdpa_bwd.RAGGED_RULES:
+    for rule in (r for r in sdpa_bwd.RAGGED_RULES if set(r.axes) == {"lengths", "mask"}):   # packed: test_ragged_breadth_packed
         excluded = 0
         for length in values["lengths"]:
             for mask in values["mask"]:

@@ -9,7 +9,9 @@ autograd's sum over the broadcast is dBias; the sink is one more logit column.
 Ragged graphs (DESIGN section 10) are computed sequence by sequence: the engine reads the
 offsets back to the host (a reference may), keeps the sequences validate.good_sequences
 calls good (every one of a valid graph) and skips the others, reading and writing nothing
-for them, so a device probe's bad sequences cannot take it outside its tensors.
+for them, so a device probe's bad sequences cannot take it outside its tensors. A padded
+graph's sequences are their used rows (tensors['seqused_*']): padding rows are neither read
+nor written.
 
 Precision is PyTorch's math SDPA's (torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp
 is False by default): fp16/bf16 in and out, intermediates in fp32. Computing the scores
@@ -40,6 +42,7 @@ class TorchMathEngine(Engine):
     name = "torch-math"
     deterministic = True
     ragged = True
+    seqused = True
     score_modifiers = frozenset({"bias", "dbias", "sinks", "softcap", "alibi_slopes"})
 
     def archs(self) -> tuple[str, ...]:
@@ -79,14 +82,20 @@ class TorchMathEngine(Engine):
 
 def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tuple[int, range, range]]:
     """(b, q rows, kv rows) of every sequence to compute: the good ones (validate's
-    definition) of the offsets in tensors['cu_seqlens_*'], read back to the host."""
-    cu_q = tuple(int(x) for x in tensors["cu_seqlens_q"].tolist())
-    cu_kv = tuple(int(x) for x in tensors["cu_seqlens_kv"].tolist())
+    definition) of the offsets in tensors['cu_seqlens_*'] and the used lengths in
+    tensors['seqused_*'] (a padded graph's), read back to the host; a sequence's rows are
+    its used ones."""
+    read = lambda port: tuple(int(x) for x in tensors[port].tolist())
+    cu_q, cu_kv = read("cu_seqlens_q"), read("cu_seqlens_kv")
     if len(cu_q) != graph.B + 1 or len(cu_kv) != graph.B + 1:
         raise ValueError(f"cu_seqlens: {len(cu_q)} and {len(cu_kv)} offsets for {graph.B} sequences")
+    used = {p: read(p) for p in graph.ragged.seqused_ports}
+    if any(len(u) != graph.B for u in used.values()):
+        raise ValueError(f"seqused: {[len(u) for u in used.values()]} used lengths for {graph.B} sequences")
     seen = dataclasses.replace(graph, ragged=dataclasses.replace(
-        graph.ragged, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv))
-    return [(b, range(cu_q[b], cu_q[b + 1]), range(cu_kv[b], cu_kv[b + 1]))
+        graph.ragged, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, **used))
+    uq, uk = seen.ragged.used_lengths("q"), seen.ragged.used_lengths("kv")
+    return [(b, range(cu_q[b], cu_q[b] + uq[b]), range(cu_kv[b], cu_kv[b] + uk[b]))
             for b in good_sequences(seen)]
 
 

@@ -25,6 +25,9 @@ _FLOATS = {"scale", "softcap", "drop_scale"}
 _FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS", "DQA", "ALIBI"}
 _I32_PTRS = {"CU_Q", "CU_KV"}
 _RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
+#: no used lengths (padded varlen) in any compiled variant: no row serves them on a GPU
+#: (capabilities.Capabilities.seqused)
+NO_USED = dict(HAS_USED_Q=False, HAS_USED_KV=False, USED_Q=None, USED_KV=None)
 #: None (constexpr) in a variant without score modifiers (HAS_BIAS and SOFTCAP off)
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap",
                  "DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale",
@@ -103,9 +106,10 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                  BLOCK_DV2=0)
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False,
                  EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, HAS_DROPOUT=False, HAS_ALIBI=False,
-                 **{a: None for a in MODIFIER_ARGS})
+                 **{a: None for a in MODIFIER_ARGS}, **NO_USED)
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
+                                                    HAS_USED_Q=False, USED_Q=None,
                                                     BLOCK_DV=tiles["BLOCK_DV"])),
         "dq": (kernels.bwd_dq, dict(masks, **no_tma("bwd_dq"), BLOCK_M=cfg.block_m2,
                                     BLOCK_N=cfg.block_n2, **tiles)),

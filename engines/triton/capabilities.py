@@ -5,7 +5,8 @@ a fixed order: dtype, head dim, output layout (zero stride, then overlap), gated
 Everything else a valid graph can declare is served natively: any strides on inputs
 (including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
 D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale, and ragged
-(THD / varlen) batches in any token-major layout (offsets read and bounded on the device),
+(THD / varlen) batches in any token-major layout (offsets read and bounded on the device;
+per-sequence used lengths on the rows that have seqused set, the interpreter's),
 and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
 strides; dBias in any layout that addresses each element once, summed over the bias's
 broadcast axes; sinks and dSinks; softcap) alone or combined, on padded graphs with every
@@ -38,6 +39,9 @@ class Capabilities:
     #: variant has been compiled and resource-checked (resources.json holds none)
     dropout: bool = False
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
+    #: padded varlen (per-sequence used lengths, kernels' HAS_USED_Q / HAS_USED_KV); off where
+    #: no such variant has been compiled and resource-checked (resources.json holds none)
+    seqused: bool = False
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
     #: any combination of them, on padded graphs
@@ -80,6 +84,9 @@ class Capabilities:
                         "has no dropout variant)")
         if graph.ragged is not None and not self.ragged:
             return f"{R.RAGGED_NOT_SERVED}: no ragged kernels for {self.arch}"
+        if graph.ragged is not None and graph.ragged.seqused_ports and not self.seqused:
+            return (f"{R.SEQUSED_NOT_SERVED}: {', '.join(graph.ragged.seqused_ports)} on {self.arch} (no "
+                    "used-length kernel variant is resource-checked there: engines/triton/resources.json)")
         used = graph.modifiers
         missing = used - self.score_modifiers
         if missing:
@@ -123,7 +130,7 @@ ROWS: dict[str, Capabilities] = {
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128,
                            score_modifiers=GPU_MODIFIERS),
-    "cpu": Capabilities("cpu", dropout=True, ragged_modifiers=True),     # the Triton interpreter (TRITON_INTERPRET=1)
+    "cpu": Capabilities("cpu", dropout=True, ragged_modifiers=True, seqused=True),   # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

@@ -80,6 +80,7 @@ class TritonEngine(Engine):
     name = "triton"
     deterministic = True
     ragged = True          # capabilities rows say which ragged graphs each arch serves
+    seqused = True         # likewise the used lengths of a padded varlen batch
     #: served natively (kernels: HAS_BIAS, SOFTCAP, bwd_dbias, bwd_dsinks); the capabilities
     #: rows say which combinations each arch serves
     score_modifiers = frozenset(MODIFIERS)

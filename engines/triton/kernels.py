@@ -76,25 +76,29 @@ def _ld_rows(base, rows, cols, s_row, s_col, rows_ok, d, WHOLE: tl.constexpr, EV
 
 
 @triton.jit
-def _sequence(CU, b, rows, max_len):
+def _sequence(CU, b, rows, max_len, USED, HAS_USED: tl.constexpr):
     """(first token, length) of sequence b on one side of a ragged batch, from that side's
-    cu_seqlens (int32 [B+1], read on the device). The bound of seed 001: a side whose start
-    is negative, whose end passes the `rows` tokens in storage, or whose length is negative
-    or above max_len is taken as empty at token 0, so nothing is read or written for it.
-    Uniform per program: two loads, four compares, two selects."""
+    cu_seqlens (int32 [B+1], read on the device), or its used length USED[b] (HAS_USED: a
+    padded batch). The bound of seed 001: a side whose start is negative, whose end passes
+    the `rows` tokens in storage, whose length is negative or above max_len, or whose used
+    length is below 0 or past its range is taken as empty at token 0: nothing read or written."""
     start = tl.load(CU + b)
     end = tl.load(CU + b + 1)
     n = end - start      # no overflow where it is used: start >= 0 and end <= rows there
     ok = (start >= 0) & (end <= rows) & (n >= 0) & (n <= max_len)
+    if HAS_USED:
+        used = tl.load(USED + b)
+        ok, n = ok & (used >= 0) & (used <= n), used
     return tl.where(ok, start, 0).to(tl.int64), tl.where(ok, n, 0)
 
 
 @triton.jit
-def _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right):
+def _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right, USED_Q, USED_KV, HAS_USED_Q: tl.constexpr,
+            HAS_USED_KV: tl.constexpr):
     """Sequence b: (q first token, S_q_b, kv first token, S_kv_b, shift), the diagonal shift
-    from the sequence's own lengths (bottom_right, a run-time 0 or 1: S_kv_b - S_q_b; else 0)."""
-    tq, n_q = _sequence(CU_Q, b, T_q, S_q)
-    tk, n_kv = _sequence(CU_KV, b, T_kv, S_kv)
+    from the sequence's own (used) lengths (bottom_right, a run-time 0 or 1: S_kv_b - S_q_b; else 0)."""
+    tq, n_q = _sequence(CU_Q, b, T_q, S_q, USED_Q, HAS_USED_Q)
+    tk, n_kv = _sequence(CU_KV, b, T_kv, S_kv, USED_KV, HAS_USED_KV)
     shift = tl.where(bottom_right != 0, n_kv - n_q, 0)
     return tq, n_q, tk, n_kv, shift
 
@@ -109,12 +113,12 @@ def _row_dot(o, do):
                                "sdo_h", "sdo_s", "sdo_d", "H_q", "S_q", "D_v", "T_q"])
 def bwd_preprocess(O, DO, Delta, CU_Q, o_off, so_b, so_h, so_s, so_d, do_off, sdo_b, sdo_h, sdo_s,
                    sdo_d, H_q, S_q, D_v, T_q, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   VEC: tl.constexpr, WIDE: tl.constexpr, RAGGED: tl.constexpr):
+                   VEC: tl.constexpr, WIDE: tl.constexpr, RAGGED: tl.constexpr, HAS_USED_Q: tl.constexpr = False, USED_Q=None):
     """Delta[b, h, i] = sum_d O[b,h,i,d] * dO[b,h,i,d] in fp32 (Delta is packed [B, H_q, S_q])."""
     pid_m, b, h = block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, False, False, False)
     bq, n_q = b, S_q          # the q ports' "batch" index and the sequence length
     if RAGGED:                # sequence b's first token and its own length
-        bq, n_q = _sequence(CU_Q, b, T_q, S_q)
+        bq, n_q = _sequence(CU_Q, b, T_q, S_q, USED_Q, HAS_USED_Q)
     start_m = pid_m * BLOCK_M
     row0 = tl.cast(start_m, tl.int64)
     rm, _, _, rd = tile_ranges(BLOCK_M, 16, 16, BLOCK_DV, WIDE)
@@ -144,7 +148,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
              RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr, HAS_BIAS: tl.constexpr,
              SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
              ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-             DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False):
+             DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False, HAS_USED_Q: tl.constexpr = False,
+             HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -170,7 +175,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:
-        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right)
+        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right,
+                                           USED_Q, USED_KV, HAS_USED_Q, HAS_USED_KV)
     group = H_q // H_grp
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
@@ -369,7 +375,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
            BLOCK_DV: tl.constexpr, RAGGED: tl.constexpr, bottom_right, HAS_BIAS: tl.constexpr,
            SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
-           EVEN: tl.constexpr, TMA: tl.constexpr, HAS_ALIBI: tl.constexpr = False):
+           EVEN: tl.constexpr, TMA: tl.constexpr, HAS_ALIBI: tl.constexpr = False,
+           HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
     registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
     descriptors KD and VD."""
@@ -379,7 +386,8 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
     # "batch" index of the q-side and kv-side ports, and the lengths masks and loops use
     bq, n_q, bk, n_kv = b, S_q, b, S_kv
     if RAGGED:
-        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right)
+        bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right,
+                                           USED_Q, USED_KV, HAS_USED_Q, HAS_USED_KV)
     io = Q.dtype.element_ty
     qk_scale = scale * LOG2E
     d_qk = D_qk * VEC

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import torch
 
-from bundlegen.graph import OFFSET_PORTS, Graph
+from bundlegen.graph import OFFSET_PORTS, SEQUSED_PORTS, Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import CHUNK, BlockConfig, block_d, two_chunk_tiles
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
@@ -235,6 +235,7 @@ class Launch:
     dq_scratch: "DqScratch | None" = None
     #: TMA launches (descriptor_loads): the [B, H, S, D] ports their descriptors are made of
     streamed: Mapping[str, torch.Tensor] | None = None
+    used: tuple = (None, None)   # used_lengths(): (seqused_q, seqused_kv) device tensors or None
 
     @property
     def variant(self) -> tuple:
@@ -345,7 +346,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     A launch without descriptors runs cfg.pointer_loads where the config has one."""
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
-    ragged = offsets(graph, tensors)
+    ragged, used = offsets(graph, tensors), used_lengths(graph, tensors)
     mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     tensors = kernel_views(graph, tensors)
@@ -369,7 +370,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                         device=tensors["q"].device)
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
-                  mods, scratch, streamed)
+                  mods, scratch, streamed, used)
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
@@ -435,10 +436,26 @@ def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
 
 def ragged_flags(graph: Graph) -> dict:
     """RAGGED, and bottom_right (a run-time 1: the kernels shift each sequence's diagonal by
-    its own S_kv_b - S_q_b); both off for a padded graph, whose shift comes from _bounds."""
+    its own S_kv_b - S_q_b); both off for a padded graph, whose shift comes from _bounds.
+    HAS_USED_Q / HAS_USED_KV: the side has used lengths (Ragged.seqused_*), read on the device."""
     ragged = graph.ragged is not None
-    return dict(RAGGED=ragged,
-                bottom_right=int(ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT"))
+    used = graph.ragged.seqused_ports if ragged else ()
+    flags = dict(RAGGED=ragged,
+                 bottom_right=int(ragged and graph.attributes.diagonal_alignment == "BOTTOM_RIGHT"))
+    return dict(flags, HAS_USED_Q="seqused_q" in used, HAS_USED_KV="seqused_kv" in used)
+
+
+def used_lengths(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
+    """(seqused_q, seqused_kv) for the kernels: the int32 [B] device tensors of the sides that
+    have used lengths, None for the others (and for a padded graph)."""
+    if graph.ragged is None:
+        return None, None
+    for name in graph.ragged.seqused_ports:
+        t = tensors.get(name)
+        if t is None or t.dtype != torch.int32 or t.shape != (graph.B,) or t.device != tensors["q"].device:
+            raise ValueError(f"a graph with {name} needs it as int32 [B] = [{graph.B}] on the ports' device; "
+                             f"got {None if t is None else (t.dtype, tuple(t.shape), str(t.device))}")
+    return tuple(tensors[n] if n in graph.ragged.seqused_ports else None for n in SEQUSED_PORTS)
 
 
 def run_preprocess(L: Launch) -> None:
@@ -451,7 +468,8 @@ def run_preprocess(L: Launch) -> None:
     L.kernels.bwd_preprocess[(grid,)](
         o[0], do[0], L.delta, L.ragged[0], *o[1:], *do[1:], g.H_q, g.S_q, g.D_v // L.vec,
         L.ragged[2], BLOCK_M=cfg.block_m2, BLOCK_DV=block_d(g.D_v), VEC=L.vec,
-        WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], **cfg.launch_kwargs(dq=True))
+        WIDE=L.flags["WIDE"], RAGGED=L.flags["RAGGED"], HAS_USED_Q=L.flags["HAS_USED_Q"],
+        USED_Q=L.used[0], **cfg.launch_kwargs(dq=True))
 
 
 def dkdv_passes(graph: Graph, cfg: BlockConfig) -> list[tuple[int, bool, bool]]:
@@ -487,7 +505,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             *L.descriptors(("q", "do"), cfg.block_m1), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, DP_FIRST=dp_first(cfg, L.flags), **L.flags, **L.tiles,
-            **cfg.launch_kwargs())
+            USED_Q=L.used[0], USED_KV=L.used[1], **cfg.launch_kwargs())
 
 
 def modified(flags: Mapping[str, Any]) -> bool:
@@ -516,7 +534,8 @@ def run_dq(L: Launch) -> None:
         *L.pointers, dq[0], *L.ragged[:2], *L.addressing, *dq[1:], g.H_q, g.H_q // g.H_k,
         g.H_q // g.H_v,
         *L.sizes, *L.score_args, *L.descriptors(("k", "v"), cfg.block_n2),
-        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles, **dq_options(L))
+        BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2, **L.flags, **L.tiles, USED_Q=L.used[0],
+        USED_KV=L.used[1], **dq_options(L))
 
 
 def dq_options(L: Launch) -> dict:

@@ -68,7 +68,7 @@ ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: out of a variant's key, put back when the variant is compiled
 ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
              "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS},
-             "RAGGED_DB": False, "RAGGED_DS": False}
+             "RAGGED_DB": False, "RAGGED_DS": False, **aot.NO_USED}
 
 
 def _dbias_chunk() -> int:
@@ -117,6 +117,9 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
                                      "Capabilities.ragged_modifiers): no ragged dBias or dSinks "
                                      "launch is resource-checked")
        for a, off in ADDED_OFF.items() if a in ("RAGGED_DB", "RAGGED_DS")},
+    **{a: (lambda c, off=off: off, "the GPU rows decline used lengths (capabilities.Capabilities."
+                                     "seqused): no launch with them is resource-checked")
+       for a, off in aot.NO_USED.items()},
     **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
            "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
        for a in aot.ATOMIC_DQ_ARGS},
