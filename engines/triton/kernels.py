@@ -511,7 +511,9 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
               HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
               WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CHUNK_QK: tl.constexpr, CHUNK_V: tl.constexpr, ALIBI=None, alibi_off=None, salibi_b=None,
-              salibi_h=None, HAS_ALIBI: tl.constexpr = False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, bottom_right=0, RAGGED_DB: tl.constexpr = False):
+              salibi_h=None, HAS_ALIBI: tl.constexpr = False, CU_Q=None, CU_KV=None, T_q=None, T_kv=None, bottom_right=0,
+              RAGGED_DB: tl.constexpr = False, USED_Q=None, USED_KV=None, HAS_USED_Q: tl.constexpr = False,
+              HAS_USED_KV: tl.constexpr = False):
     """One program per (dBias batch, dBias head, Q block, KV block): the dBias tile = dS =
     P (dP - Delta) (before the softcap factor), summed in a fixed order over the B_sum
     batches and H_sum query heads dBias is broadcast over (B_sum = B when dBias has one
@@ -560,7 +562,8 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
         h = h0 + it % H_sum
         bq, bk, bias_ok = b, b, inside   # q-side and kv-side "batch" index: a sequence's first token
         if RAGGED_DB:   # sequence b's block: its lengths, first tokens and shift
-            bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right)
+            bq, n_q, bk, n_kv, shift = _ragged(CU_Q, CU_KV, b, T_q, T_kv, S_q, S_kv, bottom_right, USED_Q, USED_KV,
+                                               HAS_USED_Q, HAS_USED_KV)
             m_ok, n_ok = offs_m < n_q, offs_n < n_kv
             bias_ok = m_ok[:, None] & n_ok[None, :]
             keep = keep_mask(offs_m[:, None], offs_n[None, :], n_q, n_kv, shift, left, right, HAS_LEFT, HAS_RIGHT)
@@ -587,7 +590,8 @@ def bwd_dbias(Q, K, V, DO, LSE, Delta, BIAS, DBIAS, q_off, sq_b, sq_h, sq_s, sq_
 @triton.jit(do_not_specialize=["l_off", "sl_b", "sl_h", "sl_s", "sink_off", "s_sink",
                                "dsink_off", "s_dsink", "B", "H_q", "S_q"])
 def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_sink, dsink_off,
-               s_dsink, B, H_q, S_q, BLOCK: tl.constexpr, CU_Q=None, T_q=None, RAGGED_DS: tl.constexpr = False):
+               s_dsink, B, H_q, S_q, BLOCK: tl.constexpr, CU_Q=None, T_q=None, RAGGED_DS: tl.constexpr = False,
+               USED_Q=None, HAS_USED_Q: tl.constexpr = False):
     """One program per query head h: dSinks_h = -sum_{b,i} exp(sink_h - LSE_bhi) Delta_bhi,
     each lane summing its rows in order, then one tree sum: deterministic. A row whose LSE
     is -inf (no kept key, no sink in it) adds 0. RAGGED_DS: sequence b's own S_q_b rows only."""
@@ -599,7 +603,7 @@ def bwd_dsinks(LSE, Delta, SINKS, DSINKS, l_off, sl_b, sl_h, sl_s, sink_off, s_s
     for it in range(0, B * n_blk):
         b = (it // n_blk).to(tl.int64)
         rows = (it % n_blk) * BLOCK + r
-        bq, n_q = _sequence(CU_Q, b, T_q, S_q) if RAGGED_DS else (b, S_q)
+        bq, n_q = _sequence(CU_Q, b, T_q, S_q, USED_Q, HAS_USED_Q) if RAGGED_DS else (b, S_q)
         ok = rows < n_q
         lse2 = _lse2(tl.load(LSE + (l_off + bq * sl_b + h * sl_h) + rows * sl_s, mask=ok,
                              other=float("-inf")))

@@ -570,7 +570,7 @@ def run_dbias(L: Launch) -> None:
         CHUNK_QK=min(DBIAS_CHUNK, L.tiles["BLOCK_DQK"]),
         CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
         **dict(zip(("ALIBI", "alibi_off", "salibi_b", "salibi_h"), L.alibi_args)),
-        HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right"), "RAGGED_DB"),
+        HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right", "USED_Q", "USED_KV", "HAS_USED_Q", "HAS_USED_KV"), "RAGGED_DB"),
         **dict(cfg.launch_kwargs(dq=True), num_stages=1))
 
 
@@ -579,7 +579,9 @@ def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:
     passes the flag off alone: those kernels compile as before they took ragged batches)."""
     if L.graph.ragged is None:
         return {flag: False}
-    values = dict(zip(("CU_Q", "CU_KV", "T_q", "T_kv"), L.ragged), bottom_right=L.flags["bottom_right"])
+    values = dict(zip(("CU_Q", "CU_KV", "T_q", "T_kv"), L.ragged), bottom_right=L.flags["bottom_right"],
+                  USED_Q=L.used[0], USED_KV=L.used[1], HAS_USED_Q=L.flags["HAS_USED_Q"],
+                  HAS_USED_KV=L.flags["HAS_USED_KV"])
     return dict({n: values[n] for n in names}, **{flag: True})
 
 
@@ -592,7 +594,7 @@ def run_dsinks(L: Launch) -> None:
     L.kernels.bwd_dsinks[(g.H_q,)](
         stats[0], L.delta, L.mods["sinks"][0], dsinks[0], *stats[1:], *L.mods["sinks"][1:],
         *dsinks[1:], g.B, g.H_q, g.S_q, BLOCK=DSINKS_BLOCK, num_warps=4,
-        **_ragged_kwargs(L, ("CU_Q", "T_q"), "RAGGED_DS"))
+        **_ragged_kwargs(L, ("CU_Q", "T_q", "USED_Q", "HAS_USED_Q"), "RAGGED_DS"))
 
 
 def launch(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
