@@ -53,10 +53,18 @@ DECLINES = [
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
     ("dq-short-rows", with_strides(dense_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
-    # no dropout_mask port: no arch draws a mask of its own (p = 0 is the plain graph)
-    ("dropout-0.1-no-mask", dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**dict(BASE, dropout=0.0)),
-     R.DROPOUT_NOT_SERVED),
 ]
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
+def test_a_drawn_mask_is_served_where_the_row_says(arch):
+    """No dropout_mask port: the kernels draw the mask on rows with drawn_dropout, the others
+    decline (p = 0 is the plain graph everywhere)."""
+    drawn, plain = dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**dict(BASE, dropout=0.0))
+    assert engine_for(arch).is_applicable(plain) is None
+    want = None if ROWS[arch].drawn_dropout else R.DROPOUT_NOT_SERVED
+    assert code(engine_for(arch).is_applicable(drawn)) == want
+    assert ROWS["cpu"].drawn_dropout
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))

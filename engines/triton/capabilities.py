@@ -35,6 +35,8 @@ class Capabilities:
     #: dropout through the dropout_mask port (kernels' HAS_DROPOUT); off where no dropout
     #: variant has been compiled and resource-checked (resources.json holds none)
     dropout: bool = False
+    #: dropout with no dropout_mask port, the mask drawn by the kernels (DRAWN_DROPOUT)
+    drawn_dropout: bool = False
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
@@ -69,8 +71,9 @@ class Capabilities:
             if not self.dropout:
                 return (f"{R.DROPOUT_NOT_SERVED}: dropout on {self.arch} (no dropout kernel variant "
                         "is resource-checked there: engines/triton/resources.json)")
-            if "dropout_mask" not in graph.tensors:
-                return f"{R.DROPOUT_NOT_SERVED}: no dropout_mask port (the triton engine draws no mask of its own)"
+            if "dropout_mask" not in graph.tensors and not self.drawn_dropout:
+                return (f"{R.DROPOUT_NOT_SERVED}: a mask drawn by the kernels on {self.arch} (no "
+                        "drawn-dropout variant is resource-checked there)")
             if "dbias" in graph.tensors:
                 return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: dbias with dropout (the dBias kernel "
                         "has no dropout variant)")
@@ -112,7 +115,7 @@ ROWS: dict[str, Capabilities] = {
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128),
-    "cpu": Capabilities("cpu", dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
+    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

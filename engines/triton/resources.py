@@ -59,11 +59,12 @@ RUNTIME = "<runtime>"
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
 #: the dropout mask's arguments: None (constexprs) in every variant checked here, since the
 #: GPU rows decline dropout (capabilities.Capabilities.dropout)
-DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale")
+DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale",
+                "drop_seed", "drop_offset", "drop_p")
 #: constexprs added to the kernels after the variants were measured, at their off value (a
 #: static branch the compiler drops, so the variant's code is what it was without them): left
 #: out of a variant's key, put back when the variant is compiled
-ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}}
+ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}}
 
 
 def _dbias_chunk() -> int:
