@@ -187,7 +187,7 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
         return finding
     t = graph.tensors
     for port in MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS:
-        if port in t:   # padded graphs only this round
+        if port in t and port != "dropout_mask":   # padded graphs only this round
             return Finding(R.RAGGED_MODIFIER, _at(port))
     if graph.attributes.softcap is not None:
         return Finding(R.RAGGED_MODIFIER, "graph.attributes.softcap")
@@ -226,7 +226,8 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
         finding = ragged_offsets_finding(graph)
         if finding is not None:
             return finding
-    return _attributes_finding(graph)
+    # the dropout mask: padded [B, H_q, max_seqlen_q, max_seqlen_kv], as on a padded graph
+    return _modifier_finding(graph) or _attributes_finding(graph)
 
 
 def ragged_offsets_finding(graph: Graph) -> Finding | None:

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Collection
 
 from bundlegen import reasons as R
-from bundlegen.graph import Graph, Rejection, ragged_graph
+from bundlegen.graph import Graph, Rejection, ragged_graph, with_modifiers
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding
 from bundlegen.generator import expand, layouts
 from bundlegen.generator.errors import PlanError
@@ -88,6 +88,9 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
                         alignment=mask.alignment, left=mask.left_bound, right=mask.right_bound,
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
                         strides=strides, offsets={p: st.offset for p in PORTS})
+    p = plan.dropouts[spec.dropout]
+    if p is not None:   # the mask port padded to the max lengths (docs/CONTRACTS.md, "Dropout")
+        graph = with_modifiers(graph, dropout=p, dropout_mask=plan.dropout_masks[spec.dropout_mask])
     if not plan.switches[spec.deterministic]:
         return graph
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
@@ -183,7 +186,7 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
         if getattr(spec, field) not in table:
             raise PlanError(f"{entry}: unknown {field} {getattr(spec, field)!r}")
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
-                 distribution=spec.distribution)
+                 distribution=spec.distribution, dropout=spec.dropout, dropout_mask=spec.dropout_mask)
     if spec != plain:     # graph_of reads none of the padded-only fields
         raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, mutations or score "
                         "modifiers (leave them at their defaults)")

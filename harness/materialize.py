@@ -374,7 +374,7 @@ def materialize(case: Case, device: torch.device | str,
             fwd = oracle.forward(q, k, v, graph.attributes, modifiers=mods,
                                  max_block_elems=max_block_elems)
         else:
-            fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs,
+            fwd = oracle_ragged.forward(q, k, v, graph.attributes, seqs, modifiers=mods,
                                         max_block_elems=max_block_elems)
 
     # O and Stats written on the case's device, where the oracle left them on a GPU
@@ -397,7 +397,7 @@ def materialize(case: Case, device: torch.device | str,
             bwd = oracle.backward(q, k, v, do, graph.attributes, fwd, modifiers=mods,
                                   max_block_elems=max_block_elems)
         else:
-            bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs,
+            bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs, modifiers=mods,
                                          max_block_elems=max_block_elems)
     del q, k, v, do, mods
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v

@@ -889,6 +889,15 @@ RAGGED_CATALOG = (
                          mask="window-br", layout="htd")), level="nightly"),
     CatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
                  (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+    # dropout on ragged batches (docs/CONTRACTS.md, "Dropout"): the mask port padded to the
+    # max lengths, each sequence its corner; and the mask an engine draws, sequence-local
+    CatalogEntry("SHP-RAGGED-DROPOUT", "dropout on ragged batches: the padded mask port (full and "
+                 "head-broadcast) and an engine-drawn mask, GQA, tails, causal-br, an empty sequence",
+                 (_rspec(H=4, H_k=2, D=32, lengths=RAGGED_LENGTHS["mixed"], mask="causal-br", dropout="p0.5"),
+                  _rspec(H=2, H_k=1, D=16, lengths=RAGGED_LENGTHS["zero-kv"], dropout="p0.1",
+                         dropout_mask="head"),
+                  _rspec(H=4, H_k=1, D=40, lengths=RAGGED_LENGTHS["q-longer"], mask="causal-br",
+                         dropout="p0.9", dropout_mask="drawn")), level="pr"),
 )
 
 _SEED_001 = "ROCm/rocm-libraries#15045 (AICK-3016): THD token base unbounded"

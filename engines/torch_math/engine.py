@@ -91,9 +91,11 @@ def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tup
 
 def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
     """Each good sequence as a batch of one ([1, H, S_b, D]), its gradients written into its
-    own rows; rows of no good sequence are neither read nor written."""
+    own rows; rows of no good sequence are neither read nor written. A dropout mask (padded
+    [B, H_q, max_seqlen_q, max_seqlen_kv]) gives sequence b its corner [b, :, :S_q_b, :S_kv_b]."""
     q, k, v, do = (tensors[p] for p in ("q", "k", "v", "do"))
-    for _, rq, rk in sequence_rows(graph, tensors):
+    mask = tensors.get("dropout_mask")
+    for b, rq, rk in sequence_rows(graph, tensors):
         if len(rq) == 0:            # no query: no key is kept, dK = dV = 0
             tensors["dk"][rk.start:rk.stop].zero_()
             tensors["dv"][rk.start:rk.stop].zero_()
@@ -102,8 +104,10 @@ def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
             tensors["dq"][rq.start:rq.stop].zero_()
             continue
         as_batch = lambda t, rows: t[rows.start:rows.stop].transpose(0, 1).unsqueeze(0)
+        keep = None if mask is None else mask[b:b + 1, :, :len(rq), :len(rk)]
         dq, dk, dv = attention_backward_heads(
-            graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq))
+            graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq),
+            dropout_keep=keep)
         tensors["dq"][rq.start:rq.stop].copy_(dq[0].transpose(0, 1))
         tensors["dk"][rk.start:rk.stop].copy_(dk[0].transpose(0, 1))
         tensors["dv"][rk.start:rk.stop].copy_(dv[0].transpose(0, 1))

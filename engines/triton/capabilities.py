@@ -13,6 +13,8 @@ mask, GQA / MQA, layout and head dim. Declined: a modifier on a ragged graph (th
 rejects it this round; the kernels have no modifier variants with RAGGED), and on sm120 a
 modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there),
 on gfx942 a modifier with unaligned io rows (unaligned_modifiers: those variants spill).
+Dropout, through the dropout_mask port or with the mask drawn by the kernels, is served where
+the row says (dropout, drawn_dropout, ragged_dropout).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ class Capabilities:
     dropout: bool = False
     #: dropout with no dropout_mask port, the mask drawn by the kernels (DRAWN_DROPOUT)
     drawn_dropout: bool = False
+    #: dropout (either form) on ragged batches
+    ragged_dropout: bool = False
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
@@ -74,6 +78,9 @@ class Capabilities:
             if "dropout_mask" not in graph.tensors and not self.drawn_dropout:
                 return (f"{R.DROPOUT_NOT_SERVED}: a mask drawn by the kernels on {self.arch} (no "
                         "drawn-dropout variant is resource-checked there)")
+            if graph.ragged is not None and not self.ragged_dropout:
+                return (f"{R.DROPOUT_NOT_SERVED}: dropout on a ragged batch on {self.arch} (no "
+                        "ragged dropout variant is compiled and checked there)")
             if "dbias" in graph.tensors:
                 return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: dbias with dropout (the dBias kernel "
                         "has no dropout variant)")
@@ -115,7 +122,7 @@ ROWS: dict[str, Capabilities] = {
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128),
-    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
+    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True, ragged_dropout=True),     # the Triton interpreter (TRITON_INTERPRET=1)
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

@@ -67,12 +67,14 @@ def atomic_dq_serves(graph: Graph, arch: str) -> bool:
     CHUNK (wider tiers hold two [N, D] accumulators already: with a third operand tile their
     dK passes spill or pass sm90's shared memory), padded graphs (dQ's rows come from the
     scratch in one copy, and only the kernels may read the offsets that say which rows are
-    a ragged batch's sequences), and not a graph that asks for a deterministic backward.
-    The others run the dQ kernel."""
+    a ragged batch's sequences), not a graph that asks for a deterministic backward, and not
+    one with dropout (no atomic dK pass with dropout is resource-checked). The others run the
+    dQ kernel."""
     table = configs.ARCHS.get(arch)
     return (table is not None and table.atomic_dq
             and configs.block_d(max(graph.D_qk, graph.D_v)) <= configs.CHUNK
-            and graph.ragged is None and not graph.attributes.deterministic_algorithm)
+            and graph.ragged is None and not graph.attributes.deterministic_algorithm
+            and not graph.attributes.dropout_probability)
 
 
 def banded(graph: Graph) -> bool:

@@ -488,9 +488,9 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
 
 
 def modified(flags: Mapping[str, Any]) -> bool:
-    """A launch with score modifiers (a bias or a softcap): the stage and dp_first limits
-    below hold for either, since both compile as one variant (resources.REPRESENTED)."""
-    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"])
+    """A launch with score modifiers (a bias or a softcap) or dropout: the stage and dp_first
+    limits below hold for each, since all compile as one variant (resources.REPRESENTED)."""
+    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"] or flags["HAS_DROPOUT"])
 
 
 def dp_first(cfg: BlockConfig, flags: Mapping[str, Any]) -> bool:
