@@ -6,6 +6,7 @@ gfx942 without a GPU, measured, checked, and written to engines/triton/resources
     python bench/triton_resources.py --arch sm120       # one arch; the others' entries are kept
     python bench/triton_resources.py --no-write         # measure and check only
     python bench/triton_resources.py --missing          # only the variants the report lacks
+    python bench/triton_resources.py --missing --only '*/drawn*'   # ... whose labels match
 
 Exit status 1 when any variant fails the check (spill, shared memory / LDS over budget,
 occupancy under the arch's floor); the report is written either way, with each variant's
@@ -14,6 +15,7 @@ problems in it. Run it without TRITON_INTERPRET (it is removed from the environm
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
 import time
@@ -36,10 +38,11 @@ def _measure(job: tuple) -> tuple:
     return arch, name, entry
 
 
-def sweep(archs: list[str], jobs: int, reported: dict | None = None) -> dict:
+def sweep(archs: list[str], jobs: int, reported: dict | None = None, only: str = "*") -> dict:
     """Every variant of `archs`, measured; with `reported` (arch -> the report's variants),
     only those it lacks or has compiled from other constexprs or options, the others' entries
-    taken from it (and its entries the launcher no longer chooses left out)."""
+    taken from it (and its entries the launcher no longer chooses left out), and of those
+    only the ones whose label matches the glob `only` (the rest stay missing)."""
     graphs = R.bundle_graphs()
     work = []
     out: dict = {arch: {} for arch in archs}
@@ -48,7 +51,7 @@ def sweep(archs: list[str], jobs: int, reported: dict | None = None) -> dict:
         if reported is not None:
             missing = set(R.uncovered(variants, reported.get(arch, {})))
             out[arch] = {n: reported[arch][n] for n in variants if n not in missing}
-            variants = {n: v for n, v in variants.items() if n in missing}
+            variants = {n: v for n, v in variants.items() if n in missing and fnmatch.fnmatch(n, only)}
         work += [(arch, name, var) for name, var in variants.items()]
     print(f"{len(work)} variants for {' '.join(archs)}, {jobs} process(es)", flush=True)
     start = time.perf_counter()
@@ -97,6 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--missing", action="store_true",
                         help="compile only the variants the report lacks (or has from other "
                              "constexprs or options); keep its other entries (same Triton only)")
+    parser.add_argument("--only", default="*", metavar="GLOB",
+                        help="with --missing: compile only the missing variants whose label "
+                             "matches GLOB (run again for the others)")
     parser.add_argument("--recheck", action="store_true",
                         help="compile nothing: re-apply the limits, floors and known spills "
                              "to the report (refused when a config changed)")
@@ -120,7 +126,7 @@ def main(argv=None) -> int:
         reported = None
         if args.missing:
             reported = {a: sec["variants"] for a, sec in report["archs"].items()}
-        measured = sweep(args.arch, args.jobs, reported)
+        measured = sweep(args.arch, args.jobs, reported, args.only)
         for arch in args.arch:
             report["archs"][arch] = dict(R.arch_header(arch), variants=measured[arch])
     report = R.json_form(report)
