@@ -21,9 +21,9 @@ for engine in ${engines[@]}; do
     echo "   exit $?"; grep -E "^│ (quick|pr|nightly|full|total)|^ran|^time|^failing" "$OUT/run-$engine-full-$n.log"
     gzip -nc "out/$engine-full-$n/results.jsonl" > "out/evidence/$engine-full-$n.results.jsonl.gz"
     cp "out/$engine-full-$n/run.json" "out/evidence/$engine-full-$n.run.json"
+    tar -C out/evidence -cf "$OUT/evidence.tar" .    # after each run: a cut-off call keeps what ran
   done
 done
-tar -C out/evidence -cf "$OUT/evidence.tar" .
 echo "== dropout, fp32 and ragged cases per engine"
 python3 bench/feature_counts.py --feature DROPOUT --feature FP32 --feature RAGGED --feature ALIBI \
   out/evidence/*.results.jsonl.gz | tee "$OUT/feature_counts.txt"

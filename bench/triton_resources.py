@@ -5,6 +5,8 @@ gfx942 without a GPU, measured, checked, and written to engines/triton/resources
     python bench/triton_resources.py                    # every arch (about 20 minutes, 2 jobs)
     python bench/triton_resources.py --arch sm120       # one arch; the others' entries are kept
     python bench/triton_resources.py --no-write         # measure and check only
+    python bench/triton_resources.py --missing          # only the variants the report lacks
+    python bench/triton_resources.py --missing --only '*/drawn*'   # ... whose labels match
 
 Exit status 1 when any variant fails the check (spill, shared memory / LDS over budget,
 occupancy under the arch's floor); the report is written either way, with each variant's
@@ -13,6 +15,7 @@ problems in it. Run it without TRITON_INTERPRET (it is removed from the environm
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
 import time
@@ -35,14 +38,22 @@ def _measure(job: tuple) -> tuple:
     return arch, name, entry
 
 
-def sweep(archs: list[str], jobs: int) -> dict:
+def sweep(archs: list[str], jobs: int, reported: dict | None = None, only: str = "*") -> dict:
+    """Every variant of `archs`, measured; with `reported` (arch -> the report's variants),
+    only those it lacks or has compiled from other constexprs or options, the others' entries
+    taken from it (and its entries the launcher no longer chooses left out), and of those
+    only the ones whose label matches the glob `only` (the rest stay missing)."""
     graphs = R.bundle_graphs()
     work = []
+    out: dict = {arch: {} for arch in archs}
     for arch in archs:
         variants = R.sweep_variants(arch, R.launcher_choices(arch, graphs))
+        if reported is not None:
+            missing = set(R.uncovered(variants, reported.get(arch, {})))
+            out[arch] = {n: reported[arch][n] for n in variants if n not in missing}
+            variants = {n: v for n, v in variants.items() if n in missing and fnmatch.fnmatch(n, only)}
         work += [(arch, name, var) for name, var in variants.items()]
     print(f"{len(work)} variants for {' '.join(archs)}, {jobs} process(es)", flush=True)
-    out: dict = {arch: {} for arch in archs}
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:   # each variant compiles in a process of its own
         for i, (arch, name, entry) in enumerate(pool.map(_measure, work)):
@@ -86,6 +97,12 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=R.REPORT)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--missing", action="store_true",
+                        help="compile only the variants the report lacks (or has from other "
+                             "constexprs or options); keep its other entries (same Triton only)")
+    parser.add_argument("--only", default="*", metavar="GLOB",
+                        help="with --missing: compile only the missing variants whose label "
+                             "matches GLOB (run again for the others)")
     parser.add_argument("--recheck", action="store_true",
                         help="compile nothing: re-apply the limits, floors and known spills "
                              "to the report (refused when a config changed)")
@@ -106,7 +123,10 @@ def main(argv=None) -> int:
                 entry["problems"] = R.check(arch, name, entry)
             report["archs"][arch] = dict(R.arch_header(arch), variants=sec["variants"])
     else:
-        measured = sweep(args.arch, args.jobs)
+        reported = None
+        if args.missing:
+            reported = {a: sec["variants"] for a, sec in report["archs"].items()}
+        measured = sweep(args.arch, args.jobs, reported, args.only)
         for arch in args.arch:
             report["archs"][arch] = dict(R.arch_header(arch), variants=measured[arch])
     report = R.json_form(report)

@@ -50,7 +50,6 @@ DSINKS_WITHOUT_SINKS = "dsinks-without-sinks"
 DSINKS_OVERLAP = "dsinks-overlap"                  # dsinks stride 0 with H_q > 1
 SOFTCAP_NONPOSITIVE = "softcap-nonpositive"
 SOFTCAP_NONFINITE = "softcap-nonfinite"
-RAGGED_MODIFIER = "ragged-modifier"                # a dropout_mask on a ragged graph
 ALIBI_SLOPES_DIMS_MISMATCH = "alibi-slopes-dims-mismatch"  # alibi_slopes not [H_q] or [B, H_q]
 ALIBI_SLOPES_DTYPE = "alibi-slopes-dtype"                  # alibi_slopes must be fp32
 # dropout (docs/CONTRACTS.md, "Dropout"); the mask's dtype rule reuses DTYPE_MISMATCH
@@ -70,7 +69,7 @@ FRONTEND = frozenset({
     RAGGED_SEQUSED_COUNT, RAGGED_SEQUSED_NEGATIVE, RAGGED_SEQUSED_PAST_RANGE,
     BIAS_DIMS_MISMATCH, BIAS_BROADCAST_AXIS, DBIAS_WITHOUT_BIAS, DBIAS_DIMS_MISMATCH,
     DBIAS_OVERLAP, SINKS_DIMS_MISMATCH, SINKS_DTYPE, DSINKS_WITHOUT_SINKS, DSINKS_OVERLAP,
-    SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE, RAGGED_MODIFIER,
+    SOFTCAP_NONPOSITIVE, SOFTCAP_NONFINITE,
     ALIBI_SLOPES_DIMS_MISMATCH, ALIBI_SLOPES_DTYPE,
     DROPOUT_PROBABILITY_RANGE, DROPOUT_MASK_DIMS_MISMATCH, DROPOUT_MASK_BROADCAST_AXIS,
     DROPOUT_MASK_WITHOUT_PROBABILITY,

@@ -199,8 +199,6 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
     if finding is not None:
         return finding
     t = graph.tensors
-    if "dropout_mask" in t:   # dropout on ragged graphs: padded graphs only
-        return Finding(R.RAGGED_MODIFIER, _at("dropout_mask"))
     T_q, H_q, D_qk = t["q"].dims
     T_kv, H_k, _ = t["k"].dims
     H_v, D_v = t["v"].dims[1], t["v"].dims[2]
@@ -242,6 +240,8 @@ def _ragged_finding(graph: Graph, offsets_on_device: bool) -> Finding | None:
         finding = ragged_offsets_finding(graph)
         if finding is not None:
             return finding
+    # score modifiers and the dropout mask: the padded [B, H_q, max_seqlen_q, max_seqlen_kv]
+    # layouts (docs/CONTRACTS.md), checked as on a padded graph
     return _modifier_finding(graph) or _attributes_finding(graph)
 
 

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Collection
 
 from bundlegen import reasons as R
-from bundlegen.graph import Graph, Rejection, ragged_graph
+from bundlegen.graph import Graph, Rejection, ragged_graph, with_modifiers
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding
 from bundlegen.generator import expand, layouts
 from bundlegen.generator.errors import PlanError
@@ -103,6 +103,9 @@ def graph_of(plan: Plan, spec: Spec) -> Graph:
                         max_seqlen_q=off.max_q, max_seqlen_kv=off.max_kv, T_q=T_q, T_kv=T_kv,
                         strides=strides, offsets=offsets, seqused_q=off.used_q, seqused_kv=off.used_kv)
     graph = expand.spec_modifiers(plan, spec, graph)   # the score modifiers (and their mutations)
+    p = plan.dropouts[spec.dropout]
+    if p is not None:   # the mask port padded to the max lengths (docs/CONTRACTS.md, "Dropout")
+        graph = with_modifiers(graph, dropout=p, dropout_mask=plan.dropout_masks[spec.dropout_mask])
     if not plan.switches[spec.deterministic]:
         return graph
     return dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes, deterministic_algorithm=True))
@@ -213,12 +216,13 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
                  distribution=spec.distribution, bias=spec.bias, dbias=spec.dbias, sinks=spec.sinks,
                  softcap=spec.softcap, alibi_slopes=spec.alibi_slopes, seqused=spec.seqused,
+                 dropout=spec.dropout, dropout_mask=spec.dropout_mask,
                  mutations=tuple(m for m in spec.mutations if m.target in expand.MODIFIER_PORTS))
     if spec.seqused not in plan.ragged.seqused and spec.seqused != "off":
         raise PlanError(f"{entry}: unknown seqused {spec.seqused!r}")
     if spec != plain:     # graph_of reads none of the padded-only fields
-        raise PlanError(f"{entry}: a ragged spec has no stats layout, port kinds, dropout or mutations "
-                        "but of score-modifier ports (leave them at their defaults)")
+        raise PlanError(f"{entry}: a ragged spec has no stats layout or port kinds, and mutations only "
+                        "of score-modifier ports (leave them at their defaults)")
     st = plan.ragged.storages[spec.layout]
     if isinstance(spec.shape.lengths, Offsets) and (st.lead or st.tail):
         raise PlanError(f"{entry}: explicit offsets place their own rows; storage "

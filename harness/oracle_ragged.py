@@ -4,7 +4,12 @@ oracle's problem of its own lengths, cut out of the token-major [T, H, D] tensor
 padded oracle's, applied per sequence.
 
 A padded graph's sequences are their used rows (Ragged.seqused_*): the padding rows after
-them are neither read nor given values. Rows outside the given sequences stay O = 0, LSE = -inf and zero gradients (they are not
+them are neither read nor given values. Score modifiers and the dropout mask act per
+sequence (sequence_modifiers): the padded [B, H_q, max_seqlen_q, max_seqlen_kv] bias and
+keep mask give sequence b their corner [b, :, :S_q_b, :S_kv_b] (sequence-local rows and
+columns), as the padded oracle uses a whole one.
+
+Rows outside the given sequences stay O = 0, LSE = -inf and zero gradients (they are not
 judged). A sequence with no key gives its query rows O = 0, LSE = -inf and dQ = 0; one
 with no query gives its key rows dK = dV = 0.
 """
@@ -22,12 +27,12 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class Sequence:
-    """Query rows [q0, q1) and key rows [k0, k1) of one sequence."""
+    """Query rows [q0, q1) and key rows [k0, k1) of one sequence, sequence b of the batch."""
     q0: int
     q1: int
     k0: int
     k1: int
-    b: int = 0   # its index in the batch: its bias block and its row of [B, H_q] slopes
+    b: int = 0   # its index in the batch: its bias block, its mask corner, its row of [B, H_q] slopes
 
 
 def sequences(graph: Graph, which: tuple[int, ...]) -> tuple[Sequence, ...]:
@@ -51,16 +56,17 @@ def _paste(dst: torch.Tensor, r0: int, r1: int, src: torch.Tensor) -> None:
 
 def sequence_modifiers(mods: oracle.Modifiers, s: Sequence) -> oracle.Modifiers:
     """The padded oracle's modifiers of one sequence: its block [b, :, :S_q_b, :S_kv_b] of
-    the padded bias (docs/CONTRACTS.md, "Score modifiers"), its row of [B, H_q] slopes, the
-    sinks as they are; a dBias of that block's size (1 on the batch axis)."""
+    the padded bias (docs/CONTRACTS.md, "Score modifiers") and of the padded keep mask
+    ("Dropout"), its row of [B, H_q] slopes, the sinks as they are; a dBias of that block's size (1 on the batch axis)."""
     n_q, n_kv = s.q1 - s.q0, s.k1 - s.k0
     bias = None if mods.bias is None else mods.bias[s.b:s.b + 1, :, :n_q, :n_kv]
     slopes = mods.alibi_slopes
     if slopes is not None and slopes.dim() == 2:
         slopes = slopes[s.b:s.b + 1]
+    keep = None if mods.dropout_keep is None else mods.dropout_keep[s.b:s.b + 1, :, :n_q, :n_kv]
     dbias_dims = None if mods.dbias_dims is None else (1, mods.dbias_dims[1], n_q, n_kv)
     return oracle.Modifiers(bias=bias, sinks=mods.sinks, dbias_dims=dbias_dims, dsinks=mods.dsinks,
-                            alibi_slopes=slopes)
+                            alibi_slopes=slopes, dropout_keep=keep)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes,

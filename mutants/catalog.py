@@ -234,6 +234,11 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("dropout-dv-mask-missing", "dropout mask missing",
            "the dropout mask applied to dP but not to P in the dV product (dV = (P / (1 - p))^T dO)",
            WRAPPER, wrap(W.DropoutDvMaskMissing), ("SHP-DROPOUT",)),
+    Mutant("dropout-drawn-dq-offset-shifted", "dropout mask differs between passes",
+           "a mask the kernels draw themselves: the dQ kernel draws it one Philox offset on from "
+           "the dK/dV kernel (and from the mask the engine tells), so dQ is computed with other "
+           "kept entries than dK and dV",
+           SOURCE_PATCH, wrap(T.Patched, T.DROPOUT_DQ_OFFSET_SHIFTED), ("SHP-DROPOUT-DRAWN*",)),
     # --- conditional on one gap class of the plan each (mutants/conditional.py): correct
     # off their condition
     Mutant("interleaved-dq-batch-offset-lost", "degenerate layouts",

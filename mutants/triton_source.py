@@ -292,3 +292,9 @@ DSINKS_SIGN = Patch("kernels", (Edit(
 BIAS_KV_HEAD = Patch("kernels", (Edit(
     "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h,",
     "            s2T += bias_tile(BIAS, bias_off, b, sbias_b, g, sbias_h,"),))
+
+#: the dQ kernel draws its dropout mask one Philox offset on from the dK/dV kernel's (and the
+#: mask the engine tells): the two passes of one backward disagree on which entries are kept
+DROPOUT_DQ_OFFSET_SHIFTED = Patch("kernels", (Edit(
+    "drop_scale, False, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)",
+    "drop_scale, False, DRAWN_DROPOUT, drop_seed, drop_offset + 1, H_q, drop_p)"),))

@@ -55,6 +55,13 @@ class EngineWrapper(Engine):
     def archs(self) -> tuple[str, ...]:
         return self.inner.archs()
 
+    @property
+    def draws_dropout_mask(self) -> bool:   # the mask the engine draws is the wrapper's too
+        return self.inner.draws_dropout_mask
+
+    def drawn_dropout_mask(self, graph: Graph) -> torch.Tensor | None:
+        return self.inner.drawn_dropout_mask(graph)
+
     def is_applicable(self, graph: Graph) -> str | None:
         return self.inner.is_applicable(graph)
 

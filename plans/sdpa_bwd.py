@@ -776,6 +776,19 @@ DROPOUT_CATALOG = (
     CatalogEntry("SHP-DROPOUT-LONG", "dropout at S = 1024-2048 (several KV blocks), GQA, causal, a window",
                  (Spec(_shape(B=1, H=8, H_k=2, S=2048, D=128), mask="causal-br", dropout="p0.1"),
                   Spec(_shape(B=2, H=4, S=1024, D=64), mask="window-256-br", **_DROP)), level="nightly"),
+    # no mask port: the engine draws its own mask from a counter-based generator and tells it
+    # (docs/CONTRACTS.md, "Dropout"); the dK/dV and dQ passes must draw the same bits
+    CatalogEntry("SHP-DROPOUT-DRAWN", "dropout with a mask the engine draws: GQA with tails under a "
+                 "bottom-right causal band",
+                 (Spec(_shape(H=2, H_k=1, S=17, S_kv=33, D=16), mask="causal-br", dropout_mask="drawn", **_DROP),)),
+    CatalogEntry("SHP-DROPOUT-DRAWN-PR", "engine-drawn dropout at S 64-200: GQA 4/2 causal with tails, p 0.1 "
+                 "and 0.9, H_k != H_v, S_q > S_kv, fp32",
+                 (Spec(_shape(B=2, H=4, H_k=2, S=100, S_kv=130, D=64), mask="causal-tl", dropout="p0.1",
+                       dropout_mask="drawn"),
+                  Spec(_shape(B=1, H=4, H_k=2, H_v=1, S=200, S_kv=77, D=32), mask="band-br", dropout="p0.9",
+                       dropout_mask="drawn"),
+                  Spec(_shape(B=2, H=2, S=64, D=40), dtype="fp32", dropout_mask="drawn", **_DROP)),
+                 level="pr"),
 )
 
 _DROP_PROBE = dict(shape=_shape(B=2, H=2, S=32, D=16), **_DROP)
@@ -968,6 +981,15 @@ RAGGED_CATALOG = (
                          mask="window-br", layout="htd")), level="nightly"),
     CatalogEntry("SHP-RAGGED-SKEWED", "one query against 4096 keys beside 3000 queries against 64",
                  (_rspec(lengths=Lengths((1, 3000, 17), (4096, 64, 0)), mask="causal-tl"),), level="nightly"),
+    # dropout on ragged batches (docs/CONTRACTS.md, "Dropout"): the mask port padded to the
+    # max lengths, each sequence its corner; and the mask an engine draws, sequence-local
+    CatalogEntry("SHP-RAGGED-DROPOUT", "dropout on ragged batches: the padded mask port (full and "
+                 "head-broadcast) and an engine-drawn mask, GQA, tails, causal-br, an empty sequence",
+                 (_rspec(H=4, H_k=2, D=32, lengths=RAGGED_LENGTHS["mixed"], mask="causal-br", dropout="p0.5"),
+                  _rspec(H=2, H_k=1, D=16, lengths=RAGGED_LENGTHS["zero-kv"], dropout="p0.1",
+                         dropout_mask="head"),
+                  _rspec(H=4, H_k=1, D=40, lengths=RAGGED_LENGTHS["q-longer"], mask="causal-br",
+                         dropout="p0.9", dropout_mask="drawn")), level="pr"),
 )
 
 # the padded plan's head-dim tiers and group ratios the ragged axes leave out, one spec each

@@ -145,17 +145,21 @@ GRID_PATCHES = {"dq-grid-capped-1024": "test_the_grid_cap_drops_programs_past_10
 MODIFIER_PATCHES = ("softcap-grad-dropped", "dbias-masked-tiles-unwritten", "dsinks-sign-flipped",
                     "bias-indexed-by-kv-head")
 
+#: dropout mutants of the mask the kernels draw, shown failing dQ alone on a drawn-mask
+#: graph: tests/test_triton_drawn_dropout.py
+DROPOUT_PATCHES = {"dropout-drawn-dq-offset-shifted": "test_the_shifted_dq_offset_mutant_fails_dq_alone"}
+
 
 def test_every_source_patch_mutant_has_a_graph():
-    from tests import (test_mutants_boundary, test_mutants_triton_source, test_triton_modifiers,
-                       test_triton_ragged)
+    from tests import (test_mutants_boundary, test_mutants_triton_source, test_triton_drawn_dropout,
+                       test_triton_modifiers, test_triton_ragged)
     boundary = set(test_mutants_boundary.BOUNDARY)
     assert set(PATCH_GRAPHS) | set(RAGGED_PATCHES) | set(GPU_PATCHES) | boundary | set(GRID_PATCHES) \
-        | set(MODIFIER_PATCHES) == {m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
+        | set(MODIFIER_PATCHES) | set(DROPOUT_PATCHES) == {m.name for m in C.CATALOG if m.kind == C.SOURCE_PATCH}
     assert {m.name for m in C.CATALOG if m.needs_gpu} == set(GPU_PATCHES)
     assert set(test_triton_modifiers.MUTANT_GRAPHS) == set(MODIFIER_PATCHES)
     for module, tests in ((test_triton_ragged, RAGGED_PATCHES), (test_mutants_triton_source, GPU_PATCHES),
-                          (test_mutants_boundary, GRID_PATCHES)):
+                          (test_mutants_boundary, GRID_PATCHES), (test_triton_drawn_dropout, DROPOUT_PATCHES)):
         for name, test in tests.items():
             assert name in inspect.getsource(getattr(module, test))
 

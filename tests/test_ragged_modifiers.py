@@ -53,12 +53,6 @@ def test_the_ragged_bias_is_the_padded_max_seqlen_layout():
     assert frontend_reason(long_axis) == R.BIAS_BROADCAST_AXIS
 
 
-def test_dropout_stays_padded_only():
-    graph = dataclasses.replace(RAGGED, tensors={**RAGGED.tensors, "dropout_mask": TensorSpec(
-        dims=(3, 4, 9, 9), strides=(324, 81, 9, 1), dtype="fp16")})
-    assert frontend_reason(graph) == R.RAGGED_MODIFIER
-
-
 @pytest.mark.parametrize("base", [dense_graph(B=2, H_q=4, S_q=8), RAGGED], ids=["padded", "ragged"])
 def test_alibi_slopes_rules(base):
     graph = with_modifiers(base, alibi_slopes="head")

@@ -53,10 +53,18 @@ DECLINES = [
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
     ("dq-short-rows", with_strides(dense_graph(**BASE), "dq", (4 * 16 * 32, 16 * 32, 32, 1)),
      dense_graph(**BASE), R.OVERLAPPING_OUTPUT),
-    # no dropout_mask port: no arch draws a mask of its own (p = 0 is the plain graph)
-    ("dropout-0.1-no-mask", dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**dict(BASE, dropout=0.0)),
-     R.DROPOUT_NOT_SERVED),
 ]
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
+def test_a_drawn_mask_is_served_where_the_row_says(arch):
+    """No dropout_mask port: the kernels draw the mask on rows with drawn_dropout, the others
+    decline (p = 0 is the plain graph everywhere)."""
+    drawn, plain = dense_graph(**dict(BASE, dropout=0.1)), dense_graph(**dict(BASE, dropout=0.0))
+    assert engine_for(arch).is_applicable(plain) is None
+    want = None if ROWS[arch].drawn_dropout and ROWS[arch].dropout_spill(drawn) is None else R.DROPOUT_NOT_SERVED
+    assert code(engine_for(arch).is_applicable(drawn)) == want
+    assert ROWS["cpu"].drawn_dropout
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
@@ -198,3 +206,28 @@ def test_shrink_terminates_at_min_blocks():
     last = seen[-1]
     assert (last.block_m1, last.block_n1, last.block_m2, last.block_n2, last.num_stages) == \
         (16, 16, 16, 16, 1)
+
+
+def _dropout_graph(form: str, tier: int, rows: str):
+    """A graph of head dim `tier` with dropout in `form`, its io rows aligned or not (q's offset 1)."""
+    from bundlegen.graph import with_modifiers
+    g = dense_graph(**dict(BASE, D_qk=tier, D_v=tier, offsets={"q": 1} if rows == "unaligned" else {}))
+    return with_modifiers(g, dropout=0.5, dropout_mask="full" if form == "port" else None)
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS)
+def test_dropout_is_declined_exactly_where_its_variants_spill(arch):
+    """Each (form, tier, io rows) of the row's dropout_spills is declined, naming the report;
+    every other combination of the row's tiers is served (the resource report covers them:
+    tests/test_triton_resources.py)."""
+    row = ROWS[arch]
+    assert row.dropout and row.drawn_dropout
+    tiers = [limit for limit, _ in configs.ARCHS[arch].tiers]
+    for form in ("port", "drawn"):
+        for tier in tiers:
+            for rows in ("aligned", "unaligned"):
+                reason = engine_for(arch).is_applicable(_dropout_graph(form, tier, rows))
+                if (form, tier, rows) in row.dropout_spills:
+                    assert code(reason) == R.DROPOUT_NOT_SERVED and "resources.json" in reason, reason
+                else:
+                    assert reason is None, (form, tier, rows, reason)

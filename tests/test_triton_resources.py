@@ -22,8 +22,10 @@ REPORT = R.load_report()
 #: recompiled in CI, per arch: the dK/dV kernel at the two tiers where sm120 used to spill,
 #: the variants with the most registers (64-bit offsets, unaligned, ragged), and with the
 #: score modifiers the dK/dV and dBias kernels (aligned: gfx942 serves no unaligned modifier
-#: variant)
+#: variant), and with dropout the dK pass and the dQ kernel drawing their mask
 CI_SUBSET = ("dkdv/d64/vec8/narrow/dense",
+             "dk/d128/vec1/wide/dense/mods/drawn",
+             "dq/d128/vec1/wide/dense/mods/drawn",
              "dkdv/d128/vec8/narrow/dense",
              "dk/d128/vec1/wide/ragged",
              "dq/d256/vec1/wide/ragged",

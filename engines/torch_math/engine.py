@@ -102,10 +102,12 @@ def sequence_rows(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> list[tup
 def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
     """Each good sequence as a batch of one ([1, H, S_b, D]), its gradients written into its
     own rows; rows of no good sequence are neither read nor written. Modifiers per sequence:
-    its block [b, :, :S_q_b, :S_kv_b] of the padded bias, its row of [B, H_q] slopes; dBias
-    (zeroed whole first) gathers each sequence's block, dSinks each sequence's sum."""
+    its block [b, :, :S_q_b, :S_kv_b] of the padded bias and of the padded dropout mask
+    ([B, H_q, max_seqlen_q, max_seqlen_kv]), its row of [B, H_q] slopes; dBias (zeroed whole
+    first) gathers each sequence's block, dSinks each sequence's sum."""
     q, k, v, do = (tensors[p] for p in ("q", "k", "v", "do"))
     bias, sinks, slopes = (tensors.get(p) for p in ("bias", "sinks", "alibi_slopes"))
+    mask = tensors.get("dropout_mask")
     dbias, dsinks = tensors.get("dbias"), tensors.get("dsinks")
     dbias_sum = None if dbias is None else torch.zeros(dbias.shape, dtype=torch.float32, device=dbias.device)
     dsinks_sum = None if dsinks is None else torch.zeros(dsinks.shape, dtype=torch.float32, device=dsinks.device)
@@ -121,7 +123,8 @@ def ragged_backward(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         grads = attention_backward_heads(
             graph.attributes, as_batch(q, rq), as_batch(k, rk), as_batch(v, rk), as_batch(do, rq),
             bias=None if bias is None else bias[b:b + 1, :, :len(rq), :len(rk)], sinks=sinks,
-            alibi_slopes=None if slopes is None else slopes if slopes.dim() == 1 else slopes[b:b + 1])
+            alibi_slopes=None if slopes is None else slopes if slopes.dim() == 1 else slopes[b:b + 1],
+            dropout_keep=None if mask is None else mask[b:b + 1, :, :len(rq), :len(rk)])
         dq, dk, dv = grads[:3]
         tensors["dq"][rq.start:rq.stop].copy_(dq[0].transpose(0, 1))
         tensors["dk"][rk.start:rk.stop].copy_(dk[0].transpose(0, 1))

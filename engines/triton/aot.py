@@ -21,7 +21,7 @@ from bundlegen.engines.triton import configs
 TARGETS = {"sm90": ("cuda", 90, 32), "sm120": ("cuda", 120, 32), "gfx942": ("hip", "gfx942", 64)}
 _INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "left", "right",
          "T_q", "T_kv", "B", "B_sum", "H_sum", "H_db"}
-_FLOATS = {"scale", "softcap", "drop_scale"}
+_FLOATS = {"scale", "softcap", "drop_scale", "drop_p"}
 _FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS", "DQA", "ALIBI"}
 _I32_PTRS = {"CU_Q", "CU_KV"}
 _RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
@@ -31,7 +31,7 @@ NO_USED = dict(HAS_USED_Q=False, HAS_USED_KV=False, USED_Q=None, USED_KV=None)
 #: None (constexpr) in a variant without score modifiers (HAS_BIAS and SOFTCAP off)
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap",
                  "DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale",
-                 "ALIBI", "alibi_off", "salibi_b", "salibi_h")
+                 "drop_seed", "drop_offset", "drop_p", "ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: the dK/dV kernel's atomic-dQ scratch arguments, None (constexprs) without atomic dQ
 ATOMIC_DQ_ARGS = ("DQA", "sqa_b", "sqa_h", "sqa_s")
 NO_ATOMIC_DQ = dict(ATOMIC_DQ=False, **{a: None for a in ATOMIC_DQ_ARGS})
@@ -105,8 +105,8 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
     tiles = dict(BLOCK_DQK=configs.block_d(d_qk), BLOCK_DV=configs.block_d(d_v), BLOCK_DQK2=0,
                  BLOCK_DV2=0)
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False,
-                 EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, HAS_DROPOUT=False, HAS_ALIBI=False,
-                 **{a: None for a in MODIFIER_ARGS}, **NO_USED)
+                 EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, HAS_DROPOUT=False, DRAWN_DROPOUT=False,
+                 HAS_ALIBI=False, **{a: None for a in MODIFIER_ARGS}, **NO_USED)
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     HAS_USED_Q=False, USED_Q=None,

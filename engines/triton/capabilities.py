@@ -16,6 +16,8 @@ the CPU interpreter. Declined: on the GPU rows ALiBi slopes and a modifier on a 
 (no such variant is compiled and resource-checked: resources.json), and on sm120 a
 modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there),
 on gfx942 a modifier with unaligned io rows (unaligned_modifiers: those variants spill).
+Dropout, through the dropout_mask port or with the mask drawn by the kernels, is served where
+the row says (dropout, drawn_dropout, ragged_dropout).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from bundlegen import reasons as R
 from bundlegen.graph import MODIFIERS, Graph
-from bundlegen.engines.triton.configs import block_d
+from bundlegen.engines.triton.configs import ARCHS as ARCH_CONFIGS, block_d, tier_key
 from bundlegen.validate import output_layout_reason
 
 SERVED_DTYPES = frozenset({"fp16", "bf16", "fp32"})   # fp32: tl.dot with ieee precision (kernels._dot)
@@ -38,6 +40,14 @@ class Capabilities:
     #: dropout through the dropout_mask port (kernels' HAS_DROPOUT); off where no dropout
     #: variant has been compiled and resource-checked (resources.json holds none)
     dropout: bool = False
+    #: dropout with no dropout_mask port, the mask drawn by the kernels (DRAWN_DROPOUT)
+    drawn_dropout: bool = False
+    #: dropout (either form) on ragged batches
+    ragged_dropout: bool = False
+    #: dropout declined where its kernel variants spill registers on this arch
+    #: (engines/triton/resources.json): (form "port" | "drawn", head-dim tier: the configs'
+    #: largest BLOCK_D of the tier, io rows "aligned" | "unaligned": the launcher's VEC 8 or 1)
+    dropout_spills: frozenset[tuple[str, int, str]] = frozenset()
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
     #: padded varlen (per-sequence used lengths, kernels' HAS_USED_Q / HAS_USED_KV); off where
     #: no such variant has been compiled and resource-checked (resources.json holds none)
@@ -77,11 +87,21 @@ class Capabilities:
             if not self.dropout:
                 return (f"{R.DROPOUT_NOT_SERVED}: dropout on {self.arch} (no dropout kernel variant "
                         "is resource-checked there: engines/triton/resources.json)")
-            if "dropout_mask" not in graph.tensors:
-                return f"{R.DROPOUT_NOT_SERVED}: no dropout_mask port (the triton engine draws no mask of its own)"
+            if "dropout_mask" not in graph.tensors and not self.drawn_dropout:
+                return (f"{R.DROPOUT_NOT_SERVED}: a mask drawn by the kernels on {self.arch} (no "
+                        "drawn-dropout variant is resource-checked there)")
+            if graph.ragged is not None and not self.ragged_dropout:
+                return (f"{R.DROPOUT_NOT_SERVED}: dropout on a ragged batch on {self.arch} (no "
+                        "ragged dropout variant is compiled and checked there)")
             if "dbias" in graph.tensors:
                 return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: dbias with dropout (the dBias kernel "
                         "has no dropout variant)")
+            spill = self.dropout_spill(graph)
+            if spill is not None:
+                form, tier, rows = spill
+                return (f"{R.DROPOUT_NOT_SERVED}: dropout ({'the mask port' if form == 'port' else 'a drawn mask'}"
+                        f") at head-dim tier d{tier} with {rows} io rows on {self.arch} (those kernel "
+                        "variants spill registers: engines/triton/resources.json)")
         if graph.ragged is not None and not self.ragged:
             return f"{R.RAGGED_NOT_SERVED}: no ragged kernels for {self.arch}"
         if graph.ragged is not None and graph.ragged.seqused_ports and not self.seqused:
@@ -107,6 +127,16 @@ class Capabilities:
                     "modifiers spills registers there: engines/triton/resources.json)")
         return None
 
+    def dropout_spill(self, graph: Graph) -> tuple[str, int, str] | None:
+        """The dropout_spills entry a dropout graph falls in, or None."""
+        if not self.dropout_spills:
+            return None
+        tier = next(limit for limit, _ in ARCH_CONFIGS[self.arch].tiers
+                    if tier_key(graph.D_qk, graph.D_v) <= limit)
+        key = ("port" if "dropout_mask" in graph.tensors else "drawn", tier,
+               "aligned" if _io_rows_aligned(graph) else "unaligned")
+        return key if key in self.dropout_spills else None
+
 
 def _io_rows_aligned(graph: Graph) -> bool:
     """Every io port's rows 16-byte aligned by its strides and offset: the launcher's VEC 8
@@ -121,16 +151,37 @@ def _io_rows_aligned(graph: Graph) -> bool:
 GPU_MODIFIERS = frozenset(MODIFIERS) - {"alibi_slopes"}
 
 ROWS: dict[str, Capabilities] = {
-    "sm90": Capabilities("sm90", fp32_max_head_dim=128, score_modifiers=GPU_MODIFIERS),
+    # sm90 with dropout and aligned io rows: the H200-tuned tiles with the dropout tile on top
+    # spilled 552-1432 bytes (past the known spills of engines/triton/resource_limits.py) at
+    # every tier with the mask port and at D <= 192 with a drawn mask; the unaligned (VEC 1)
+    # variants stay within the unaligned layouts' known spills
+    "sm90": Capabilities("sm90", fp32_max_head_dim=128, score_modifiers=GPU_MODIFIERS, dropout=True,
+                         drawn_dropout=True, dropout_spills=frozenset({
+                             ("port", 64, "aligned"), ("port", 128, "aligned"), ("port", 192, "aligned"),
+                             ("port", 256, "aligned"), ("drawn", 64, "aligned"),
+                             ("drawn", 128, "aligned"), ("drawn", 192, "aligned")})),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
+    # sm120 with dropout: the mask port's variants spilled 8-64 bytes at D > 64 (dK passes, the
+    # dK/dV pass, the unaligned dQ), the drawn mask's aligned dQ 8 bytes at D 256
     "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64, fp32_max_head_dim=128,
-                          score_modifiers=GPU_MODIFIERS),
+                          score_modifiers=GPU_MODIFIERS, dropout=True, drawn_dropout=True,
+                          dropout_spills=frozenset({
+                              ("port", 128, "aligned"), ("port", 128, "unaligned"),
+                              ("port", 256, "aligned"), ("port", 256, "unaligned"),
+                              ("drawn", 256, "aligned")})),
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
+    # gfx942 with dropout at D <= 64: the mask port's unaligned dK/dV and dQ spilled 8-112 bytes,
+    # the drawn mask's dQ 80-204 bytes (its wider tiers spill nothing)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128,
-                           score_modifiers=GPU_MODIFIERS),
-    "cpu": Capabilities("cpu", dropout=True, ragged_modifiers=True, seqused=True),   # the Triton interpreter (TRITON_INTERPRET=1)
+                           score_modifiers=GPU_MODIFIERS, dropout=True, drawn_dropout=True,
+                           dropout_spills=frozenset({
+                               ("port", 64, "unaligned"), ("drawn", 64, "aligned"),
+                               ("drawn", 64, "unaligned")})),
+    # the Triton interpreter (TRITON_INTERPRET=1)
+    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True, ragged_dropout=True, ragged_modifiers=True,
+                        seqused=True),
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

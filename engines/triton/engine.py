@@ -9,6 +9,10 @@ Ragged (THD / varlen) graphs run natively too: `run` hands the launcher the
 (and bound: a sequence whose offsets leave the storage is skipped); nothing here reads them.
 Score modifiers (bias / dBias, sinks / dSinks, softcap, ALiBi slopes) are served natively on padded graphs
 (launch.py, kernels.py); the arch's Capabilities row declines what it cannot serve.
+Dropout comes through the dropout_mask port, or, without one, the kernels draw the mask
+themselves from the engine's seed and Philox offset (dropout_draw.py): fixed per engine, so
+a graph's mask depends on them and the graph's sizes alone, never on torch's RNG or on the
+cases run before it; `drawn_dropout_mask` tells it.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from bundlegen.graph import MODIFIERS, Graph
 from bundlegen.engines.base import Engine
 from bundlegen.engines.triton import configs
 from bundlegen.engines.triton.capabilities import INTERPRET_HINT, ROWS
+from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED, LIMIT
 
 
 def interpret_enabled() -> bool:
@@ -62,12 +67,14 @@ def atomic_dq_serves(graph: Graph, arch: str) -> bool:
     CHUNK (wider tiers hold two [N, D] accumulators already: with a third operand tile their
     dK passes spill or pass sm90's shared memory), padded graphs (dQ's rows come from the
     scratch in one copy, and only the kernels may read the offsets that say which rows are
-    a ragged batch's sequences), and not a graph that asks for a deterministic backward.
-    The others run the dQ kernel."""
+    a ragged batch's sequences), not a graph that asks for a deterministic backward, and not
+    one with dropout (no atomic dK pass with dropout is resource-checked). The others run the
+    dQ kernel."""
     table = configs.ARCHS.get(arch)
     return (table is not None and table.atomic_dq
             and configs.block_d(max(graph.D_qk, graph.D_v)) <= configs.CHUNK
-            and graph.ragged is None and not graph.attributes.deterministic_algorithm)
+            and graph.ragged is None and not graph.attributes.deterministic_algorithm
+            and not graph.attributes.dropout_probability)
 
 
 def banded(graph: Graph) -> bool:
@@ -90,9 +97,17 @@ class TritonEngine(Engine):
     kernels_module = "bundlegen.engines.triton.kernels"
     #: dQ added by the dK pass with atomics (TritonAtomicDqEngine), not by the dQ kernel
     atomic_dq = False
+    #: a graph with dropout and no dropout_mask port: the kernels draw the mask (DRAWN_DROPOUT)
+    draws_dropout_mask = True
 
-    def __init__(self, device: torch.device | str = "cpu"):
+    def __init__(self, device: torch.device | str = "cpu", dropout_seed: int = DEFAULT_SEED,
+                 dropout_offset: int = DEFAULT_OFFSET):
         super().__init__(device)
+        for name, value in (("dropout_seed", dropout_seed), ("dropout_offset", dropout_offset)):
+            if not 0 <= value < LIMIT:
+                raise ValueError(f"{name} {value} outside [0, 2^31)")
+        #: what the kernels draw a mask from (dropout_draw.py); the same for every graph
+        self.dropout_draw = (int(dropout_seed), int(dropout_offset))
         #: Launch.variant -> the config that fits it, where the table's ran out of resources
         self._fitted: dict[tuple, configs.BlockConfig] = {}
         if self.device.type != "cuda":
@@ -165,7 +180,18 @@ class TritonEngine(Engine):
 
     def _prepare(self, launcher, graph: Graph, tensors, cfg: configs.BlockConfig):
         return launcher.prepare(graph, tensors, cfg, kernels=self.kernels_module,
-                                atomic_dq=self.uses_atomic_dq(graph))
+                                atomic_dq=self.uses_atomic_dq(graph), draw=self.dropout_draw)
+
+    def drawn_dropout_mask(self, graph: Graph) -> torch.Tensor | None:
+        """The keep mask run() draws for a graph with dropout and no dropout_mask port
+        (uint8 [B, H_q, S_q, S_kv], sequence-local on a ragged graph), from the kernels'
+        own generator on this device; None for any other graph."""
+        if not graph.attributes.dropout_probability or "dropout_mask" in graph.tensors:
+            return None
+        from bundlegen.engines.triton.dropout_draw import drawn_keep_mask
+        launcher = importlib.import_module(self.launch_module)
+        kernels = launcher.kernels_module(self.kernels_module)
+        return drawn_keep_mask(kernels, graph, *self.dropout_draw, self.device)
 
     def run(self, graph: Graph, tensors: Mapping[str, torch.Tensor]) -> None:
         """Launch with the table's config; a variant that runs out of resources with it runs

@@ -14,15 +14,17 @@ Addressing, masked and whole (EVEN) loads, descriptor (TMA) loads and the band m
 tile_ops.py, whose functions the kernels are built from.
 
 Ragged batches (RAGGED), two column chunks (BLOCK_DQK2 / BLOCK_DV2) and the score modifiers'
-constexprs (SOFTCAP, HAS_BIAS, dBias, sinks, HAS_DROPOUT, HAS_ALIBI): docs/DESIGN.md section 6.
+constexprs (SOFTCAP, HAS_BIAS, dBias, sinks, HAS_DROPOUT, HAS_ALIBI): docs/DESIGN.md section 6;
+the mask the kernels draw themselves (DRAWN_DROPOUT): dropout_draw.py.
 """
 import triton
 import triton.language as tl
 
+from bundlegen.engines.triton.dropout_draw import dropout_scale_tile, keep_mask_kernel  # noqa: F401
 from bundlegen.engines.triton.runtime_ints import (ALIBI_INTS, BIAS_INTS, CHOICE_INTS, DQA_INTS, DROP_INTS,
                                                    INPUT_INTS, RAGGED_INTS, SIZE_INTS)
 from bundlegen.engines.triton.tile_ops import (LOG2E, alibi_tile, bias_tile, block_batch_head, chunk_cols,
-                                               cols_ok, dot_acc, dot_rows, keep_mask, keep_scaled_tile, load_desc,
+                                               cols_ok, dot_acc, dot_rows, keep_mask, load_desc,
                                                load_tile, store_tile, tanh_exp2, tile_offsets, tile_ranges)
 
 
@@ -141,15 +143,17 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
              sdo_d, l_off, sl_b, sl_h, sl_s, dk_off, sdk_b, sdk_h, sdk_s, sdk_d, dv_off, sdv_b,
              sdv_h, sdv_s, sdv_d, H_q, H_grp, G_k, G_v, S_q, S_kv, D_qk, D_v, scale, shift, left,
              right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h, sbias_i, sbias_j, softcap, DROP,
-             drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, ALIBI, alibi_off, salibi_b, salibi_h, DQA, sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+             drop_off, sdrop_b, sdrop_h, sdrop_i, sdrop_j, drop_scale, drop_seed, drop_offset, drop_p,
+             ALIBI, alibi_off, salibi_b, salibi_h, DQA, sqa_b, sqa_h, sqa_s, QD, DOD, HAS_LEFT: tl.constexpr,
+             HAS_RIGHT: tl.constexpr,
              block_major, lone_bound, COMPUTE_DK: tl.constexpr, COMPUTE_DV: tl.constexpr,
              UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
              RAGGED: tl.constexpr, bottom_right, KV_SHARED: tl.constexpr, HAS_BIAS: tl.constexpr,
-             SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
-             ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-             DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False, HAS_USED_Q: tl.constexpr = False,
-             HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
+             SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, DRAWN_DROPOUT: tl.constexpr,
+             BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr,
+             TMA: tl.constexpr, DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False,
+             HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -305,10 +309,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
         else:
             pT = tl.exp2(s2T - lse2[None, :])
         pdT = pT
-        if HAS_DROPOUT:   # keep / (1 - p), as P^T's transpose
-            kT = keep_scaled_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0,
-                                  sdrop_j, rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :],
-                                  drop_scale, True)
+        if HAS_DROPOUT:   # keep / (1 - p), as P^T's transpose (the port's, or drawn here)
+            kT = dropout_scale_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0,
+                                    sdrop_j, rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :],
+                                    drop_scale, True, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)
             pdT = pT * kT
         if COMPUTE_DV:
             dv = dot_acc(pdT.to(io), do, dv, UPCAST)           # dV += P_drop^T dO
@@ -370,13 +374,15 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
            l_off, sl_b, sl_h, sl_s, dq_off, sdq_b, sdq_h, sdq_s, sdq_d, H_q, G_k, G_v, S_q, S_kv,
            D_qk, D_v, scale, shift, left, right, T_q, T_kv, BIAS, bias_off, sbias_b, sbias_h,
            sbias_i, sbias_j, softcap, DROP, drop_off, sdrop_b, sdrop_h, sdrop_i,
-           sdrop_j, drop_scale, ALIBI, alibi_off, salibi_b, salibi_h, KD, VD, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+           sdrop_j, drop_scale, drop_seed, drop_offset, drop_p, ALIBI, alibi_off, salibi_b, salibi_h, KD, VD,
+           HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
            block_major, lone_bound, UPCAST: tl.constexpr, WIDE: tl.constexpr, VEC: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr,
            BLOCK_DV: tl.constexpr, RAGGED: tl.constexpr, bottom_right, HAS_BIAS: tl.constexpr,
-           SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr,
-           EVEN: tl.constexpr, TMA: tl.constexpr, HAS_ALIBI: tl.constexpr = False,
-           HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
+           SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, DRAWN_DROPOUT: tl.constexpr,
+           BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
+           HAS_ALIBI: tl.constexpr = False, HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False,
+           USED_Q=None, USED_KV=None):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
     registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
     descriptors KD and VD."""
@@ -481,9 +487,9 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
         if TWO:
             dp = dot_acc(do2, tl.trans(v2), dp, UPCAST)
         if HAS_DROPOUT:                                      # dP = dP_drop keep / (1 - p)
-            dp = dp * keep_scaled_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i,
-                                       col0, sdrop_j, rm, rn,
-                                       m_ok[:, None] & (offs_n[None, :] < n_kv), drop_scale, False)
+            dp = dp * dropout_scale_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i,
+                                         col0, sdrop_j, rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv),
+                                         drop_scale, False, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)

@@ -29,6 +29,7 @@ import torch
 from bundlegen.graph import OFFSET_PORTS, SEQUSED_PORTS, Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import CHUNK, BlockConfig, block_d, two_chunk_tiles
+from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
 
@@ -209,10 +210,12 @@ def _plain_addr(t: torch.Tensor | None) -> tuple | None:
 
 
 def modifier_flags(graph: Graph) -> dict:
-    """HAS_BIAS, SOFTCAP, HAS_DROPOUT and HAS_ALIBI, the score-modifier constexprs of the
-    dK/dV and dQ kernels."""
+    """HAS_BIAS and SOFTCAP, the score-modifier constexprs of the dK/dV and dQ kernels, with
+    HAS_ALIBI (the alibi_slopes port), and HAS_DROPOUT (p > 0) with DRAWN_DROPOUT (no
+    dropout_mask port: the kernels draw the mask)."""
+    dropout = bool(graph.attributes.dropout_probability)
     return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None,
-                HAS_DROPOUT="dropout_mask" in graph.tensors,
+                HAS_DROPOUT=dropout, DRAWN_DROPOUT=dropout and "dropout_mask" not in graph.tensors,
                 HAS_ALIBI="alibi_slopes" in graph.tensors)
 
 
@@ -236,6 +239,8 @@ class Launch:
     #: TMA launches (descriptor_loads): the [B, H, S, D] ports their descriptors are made of
     streamed: Mapping[str, torch.Tensor] | None = None
     used: tuple = (None, None)   # used_lengths(): (seqused_q, seqused_kv) device tensors or None
+    #: (seed, Philox offset) a DRAWN_DROPOUT launch draws its mask from (dropout_draw.py)
+    draw: tuple[int, int] = (DEFAULT_SEED, DEFAULT_OFFSET)
 
     @property
     def variant(self) -> tuple:
@@ -275,14 +280,17 @@ class Launch:
     @property
     def score_args(self) -> tuple:
         """(BIAS, bias_off, 4 bias strides, softcap, DROP, drop_off, 4 mask strides,
-        drop_scale, ALIBI, alibi_off, 2 slope strides) of the dK/dV and dQ kernels; None for a
-        modifier the graph does not have."""
+        drop_scale, drop_seed, drop_offset, drop_p, ALIBI, alibi_off, 2 slope strides) of the
+        dK/dV and dQ kernels; None for a modifier the graph does not have (the mask port's or
+        the draw's, without dropout)."""
         bias = self.mods.get("bias") or (None,) * 6
         cap = self.graph.attributes.softcap
-        drop = self.mods.get("dropout_mask")
+        port = self.mods.get("dropout_mask")
         p = self.graph.attributes.dropout_probability
-        drop = (None,) * 7 if drop is None else (*drop, 1.0 / (1.0 - p))
-        return (*bias, None if cap is None else float(cap), *drop, *self.alibi_args)
+        scale = (1.0 / (1.0 - p),) if p else (None,)
+        drawn = (*self.draw, float(p)) if self.flags["DRAWN_DROPOUT"] else (None,) * 3
+        return (*bias, None if cap is None else float(cap), *(port or (None,) * 6), *scale, *drawn,
+                *self.alibi_args)
 
     @property
     def alibi_args(self) -> tuple:
@@ -338,12 +346,13 @@ def block_major(graph: Graph) -> bool:
 
 def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
             order: bool | None = None, kernels: str = KERNELS, atomic_dq: bool = False,
-            tma: bool | None = None) -> Launch:
+            tma: bool | None = None, draw: tuple[int, int] = (DEFAULT_SEED, DEFAULT_OFFSET)) -> Launch:
     """`order` overrides block_major(graph) (bench/tune_triton.py compares the two);
     `kernels` names the kernels module (the engine's); `atomic_dq`: dQ from the dK pass with
     atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel; `tma` False keeps the
     pointer loads where descriptor_loads would allow descriptors (bench/compare_kernels.py).
-    A launch without descriptors runs cfg.pointer_loads where the config has one."""
+    A launch without descriptors runs cfg.pointer_loads where the config has one. `draw`:
+    the (seed, offset) a graph with dropout and no mask port draws its mask from."""
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged, used = offsets(graph, tensors), used_lengths(graph, tensors)
@@ -370,7 +379,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                         device=tensors["q"].device)
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
-                  mods, scratch, streamed, used)
+                  mods, scratch, streamed, used, draw)
 
 
 def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
@@ -509,9 +518,10 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
 
 
 def modified(flags: Mapping[str, Any]) -> bool:
-    """A launch with score modifiers (a bias or a softcap): the stage and dp_first limits
-    below hold for either, since both compile as one variant (resources.REPRESENTED)."""
-    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"] or flags.get("HAS_ALIBI"))
+    """A launch with score modifiers (a bias, a softcap, ALiBi slopes) or dropout: the stage
+    and dp_first limits below hold for each, since all compile as one variant
+    (resources.REPRESENTED)."""
+    return bool(flags["HAS_BIAS"] or flags["SOFTCAP"] or flags.get("HAS_ALIBI") or flags["HAS_DROPOUT"])
 
 
 def dp_first(cfg: BlockConfig, flags: Mapping[str, Any]) -> bool:

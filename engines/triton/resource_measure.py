@@ -28,9 +28,10 @@ def compile_variant(arch: str, var: Mapping) -> Any:
     from triton.compiler import ASTSource
 
     from bundlegen.engines.triton import kernels
-    from bundlegen.engines.triton.resources import ADDED_OFF   # resources imports this module
+    from bundlegen.engines.triton.resources import added_off   # resources imports this module
     fn = getattr(kernels, var["kernel"])
-    cons = {**{k: v for k, v in ADDED_OFF.items() if k in fn.arg_names}, **var["constexprs"]}
+    off = added_off(var["constexprs"])
+    cons = {**{k: v for k, v in off.items() if k in fn.arg_names}, **var["constexprs"]}
     src = ASTSource(fn, *aot.specialise(fn, cons, var["io"]))
     return triton.compile(src, target=GPUTarget(*aot.TARGETS[arch]), options=dict(var["options"]))
 

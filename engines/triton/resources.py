@@ -49,6 +49,7 @@ IO = "bf16"   # fp16 compiles the same code with the other 16-bit MMA type (see 
 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
+                   "HAS_DROPOUT", "DRAWN_DROPOUT",   # the dropout_mask port, or a drawn mask
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA", "DP_FIRST",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
@@ -57,18 +58,41 @@ SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_
 #: a REPRESENTED value meaning "not a constexpr": the stand-in takes the argument at run time
 RUNTIME = "<runtime>"
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap")
-#: the dropout mask's arguments: None (constexprs) in every variant checked here, since the
-#: GPU rows decline dropout (capabilities.Capabilities.dropout)
-DROPOUT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_scale")
+#: the dropout arguments of a launch with the dropout_mask port (run time there), of one
+#: whose kernels draw the mask (DRAWN_DROPOUT), and of both (the scale 1 / (1 - p)); None
+#: (constexprs) in a launch without dropout, and the other form's in a launch with it
+PORT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j")
+DRAW_ARGS = ("drop_seed", "drop_offset", "drop_p")
+DROPOUT_ARGS = PORT_ARGS + ("drop_scale",) + DRAW_ARGS
 #: the ALiBi slopes' arguments: None (constexprs) in every variant checked here, since the
 #: GPU rows decline ALiBi slopes (capabilities.ROWS: score_modifiers)
 ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: constexprs added to the kernels after the variants were measured, at their off value (a
 #: static branch the compiler drops, so the variant's code is what it was without them): left
-#: out of a variant's key, put back when the variant is compiled
-ADDED_OFF = {"HAS_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
-             "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS},
-             "RAGGED_DB": False, "RAGGED_DS": False, **aot.NO_USED}
+#: out of a variant's key, put back when the variant is compiled (added_off)
+ALWAYS_OFF = {"HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS}, "RAGGED_DB": False, "RAGGED_DS": False,
+              **aot.NO_USED}
+ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}, **ALWAYS_OFF}
+
+
+def added_off(cons: Mapping[str, Any]) -> dict:
+    """The ADDED_OFF constexprs a variant's key leaves out, as its launch passes them: every
+    one without dropout; with it, the other form's arguments (None) only, and those no GPU
+    row launches (ALWAYS_OFF)."""
+    if not cons.get("HAS_DROPOUT"):
+        return dict(ADDED_OFF)
+    if cons.get("DRAWN_DROPOUT"):
+        return {**{a: None for a in PORT_ARGS}, **ALWAYS_OFF}
+    return {"DRAWN_DROPOUT": False, **{a: None for a in DRAW_ARGS}, **ALWAYS_OFF}
+
+
+def _dropout_arg(arg: str):
+    """REPRESENTED rule of a dropout argument: RUNTIME where the launch's form passes it."""
+    def rule(c):
+        on = c.get("HAS_DROPOUT") and (arg == "drop_scale"
+                                       or (arg in DRAW_ARGS) == bool(c.get("DRAWN_DROPOUT")))
+        return RUNTIME if on else None
+    return rule
 
 
 def _dbias_chunk() -> int:
@@ -77,8 +101,10 @@ def _dbias_chunk() -> int:
 
 
 def _modified(c) -> bool:
-    """A launch with some score modifier (the dBias kernel always has the bias)."""
-    return bool(c.get("HAS_BIAS", True) or c.get("SOFTCAP"))
+    """A launch with some score modifier (the dBias kernel always has the bias), or with
+    dropout: its variants are compiled with every modifier too (launch.modified gives them
+    the modifiers' compile options)."""
+    return bool(c.get("HAS_BIAS", True) or c.get("SOFTCAP") or c.get("HAS_DROPOUT"))
 
 #: constexprs (and the io dtype) a variant with at least their code stands for: name ->
 #: (value compiled, given the choice's constexprs; why it has at least the chosen one's code)
@@ -107,9 +133,9 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     **{a: (lambda c: RUNTIME if _modified(c) else None,
            "None (a constexpr) without modifiers; the modified stand-in takes it at run time")
        for a in MODIFIER_ARGS},
-    **{a: (lambda c, off=off: off, "the GPU rows decline dropout (capabilities.Capabilities."
-                                     "dropout): no launch with it is resource-checked")
-       for a, off in ADDED_OFF.items() if a in DROPOUT_ARGS or a == "HAS_DROPOUT"},
+    # dropout: as chosen (HAS_DROPOUT, DRAWN_DROPOUT are SWEPT), with every modifier on
+    **{a: (_dropout_arg(a), "None (a constexpr) without dropout and in the other form's "
+                            "launch; run time in its own") for a in DROPOUT_ARGS},
     **{a: (lambda c, off=off: off, "the GPU rows decline ALiBi slopes (capabilities.ROWS' "
                                      "score_modifiers): no launch with them is resource-checked")
        for a, off in ADDED_OFF.items() if a in ALIBI_ARGS or a == "HAS_ALIBI"},
@@ -182,7 +208,8 @@ class _Recorder:
 
 def probe_graphs(arch: str) -> list:
     """Graphs spanning every input launch.py decides on: ragged or not, diagonal alignment,
-    each mask kind, MHA / GQA / H_k != H_v, every head-dim tile of the arch's tiers (and
+    each mask kind, MHA / GQA / H_k != H_v, score modifiers or dropout (the mask port's or
+    drawn) or neither on padded graphs, every head-dim tile of the arch's tiers (and
     D_qk != D_v; 192 for the two-chunk kernels), both io dtypes, aligned or not (q's offset 1)
     or aligned with K broadcast (zero strides: no TMA descriptors), and 64-bit tile offsets or
     not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
@@ -211,6 +238,9 @@ def probe_graphs(arch: str) -> list:
                                         sizes["strides"] = {"k": (0, 0, d_qk, 1)}
                                     g = dense_graph(B=2, S_q=16, S_kv=20, **sizes)
                                     out += [(g, wide), (with_modifiers(g, **every), wide)]
+                                    # dropout, through the mask port and drawn by the kernels
+                                    out += [(with_modifiers(g, dropout=0.5, dropout_mask=m), wide)
+                                            for m in ("full", None)]
     return out
 
 
@@ -274,8 +304,10 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
           banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
     kernel/d<tier>[/banded][/atomic-config]/vec<n>/<offsets>/<dense|ragged>[/mods]
-    [/atomic-dq][/tma] (banded, atomic-config: from the tier's config for graphs with a band,
-    for atomic-dQ launches, configs.config_for; mods: with the score modifiers; atomic-dq:
+    [/drop|/drawn][/atomic-dq][/tma] (banded, atomic-config: from the tier's config for graphs
+    with a band, for atomic-dQ launches, configs.config_for; mods: with the score modifiers
+    (and so every dropout variant); drop, drawn: with dropout through the mask port, or drawn
+    by the kernels; atomic-dq:
     the dK pass adds dQ with atomics; tma: streamed tiles through tensor descriptors); the
     dSinks kernel, the same at every tier, dsinks/d<tier>."""
     if kernel == "bwd_dsinks":
@@ -295,6 +327,8 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
               "ragged" if cons.get("RAGGED") else "dense"]
     if cons.get("HAS_BIAS"):
         parts.append("mods")
+    if cons.get("HAS_DROPOUT"):
+        parts.append("drawn" if cons.get("DRAWN_DROPOUT") else "drop")
     if cons.get("ATOMIC_DQ"):
         parts.append("atomic-dq")
     if cons.get("TMA"):

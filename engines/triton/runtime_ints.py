@@ -17,8 +17,9 @@ CHOICE_INTS = ["block_major", "bottom_right", "lone_bound"]
 RAGGED_INTS = ["T_q", "T_kv"]
 #: HAS_BIAS launches only (None otherwise, like the ragged ones): bias offset and strides
 BIAS_INTS = ["bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j"]
-#: HAS_DROPOUT launches only (None otherwise): the dropout mask's offset and strides
-DROP_INTS = ["drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j"]
+#: HAS_DROPOUT launches only (None otherwise): the dropout mask's offset and strides (a mask
+#: port), or the seed and Philox offset the kernels draw it from (DRAWN_DROPOUT)
+DROP_INTS = ["drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j", "drop_seed", "drop_offset"]
 #: ATOMIC_DQ launches only (None otherwise): the strides of the fp32 dQ scratch, in its rows
 DQA_INTS = ["sqa_b", "sqa_h", "sqa_s"]
 #: HAS_ALIBI launches only (None otherwise): the alibi_slopes offset and its batch and head

@@ -43,7 +43,7 @@ from bundlegen.graph import (OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_
 from bundlegen.validate import GUARD_ELEMS, frontend_reason
 from bundlegen.engines.triton import configs
 
-SOURCES = ("kernels.py", "tile_ops.py", "launch.py", "configs.py")
+SOURCES = ("kernels.py", "tile_ops.py", "dropout_draw.py", "launch.py", "configs.py")
 MARKER_DIR = "bundlegen-variants"
 
 
@@ -78,13 +78,15 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
     for port, t in graph.tensors.items():
-        if len(t.dims) == 1:   # sinks, dsinks: no tiles
-            continue
+        if len(t.dims) == 1 or port == "dropout_mask":   # sinks, dsinks: no tiles; the mask's:
+            continue                                         # not in launch.needs_wide either
         if tile_span(*_as_launched(t, ragged), cfg) >= TILE_OFFSET_LIMIT:
             return None
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
+    # dropout: through the mask port, or drawn by the kernels (launch.modifier_flags)
+    mods += (("port" if "dropout_mask" in graph.tensors else "drawn") if a.dropout_probability else None,)
     streams = streams_take_descriptors(_as_launched(graph.tensors[p], ragged)
                                        for p in STREAMED_PORTS)   # (the rest is in the key)
     tiles = head_tiles(graph, cfg)
@@ -104,14 +106,17 @@ def twin_graph(key: tuple) -> Graph:
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
     if not streams:   # K read through zero batch and head strides: no descriptor loads
         sizes["strides"] = {"k": (0, 0, d_qk, 1)}
+    bias, dbias, dsinks, softcap, dropout = mods
     if ragged:
-        return ragged_graph((0, 9, 16), (0, 12, 16), alignment="BOTTOM_RIGHT" if br else "TOP_LEFT",
-                            **sizes)
-    bias, dbias, dsinks, softcap = mods
+        return with_modifiers(ragged_graph((0, 9, 16), (0, 12, 16), **sizes,
+                                           alignment="BOTTOM_RIGHT" if br else "TOP_LEFT"),
+                              dropout=0.5 if dropout else None,
+                              dropout_mask="full" if dropout == "port" else None)
     # every tile whole at 256 rows (tiles have at most 128); none at 17
     return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes),
                           bias="full" if bias else None, dbias=dbias, sinks=dsinks, dsinks=dsinks,
-                          softcap=1.0 if softcap else None)
+                          softcap=1.0 if softcap else None, dropout=0.5 if dropout else None,
+                          dropout_mask="full" if dropout == "port" else None)
 
 
 def variant_of(key: tuple) -> tuple:
