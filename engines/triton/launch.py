@@ -28,14 +28,15 @@ import torch
 
 from bundlegen.graph import OFFSET_PORTS, SEQUSED_PORTS, Graph
 from bundlegen.mask import diagonal_shift
-from bundlegen.engines.triton.configs import CHUNK, BlockConfig, block_d, two_chunk_tiles
+from bundlegen.engines.triton.configs import BlockConfig
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
+from bundlegen.engines.triton.tile_plan import (STREAMED_PORTS, TILE_OFFSET_LIMIT, VEC,  # noqa: F401
+                                                descriptor_loads, head_tiles, needs_wide,
+                                                streams_take_descriptors, tile_span, whole_tiles)
 
-VEC = 8                       # fp16/bf16 elements per 16 bytes: the vectorised layout (VEC)
 ALIGN_BYTES = 16
-TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit offsets (WIDE)
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
@@ -55,8 +56,6 @@ DQ_MODIFIER_STAGES = 1
 #: tile on top of three stages of the wide tiles is past sm90's shared memory at D 256
 SPLIT_MODIFIER_STAGES = 2
 KERNELS = "bundlegen.engines.triton.kernels"
-#: the tiles a kernel streams through its loop: Q and dO (dK/dV kernel), K and V (dQ kernel)
-STREAMED_PORTS = ("q", "do", "k", "v")
 
 
 def kernels_module(name: str = KERNELS):
@@ -178,30 +177,6 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     left = min(a.left_bound, far) if a.left_bound is not None else far
     right = min(a.right_bound, far) if a.right_bound is not None else far
     return shift, left, right
-
-
-def tile_span(dims: tuple, strides: tuple, cfg: BlockConfig) -> int:
-    """The largest element offset of a port's tiles from its head's row 0: the kernels put the
-    rows of the Q and dO tiles (dK/dV kernel) and of the K and V tiles (dQ kernel) into the
-    tile offsets, whose rows reach the sequence rounded up to the tiles."""
-    rows = -(-dims[2] // cfg.most_rows) * cfg.most_rows or cfg.most_rows
-    return (rows - 1) * strides[2] + (dims[3] - 1) * strides[3]   # masked lanes never load
-
-
-def needs_wide(tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
-               scores: Mapping[str, torch.Tensor] | None = None) -> bool:
-    """True when some tile spans TILE_OFFSET_LIMIT elements or more (tile_span): the offsets
-    inside a tile are then computed in 64 bits (the offset of a head's row 0 always is).
-    `scores`: the bias / dbias, whose tiles are [rows, rows] blocks of their last two axes."""
-    rows = cfg.most_rows
-    for t in tensors.values():
-        if tile_span(t.shape, t.stride(), cfg) >= TILE_OFFSET_LIMIT:
-            return True
-    for t in (scores or {}).values():
-        _, _, s_i, s_j = t.stride()
-        if (min(rows, t.shape[2]) - 1) * s_i + (min(rows, t.shape[3]) - 1) * s_j >= TILE_OFFSET_LIMIT:
-            return True
-    return False
 
 
 def _plain_addr(t: torch.Tensor | None) -> tuple | None:
@@ -380,49 +355,6 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
                   mods, scratch, streamed, used, draw)
-
-
-def head_tiles(graph: Graph, cfg: BlockConfig) -> dict[str, int]:
-    """The head-dim tiles: one padded tile per head dim (BLOCK_DQK2 = BLOCK_DV2 = 0), or, where
-    the config asks for two chunks and configs.two_chunk_tiles applies, CHUNK columns plus a
-    second chunk's tile."""
-    chunks = two_chunk_tiles(graph.D_qk, graph.D_v) if cfg.two_chunks else None
-    if chunks is None:
-        return dict(BLOCK_DQK=block_d(graph.D_qk), BLOCK_DV=block_d(graph.D_v), BLOCK_DQK2=0,
-                    BLOCK_DV2=0)
-    return dict(BLOCK_DQK=CHUNK, BLOCK_DV=CHUNK, BLOCK_DQK2=chunks[0], BLOCK_DV2=chunks[1])
-
-
-def whole_tiles(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int]) -> bool:
-    """EVEN of the dK/dV and dQ kernels: no tile of theirs crosses a sequence's end or the
-    head dims' (S_q and S_kv multiples of every tile's rows, head dims equal to their one
-    tile; never ragged), so they load and store without masks."""
-    if graph.ragged is not None or tiles["BLOCK_DQK2"] or tiles["BLOCK_DV2"]:
-        return False
-    dv_pass = cfg.dv_pass or (cfg.block_m1, cfg.block_n1)
-    q_rows = (cfg.block_m1, cfg.block_m2, dv_pass[0])
-    kv_rows = (cfg.block_n1, cfg.block_n2, dv_pass[1])
-    return (all(graph.S_q % r == 0 for r in q_rows) and all(graph.S_kv % r == 0 for r in kv_rows)
-            and graph.D_qk == tiles["BLOCK_DQK"] and graph.D_v == tiles["BLOCK_DV"])
-
-
-def descriptor_loads(graph: Graph, cfg: BlockConfig, tiles: Mapping[str, int], vec: int,
-                     tensors: Mapping[str, torch.Tensor]) -> bool:
-    """TMA of the dK/dV and dQ kernels: their streamed tiles (STREAMED_PORTS) loaded through
-    tensor descriptors, where the config asks for it (BlockConfig.tma) and the hardware's
-    rules hold: a padded graph (a descriptor spans one [B, H, S, D] box), one head-dim
-    chunk, every io tensor VEC-aligned (16-byte base and strides, head-dim stride 1), and
-    every dim and stride of the streamed ports positive."""
-    if not cfg.tma or graph.ragged is not None or tiles["BLOCK_DQK2"] or vec != VEC:
-        return False
-    return streams_take_descriptors((tensors[p].shape, tensors[p].stride())
-                                    for p in STREAMED_PORTS)
-
-
-def streams_take_descriptors(dims_and_strides) -> bool:
-    """The streamed ports' part of descriptor_loads, from their (dims, strides) as the
-    kernels address them: every dim and stride positive (no empty axis, no broadcast)."""
-    return all(min(dims) > 0 and min(strides) > 0 for dims, strides in dims_and_strides)
 
 
 def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
