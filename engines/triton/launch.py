@@ -28,7 +28,7 @@ import torch
 
 from bundlegen.graph import OFFSET_PORTS, SEQUSED_PORTS, Graph
 from bundlegen.mask import diagonal_shift
-from bundlegen.engines.triton.configs import BlockConfig
+from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
@@ -519,8 +519,8 @@ def run_dbias(L: Launch) -> None:
 def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:
     """The dBias or dSinks kernel's ragged flag and, ragged, its `names` (a padded launch
     passes the flag off alone: those kernels compile as before they took ragged batches)."""
-    if L.graph.ragged is None:
-        return {flag: False}
+    if L.graph.ragged is None:   # (and no used lengths: every constexpr is passed, as resources records)
+        return {flag: False, **{n: False for n in names if n.startswith("HAS_USED")}}
     values = dict(zip(("CU_Q", "CU_KV", "T_q", "T_kv"), L.ragged), bottom_right=L.flags["bottom_right"],
                   USED_Q=L.used[0], USED_KV=L.used[1], HAS_USED_Q=L.flags["HAS_USED_Q"],
                   HAS_USED_KV=L.flags["HAS_USED_KV"])
