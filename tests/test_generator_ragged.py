@@ -340,9 +340,10 @@ def test_a_spec_in_the_other_storages_space_is_a_plan_error():
 
 
 def test_a_ragged_spec_with_a_padded_only_field_is_a_plan_error():
-    """Score modifiers are a ragged spec's too (SHP-RAGGED-MODIFIERS-ALL); dropout is not."""
-    spec = dataclasses.replace(sdpa_bwd.RAGGED_CATALOG[0].specs[0], dropout="p0.5")
-    entry = sdpa_bwd.CatalogEntry("SHP-RAGGED-TEST-DROPOUT", "a ragged spec with dropout", (spec,))
+    """Score modifiers and dropout are a ragged spec's too (SHP-RAGGED-MODIFIERS-ALL,
+    SHP-RAGGED-DROPOUT); a stats layout is not (a ragged graph's stats follow its storage)."""
+    spec = dataclasses.replace(sdpa_bwd.RAGGED_CATALOG[0].specs[0], stats_layout="s-major")
+    entry = sdpa_bwd.CatalogEntry("SHP-RAGGED-TEST-DROPOUT", "a ragged spec with a stats layout", (spec,))
     space = dataclasses.replace(sdpa_bwd.RAGGED, catalog=sdpa_bwd.RAGGED_CATALOG + (entry,))
     with pytest.raises(PlanError, match=r"SHP-RAGGED-TEST-DROPOUT'\[0\]: a ragged spec has no stats layout"):
         build(_with_entries(ragged_space=space))

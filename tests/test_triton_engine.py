@@ -343,8 +343,8 @@ def test_block_major_only_for_a_one_sided_band_over_a_head_group(heads, mask, ex
 
 def test_wide_tile_offsets(engine, monkeypatch):
     """The 64-bit tile-offset variant (WIDE), forced on a strided GQA band case."""
-    from bundlegen.engines.triton import launch
-    monkeypatch.setattr(launch, "TILE_OFFSET_LIMIT", 0)
+    from bundlegen.engines.triton import launch, tile_plan
+    monkeypatch.setattr(tile_plan, "TILE_OFFSET_LIMIT", 0)
     args = dict(H_q=4, H_k=2, H_v=1, S_q=19, S_kv=35, D_qk=24, D_v=40, left=9, right=2,
                 alignment="BOTTOM_RIGHT")
     graph = dense_graph(**_layout("odd-outputs", **args), **args)
