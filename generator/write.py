@@ -52,6 +52,20 @@ def plan_tolerances_text(generated: GeneratedPlan) -> str:
     return tolerances_text(generated.plan.name, generated.plan.tolerance_classes)
 
 
+def _plan_fields(generated: GeneratedPlan, texts: dict[str, str]) -> dict:
+    """The manifest fields every plan has: its name, the bundles' digest, the levels'
+    limits, the tolerance classes (and their TOML's digest), the cost model and margins."""
+    plan = generated.plan
+    return dict(
+        plan=plan.name, digest=digest(texts),
+        levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
+                                 lv.per_case_cpu_seconds) for lv in plan.levels),
+        tolerance_classes=dict(plan.tolerance_classes),
+        tolerances_digest=text_digest(plan_tolerances_text(generated)),
+        cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
+        cpu_case_limit_s=float(plan.cpu_case_limit_s))
+
+
 def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None) -> Manifest:
     """What the harness, claims and mutants need of the plan, for bundles `texts`."""
     plan = generated.plan
@@ -59,13 +73,7 @@ def build_manifest(generated: GeneratedPlan, texts: dict[str, str] | None = None
     if generated.extends is not None:
         return _extension_manifest(generated, texts)
     return Manifest(
-        plan=plan.name, digest=digest(texts),
-        levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
-                                 lv.per_case_cpu_seconds) for lv in plan.levels),
-        tolerance_classes=dict(plan.tolerance_classes),
-        tolerances_digest=text_digest(plan_tolerances_text(generated)),
-        cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
-        cpu_case_limit_s=float(plan.cpu_case_limit_s),
+        **_plan_fields(generated, texts),
         axes=tuple(AxisItems(a.name, a.title, a.core, a.default, tuple(a.values),
                              tuple(axis_item(a.name, v) for v in a.values)) for a in plan.padded.axes)
         + _ragged_axes(plan),
@@ -87,13 +95,7 @@ def _extension_manifest(generated: GeneratedPlan, texts: dict[str, str]) -> Mani
                                                       for e in added.get(s.title, ())))
                      for s in base.sections)
     return Manifest(
-        plan=plan.name, digest=digest(texts),
-        levels=tuple(LevelLimits(lv.name, lv.per_case_seconds, lv.per_case_bytes, lv.budget_seconds,
-                                 lv.per_case_cpu_seconds) for lv in plan.levels),
-        tolerance_classes=dict(plan.tolerance_classes),
-        tolerances_digest=text_digest(plan_tolerances_text(generated)),
-        cost_model=dict(plan.cost_model), min_claim_margin=float(plan.min_claim_margin),
-        cpu_case_limit_s=float(plan.cpu_case_limit_s), axes=base.axes, sections=sections,
+        **_plan_fields(generated, texts), axes=base.axes, sections=sections,
         gates=base.gates + tuple(Gate(g.item, g.title, g.gate, g.planned_cases)
                                  for g in generated.base_gates + plan.gated),
         extends=generated.extends)

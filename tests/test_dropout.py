@@ -62,7 +62,7 @@ def test_drawn_keep_mask_is_binomial_and_follows_the_seed(p):
     assert not torch.equal(keep, dropout_keep((1, 1, 64, 1000), seed=8, p=p))
 
 
-def _autograd_reference(q, k, v, do, attrs, keep):
+def autograd_reference(q, k, v, do, attrs, keep):
     """float64 autograd through softmax(scale Q K^T + mask) * keep / (1 - p) V, by itself."""
     from bundlegen.mask import keep_mask
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -83,7 +83,7 @@ def test_oracle_matches_float64_autograd(p, mask):
     g = dropped(p, mask, right=0, alignment="BOTTOM_RIGHT")
     m = M.materialize(dataclasses.replace(make_case(g, seed=3), tolerance_class="bf16-r256"), "cpu")
     t = m.tensors
-    (dq, dk, dv), out = _autograd_reference(t["q"], t["k"], t["v"], t["do"], g.attributes, t["dropout_mask"])
+    (dq, dk, dv), out = autograd_reference(t["q"], t["k"], t["v"], t["do"], g.attributes, t["dropout_mask"])
     torch.testing.assert_close(m.forward.o, out.detach(), rtol=1e-10, atol=1e-12)
     ref = m.reference
     for got, want, mag in ((ref.dq, dq, ref.mag_dq), (ref.dk, dk, ref.mag_dk), (ref.dv, dv, ref.mag_dv)):

@@ -18,10 +18,10 @@ from bundlegen.graph import ragged_graph, with_modifiers
 from bundlegen.harness import materialize as M
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.case import run_case
-from bundlegen.mask import keep_mask
 from bundlegen.plans import sdpa_bwd as P
 from bundlegen.validate import frontend_reason
 from tests import harness_support as S
+from tests.test_dropout import autograd_reference
 from tests.graph_factory import make_case
 
 CU_Q, CU_KV = (0, 9, 16, 40), (0, 12, 20, 51)   # three sequences, S_q < S_kv and S_q > S_kv
@@ -53,20 +53,6 @@ def test_frontend_takes_the_padded_mask_on_a_ragged_graph():
     assert frontend_reason(_with_port(g, dtype="fp16")) == R.DTYPE_MISMATCH
 
 
-def _autograd_sequence(q, k, v, do, attrs, keep):
-    """float64 autograd of one sequence ([1, H, S, D]) through softmax(...) * keep / (1 - p) V."""
-    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    H_q = q.shape[1]
-    kk = k.repeat_interleave(H_q // k.shape[1], 1)
-    vv = v.repeat_interleave(H_q // v.shape[1], 1)
-    s = q @ kk.transpose(-1, -2) * attrs.attn_scale
-    allowed = keep_mask(q.shape[2], k.shape[2], attrs)
-    if allowed is not None:
-        s = s.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(s, -1) * keep.double() / (1 - attrs.dropout_probability)
-    return torch.autograd.grad(probs @ vv, (q, k, v), do.double())
-
-
 @pytest.mark.parametrize("mask", ["full", "head"])
 def test_the_ragged_oracle_applies_each_sequences_corner_of_the_mask(mask):
     g = ragged(mask)
@@ -76,8 +62,8 @@ def test_the_ragged_oracle_applies_each_sequences_corner_of_the_mask(mask):
         q0, q1, k0, k1 = CU_Q[b], CU_Q[b + 1], CU_KV[b], CU_KV[b + 1]
         cut = lambda x, r0, r1: x[r0:r1].permute(1, 0, 2).unsqueeze(0)
         keep = t["dropout_mask"][b:b + 1, :, :q1 - q0, :k1 - k0]
-        grads = _autograd_sequence(cut(t["q"], q0, q1), cut(t["k"], k0, k1), cut(t["v"], k0, k1),
-                                   cut(t["do"], q0, q1), g.attributes, keep)
+        grads = autograd_reference(cut(t["q"], q0, q1), cut(t["k"], k0, k1), cut(t["v"], k0, k1),
+                                   cut(t["do"], q0, q1), g.attributes, keep)[0]
         for got, want in zip((cut(ref.dq, q0, q1), cut(ref.dk, k0, k1), cut(ref.dv, k0, k1)), grads):
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
 
