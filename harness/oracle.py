@@ -314,6 +314,13 @@ def _score_bias(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
     return term
 
 
+def additive_scores(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
+                    attrs: Attributes) -> torch.Tensor | None:
+    """The whole additive score term [B, H_q, S_q, S_kv] (bias plus ALiBi from the slopes),
+    float64, or None: for checks that recompute the scores (harness/tolerance_power.py)."""
+    return _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)(Block(0, B, 0, H_q, 0, S_q, 0, S_kv))
+
+
 def _keep_scale(modifiers: Modifiers, attrs: Attributes,
                 shape: tuple[int, ...]) -> Callable[[tuple], torch.Tensor] | None:
     """A block's keep / (1 - p) as float64 (the block's index tuple -> [nb, nh, R, W]), or

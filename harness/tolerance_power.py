@@ -39,6 +39,7 @@ import torch
 
 from bundlegen.graph import Case
 from bundlegen.tolerance import Tolerance
+from bundlegen.harness import oracle
 from bundlegen.harness.materialize import logical_inputs, materialize
 from bundlegen.mask import keep_mask
 
@@ -127,8 +128,10 @@ def terms_of(case: Case) -> tuple[Terms, object]:
     if attrs.softcap is not None:
         t = torch.tanh(s / attrs.softcap)
         s, slope = t * attrs.softcap, 1.0 - t * t
-    if "bias" in x:
-        s = s + x["bias"].to(F64)
+    added = oracle.additive_scores(oracle.Modifiers(bias=x.get("bias"), alibi_slopes=x.get("alibi_slopes")),
+                                   g.B, H_q, g.S_q, g.S_kv, attrs)
+    if added is not None:
+        s = s + added
     keep = keep_mask(g.S_q, g.S_kv, attrs)
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))

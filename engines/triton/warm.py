@@ -50,7 +50,7 @@ MARKER_DIR = "bundlegen-variants"
 def _as_launched(spec: TensorSpec, ragged: bool) -> tuple[tuple, tuple]:
     """(dims, strides) of a port as the kernels address it: a ragged [T, H, D] port as the
     launcher's [1, H, T, D] view (launch.token_major)."""
-    if not ragged:
+    if not ragged or len(spec.dims) == 4:   # score-shaped ports (bias, dropout mask): as declared
         return spec.dims, spec.strides
     (T, H, D), (s_t, s_h, s_d) = spec.dims, spec.strides
     return (1, H, T, D), (s_t, s_h, s_t, s_d)
@@ -78,8 +78,8 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
     for port, t in graph.tensors.items():
-        if len(t.dims) == 1 or port == "dropout_mask":   # sinks, dsinks: no tiles; the mask's:
-            continue                                         # not in launch.needs_wide either
+        if len(t.dims) < 3 or port == "dropout_mask":   # sinks, dsinks, slopes: no tiles; the
+            continue                                        # mask's: not in launch.needs_wide either
         if tile_span(*_as_launched(t, ragged), cfg) >= TILE_OFFSET_LIMIT:
             return None
     a = graph.attributes
@@ -87,6 +87,7 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     # dropout: through the mask port, or drawn by the kernels (launch.modifier_flags)
     mods += (("port" if "dropout_mask" in graph.tensors else "drawn") if a.dropout_probability else None,)
+    mods += ("alibi_slopes" in graph.tensors,)
     streams = streams_take_descriptors(_as_launched(graph.tensors[p], ragged)
                                        for p in STREAMED_PORTS)   # (the rest is in the key)
     tiles = head_tiles(graph, cfg)
@@ -106,17 +107,16 @@ def twin_graph(key: tuple) -> Graph:
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
     if not streams:   # K read through zero batch and head strides: no descriptor loads
         sizes["strides"] = {"k": (0, 0, d_qk, 1)}
-    bias, dbias, dsinks, softcap, dropout = mods
+    bias, dbias, dsinks, softcap, dropout, alibi = mods
+    modifiers = dict(bias="full" if bias else None, dbias=dbias, sinks=dsinks, dsinks=dsinks,
+                     softcap=1.0 if softcap else None, dropout=0.5 if dropout else None,
+                     dropout_mask="full" if dropout == "port" else None,
+                     alibi_slopes="head" if alibi else None)
     if ragged:
         return with_modifiers(ragged_graph((0, 9, 16), (0, 12, 16), **sizes,
-                                           alignment="BOTTOM_RIGHT" if br else "TOP_LEFT"),
-                              dropout=0.5 if dropout else None,
-                              dropout_mask="full" if dropout == "port" else None)
+                                           alignment="BOTTOM_RIGHT" if br else "TOP_LEFT"), **modifiers)
     # every tile whole at 256 rows (tiles have at most 128); none at 17
-    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes),
-                          bias="full" if bias else None, dbias=dbias, sinks=dsinks, dsinks=dsinks,
-                          softcap=1.0 if softcap else None, dropout=0.5 if dropout else None,
-                          dropout_mask="full" if dropout == "port" else None)
+    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes), **modifiers)
 
 
 def variant_of(key: tuple) -> tuple:
