@@ -101,3 +101,14 @@ def test_seed_and_offset_decide_the_mask():
     assert not torch.equal(a.draw(graph), b.draw(graph))
     assert mask_problem(a.draw(graph), graph) is None
     assert mask_problem(torch.ones(2, 4, 24, 39), graph).startswith("drawn dropout mask of dims")
+
+
+def test_the_keep_rate_counts_only_the_entries_the_mask_attends():
+    """Bits the mask removes scale nothing (a kernel that skips a masked tile never draws
+    them): reported as kept, they must not push the keep count out of its bound."""
+    g = dense_graph(dtype="bf16", B=2, H_q=4, S_q=64, S_kv=64, D_qk=16, dropout=0.5, right=0)
+    attended = torch.ones(64, 64).tril().bool()
+    drawn = (torch.rand(2, 4, 64, 64, generator=torch.Generator().manual_seed(3)) >= 0.5).float()
+    assert mask_problem(torch.where(attended, drawn, torch.ones_like(drawn)), g) is None
+    stuck = torch.where(attended, torch.ones_like(drawn), drawn)   # every attended entry kept
+    assert "keeps" in mask_problem(stuck, g)

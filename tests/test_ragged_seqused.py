@@ -101,6 +101,16 @@ def test_engines_serve_used_lengths_and_the_ignoring_mutant_fails(engine_cls, kw
     assert bad.verdict in (V.FAIL_GUARD, V.FAIL_NAN), bad.detail
 
 
+@pytest.mark.parametrize("engine_cls", [TorchMathEngine, small_tile(TritonEngine)])
+def test_dbias_and_dsinks_see_only_the_used_rows(engine_cls):
+    """The dBias and dSinks kernels walk each sequence's used lengths, as dQ, dK, dV do:
+    a padding row read there is a NaN canary in dBias or dSinks."""
+    from bundlegen.graph import with_modifiers
+    graph = with_modifiers(_graph(alignment="BOTTOM_RIGHT", right=0), bias="full", dbias=True,
+                           sinks=True, dsinks=True)
+    assert run_case(_case(graph), engine_cls("cpu"), LOOSE).verdict == V.PASS
+
+
 def test_an_engine_without_seqused_is_declined_and_gpu_rows_decline():
     class NoSeqused(TorchMathEngine):
         seqused = False
