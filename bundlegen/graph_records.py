@@ -252,6 +252,12 @@ class Graph:
             used.add("softcap")
         return frozenset(used)
 
+    @property
+    def asks_drawn_dropout(self) -> bool:
+        """Dropout (p > 0) with no dropout_mask port: the engine is asked to draw its own
+        mask (docs/CONTRACTS.md, "Dropout")."""
+        return bool(self.attributes.dropout_probability) and "dropout_mask" not in self.tensors
+
     def as_launched(self) -> "Graph":
         """The graph an engine is handed: a ragged graph's offsets removed (they reach the
         engine only as device tensors); a padded graph unchanged."""

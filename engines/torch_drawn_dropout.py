@@ -26,11 +26,10 @@ import functools
 
 import torch
 
-from bundlegen import reasons as R
 from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import Graph
 from bundlegen.mask import keep_mask
-from bundlegen.engines.torch_sdpa_common import DeviceFacts, is_causal
+from bundlegen.engines.torch_sdpa_common import is_causal
 
 #: the Philox seed and offset these engines draw from; fixed, so a case draws the same mask
 #: in every run and in every process
@@ -61,18 +60,6 @@ def efficient_philox(seed: int = PHILOX_SEED, offset: int = PHILOX_OFFSET
     """The (philox_seed, philox_offset) arguments of the efficient backward ops: int64
     scalars on the host, as the op's own forward returns them outside CUDA-graph capture."""
     return torch.tensor(seed, dtype=torch.int64), torch.tensor(offset, dtype=torch.int64)
-
-
-def draws_only(graph: Graph, facts: DeviceFacts) -> str | None:
-    """A decline rule: dropout served as the op's own drawn mask only (the ops take no mask)."""
-    if graph.attributes.dropout_probability and "dropout_mask" in graph.tensors:
-        return f"{R.DROPOUT_NOT_SERVED}: the aten op takes no dropout mask (it draws its own)"
-    return None
-
-
-def drawn_keep(graph: Graph) -> bool:
-    """The graph asks for dropout with a mask the op draws itself."""
-    return bool(graph.attributes.dropout_probability) and "dropout_mask" not in graph.tensors
 
 
 @functools.lru_cache(maxsize=8)

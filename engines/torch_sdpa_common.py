@@ -110,16 +110,21 @@ def capability_between(low: tuple[int, int], high: tuple[int, int], source: str)
     return rule
 
 
-def no_dropout(graph: Graph, facts: DeviceFacts) -> str | None:
-    """PyTorch's ops take no mask (a dropout_mask port cannot reach them) and draw their own
-    from a Philox seed and offset; where that mask cannot be recovered for the oracle (cuDNN's
-    op; the varlen ops) the engine declines dropout. The flash and efficient ops' masks are
-    recovered (engines/torch_drawn_dropout.py)."""
-    if graph.attributes.dropout_probability:
-        if "dropout_mask" in graph.tensors:
-            return f"{R.DROPOUT_NOT_SERVED}: the aten op takes no dropout mask (it draws its own)"
-        return f"{R.DROPOUT_NOT_SERVED}: the mask this op draws is not recovered for the oracle"
+def draws_only(graph: Graph, facts: DeviceFacts) -> str | None:
+    """PyTorch's ops take no mask (a dropout_mask port cannot reach them): they draw their own
+    from a Philox seed and offset. The flash and efficient ops' masks are recovered for the
+    oracle (engines/torch_drawn_dropout.py), so those engines serve dropout that way."""
+    if graph.attributes.dropout_probability and "dropout_mask" in graph.tensors:
+        return f"{R.DROPOUT_NOT_SERVED}: the aten op takes no dropout mask (it draws its own)"
     return None
+
+
+def no_dropout(graph: Graph, facts: DeviceFacts) -> str | None:
+    """draws_only, and no drawn mask either where the mask cannot be recovered for the oracle
+    (cuDNN's op; the varlen ops)."""
+    if graph.asks_drawn_dropout:
+        return f"{R.DROPOUT_NOT_SERVED}: the mask this op draws is not recovered for the oracle"
+    return draws_only(graph, facts)
 
 
 def writable_outputs(graph: Graph, facts: DeviceFacts) -> str | None:

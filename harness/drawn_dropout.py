@@ -26,8 +26,7 @@ KEEP_RATE_SIGMAS = 6.0
 
 def draws_here(graph: Graph, engine) -> bool:
     """The graph asks the engine for a mask of its own, and the engine draws one."""
-    return (bool(graph.attributes.dropout_probability) and "dropout_mask" not in graph.tensors
-            and bool(getattr(engine, "draws_dropout_mask", False)))
+    return graph.asks_drawn_dropout and bool(getattr(engine, "draws_dropout_mask", False))
 
 
 def mask_problem(keep: torch.Tensor | None, graph: Graph) -> str | None:

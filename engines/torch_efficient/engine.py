@@ -28,9 +28,8 @@ from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchS
                                        head_dim_stride_one, is_causal, lse_padded,
                                        lse_per_sequence, needs_nvidia_gpu, no_dropout, no_gqa,
                                        no_rng, packed_rows_copy, ragged_causal_only,
-                                       writable_outputs)
-from bundlegen.engines.torch_drawn_dropout import (draws_only, drawn_keep, efficient_keep,
-                                                   efficient_philox)
+                                       writable_outputs, draws_only)
+from bundlegen.engines.torch_drawn_dropout import efficient_keep, efficient_philox
 
 LSE_ROW_MULTIPLE = 32      # kAlignLSE
 KERNEL_ALIGNMENT = 4       # DefaultGemmType<Sm80+, f16/bf16/f32>::kMinimumAlignment
@@ -126,7 +125,7 @@ def efficient_values(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict:
     multiple of 32 rows; the bias gradient asked for when the graph has a dbias; with
     dropout, p and the Philox seed and offset whose mask drawn_dropout_mask reports."""
     rng = no_rng(tensors["q"].device)
-    seed, offset = efficient_philox() if drawn_keep(graph) else (rng, rng)
+    seed, offset = efficient_philox() if graph.asks_drawn_dropout else (rng, rng)
     return {
         "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],
         "value": tensors["v"], "attn_bias": tensors.get("bias"), "out": bshd_packed_copy(tensors["o"]),

@@ -21,8 +21,8 @@ from bundlegen.engines.torch_sdpa_common import (DeviceFacts, RaggedRows, TorchS
                                        head_dim_stride_one, is_causal, kv_heads_equal,
                                        lse_heads_tokens, lse_rows, needs_nvidia_gpu,
                                        no_dropout, no_rng, packed_rows_copy,
-                                       ragged_causal_only, writable_outputs)
-from bundlegen.engines.torch_drawn_dropout import draws_only, drawn_keep, flash_draw
+                                       ragged_causal_only, writable_outputs, draws_only)
+from bundlegen.engines.torch_drawn_dropout import flash_draw
 
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 8
@@ -124,7 +124,7 @@ class TorchFlashEngine(TorchSdpaEngine):
     def backward(self, graph: Graph, tensors: Mapping[str, torch.Tensor]):
         op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
         seed = offset = no_rng(tensors["q"].device)
-        if drawn_keep(graph):
+        if graph.asks_drawn_dropout:
             _keep, seed, offset = flash_draw(graph, self.device)
         dq, dk, dv = call_by_schema(op, {
             "grad_out": tensors["do"], "query": tensors["q"], "key": tensors["k"],

@@ -57,7 +57,7 @@ class TorchMathEngine(Engine):
         layout = output_layout_reason(graph)
         if layout:
             return layout
-        if graph.attributes.dropout_probability and "dropout_mask" not in graph.tensors:
+        if graph.asks_drawn_dropout:
             return f"{R.DROPOUT_NOT_SERVED}: no dropout_mask port (torch-math draws no mask of its own)"
         return None
 

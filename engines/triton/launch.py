@@ -190,7 +190,7 @@ def modifier_flags(graph: Graph) -> dict:
     dropout_mask port: the kernels draw the mask)."""
     dropout = bool(graph.attributes.dropout_probability)
     return dict(HAS_BIAS="bias" in graph.tensors, SOFTCAP=graph.attributes.softcap is not None,
-                HAS_DROPOUT=dropout, DRAWN_DROPOUT=dropout and "dropout_mask" not in graph.tensors,
+                HAS_DROPOUT=dropout, DRAWN_DROPOUT=graph.asks_drawn_dropout,
                 HAS_ALIBI="alibi_slopes" in graph.tensors)
 
 
