@@ -5,6 +5,7 @@
 # run.json go to $OUT/evidence.tar (the files evidence/h200/ keeps), its log to $OUT.
 #   OUT=/some/dir bash bench/h200_levels.sh triton torch-flash
 #   SELFCHECK=1 ... also runs the Triton self-check and the mutants at quick and pr.
+#   WORKERS=8 MPS=1 ...  eight workers per GPU through a private MPS server (docs/PERFORMANCE.md)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/h200-levels}
@@ -17,8 +18,8 @@ for engine in ${engines[@]}; do
   for n in 1 2; do
     echo "== $engine full, order $n"
     python3 -m bundlegen run --level full --engine "$engine" --device cuda --shuffle "$n" \
-      --workers-per-device "$WORKERS" --out "out/$engine-full-$n" > "$OUT/run-$engine-full-$n.log" 2>&1
-    echo "   exit $?"; grep -E "^│ (quick|pr|nightly|full|total)|^ran|^time|^failing" "$OUT/run-$engine-full-$n.log"
+      --workers-per-device "$WORKERS" ${MPS:+--mps} --out "out/$engine-full-$n" > "$OUT/run-$engine-full-$n.log" 2>&1
+    echo "   exit $?"; grep -E "^│ (quick|pr|nightly|full|total)|^ran|^time|^failing|^engine prepare failed" "$OUT/run-$engine-full-$n.log"
     gzip -nc "out/$engine-full-$n/results.jsonl" > "out/evidence/$engine-full-$n.results.jsonl.gz"
     cp "out/$engine-full-$n/run.json" "out/evidence/$engine-full-$n.run.json"
     tar -C out/evidence -cf "$OUT/evidence.tar" .    # after each run: a cut-off call keeps what ran

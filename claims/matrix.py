@@ -115,8 +115,8 @@ class Cell:
             return f"✅ {self.claimed}"
         if self.status == PARTIAL:
             return f"🟡 {self.claimed}/{self.accepted}" + (f" [^{self.note}]" if self.note else "")
-        if self.status == DECLINED:
-            return f"❌ {self.reason}"
+        if self.status == DECLINED:   # in a row too wide for its codes, a footnote names it
+            return f"❌ [^{self.note}]" if self.note else f"❌ {self.reason}"
         if self.status == NO_CASES:
             return "n/a"
         return "—"
@@ -332,11 +332,27 @@ def build_matrix(groups: Iterable[FeatureGroup], cases: BundleCases, columns: It
                                               (skip_rows or {}).get(column.engine, ())) for cause in cell.causes))
         return Cell(cell.status, cell.claimed, cell.accepted, cell.reason, cell.causes, notes[key].label)
 
+    def fitted(row: Row, axis: bool) -> Row:
+        """The row, its declined cells' reason codes moved to footnotes when it is wider than
+        WIDTH with them inline."""
+        title = row.feature.title if axis else f"`{row.feature.id}`"
+        if _row_width(title, row.cells) <= WIDTH:
+            return row
+        cells = []
+        for cell in row.cells:
+            if cell.status == DECLINED:
+                key = (DECLINED, cell.reason)
+                if key not in notes:
+                    notes[key] = Note(str(len(notes) + 1), (f"declined: `{cell.reason}`",))
+                cell = Cell(DECLINED, reason=cell.reason, note=notes[key].label)
+            cells.append(cell)
+        return Row(row.feature, tuple(cells))
+
     sections = []
     for group in groups:
-        rows = tuple(Row(f, tuple(labelled(cell_for(cases.items.get(f.id, frozenset()) & scope[c], c,
-                                                    sets[c.engine], cases.case_items, f.id, served[c]), c)
-                                  for c in run))
+        rows = tuple(fitted(Row(f, tuple(labelled(cell_for(cases.items.get(f.id, frozenset()) & scope[c], c,
+                                                           sets[c.engine], cases.case_items, f.id, served[c]), c)
+                                         for c in run)), group.axis)
                      for f in group.features)
         sections.append(Section(group.title, rows, group.axis))
     summaries = tuple(_summary(c, sets[c.engine], levels[c]) for c in run)
@@ -388,6 +404,11 @@ def _md(text: str) -> str:
 
 def display_width(line: str) -> int:
     return len(line) + sum(ch in WIDE_CHARS for ch in line)
+
+
+def _row_width(title: str, cells: Sequence[Cell]) -> int:
+    """Display width of a table row as the template writes it."""
+    return display_width(f"| {_md(title)} |" + "".join(f" {_md(c.text)} |" for c in cells))
 
 
 def _wrap(text: str, indent: str = "  ") -> str:

@@ -355,7 +355,8 @@ def test_a_twin_compiles_the_variant_of_its_graph():
         return (graph.dtype, configs.block_d(graph.D_qk), configs.block_d(graph.D_v),
                 a.left_bound is not None, a.right_bound is not None, graph.H_k == graph.H_v,
                 launch.block_major(graph), warm._vec(graph), launch.modifier_flags(graph)["HAS_DROPOUT"],
-                launch.modifier_flags(graph)["DRAWN_DROPOUT"])
+                launch.modifier_flags(graph)["DRAWN_DROPOUT"],
+                tuple(v for k, v in sorted(launch.ragged_flags(graph).items()) if k.startswith("HAS_USED")))
 
     # graphs with score modifiers reach prepare only for an engine that lists them
     served = frozenset(getattr(engine_class("triton"), "score_modifiers", ()))

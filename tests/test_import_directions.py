@@ -153,7 +153,7 @@ HARNESS_FLOORS = (
     ("case", ("case",)),
     ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
                  "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
-                 "job_summary", "tolerance_power", "__init__")),
+                 "job_summary", "tolerance_power", "portable_traceback", "__init__")),
 )
 HARNESS = ROOT / "harness"
 

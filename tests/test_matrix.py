@@ -232,6 +232,30 @@ def test_covered_levels_without_a_recorded_level():
     assert covered_levels(ClaimSet("e", claims={"x": frozenset()}), "x", cases) == ("quick", "pr", "nightly")
 
 
+def test_a_row_too_wide_for_its_reason_codes_gives_them_as_footnotes():
+    """Seven engines declining with long codes: the row moves each code to a footnote (one per
+    code, shared across rows) and fits WIDTH; a row that fits keeps its codes inline."""
+    long_code = "modifier-combination-not-served"
+    engines = [f"engine-{i}" for i in range(7)]
+    sets = {e: ClaimSet(e, claims={"sm90": frozenset({"a"})}, declines={"sm90": {"w": long_code, "n": "gqa-not-served"}})
+            for e in engines}
+    for e in engines[:4]:
+        sets[e] = ClaimSet(e, claims={"sm90": frozenset({"a", "n"})}, declines={"sm90": {"w": long_code}})
+    items = {"WIDE": frozenset({"w"}), "NARROW": frozenset({"n"}), "PLAIN": frozenset({"a"})}
+    case_items = {c: frozenset(i for i, ids in items.items() if c in ids) for c in "wna"}
+    cases = BundleCases(items=items, case_items=case_items, levels=(("quick", frozenset("wna")),))
+    group = FeatureGroup("g", (Feature("WIDE", "wide"), Feature("NARROW", "n"), Feature("PLAIN", "p")), True)
+    matrix = build_matrix([group], cases, [Column(e, "sm90") for e in engines], sets)
+    wide, narrow, _ = matrix.sections[0].rows
+    assert [c.text for c in wide.cells] == ["❌ [^1]"] * 7
+    assert [n.causes for n in matrix.notes] == [(f"declined: `{long_code}`",)]
+    assert [c.text for c in narrow.cells] == ["✅ 1"] * 4 + ["❌ gqa-not-served"] * 3   # fits: inline
+    lines = render(matrix).splitlines()
+    assert "| wide | " + " | ".join(["❌ [^1]"] * 7) + " |" in lines
+    assert f"[^1]: declined: `{long_code}`" in lines
+    assert all(display_width(line) <= WIDTH for line in lines)
+
+
 def test_skips_are_attributed_to_their_source():
     """The CPU size limit and a level's byte ceiling are not blamed on an engine.toml; a row of
     the engine's engine.toml is named with its arch and version scope; a skip no row of it holds

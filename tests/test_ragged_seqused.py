@@ -111,14 +111,15 @@ def test_dbias_and_dsinks_see_only_the_used_rows(engine_cls):
     assert run_case(_case(graph), engine_cls("cpu"), LOOSE).verdict == V.PASS
 
 
-def test_an_engine_without_seqused_is_declined_and_gpu_rows_decline():
+def test_an_engine_or_a_row_without_seqused_declines_it():
     class NoSeqused(TorchMathEngine):
         seqused = False
     reason = decline_reason(NoSeqused("cpu"), _graph())
     assert reason.startswith(R.SEQUSED_NOT_SERVED) and "seqused_q, seqused_kv" in reason
     assert decline_reason(NoSeqused("cpu"), ragged_graph(CU_Q, CU_KV)) is None
-    assert ROWS["sm90"].mismatch(_graph().as_launched()).startswith(R.SEQUSED_NOT_SERVED)
-    assert ROWS["cpu"].mismatch(_graph().as_launched()) is None
+    assert all(row.mismatch(_graph().as_launched()) is None for row in ROWS.values())
+    without = dataclasses.replace(ROWS["sm90"], seqused=False)
+    assert without.mismatch(_graph().as_launched()).startswith(R.SEQUSED_NOT_SERVED)
 
 
 #: the kernels without the used-length bound (a used length taken as it is): a device probe

@@ -231,3 +231,54 @@ def test_dropout_is_declined_exactly_where_its_variants_spill(arch):
                     assert code(reason) == R.DROPOUT_NOT_SERVED and "resources.json" in reason, reason
                 else:
                     assert reason is None, (form, tier, rows, reason)
+
+
+def _ragged(tier: int, **mods):
+    from bundlegen.graph import ragged_graph, with_modifiers
+    g = ragged_graph((0, 9, 16), (0, 12, 20), H_q=4, H_k=2, D_qk=tier, dtype="bf16",
+                     seqused_q=(7, 6), seqused_kv=(10, 8))
+    return with_modifiers(g, **mods)
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS)
+def test_alibi_ragged_modifiers_and_used_lengths_are_declined_exactly_where_their_variants_spill(arch):
+    """ALiBi slopes (padded and ragged), every modifier on a ragged batch with used lengths:
+    served at every tier, but dBias on a ragged batch below the row's ragged_dbias_min_d and
+    ALiBi's variants with 64-bit tile offsets at the row's wide_alibi_spills tiers, each
+    declined naming the report."""
+    from bundlegen.engines.triton.resources import _widened
+    from bundlegen.graph import with_modifiers
+    row = ROWS[arch]
+    for tier in [limit for limit, _ in configs.ARCHS[arch].tiers]:
+        for graph in (_ragged(tier, softcap=5.0, sinks=True, dsinks=True, alibi_slopes="batch"),
+                      _ragged(tier), with_modifiers(dense_graph(**dict(BASE, D_qk=tier, D_v=tier)),
+                                                    alibi_slopes="head", softcap=5.0)):
+            assert engine_for(arch).is_applicable(graph) is None, (tier, graph)
+            wide = engine_for(arch).is_applicable(_widened(graph))
+            if tier in row.wide_alibi_spills and graph.modifiers:
+                assert code(wide) == R.MODIFIER_COMBINATION_NOT_SERVED and "resources.json" in wide
+            else:
+                assert wide is None, (tier, wide)
+        reason = engine_for(arch).is_applicable(_ragged(tier, bias="full", dbias=True))
+        if tier < (row.ragged_dbias_min_d or 0):
+            assert code(reason) == R.MODIFIER_COMBINATION_NOT_SERVED and "resources.json" in reason
+        else:
+            assert reason is None, (tier, reason)
+    assert any(ROWS[a].wide_alibi_spills for a in GPU_ARCHS)
+    assert any(ROWS[a].ragged_dbias_min_d for a in GPU_ARCHS)
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS + ("cpu",))
+def test_ragged_dropout_is_served_where_the_row_says(arch):
+    """Dropout on a ragged batch, either form, every tier: served on rows with ragged_dropout
+    where the padded (form, tier, io rows) is not among dropout_spills, declined elsewhere."""
+    row = ROWS[arch]
+    for tier in [limit for limit, _ in configs.ARCHS[arch].tiers]:
+        for mask in ("full", None):
+            graph = _ragged(tier, dropout=0.5, dropout_mask=mask)
+            reason = engine_for(arch).is_applicable(graph)
+            if row.ragged_dropout and row.dropout_spill(graph) is None:
+                assert reason is None, (tier, mask, reason)
+            else:
+                assert code(reason) == R.DROPOUT_NOT_SERVED, (tier, mask, reason)
+    assert ROWS["cpu"].ragged_dropout

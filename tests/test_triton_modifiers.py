@@ -136,9 +136,10 @@ def test_reruns_are_bitwise_equal(engine):
                            .view(torch.uint8) if t.dtype != torch.float32 else prep.views[p]), p
 
 
-def test_gpu_rows_decline_modifiers_on_ragged_graphs():
-    """No ragged variant with score modifiers is resource-checked: every GPU row declines
-    them, with reason; the CPU interpreter serves them (tests/test_triton_ragged_modifiers.py)."""
+def test_every_row_serves_modifiers_on_ragged_graphs():
+    """Ragged variants with score modifiers are resource-checked for each GPU arch: every row
+    serves them (the CPU interpreter runs them: tests/test_triton_ragged_modifiers.py); a row
+    without ragged_modifiers declines them, with reason."""
     graph = ragged_graph((0, 9, 16), (0, 12, 20), H_q=2, D_qk=16)
     capped = dataclasses.replace(graph, attributes=dataclasses.replace(graph.attributes,
                                                                        softcap=5.0))
@@ -147,20 +148,17 @@ def test_gpu_rows_decline_modifiers_on_ragged_graphs():
     for arch, row in ROWS.items():
         assert row.mismatch(graph) is None
         for g in (capped, sinks):
-            reason = row.mismatch(g)
-            if arch == "cpu":
-                assert reason is None
-            else:
-                assert reason is not None and reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
+            assert row.mismatch(g) is None, arch
+            reason = dataclasses.replace(row, ragged_modifiers=False).mismatch(g)
+            assert reason is not None and reason.startswith(R.MODIFIER_COMBINATION_NOT_SERVED)
 
 
 def test_engine_lists_every_modifier():
-    """The GPU rows leave out ALiBi slopes (no HAS_ALIBI variant is resource-checked)."""
+    """Every row serves every modifier, ALiBi slopes too (HAS_ALIBI variants are resource-checked
+    for each GPU arch: engines/triton/resources.json)."""
     from bundlegen.graph import MODIFIERS
     assert TritonEngine.score_modifiers == frozenset(MODIFIERS)
-    assert ROWS["cpu"].score_modifiers == frozenset(MODIFIERS)
-    assert all(row.score_modifiers == frozenset(MODIFIERS) - {"alibi_slopes"}
-               for arch, row in ROWS.items() if arch != "cpu")
+    assert all(row.score_modifiers == frozenset(MODIFIERS) for row in ROWS.values())
 
 
 #: each score-modifier mutant of the catalog (mutants/catalog.py), the graph it shows on

@@ -23,10 +23,9 @@ _INTS = {"H_q", "H_grp", "G_k", "G_v", "S_q", "S_kv", "D_qk", "D_v", "shift", "l
          "T_q", "T_kv", "B", "B_sum", "H_sum", "H_db"}
 _FLOATS = {"scale", "softcap", "drop_scale", "drop_p"}
 _FP32_PTRS = {"LSE", "Delta", "SINKS", "DSINKS", "DQA", "ALIBI"}
-_I32_PTRS = {"CU_Q", "CU_KV"}
+_I32_PTRS = {"CU_Q", "CU_KV", "USED_Q", "USED_KV"}
 _RAGGED_ARGS = ("CU_Q", "CU_KV", "T_q", "T_kv")   # None (constexpr) in a dense variant
-#: no used lengths (padded varlen) in any compiled variant: no row serves them on a GPU
-#: (capabilities.Capabilities.seqused)
+#: no used lengths (padded varlen): a launch without seqused ports
 NO_USED = dict(HAS_USED_Q=False, HAS_USED_KV=False, USED_Q=None, USED_KV=None)
 #: None (constexpr) in a variant without score modifiers (HAS_BIAS and SOFTCAP off)
 MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j", "softcap",

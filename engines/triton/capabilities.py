@@ -5,19 +5,19 @@ a fixed order: dtype, head dim, output layout (zero stride, then overlap), gated
 Everything else a valid graph can declare is served natively: any strides on inputs
 (including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
 D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale, and ragged
-(THD / varlen) batches in any token-major layout (offsets read and bounded on the device;
-per-sequence used lengths on the rows that have seqused set, the interpreter's),
-and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
+(THD / varlen) batches in any token-major layout (offsets and per-sequence used lengths
+read and bounded on the device), and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
 strides; dBias in any layout that addresses each element once, summed over the bias's
-broadcast axes; sinks and dSinks; softcap) alone or combined, on padded graphs with every
-mask, GQA / MQA, layout and head dim; ALiBi slopes (kernels' HAS_ALIBI) and modifiers on
-ragged graphs (RAGGED with the modifier constexprs, the dBias and dSinks kernels' RAGGED) on
-the CPU interpreter. Declined: on the GPU rows ALiBi slopes and a modifier on a ragged graph
-(no such variant is compiled and resource-checked: resources.json), and on sm120 a
-modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there),
-on gfx942 a modifier with unaligned io rows (unaligned_modifiers: those variants spill).
+broadcast axes; sinks and dSinks; softcap; ALiBi slopes, kernels' HAS_ALIBI) alone or
+combined, on padded and ragged graphs (RAGGED with the modifier constexprs, the dBias and
+dSinks kernels' RAGGED_DB / RAGGED_DS) with every mask, GQA / MQA, layout and head dim.
+Declined where a compiled variant spills (engines/triton/resources.json): on sm120 a
+modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there)
+and dBias on a ragged batch below D 256 (ragged_dbias_min_d), on gfx942 a modifier with
+unaligned io rows (unaligned_modifiers) and ALiBi's variants at D 64 with 64-bit tile
+offsets (wide_alibi_spills).
 Dropout, through the dropout_mask port or with the mask drawn by the kernels, is served where
-the row says (dropout, drawn_dropout, ragged_dropout).
+the row says (dropout, drawn_dropout, dropout_spills; on ragged batches ragged_dropout).
 """
 from __future__ import annotations
 
@@ -42,26 +42,32 @@ class Capabilities:
     dropout: bool = False
     #: dropout with no dropout_mask port, the mask drawn by the kernels (DRAWN_DROPOUT)
     drawn_dropout: bool = False
-    #: dropout (either form) on ragged batches
+    #: dropout (either form) on ragged batches (its variants compile with every modifier,
+    #: ALiBi and used lengths: resources.REPRESENTED)
     ragged_dropout: bool = False
     #: dropout declined where its kernel variants spill registers on this arch
     #: (engines/triton/resources.json): (form "port" | "drawn", head-dim tier: the configs'
     #: largest BLOCK_D of the tier, io rows "aligned" | "unaligned": the launcher's VEC 8 or 1)
     dropout_spills: frozenset[tuple[str, int, str]] = frozenset()
     ragged: bool = True            # packed variable-length batches (kernels' RAGGED variants)
-    #: padded varlen (per-sequence used lengths, kernels' HAS_USED_Q / HAS_USED_KV); off where
-    #: no such variant has been compiled and resource-checked (resources.json holds none)
-    seqused: bool = False
+    #: padded varlen (per-sequence used lengths, kernels' HAS_USED_Q / HAS_USED_KV)
+    seqused: bool = True
     run_here: bool = True          # False: configured, not run by this project (matrix: not run)
     #: score modifiers served (kernels' HAS_BIAS / SOFTCAP variants, bwd_dbias, bwd_dsinks),
     #: any combination of them, on padded graphs
     score_modifiers: frozenset[str] = frozenset(MODIFIERS)
-    #: score modifiers on ragged graphs; off where no RAGGED variant with them is compiled
-    #: and resource-checked (resources.json holds none)
-    ragged_modifiers: bool = False
+    #: score modifiers on ragged graphs (RAGGED with the modifier constexprs, the dBias and
+    #: dSinks kernels' RAGGED_DB / RAGGED_DS)
+    ragged_modifiers: bool = True
     #: the largest padded head dim (BLOCK_D) at which graphs with H_k != H_v, whose separate
     #: dK pass is the heaviest kernel, are served with modifiers; None: every head dim
     split_pass_modifiers_max_d: int | None = None
+    #: the smallest head-dim tier at which dBias is served on ragged graphs; None: every
+    #: tier (the ragged dBias kernel compiles with ALiBi's term: resources.REPRESENTED)
+    ragged_dbias_min_d: int | None = None
+    #: head-dim tiers whose ALiBi variants spill with 64-bit tile offsets (WIDE): ALiBi slopes,
+    #: or any modifier on a ragged graph (one stand-in with ALiBi serves those), declined there
+    wide_alibi_spills: frozenset[int] = frozenset()
     #: False: modifiers only where every io port's rows are 16-byte aligned (the VEC 8
     #: variants); the unaligned (VEC 1) modifier variants spill on that arch
     unaligned_modifiers: bool = True
@@ -125,37 +131,58 @@ class Capabilities:
             return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))} with "
                     f"H_k != H_v at D > {limit} on {self.arch} (its separate dK pass with "
                     "modifiers spills registers there: engines/triton/resources.json)")
+        ragged = graph.ragged is not None
+        if ragged and "dbias" in graph.tensors and (self.ragged_dbias_min_d or 0) > self.tier(graph):
+            return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: dbias with a ragged batch at head-dim tier "
+                    f"d{self.tier(graph)} on {self.arch} (its ragged dBias variants spill registers below "
+                    f"d{self.ragged_dbias_min_d}: engines/triton/resources.json)")
+        if ((self.tier(graph) in self.wide_alibi_spills) and ("alibi_slopes" in graph.tensors or (ragged and used))
+                and _needs_wide(graph, self.arch)):
+            return (f"{R.MODIFIER_COMBINATION_NOT_SERVED}: {', '.join(sorted(used))}{' on a ragged batch' * ragged} "
+                    f"with 64-bit tile offsets at head-dim tier d{self.tier(graph)} on {self.arch} (those "
+                    "variants, compiled with ALiBi's term, spill registers: engines/triton/resources.json)")
         return None
+
+    def tier(self, graph: Graph) -> int:
+        """The head-dim tier (the configs' largest BLOCK_D of it) the graph launches with."""
+        return next(limit for limit, _ in ARCH_CONFIGS[self.arch].tiers
+                    if tier_key(graph.D_qk, graph.D_v) <= limit)
 
     def dropout_spill(self, graph: Graph) -> tuple[str, int, str] | None:
         """The dropout_spills entry a dropout graph falls in, or None."""
         if not self.dropout_spills:
             return None
-        tier = next(limit for limit, _ in ARCH_CONFIGS[self.arch].tiers
-                    if tier_key(graph.D_qk, graph.D_v) <= limit)
-        key = ("port" if "dropout_mask" in graph.tensors else "drawn", tier,
+        key = ("port" if "dropout_mask" in graph.tensors else "drawn", self.tier(graph),
                "aligned" if _io_rows_aligned(graph) else "unaligned")
         return key if key in self.dropout_spills else None
+
+
+def _needs_wide(graph: Graph, arch: str) -> bool:
+    """Some tile of the graph's launch spans 2^31 elements or more (launch.needs_wide)."""
+    from bundlegen.engines.triton.configs import config_for
+    from bundlegen.engines.triton.engine import banded
+    from bundlegen.engines.triton.tile_plan import graph_needs_wide
+    return graph_needs_wide(graph, config_for(arch, graph.D_qk, graph.D_v, banded(graph)))
 
 
 def _io_rows_aligned(graph: Graph) -> bool:
     """Every io port's rows 16-byte aligned by its strides and offset: the launcher's VEC 8
     (launch.vec_for; storages are allocation-aligned)."""
     from bundlegen.engines.triton.launch import IO_PORTS, rows_aligned
-    return all(rows_aligned(graph.tensors[p].dims, graph.tensors[p].strides,
-                            graph.tensors[p].offset) for p in IO_PORTS)
+    from bundlegen.engines.triton.tile_plan import launched_view
+    ragged = graph.ragged is not None
+    return all(rows_aligned(*launched_view(graph.tensors[p], ragged), graph.tensors[p].offset)
+               for p in IO_PORTS)
 
-
-#: the GPU rows' modifiers: ALiBi slopes (kernels' HAS_ALIBI) only on the CPU interpreter until a
-#: variant with them is compiled and resource-checked (resources.json holds none)
-GPU_MODIFIERS = frozenset(MODIFIERS) - {"alibi_slopes"}
 
 ROWS: dict[str, Capabilities] = {
     # sm90 with dropout and aligned io rows: the H200-tuned tiles with the dropout tile on top
     # spilled 552-1432 bytes (past the known spills of engines/triton/resource_limits.py) at
     # every tier with the mask port and at D <= 192 with a drawn mask; the unaligned (VEC 1)
     # variants stay within the unaligned layouts' known spills
-    "sm90": Capabilities("sm90", fp32_max_head_dim=128, score_modifiers=GPU_MODIFIERS, dropout=True,
+    # sm90 ragged dropout: its variants compile and pass the resource check, but no H200 run
+    # has served them yet (the support matrix shows what the runs saw): off until one does
+    "sm90": Capabilities("sm90", fp32_max_head_dim=128, dropout=True,
                          drawn_dropout=True, dropout_spills=frozenset({
                              ("port", 64, "aligned"), ("port", 128, "aligned"), ("port", 192, "aligned"),
                              ("port", 256, "aligned"), ("drawn", 64, "aligned"),
@@ -165,23 +192,30 @@ ROWS: dict[str, Capabilities] = {
     # sm120 with dropout: the mask port's variants spilled 8-64 bytes at D > 64 (dK passes, the
     # dK/dV pass, the unaligned dQ), the drawn mask's aligned dQ 8 bytes at D 256
     "sm120": Capabilities("sm120", run_here=False, split_pass_modifiers_max_d=64, fp32_max_head_dim=128,
-                          score_modifiers=GPU_MODIFIERS, dropout=True, drawn_dropout=True,
+                          dropout=True, drawn_dropout=True,
                           dropout_spills=frozenset({
                               ("port", 128, "aligned"), ("port", 128, "unaligned"),
                               ("port", 256, "aligned"), ("port", 256, "unaligned"),
-                              ("drawn", 256, "aligned")})),
+                              ("drawn", 256, "aligned")}),
+                          # the ragged dBias kernel (with ALiBi's term) spilled 8-64 bytes at D <= 128;
+                          # ragged dropout: its dK/dV, dK and dV passes 8-72 bytes at D <= 128 with
+                          # 64-bit tile offsets (no ragged_dropout)
+                          ragged_dbias_min_d=256),
     # gfx942: the unaligned (VEC 1) dK/dV and dQ variants with modifiers spilled 16 to 84 bytes
     # of scratch at D <= 128 (2 waves per SIMD: at most 256 VGPRs)
     # gfx942 with dropout at D <= 64: the mask port's unaligned dK/dV and dQ spilled 8-112 bytes,
     # the drawn mask's dQ 80-204 bytes (its wider tiers spill nothing)
     "gfx942": Capabilities("gfx942", run_here=False, unaligned_modifiers=False, fp32_max_head_dim=128,
-                           score_modifiers=GPU_MODIFIERS, dropout=True, drawn_dropout=True,
+                           dropout=True, drawn_dropout=True,
                            dropout_spills=frozenset({
                                ("port", 64, "unaligned"), ("drawn", 64, "aligned"),
-                               ("drawn", 64, "unaligned")})),
+                               ("drawn", 64, "unaligned")}),
+                           # the D 64 dQ with ALiBi's term and 64-bit tile offsets spilled 20 bytes;
+                           # ragged dropout: its dQ 104-248 bytes at D 64, 8-12 bytes at D 128 with
+                           # 64-bit tile offsets (no ragged_dropout)
+                           wide_alibi_spills=frozenset({64})),
     # the Triton interpreter (TRITON_INTERPRET=1)
-    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True, ragged_dropout=True, ragged_modifiers=True,
-                        seqused=True),
+    "cpu": Capabilities("cpu", dropout=True, drawn_dropout=True, ragged_dropout=True),
 }
 
 INTERPRET_HINT = "the Triton interpreter is off: set TRITON_INTERPRET=1, or leave it unset, for the CPU"

@@ -386,6 +386,21 @@ def ragged_flags(graph: Graph) -> dict:
     return dict(flags, HAS_USED_Q="seqused_q" in used, HAS_USED_KV="seqused_kv" in used)
 
 
+def meta_tensors(graph: Graph) -> dict[str, torch.Tensor]:
+    """The tensors `prepare` takes for `graph` on the meta device (nothing allocated, nothing
+    runs): each port at its declared dims, strides and offset, and a ragged graph's offsets
+    and used lengths."""
+    from bundlegen.dtypes import TORCH_DTYPES
+    tensors = {port: torch.empty(1, dtype=TORCH_DTYPES[spec.dtype], device="meta").as_strided(
+                   spec.dims, spec.strides, spec.offset) for port, spec in graph.tensors.items()}
+    if graph.ragged is not None:
+        for name in OFFSET_PORTS:
+            tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
+        for name in graph.ragged.seqused_ports:
+            tensors[name] = torch.empty(graph.B, dtype=torch.int32, device="meta")
+    return tensors
+
+
 def used_lengths(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
     """(seqused_q, seqused_kv) for the kernels: the int32 [B] device tensors of the sides that
     have used lengths, None for the others (and for a padded graph)."""

@@ -105,6 +105,11 @@ KNOWN_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
     ("sm90", "dv/d128/atomic-config/*vec8/wide/*/mods"): (584, "the dV-only pass (H_k != H_v) "
                                                                "with the atomic-dQ tiles, the "
                                                                "score modifiers and 64-bit offsets"),
+    ("sm90", "*/vec8/*/mods/alibi*"): (960, "the modifier variants with ALiBi's term on top (ALiBi "
+                                             "slopes, and every modifier on a ragged graph: "
+                                             "resources.REPRESENTED): dK/dV up to 960 bytes at "
+                                             "D<=64 with 64-bit offsets, 624 at D<=128 with TMA; "
+                                             "untimed"),
     ("sm90", "d*-2c/d192/*vec8/wide/dense/mods"): (712, "the two head-dim chunks with the "
                                                         "bias and softcap tiles and 64-bit "
                                                         "tile offsets (only for tiles spanning "

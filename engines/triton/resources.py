@@ -9,8 +9,9 @@ with it (so a config that spills fails CI), and checks the report covers every v
 
 Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
 `run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
-H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, padded ones
-without and with every score modifier, atomic dQ or not where the arch runs it) and the
+H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, without and
+with every score modifier or ALiBi slopes, ragged ones with used lengths or not, atomic dQ
+or not where the arch runs it) and the
 graphs of the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
 records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
 as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
@@ -50,6 +51,7 @@ IO = "bf16"   # fp16 compiles the same code with the other 16-bit MMA type (see 
 #: constexprs compiled as the launcher chooses them (every value it can choose is swept)
 SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_DQ",
                    "HAS_DROPOUT", "DRAWN_DROPOUT",   # the dropout_mask port, or a drawn mask
+                   "RAGGED_DB", "RAGGED_DS",         # the dBias and dSinks kernels on a ragged batch
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA", "DP_FIRST",
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
@@ -64,26 +66,23 @@ MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j",
 PORT_ARGS = ("DROP", "drop_off", "sdrop_b", "sdrop_h", "sdrop_i", "sdrop_j")
 DRAW_ARGS = ("drop_seed", "drop_offset", "drop_p")
 DROPOUT_ARGS = PORT_ARGS + ("drop_scale",) + DRAW_ARGS
-#: the ALiBi slopes' arguments: None (constexprs) in every variant checked here, since the
-#: GPU rows decline ALiBi slopes (capabilities.ROWS: score_modifiers)
+#: the ALiBi slopes' arguments: None (constexprs) without them, run time with them (HAS_ALIBI)
 ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
-#: constexprs added to the kernels after the variants were measured, at their off value (a
-#: static branch the compiler drops, so the variant's code is what it was without them): left
-#: out of a variant's key, put back when the variant is compiled (added_off)
-ALWAYS_OFF = {"HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS}, "RAGGED_DB": False, "RAGGED_DS": False,
-              **aot.NO_USED}
-ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS}, **ALWAYS_OFF}
+#: constexprs added to the kernels after the first variants were measured, at their off
+#: value (a static branch the compiler drops, so an earlier variant's code is what it was
+#: without them): left out of a variant's key when off, put back when the variant is
+#: compiled (added_off), so the earlier variants' keys and entries stand
+ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
+             "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS}, "RAGGED_DB": False,
+             "RAGGED_DS": False, **aot.NO_USED}
 
 
 def added_off(cons: Mapping[str, Any]) -> dict:
-    """The ADDED_OFF constexprs a variant's key leaves out, as its launch passes them: every
-    one without dropout; with it, the other form's arguments (None) only, and those no GPU
-    row launches (ALWAYS_OFF)."""
-    if not cons.get("HAS_DROPOUT"):
-        return dict(ADDED_OFF)
-    if cons.get("DRAWN_DROPOUT"):
-        return {**{a: None for a in PORT_ARGS}, **ALWAYS_OFF}
-    return {"DRAWN_DROPOUT": False, **{a: None for a in DRAW_ARGS}, **ALWAYS_OFF}
+    """The ADDED_OFF constexprs a variant's key leaves out, as its launch passes them: each
+    one at its off value, except the arguments the variant's flags make run-time values (the
+    dropout form's, the slopes', the used lengths')."""
+    return {k: off for k, off in ADDED_OFF.items()
+            if k not in cons and not (k in REPRESENTED and REPRESENTED[k][0](cons) == RUNTIME)}
 
 
 def _dropout_arg(arg: str):
@@ -101,10 +100,27 @@ def _dbias_chunk() -> int:
 
 
 def _modified(c) -> bool:
-    """A launch with some score modifier (the dBias kernel always has the bias), or with
-    dropout: its variants are compiled with every modifier too (launch.modified gives them
+    """A launch with some score modifier (the dBias kernel always has the bias), ALiBi slopes
+    or dropout: its variants are compiled with every modifier too (launch.modified gives them
     the modifiers' compile options)."""
-    return bool(c.get("HAS_BIAS", True) or c.get("SOFTCAP") or c.get("HAS_DROPOUT"))
+    return bool(c.get("HAS_BIAS", True) or c.get("SOFTCAP") or c.get("HAS_ALIBI") or c.get("HAS_DROPOUT"))
+
+
+def _ragged(c) -> bool:
+    return bool(c.get("RAGGED") or c.get("RAGGED_DB") or c.get("RAGGED_DS"))
+
+
+def _alibi(c) -> bool:
+    """HAS_ALIBI as compiled: as chosen on a padded launch; on with every modifier of a ragged
+    one (the ragged modifier variants are new: one stand-in serves them all)."""
+    return bool(c.get("HAS_ALIBI") or (_ragged(c) and _modified(c)))
+
+
+def _used(c) -> bool:
+    """HAS_USED_Q and HAS_USED_KV as compiled: both on where the launch reads either side's
+    used lengths (the code of each side's bound), and in every ragged launch with dropout
+    (one stand-in for those, with or without used lengths)."""
+    return bool(c.get("HAS_USED_Q") or c.get("HAS_USED_KV") or (_ragged(c) and c.get("HAS_DROPOUT")))
 
 #: constexprs (and the io dtype) a variant with at least their code stands for: name ->
 #: (value compiled, given the choice's constexprs; why it has at least the chosen one's code)
@@ -136,16 +152,14 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
     # dropout: as chosen (HAS_DROPOUT, DRAWN_DROPOUT are SWEPT), with every modifier on
     **{a: (_dropout_arg(a), "None (a constexpr) without dropout and in the other form's "
                             "launch; run time in its own") for a in DROPOUT_ARGS},
-    **{a: (lambda c, off=off: off, "the GPU rows decline ALiBi slopes (capabilities.ROWS' "
-                                     "score_modifiers): no launch with them is resource-checked")
-       for a, off in ADDED_OFF.items() if a in ALIBI_ARGS or a == "HAS_ALIBI"},
-    **{a: (lambda c, off=off: off, "the GPU rows decline modifiers on ragged graphs (capabilities."
-                                     "Capabilities.ragged_modifiers): no ragged dBias or dSinks "
-                                     "launch is resource-checked")
-       for a, off in ADDED_OFF.items() if a in ("RAGGED_DB", "RAGGED_DS")},
-    **{a: (lambda c, off=off: off, "the GPU rows decline used lengths (capabilities.Capabilities."
-                                     "seqused): no launch with them is resource-checked")
-       for a, off in aot.NO_USED.items()},
+    "HAS_ALIBI": (_alibi, "the slopes' term is one more addend of the modified scores: a ragged "
+                          "launch with any modifier compiles with it"),
+    **{a: (lambda c: RUNTIME if _alibi(c) else None,
+           "None (a constexpr) without ALiBi slopes; run time with them") for a in ALIBI_ARGS},
+    "HAS_USED_Q": (_used, "both sides' used-length bounds have the code of either one's"),
+    "HAS_USED_KV": (_used, "as HAS_USED_Q"),
+    **{a: (lambda c: RUNTIME if _used(c) else None,
+           "None (a constexpr) without used lengths; run time with them") for a in ("USED_Q", "USED_KV")},
     **{a: (lambda c: RUNTIME if c["ATOMIC_DQ"] else None,
            "None (a constexpr) without atomic dQ; the atomic variant takes it at run time")
        for a in aot.ATOMIC_DQ_ARGS},
@@ -207,12 +221,13 @@ class _Recorder:
 
 
 def probe_graphs(arch: str) -> list:
-    """Graphs spanning every input launch.py decides on: ragged or not, diagonal alignment,
-    each mask kind, MHA / GQA / H_k != H_v, score modifiers or dropout (the mask port's or
-    drawn) or neither on padded graphs, every head-dim tile of the arch's tiers (and
-    D_qk != D_v; 192 for the two-chunk kernels), both io dtypes, aligned or not (q's offset 1)
-    or aligned with K broadcast (zero strides: no TMA descriptors), and 64-bit tile offsets or
-    not (q's row stride 2^31, on meta tensors). Returns (graph, wide) pairs."""
+    """Graphs spanning every input launch.py decides on: ragged (with used lengths or not) or
+    not, diagonal alignment, each mask kind, MHA / GQA / H_k != H_v, score modifiers, ALiBi
+    slopes or neither, or dropout (the mask port's or drawn), every head-dim
+    tile of the arch's tiers (and D_qk != D_v; 192 for the two-chunk kernels), both io dtypes,
+    aligned or not (q's offset 1) or aligned with K broadcast (zero strides: no TMA
+    descriptors), and 64-bit tile offsets or not (wide: q's row stride made 2^31 by
+    _widened). Returns (graph, wide) pairs."""
     from bundlegen.graph import dense_graph, ragged_graph, with_modifiers
     dims = [(d, d) for d in (8, 16, 32, 64, 128, 192, 256)] + [(64, 128), (256, 32)]
     every = dict(bias="full", dbias=True, sinks=True, dsinks=True, softcap=5.0)
@@ -231,35 +246,31 @@ def probe_graphs(arch: str) -> list:
                                                  offsets={"q": 1} if layout == "unaligned" else {})
                                     if ragged:
                                         if layout != "broadcast-k":
-                                            out.append((ragged_graph((0, 9, 16), (0, 12, 20),
-                                                                     **sizes), wide))
+                                            for used in ({}, {"seqused_q": (7, 6), "seqused_kv": (10, 8)}):
+                                                g = ragged_graph((0, 9, 16), (0, 12, 20), **sizes, **used)
+                                                out += [(g, wide), (with_modifiers(g, **every), wide),
+                                                        (with_modifiers(g, alibi_slopes="batch"), wide)]
+                                                out += [(with_modifiers(g, dropout=0.5, dropout_mask=m), wide)
+                                                        for m in ("full", None)]
                                         continue
                                     if layout == "broadcast-k":   # aligned, no descriptors
                                         sizes["strides"] = {"k": (0, 0, d_qk, 1)}
                                     g = dense_graph(B=2, S_q=16, S_kv=20, **sizes)
-                                    out += [(g, wide), (with_modifiers(g, **every), wide)]
+                                    out += [(g, wide), (with_modifiers(g, **every), wide),
+                                            (with_modifiers(g, alibi_slopes="head"), wide)]
                                     # dropout, through the mask port and drawn by the kernels
                                     out += [(with_modifiers(g, dropout=0.5, dropout_mask=m), wide)
                                             for m in ("full", None)]
     return out
 
 
-def _meta_tensors(graph, wide: bool) -> dict:
-    import torch
-
-    from bundlegen.dtypes import TORCH_DTYPES
-    from bundlegen.graph import OFFSET_PORTS
-    tensors = {}
-    for port, spec in graph.tensors.items():
-        strides = list(spec.strides)
-        if wide and port == "q":   # one tile's rows span 2^31 elements or more
-            strides[-2 if graph.ragged is None else 0] = 2 ** 31
-        storage = torch.empty(1, dtype=TORCH_DTYPES[spec.dtype], device="meta")
-        tensors[port] = storage.as_strided(spec.dims, strides, spec.offset)
-    if graph.ragged is not None:
-        for name in OFFSET_PORTS:
-            tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
-    return tensors
+def _widened(graph):
+    """`graph` with q's row stride 2^31: one tile's rows span 2^31 elements or more (the
+    capabilities rows see it, as the launcher does)."""
+    q = graph.tensors["q"]
+    strides = list(q.strides)
+    strides[-2 if graph.ragged is None else 0] = 2 ** 31
+    return dataclasses.replace(graph, tensors=dict(graph.tensors, q=dataclasses.replace(q, strides=tuple(strides))))
 
 
 def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
@@ -272,12 +283,13 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
     pairs = probe_graphs(arch) + [(g, False) for g in (graphs or ())]
     recorder = None
     for (graph, wide), atomic in itertools.product(pairs, (False, True)):   # atomic dQ or not
+        graph = _widened(graph) if wide else graph
         if ROWS[arch].mismatch(graph) is not None or (atomic and not atomic_dq_serves(graph, arch)):
             continue
         launched = graph.as_launched()
         plain = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
         cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
-        L = launch.prepare(launched, _meta_tensors(graph, wide), cfg, atomic_dq=atomic)
+        L = launch.prepare(launched, launch.meta_tensors(graph), cfg, atomic_dq=atomic)
         if recorder is None:
             recorder = _Recorder(L.kernels)
         recorder.tier = _tier(arch, configs.tier_key(graph.D_qk, graph.D_v))   # L.cfg's tier
@@ -303,15 +315,16 @@ def _tier(arch: str, block_d: int) -> int:
 def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
           banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
-    kernel/d<tier>[/banded][/atomic-config]/vec<n>/<offsets>/<dense|ragged>[/mods]
-    [/drop|/drawn][/atomic-dq][/tma] (banded, atomic-config: from the tier's config for graphs
-    with a band, for atomic-dQ launches, configs.config_for; mods: with the score modifiers
-    (and so every dropout variant); drop, drawn: with dropout through the mask port, or drawn
-    by the kernels; atomic-dq:
-    the dK pass adds dQ with atomics; tma: streamed tiles through tensor descriptors); the
-    dSinks kernel, the same at every tier, dsinks/d<tier>."""
+    kernel/d<tier>[/banded][/atomic-config]/vec<n>/<offsets>/<dense|ragged>[/used][/mods]
+    [/alibi][/drop|/drawn][/atomic-dq][/tma] (banded, atomic-config: from the tier's config
+    for graphs with a band, for atomic-dQ launches, configs.config_for; used: reading the
+    sequences' used lengths; mods: with the score modifiers (and so every dropout variant);
+    alibi: and ALiBi slopes; drop, drawn: with dropout through the mask port, or drawn by the
+    kernels; atomic-dq: the dK pass adds dQ with atomics; tma: streamed tiles through tensor
+    descriptors); the dSinks kernel, the same at every tier, dsinks/d<tier>[/ragged][/used]."""
     if kernel == "bwd_dsinks":
-        return f"dsinks/d{tier}"
+        return "/".join([f"dsinks/d{tier}"] + (["ragged"] if cons.get("RAGGED_DS") else [])
+                        + (["used"] if cons.get("HAS_USED_Q") else []))
     name = {"bwd_preprocess": "preprocess", "bwd_dq": "dq", "bwd_dbias": "dbias"}.get(kernel)
     if name is None:
         name = {(True, True): "dkdv", (True, False): "dk", (False, True): "dv"}[
@@ -324,9 +337,13 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
     parts = [name, f"d{width}"] + (["banded"] if banded else []) + (
         ["atomic-config"] if atomic_config else [])
     parts += [f"vec{cons['VEC']}", "wide" if cons["WIDE"] else "narrow",
-              "ragged" if cons.get("RAGGED") else "dense"]
+              "ragged" if cons.get("RAGGED") or cons.get("RAGGED_DB") else "dense"]
+    if cons.get("HAS_USED_Q") or cons.get("HAS_USED_KV"):
+        parts.append("used")
     if cons.get("HAS_BIAS"):
         parts.append("mods")
+    if cons.get("HAS_ALIBI"):
+        parts.append("alibi")
     if cons.get("HAS_DROPOUT"):
         parts.append("drawn" if cons.get("DRAWN_DROPOUT") else "drop")
     if cons.get("ATOMIC_DQ"):

@@ -18,6 +18,24 @@ TILE_OFFSET_LIMIT = 2 ** 31   # a tile whose offsets reach this needs 64-bit off
 STREAMED_PORTS = ("q", "do", "k", "v")
 
 
+def launched_view(spec, ragged: bool) -> tuple[tuple, tuple]:
+    """(dims, strides) of a port's TensorSpec as the kernels address it: a ragged [T, H, D]
+    port as the launcher's [1, H, T, D] view (launch.token_major); score-shaped ports (bias,
+    dropout mask) and padded ones as declared."""
+    if not ragged or len(spec.dims) == 4:
+        return spec.dims, spec.strides
+    (T, H, D), (s_t, s_h, s_d) = spec.dims, spec.strides
+    return (1, H, T, D), (s_t, s_h, s_t, s_d)
+
+
+def graph_needs_wide(graph: Graph, cfg: BlockConfig) -> bool:
+    """needs_wide from the graph's declared strides (its ports as launched_view addresses
+    them; sinks, slopes and the dropout mask left out, as needs_wide leaves them)."""
+    ragged = graph.ragged is not None
+    return any(tile_span(*launched_view(t, ragged), cfg) >= TILE_OFFSET_LIMIT
+               for port, t in graph.tensors.items() if len(t.dims) >= 3 and port != "dropout_mask")
+
+
 def tile_span(dims: tuple, strides: tuple, cfg: BlockConfig) -> int:
     """The largest element offset of a port's tiles from its head's row 0: the kernels put the
     rows of the Q and dO tiles (dK/dV kernel) and of the K and V tiles (dQ kernel) into the

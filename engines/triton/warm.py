@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from bundlegen.graph import (OFFSET_PORTS, Graph, TensorSpec, dense_graph, load_bundle, ragged_graph,
+from bundlegen.graph import (Graph, dense_graph, load_bundle, ragged_graph,
                              with_modifiers)
 from bundlegen.validate import GUARD_ELEMS, frontend_reason
 from bundlegen.engines.triton import configs
@@ -47,22 +47,14 @@ SOURCES = ("kernels.py", "tile_ops.py", "dropout_draw.py", "launch.py", "configs
 MARKER_DIR = "bundlegen-variants"
 
 
-def _as_launched(spec: TensorSpec, ragged: bool) -> tuple[tuple, tuple]:
-    """(dims, strides) of a port as the kernels address it: a ragged [T, H, D] port as the
-    launcher's [1, H, T, D] view (launch.token_major)."""
-    if not ragged or len(spec.dims) == 4:   # score-shaped ports (bias, dropout mask): as declared
-        return spec.dims, spec.strides
-    (T, H, D), (s_t, s_h, s_d) = spec.dims, spec.strides
-    return (1, H, T, D), (s_t, s_h, s_t, s_d)
-
-
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
     view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
     from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
+    from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
-    return VEC if all(rows_aligned(*_as_launched(t, ragged), GUARD_ELEMS + t.offset)
+    return VEC if all(rows_aligned(*launched_view(t, ragged), GUARD_ELEMS + t.offset)
                       for t in specs) else 1
 
 
@@ -71,37 +63,34 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     `atomic_dq`: the engine's (TritonEngine.atomic_dq); its last element says whether this
     graph's launch adds dQ with atomics."""
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
-    from bundlegen.engines.triton.launch import (STREAMED_PORTS, TILE_OFFSET_LIMIT, band_flags,
-                                                 head_tiles, streams_take_descriptors,
-                                                 tile_span, whole_tiles)
+    from bundlegen.engines.triton.launch import (STREAMED_PORTS, band_flags, head_tiles,
+                                                 streams_take_descriptors, whole_tiles)
+    from bundlegen.engines.triton.tile_plan import graph_needs_wide, launched_view
     atomic = atomic_dq and atomic_dq_serves(graph, arch)
     cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
     ragged = graph.ragged is not None
-    for port, t in graph.tensors.items():
-        if len(t.dims) < 3 or port == "dropout_mask":   # sinks, dsinks, slopes: no tiles; the
-            continue                                        # mask's: not in launch.needs_wide either
-        if tile_span(*_as_launched(t, ragged), cfg) >= TILE_OFFSET_LIMIT:
-            return None
+    if graph_needs_wide(graph, cfg):
+        return None
     a = graph.attributes
     bottom_right = ragged and a.diagonal_alignment == "BOTTOM_RIGHT"
     mods = tuple(m in graph.tensors for m in ("bias", "dbias", "dsinks")) + (a.softcap is not None,)
     # dropout: through the mask port, or drawn by the kernels (launch.modifier_flags)
     mods += (("port" if "dropout_mask" in graph.tensors else "drawn") if a.dropout_probability else None,)
     mods += ("alibi_slopes" in graph.tensors,)
-    streams = streams_take_descriptors(_as_launched(graph.tensors[p], ragged)
+    streams = streams_take_descriptors(launched_view(graph.tensors[p], ragged)
                                        for p in STREAMED_PORTS)   # (the rest is in the key)
     tiles = head_tiles(graph, cfg)
     flags = band_flags(graph, tiles)
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, (flags["HAS_LEFT"], flags["HAS_RIGHT"]),
             graph.H_k == graph.H_v, graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged,
-            bottom_right, mods, whole_tiles(graph, cfg, tiles), streams, atomic)
+            graph.ragged.seqused_ports if ragged else (), bottom_right, mods, whole_tiles(graph, cfg, tiles), streams, atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
-    (dtype, d_qk, d_v, has_left, has_right, _, same_kv_heads, grouped, vec, ragged, br, mods,
-     even, streams, _) = key
+    (dtype, d_qk, d_v, has_left, has_right, _, same_kv_heads, grouped, vec, ragged, used, br,
+     mods, even, streams, _) = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -113,7 +102,8 @@ def twin_graph(key: tuple) -> Graph:
                      dropout_mask="full" if dropout == "port" else None,
                      alibi_slopes="head" if alibi else None)
     if ragged:
-        return with_modifiers(ragged_graph((0, 9, 16), (0, 12, 16), **sizes,
+        lengths = {p: (7, 3) for p in used}   # within both sides' sequences (9, 7 and 12, 4)
+        return with_modifiers(ragged_graph((0, 9, 16), (0, 12, 16), **sizes, **lengths,
                                            alignment="BOTTOM_RIGHT" if br else "TOP_LEFT"), **modifiers)
     # every tile whole at 256 rows (tiles have at most 128); none at 17
     return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes), **modifiers)
@@ -259,22 +249,13 @@ def twin_launches(keys: list[tuple], arch: str) -> dict[tuple, tuple]:
     """compile key -> (kernel name, args, kwargs) of one launch, for every distinct kernel
     launch the twins of `keys` make (tensors as _Tensor), recorded on meta tensors: nothing
     runs. Needs the kernels as compiled for a GPU (no TRITON_INTERPRET)."""
-    import torch
-
-    from bundlegen.dtypes import TORCH_DTYPES
     from bundlegen.engines.triton import launch
     from bundlegen.engines.triton.engine import banded
     out: dict[tuple, tuple] = {}
     for key in keys:
         graph = twin_graph(key)
-        tensors = {port: torch.empty(spec.storage_elements, device="meta",
-                                     dtype=TORCH_DTYPES[spec.dtype]).as_strided(
-                           spec.dims, spec.strides, spec.offset)
-                   for port, spec in graph.tensors.items()}
-        if graph.ragged is not None:
-            for name in OFFSET_PORTS:
-                tensors[name] = torch.empty(graph.B + 1, dtype=torch.int32, device="meta")
-            graph = graph.as_launched()
+        tensors = launch.meta_tensors(graph)
+        graph = graph.as_launched()
         atomic = key[-1]
         cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
         recorder = _Launches()

@@ -28,6 +28,7 @@ from bundlegen.graph import Case
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.case import CaseOutcome, run_case
 from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.portable_traceback import portable_traceback
 from bundlegen.harness.workers import gpu_early, mps, pycache, warm_path, zygote
 from bundlegen.harness.workers.devices import DeviceUnavailable, check_device
 
@@ -161,7 +162,7 @@ def prepare_engine(engine, graphs) -> str | None:
     try:
         engine.prepare(graphs)
     except Exception:  # noqa: BLE001 - engine code; reported, never fatal
-        return traceback.format_exc()[-2000:]
+        return portable_traceback()
     return None
 
 
@@ -528,7 +529,7 @@ def worker_main(fd: int) -> None:
         try:
             outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
-            outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {traceback.format_exc()[-2000:]}")
+            outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {portable_traceback()}")
         conn.send(("outcome", outcome))
 
 
