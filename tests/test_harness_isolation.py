@@ -110,3 +110,32 @@ def test_a_stopped_worker_that_does_not_exit_has_its_group_killed(monkeypatch):
     assert killed == [(4242, worker.signal.SIGKILL)]
     assert proc.waits[0] == worker.STOP_GRACE_S and len(proc.waits) == 2
     assert not worker._exiting
+
+
+def test_a_killed_worker_whose_exit_is_slow_to_show_is_reaped_in_the_background(monkeypatch):
+    """A worker killed while the host is loaded may not be seen to exit within the kill's
+    wait: the run goes on (an interrupted run still ends with its own exit status) and a
+    thread reaps the worker, killing its group again."""
+    import subprocess
+
+    from bundlegen.harness.workers import worker
+
+    class SlowToShow:
+        pid, waits = 4243, []
+
+        def wait(self, timeout=None):
+            self.waits.append(timeout)
+            if len(self.waits) <= 2:   # the kill's wait and the reaper's grace both time out
+                raise subprocess.TimeoutExpired("worker", timeout)
+            return -9
+
+    killed = []
+    monkeypatch.setattr(worker.os, "killpg", lambda pgid, sig: killed.append((pgid, sig)))
+    runner = object.__new__(worker.IsolatedRunner)
+    runner._proc, runner._conn = SlowToShow(), None
+    runner._kill()                      # raises nothing
+    assert runner._proc is None
+    worker.wait_exits()
+    assert killed == [(4243, worker.signal.SIGKILL)] * 2
+    assert SlowToShow.waits[1] == worker.STOP_GRACE_S and len(SlowToShow.waits) == 3
+    assert not worker._exiting

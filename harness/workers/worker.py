@@ -280,7 +280,10 @@ class IsolatedRunner:
 
     def _kill(self) -> None:
         if self._proc is not None:
-            _kill_group(self._proc)
+            try:
+                _kill_group(self._proc)
+            except subprocess.TimeoutExpired:   # killed, its exit not yet seen (a loaded host):
+                _reap_in_background(self._proc)  # reaped by a thread wait_exits joins
         if self._conn is not None:
             self._conn.close()
         self._proc = self._conn = None
