@@ -154,10 +154,6 @@ def base_bundles(base: Plan) -> BaseBundles:
 
 
 # ----------------------------------------------------------------------------- build
-def _one_run(terms):
-    return dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
-
-
 def build_extension(ext: Extension) -> GeneratedPlan:
     """The extension's own cases (never a built-in one), levelled against what the built-in
     cases left of each level's budgets."""
@@ -214,15 +210,11 @@ def _cases(plan: Plan, drafts: list[Draft], kept_base: list[Case], base_ids: set
         if case_id in base_ids:
             raise PlanError(f"{lead.entry}: the same case as built-in case {case_id}: already tested")
         probe = lead.purpose == "probe" and lead.rejection.by != "device"
-        terms = cost_model.terms(lead.graph)
-        h200 = cost_model.predict_terms(terms, "h200", plan.cost_model, probe=probe)
-        on_cpu = cost_model.predict_terms(terms, "cpu", plan.cost_model, probe=probe)
-        costed.append(L.Costed(case_id, lead.entry, min((d.min_level for d in group), key=names.index),
-                               h200.predicted_s, h200.bytes, on_cpu.predicted_s,
-                               cost_model.predict_terms(_one_run(terms), "cpu", plan.cost_model, probe=probe).predicted_s,
-                               cost_model.predict_terms(_one_run(terms), "h200", plan.cost_model, probe=probe).predicted_s))
+        cost, h200 = L.costed(case_id, lead.entry, min((d.min_level for d in group), key=names.index),
+                              lead.graph, probe, plan.cost_model)
+        costed.append(cost)
         built[case_id] = (lead, group, h200)
-        cpu[case_id] = on_cpu.predicted_s
+        cpu[case_id] = cost.cpu_seconds
     assigned = L.assign(costed, _headroom(plan, kept_base))
     _check_cpu_budget(plan, kept_base, [c for c in costed if assigned[c.key] == names[0]])
     cases = [Case(id=case_id, purpose=lead.purpose, items=tuple(sorted({i for d in group for i in d.items})),

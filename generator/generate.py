@@ -212,10 +212,6 @@ def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:
                             f"over its cpu budget of {level.cpu_budget_seconds:g} s: make its cases smaller")
 
 
-def _one_run(terms: cost_model.CostTerms) -> cost_model.CostTerms:
-    return dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
-
-
 def _coverage_item(plan: Plan, scope: str, space: str = PADDED) -> str:
     """The item a repair case of `scope` in `space` traces to."""
     owner = plan.space(space)
@@ -244,20 +240,15 @@ def _cases(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft], risk_se
             raise PlanError(f"{lead.entry}: case id {case_id} collides with {built[case_id][0].entry}")
         # a probe is validated and offered to engines, never run; a device probe runs once
         probe = m.purpose == "probe" and lead.rejection.by != "device"
-        terms = cost_model.terms(lead.graph)
-        h200 = cost_model.predict_terms(terms, "h200", plan.cost_model, probe=probe)
-        on_cpu = cost_model.predict_terms(terms, "cpu", plan.cost_model, probe=probe)
-        one_run = cost_model.predict_terms(_one_run(terms), "cpu", plan.cost_model, probe=probe)
-        one_h200 = cost_model.predict_terms(_one_run(terms), "h200", plan.cost_model, probe=probe)
         min_level = min((d.min_level for d in m.drafts), key=level_names.index)
+        cost, h200 = levels.costed(case_id, lead.entry, min_level, lead.graph, probe, plan.cost_model)
         built[case_id] = (lead, m, h200)
-        costed.append(levels.Costed(case_id, lead.entry, min_level, h200.predicted_s, h200.bytes,
-                                    on_cpu.predicted_s, one_run.predicted_s, one_h200.predicted_s))
+        costed.append(cost)
         for space in spaces:
             if m.combos(space):
                 combos[space][case_id] = m.combos(space)
         entries[case_id] = tuple(d.entry for d in m.drafts)
-        cpu[case_id] = on_cpu.predicted_s
+        cpu[case_id] = cost.cpu_seconds
     scopes = {lv.name: lv.pair_scope for lv in plan.levels}
     bounds: dict[str, set] = {}      # case id -> the boundary units it gives (never probes)
     if plan.boundaries is not None:

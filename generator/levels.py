@@ -10,10 +10,13 @@ can. A case that fits no level is an error naming its plan entry.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from bundlegen import cost as cost_model
+from bundlegen.graph import Cost
 from bundlegen.generator.errors import PlanError
 from bundlegen.plans.records import Level
 
@@ -28,6 +31,21 @@ class Costed:
     cpu_seconds: float
     cpu_run_seconds: float | None = None   # one engine run of it (None: cpu_seconds)
     run_seconds: float | None = None       # one engine run of it on h200 (None: seconds)
+
+
+def costed(case_id: str, entry: str, min_level: str, graph, probe: bool,
+           cost_table: Mapping) -> tuple[Costed, Cost]:
+    """A case's predictions for levelling (on the H200 and the CPU, of the whole case and of
+    one engine run of it: a deterministic-mode case runs its engine more than once), and the
+    H200 prediction the case records."""
+    terms = cost_model.terms(graph)
+    one_run = dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
+
+    def predict(t, device):
+        return cost_model.predict_terms(t, device, cost_table, probe=probe)
+    h200 = predict(terms, "h200")
+    return Costed(case_id, entry, min_level, h200.predicted_s, h200.bytes, predict(terms, "cpu").predicted_s,
+                  predict(one_run, "cpu").predicted_s, predict(one_run, "h200").predicted_s), h200
 
 
 def fits(level: Level, c: Costed) -> bool:

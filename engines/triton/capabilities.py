@@ -145,8 +145,7 @@ class Capabilities:
 
     def tier(self, graph: Graph) -> int:
         """The head-dim tier (the configs' largest BLOCK_D of it) the graph launches with."""
-        return next(limit for limit, _ in ARCH_CONFIGS[self.arch].tiers
-                    if tier_key(graph.D_qk, graph.D_v) <= limit)
+        return ARCH_CONFIGS[self.arch].tier_of(tier_key(graph.D_qk, graph.D_v))
 
     def dropout_spill(self, graph: Graph) -> tuple[str, int, str] | None:
         """The dropout_spills entry a dropout graph falls in, or None."""

@@ -85,9 +85,13 @@ class ArchConfigs:
     atomic_dq: bool = False
 
     def for_block_d(self, block_d: int) -> BlockConfig:
-        for limit, cfg in self.tiers:
+        return dict(self.tiers)[self.tier_of(block_d)]
+
+    def tier_of(self, block_d: int) -> int:
+        """The tier (its largest BLOCK_D) whose config serves `block_d`."""
+        for limit, _ in self.tiers:
             if block_d <= limit:
-                return cfg
+                return limit
         raise ValueError(f"{self.arch}: no config for BLOCK_D={block_d}")
 
 

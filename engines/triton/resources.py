@@ -292,7 +292,8 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
         L = launch.prepare(launched, launch.meta_tensors(graph), cfg, atomic_dq=atomic)
         if recorder is None:
             recorder = _Recorder(L.kernels)
-        recorder.tier = _tier(arch, configs.tier_key(graph.D_qk, graph.D_v))   # L.cfg's tier
+        # L.cfg's tier
+        recorder.tier = configs.ARCHS[arch].tier_of(configs.tier_key(graph.D_qk, graph.D_v))
         tier_cfg = configs.ARCHS[arch].for_block_d(recorder.tier)
         assert plain in (tier_cfg, tier_cfg.banded)
         recorder.banded = plain != tier_cfg
@@ -306,10 +307,6 @@ def bundle_graphs(root: str | Path | None = None) -> list:
     from bundlegen.engines.triton import warm
     root = Path(root or Path(__file__).resolve().parents[2] / "bundles")
     return warm.level_graphs(["quick", "pr", "nightly", "full"], str(root))
-
-
-def _tier(arch: str, block_d: int) -> int:
-    return next(limit for limit, _ in configs.ARCHS[arch].tiers if block_d <= limit)
 
 
 def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
