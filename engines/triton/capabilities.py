@@ -6,11 +6,12 @@ Everything else a valid graph can declare is served natively: any strides on inp
 (including zero and non-unit head-dim strides), any stats strides, GQA/MQA with H_k != H_v,
 D_qk != D_v, any sequence lengths, every mask and alignment, any positive scale, and ragged
 (THD / varlen) batches in any token-major layout (offsets and per-sequence used lengths
-read and bounded on the device), and the score modifiers (bias with any strides, broadcast over batch and / or heads by zero
-strides; dBias in any layout that addresses each element once, summed over the bias's
-broadcast axes; sinks and dSinks; softcap; ALiBi slopes, kernels' HAS_ALIBI) alone or
-combined, on padded and ragged graphs (RAGGED with the modifier constexprs, the dBias and
-dSinks kernels' RAGGED_DB / RAGGED_DS) with every mask, GQA / MQA, layout and head dim.
+read and bounded on the device), and the score modifiers (bias with any strides, broadcast
+over batch and / or heads by zero strides; dBias in any layout that addresses each element
+once, summed over the bias's broadcast axes; sinks and dSinks; softcap; ALiBi slopes,
+kernels' HAS_ALIBI) alone or combined, on padded and ragged graphs (RAGGED with the
+modifier constexprs, the dBias and dSinks kernels' RAGGED_DB / RAGGED_DS) with every mask,
+GQA / MQA, layout and head dim.
 Declined where a compiled variant spills (engines/triton/resources.json): on sm120 a
 modifier with H_k != H_v past D 64 (split_pass_modifiers_max_d: its dK pass spills there)
 and dBias on a ragged batch below D 256 (ragged_dbias_min_d), on gfx942 a modifier with

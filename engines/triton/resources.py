@@ -9,16 +9,15 @@ with it (so a config that spills fails CI), and checks the report covers every v
 
 Variants are not listed by hand. `launcher_choices` runs launch.py's own `prepare` and
 `run_*` over a grid of probe graphs (every mask, alignment, ragged or not, MHA / GQA /
-H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, without and
-with every score modifier or ALiBi slopes, ragged ones with used lengths or not, atomic dQ
-or not where the arch runs it) and the
-graphs of the checked-in bundles, on meta tensors, with a recorder in place of the kernels: what it
-records is exactly what a launch would compile (each kernel's constexprs, the arguments passed
-as None, which Triton makes constexprs, and the compile options). `variant_of` then maps each
-choice to the variant the sweep compiles for it: a constexpr is either SWEPT (kept as chosen)
-or REPRESENTED by a value with at least its code (the band with both sides for every mask
-kind, the tier's widest head-dim tile); a constexpr in neither raises, so a new one cannot be
-forgotten.
+H_k != H_v, every head-dim tile, aligned or not, 64-bit tile offsets or not, without and with
+every score modifier or ALiBi slopes, ragged ones with used lengths or not, atomic dQ or
+not where the arch runs it) and the graphs of the checked-in bundles, on meta tensors, with
+a recorder in place of the kernels: what it records is exactly what a launch would compile
+(each kernel's constexprs, the arguments passed as None, which Triton makes constexprs, and
+the compile options). `variant_of` then maps each choice to the variant the sweep compiles
+for it: a constexpr is either SWEPT (kept as chosen) or REPRESENTED by a value with at
+least its code (the band with both sides for every mask kind, the tier's widest head-dim
+tile); a constexpr in neither raises, so a new one cannot be forgotten.
 
 Each variant is compiled and measured alone (resource_measure.measure_alone) and checked
 against its arch's limits (resource_limits.check); this module enumerates the variants and
