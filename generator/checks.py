@@ -20,7 +20,7 @@ ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions", "bias": "biases", "dbias": "switches",
                "sinks": "switches", "softcap": "softcaps", "dropout": "dropouts",
-               "dropout_mask": "dropout_masks", "deterministic": "switches"}
+               "dropout_mask": "dropout_masks", "deterministic": "switches", "alibi_slopes": "alibi_slopes"}
 MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape", "drop")
 ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)

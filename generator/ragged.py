@@ -22,10 +22,10 @@ from bundlegen.generator.records import Combo, Draft
 from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
-SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
+SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic", "dropout_form")
 OWN_AXES = ("lengths", "storage", "modifiers", "seqused")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
-OPTIONAL_AXES = ("deterministic", "modifiers", "seqused")
+OPTIONAL_AXES = ("deterministic", "modifiers", "seqused", "dropout_form")
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
@@ -33,7 +33,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
     r = plan.ragged
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
             "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
-            "lengths": r.lengths,
+            "dropout_form": plan.dropout_forms, "lengths": r.lengths,
             "storage": r.storages, "modifiers": r.modifiers, "seqused": r.seqused}[axis]
 
 
@@ -53,7 +53,7 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     mods = plan.ragged.modifiers[v["modifiers"]].fields() if "modifiers" in v else {}
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
                 distribution=v["distribution"], deterministic=v.get("deterministic", "off"),
-                seqused=v.get("seqused", "off"), **mods)
+                seqused=v.get("seqused", "off"), **mods, **expand.form_fields(plan, v))
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -116,6 +116,7 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     shape = spec.shape
     found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
              "distribution": spec.distribution, "deterministic": spec.deterministic, "seqused": spec.seqused,
+             "dropout_form": expand.form_of(plan, spec),
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
              "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None),

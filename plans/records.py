@@ -99,6 +99,15 @@ class BiasKind:
     values: str = "randn"
 
 
+@dataclass(frozen=True)
+class DropoutForm:
+    """A value of the dropout_form axis: names from Plan.dropouts (p) and Plan.dropout_masks
+    (the mask port's broadcast kind, or the engine's own drawn mask); Spec's fields of the
+    same names."""
+    dropout: str = "off"
+    dropout_mask: str = "full"
+
+
 # ----------------------------------------------------------------------------- concrete cases
 @dataclass(frozen=True)
 class Shape:
@@ -495,6 +504,9 @@ class Plan:
     dropout_masks: Mapping[str, str | None] = field(default_factory=lambda: {"full": "full"})
     #: ALiBi slopes port forms (bundlegen.graph.ALIBI_SLOPES_DIMS; None: no slopes)
     alibi_slopes: Mapping[str, str | None] = field(default_factory=lambda: {"off": None})
+    #: the dropout_form axis's values: a probability and a mask-port form at once, so each
+    #: form is an axis value of its own (a mask form with dropout off would be no port at all)
+    dropout_forms: Mapping[str, DropoutForm] = field(default_factory=lambda: {"off": DropoutForm()})
 
     def space(self, storage: str) -> Space:
         """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""

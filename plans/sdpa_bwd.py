@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from bundlegen.plans.records import (
-    Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BiasKind, BoundaryClass, DropoutForm, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed,
     Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
@@ -182,12 +182,24 @@ DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
 DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
 # ALiBi as slopes (docs/CONTRACTS.md, "Score modifiers"): the alibi_slopes port, [H_q] or [B, H_q]
 ALIBI_SLOPES = {"off": None, "head": "head", "batch": "batch"}
+# the dropout_form axis: each probability with a full mask port, and p 0.5 with every other
+# form the port takes (broadcast over the batch, the heads, both; no port: the engine draws)
+DROPOUT_FORMS = {
+    "off": DropoutForm(),
+    **{p: DropoutForm(p, "full") for p in ("p0.1", "p0.5", "p0.9")},
+    **{f"p0.5-{m}": DropoutForm("p0.5", m) for m in ("batch", "head", "both", "drawn")},
+}
+_BATCH_BROADCAST_DROPOUT = ("p0.5-batch", "p0.5-both")
 
 # ============================================================================ axes
 # Pair-suite passes (Axis.joined, Axis.values_joined): 0 the first axes, 1 the score
 # modifiers, 2 the deterministic flag and the gradient distributions. Each
 # later pass only adds rows, so every earlier case keeps its id.
 RISK_VALUES_PASS = 2
+#: pass 3: every port form as an axis value (ALiBi slopes, dropout forms) and fp32 io, so
+#: each meets every other axis's values by pr (the form vocabulary: tests/test_port_forms.py)
+PORT_FORMS_PASS = 3
+AXIS_DTYPES = DTYPES + ("fp32",)
 #: the values the suites' first two passes knew; any other value of these axes joins pass 2
 FIRST_VALUES = {
     "heads": ("mha", "gqa2", "gqa4", "gqa8", "mqa", "hk2-hv1", "hk1-hv2", "hk4-hv2", "gqa3", "mqa5", "mqa6",
@@ -204,7 +216,7 @@ def _joined_later(axis: str, values) -> dict[str, int]:
 
 
 AXES = (
-    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
+    Axis("dtype", "io dtype", AXIS_DTYPES, "bf16", core=True, values_joined={"fp32": PORT_FORMS_PASS}),
     Axis("heads", "head configuration (MHA, GQA, MQA, H_k != H_v)", tuple(HEADS), "mha", core=True,
          values_joined=_joined_later("heads", HEADS)),
     Axis("seq", "sequence pair S_q, S_kv", tuple(SEQS), "eq-64", core=True),
@@ -226,6 +238,10 @@ AXES = (
     # core: paired by pr with MHA/GQA, every head-dim tier up to 256, masks and modifiers
     Axis("deterministic", "the deterministic backward asked for (re-run, compared bitwise)", tuple(SWITCHES),
          "off", core=True, joined=RISK_VALUES_PASS),
+    Axis("alibi_slopes", "ALiBi slopes port: [H_q] or [B, H_q]", tuple(ALIBI_SLOPES), "off", core=True,
+         extension=True, joined=PORT_FORMS_PASS),
+    Axis("dropout_form", "dropout: p with the mask port's form (full, broadcast, drawn by the engine)",
+         tuple(DROPOUT_FORMS), "off", core=True, extension=True, joined=PORT_FORMS_PASS),
 )
 
 # ============================================================================ legality
@@ -266,12 +282,19 @@ RULES = (
          "overflow-dp's dP is past fp16's range; dS = P (dP - Delta) stays inside it only where "
          "P is spread over many keys (no mask or bias, enough keys)",
          when={"distribution": ("overflow-dp",)},
-         require={"mask": ("none",), "bias": ("none",),
+         require={"mask": ("none",), "bias": ("none",), "alibi_slopes": ("off",), "dropout_form": ("off",),
                   "seq": tuple(n for n, s in SEQS.items() if s.S_kv >= OVERFLOW_DP_MIN_KEYS)}),
     Rule("batch-broadcast-stats-needs-batch-broadcast-bias",
          "stats broadcast over the batch hold one LSE for every batch: a bias that differs "
          "per batch would give each batch its own",
          when={"layout": ("bcast-all-batch",)}, require={"bias": ("none", "batch", "both", "alibi")}),
+    Rule("batch-broadcast-stats-needs-batch-invariant-ports",
+         "stats broadcast over the batch hold one LSE for every batch: slopes or a dropout mask "
+         "that differ per batch would give each batch its own",
+         when={"layout": ("bcast-all-batch",)},
+         require={"alibi_slopes": ("off", "head"), "dropout_form": ("off",) + _BATCH_BROADCAST_DROPOUT}),
+    Rule("dropout-batch-broadcast-needs-batch", "a zero batch stride on the dropout mask at B = 1 broadcasts nothing",
+         when={"dropout_form": _BATCH_BROADCAST_DROPOUT}, require={"batch": ("b2", "b3")}),
 )
 
 # ============================================================================ suites
@@ -876,6 +899,7 @@ RAGGED_SEQUSED = {
     "off": None,
     "kv": SeqUsed(kv_pad=7),               # keys padded (FA3's seqused_k alone)
     "both": SeqUsed(q_pad=7, kv_pad=7),
+    "q": SeqUsed(q_pad=7),                 # query rows padded alone (the port's third form)
 }
 
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
@@ -903,9 +927,11 @@ RAGGED_MODIFIERS_PASS = 2
 RAGGED_BREADTH_PASS = 2
 RAGGED_LATER_HEADS = ("gqa3",)
 RAGGED_LATER_HEAD_DIMS = ("d256",)
+#: the ragged suites' fourth pass: fp32 io, the dropout forms and seqused_q alone
+RAGGED_PORT_FORMS_PASS = 3
 
 RAGGED_AXES = (
-    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
+    Axis("dtype", "io dtype", AXIS_DTYPES, "bf16", core=True, values_joined={"fp32": RAGGED_PORT_FORMS_PASS}),
     Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS, "mha", core=True,
          values_joined=dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS)),
     Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
@@ -922,7 +948,9 @@ RAGGED_AXES = (
     Axis("modifiers", "score modifiers per sequence (bias, dBias, sinks, softcap, ALiBi slopes)",
          tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS),
     Axis("seqused", "per-sequence used lengths (padded varlen)", tuple(RAGGED_SEQUSED), "off", core=True,
-         joined=RAGGED_BREADTH_PASS),
+         joined=RAGGED_BREADTH_PASS, values_joined={"q": RAGGED_PORT_FORMS_PASS}),
+    Axis("dropout_form", "dropout: p with the mask port's form (padded to the max lengths, or drawn)",
+         tuple(DROPOUT_FORMS), "off", core=True, joined=RAGGED_PORT_FORMS_PASS),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
@@ -934,7 +962,11 @@ _RAGGED_HEADS = next(a for a in RAGGED_AXES if a.name == "heads").values
 _RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
 _SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
 
+_MANY_SEQUENCES = tuple(n for n, ln in RAGGED_LENGTHS.items() if len(ln.q) > 1)
 RAGGED_RULES = (
+    Rule("ragged-dropout-batch-broadcast-needs-sequences",
+         "a zero batch stride on the dropout mask over one sequence broadcasts nothing",
+         when={"dropout_form": _BATCH_BROADCAST_DROPOUT}, require={"lengths": _MANY_SEQUENCES}),
     Rule("ragged-bottom-right-needs-unequal-lengths",
          "BOTTOM_RIGHT aligns each sequence's own lengths: where every S_q_b = S_kv_b it is "
          "TOP_LEFT, and the case would test the TOP_LEFT mask again",
@@ -1273,5 +1305,5 @@ PLAN = Plan(
     peers=PEERS,
     boundaries=BOUNDARIES,
     biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
-    alibi_slopes=ALIBI_SLOPES, risks=RISKS, distinct_layouts_by="pr",
+    alibi_slopes=ALIBI_SLOPES, dropout_forms=DROPOUT_FORMS, risks=RISKS, distinct_layouts_by="pr",
 )
