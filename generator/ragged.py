@@ -144,9 +144,10 @@ def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
                               label="ragged ")
 
 
-def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
+def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo], *, label: str = "ragged ",
+                  group: str = "ragged-pairs-repair") -> list[Draft]:
     return expand.repair_drafts(plan, suite_item, level, combos, combo_draft=_combo_draft,
-                                label="ragged ", group="ragged-pairs-repair")
+                                label=label, group=group)
 
 
 def declared_drafts(plan: Plan) -> list[Draft]:

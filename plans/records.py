@@ -448,6 +448,25 @@ class RiskPlan:
     group: str = "risks"
 
 
+# ----------------------------------------------------------------------------- focused pairs
+@dataclass(frozen=True)
+class FocusPairs:
+    """Pairs a level must hold beyond its pair scope, in one axis space (`storage`): every
+    legal pair of two `subjects` values of different axes, and of a subject value with a
+    `partners` value of another axis, by `level` (generator/focus.py proposes and proves
+    them). Subjects are the values under test (the newest, or a port's forms); partners the
+    risky values of the other axes they must meet. `left_out` names subject values
+    deliberately not paired at this level, each with why."""
+    item: str
+    title: str
+    storage: str
+    subjects: Mapping[str, tuple[str, ...]]
+    partners: Mapping[str, tuple[str, ...]]
+    level: str
+    left_out: Mapping[str, str] = field(default_factory=dict)    # "axis=value" -> why
+    group: str = "focus"
+
+
 # ----------------------------------------------------------------------------- levels, cost, tolerance
 @dataclass(frozen=True)
 class Level:
@@ -491,6 +510,10 @@ class Plan:
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
     boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
     risks: RiskPlan | None = None          # risky values whose 3-way combinations are proved per level
+    focus: tuple[FocusPairs, ...] = ()     # pairs of chosen values proved by a level (generator/focus.py)
+    #: contract port forms deliberately not drawn as axis values by pr: form -> why
+    #: (generator/port_forms.py names the forms)
+    port_forms_left_out: Mapping[str, str] = field(default_factory=dict)
     #: by this level every layout value has a case that is no other layout's memory with
     #: B, H and S >= 2, and head-dim tails at every gradient port (generator/layout_distinct.py)
     distinct_layouts_by: str | None = None

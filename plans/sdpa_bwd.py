@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 
 from bundlegen.plans.records import (
-    Axis, BiasKind, BoundaryClass, DropoutForm, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BiasKind, BoundaryClass, DropoutForm, FocusPairs, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed,
     Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
 
-from bundlegen.plans.peers import PEERS
+from bundlegen.plans.peers import (PEER_LONG_SEQLENS, PEER_SEQLENS, PEER_SWEEP_LAYOUTS, PEER_SWEEP_MASKS,
+                                   PEER_TRAINING_SHAPES, PEERS)
 from bundlegen.tolerance_rule import class_for, longest_reduction  # noqa: F401 (the plan's rule)
 
 PLAN_NAME = "sdpa_bwd"
@@ -393,6 +394,43 @@ SWEEPS = (
           (("shape", tuple(_shape(B=1, H=4, S=1536, D=d.D_qk, D_v=d.D_v) for d in HEAD_DIMS.values())),
            ("dtype", DTYPES)),
           level="nightly"),
+)
+
+# The GPU levels' share of the peers' sizes (plans/peers.py, "GPU-sized value classes"): each
+# length with MHA, GQA 4, MQA (D 64), S_q < S_kv and S_q > S_kv (D 256), crossed with every
+# layout, mask and io dtype. Sizes: the cost model's largest prediction is the full level's
+# 64-head S 16k training shape, 28.5 GiB (its float64 oracle copies of every port; the
+# oracle's score blocks are 2^24 elements, 128 MiB, whatever S is), inside one H200's memory
+# with the engine's own buffers beside it; nightly's all stay under its 8 GiB per case.
+_PEER_DTYPES = AXIS_DTYPES
+
+
+def _peer_shapes(S: int, B: int) -> tuple[Shape, ...]:
+    return (_shape(B=B, H=16, S=S, D=128), _shape(B=B, H=16, H_k=4, S=S, D=128), _shape(B=B, H=16, H_k=1, S=S, D=64),
+            _shape(B=B, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=B, H=12, H_k=4, S=S + S // 2, S_kv=S, D=256))
+
+
+SWEEPS += (
+    Sweep("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128) x MHA / GQA / MQA / S_q != S_kv x every "
+          "layout, mask and dtype (the peers' long tests)",
+          Spec(_shape(B=4, H=16, S=256, D=128)),
+          (("shape", tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, 4))), ("layout", PEER_SWEEP_LAYOUTS),
+           ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-SEQS-QKV-PACKED", "S 256-4096 with Q, K, V packed (MHA, S_q = S_kv) x every mask and dtype",
+          Spec(_shape(B=4, H=16, S=256, D=128), layout="qkv-interleaved"),
+          (("shape", tuple(_shape(B=4, H=16, S=S, D=128) for S in PEER_SEQLENS)), ("mask", PEER_SWEEP_MASKS),
+           ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-LONG-SEQS", "S 6k-16k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
+          Spec(_shape(B=2, H=16, S=8192, D=128)),
+          (("shape", tuple(sh for S in PEER_LONG_SEQLENS for sh in (
+              _shape(B=2, H=16, S=S, D=128), _shape(B=2, H=16, H_k=4, S=S, D=128), _shape(B=2, H=16, H_k=1, S=S, D=64),
+              _shape(B=2, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=2, H=8, H_k=2, S=S, D=256)))),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
+    Sweep("SWP-TRAINING-SHAPES", "training shapes: B x S 16k-64k tokens, H 8-64, D 64-256, GQA 4-8 x every "
+          "layout, mask and dtype",
+          Spec(_shape(B=4, H=32, H_k=8, S=4096, D=128)),
+          (("shape", tuple(_shape(B=b, H=h, H_k=hk, S=s, D=d, D_v=dv) for b, s, h, hk, d, dv in PEER_TRAINING_SHAPES)),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
 )
 
 # ============================================================================ regressions
@@ -917,6 +955,9 @@ RAGGED_MODIFIER_SETS = {
     "bias-batch-dbias": ModifierSet(bias="batch", dbias="on"),
     "alibi-slopes": ModifierSet(alibi_slopes="head"),
     "alibi-slopes-batch": ModifierSet(alibi_slopes="batch"),
+    # the bias's other broadcasts (pass 3: every port form an axis value)
+    "bias-head": ModifierSet(bias="head"),
+    "bias-both-dbias": ModifierSet(bias="both", dbias="on"),
 }
 #: the ragged suites' pass the modifiers axis joined: after pass 1 (deterministic, l2-grad)
 RAGGED_MODIFIERS_PASS = 2
@@ -927,13 +968,17 @@ RAGGED_MODIFIERS_PASS = 2
 RAGGED_BREADTH_PASS = 2
 RAGGED_LATER_HEADS = ("gqa3",)
 RAGGED_LATER_HEAD_DIMS = ("d256",)
+#: heads only the ragged space draws: three equal heads, so Q, K and V can share one packed
+#: buffer with a head count other than two (pass 3)
+RAGGED_ONLY_HEADS = {"mha3": HeadConfig(3, 3, 3)}
 #: the ragged suites' fourth pass: fp32 io, the dropout forms and seqused_q alone
 RAGGED_PORT_FORMS_PASS = 3
 
 RAGGED_AXES = (
     Axis("dtype", "io dtype", AXIS_DTYPES, "bf16", core=True, values_joined={"fp32": RAGGED_PORT_FORMS_PASS}),
-    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS, "mha", core=True,
-         values_joined=dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS)),
+    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS + tuple(RAGGED_ONLY_HEADS),
+         "mha", core=True, values_joined={**dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS),
+                                          **dict.fromkeys(RAGGED_ONLY_HEADS, RAGGED_PORT_FORMS_PASS)}),
     Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
     Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128") + RAGGED_LATER_HEAD_DIMS, "d64",
          core=True, values_joined=dict.fromkeys(RAGGED_LATER_HEAD_DIMS, RAGGED_BREADTH_PASS)),
@@ -946,7 +991,8 @@ RAGGED_AXES = (
     # the ragged suites' second pass: the deterministic backward of ragged graphs
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
     Axis("modifiers", "score modifiers per sequence (bias, dBias, sinks, softcap, ALiBi slopes)",
-         tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS),
+         tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS,
+         values_joined={"bias-head": RAGGED_PORT_FORMS_PASS, "bias-both-dbias": RAGGED_PORT_FORMS_PASS}),
     Axis("seqused", "per-sequence used lengths (padded varlen)", tuple(RAGGED_SEQUSED), "off", core=True,
          joined=RAGGED_BREADTH_PASS, values_joined={"q": RAGGED_PORT_FORMS_PASS}),
     Axis("dropout_form", "dropout: p with the mask port's form (padded to the max lengths, or drawn)",
@@ -959,6 +1005,7 @@ _WINDOW_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].left_bound is not None
 _PAST_WINDOW = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > WINDOW)
 
 _RAGGED_HEADS = next(a for a in RAGGED_AXES if a.name == "heads").values
+_RAGGED_HEAD_CONFIGS = {**HEADS, **RAGGED_ONLY_HEADS}
 _RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
 _SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
 
@@ -978,13 +1025,14 @@ RAGGED_RULES = (
          "Q, K and V are the slots of one [T, 3, H, D] buffer: they share T (so every sequence "
          "has as many keys as queries), H and D",
          when={"storage": ("qkv-packed",)},
-         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _EQUAL_HEADS),
+         require={"heads": tuple(n for n in _RAGGED_HEADS
+                                 if _RAGGED_HEAD_CONFIGS[n].H_q == _RAGGED_HEAD_CONFIGS[n].H_k == _RAGGED_HEAD_CONFIGS[n].H_v),
                   "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS),
                   "lengths": _SAME_LENGTHS}),
     Rule("ragged-kv-packed-needs-equal-kv-heads-and-dims",
          "K and V are the slots of one [T, 2, H, D] buffer: they share H and D",
          when={"storage": ("kv-packed",)},
-         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _KV_EQUAL_HEADS),
+         require={"heads": tuple(n for n in _RAGGED_HEADS if _RAGGED_HEAD_CONFIGS[n].H_k == _RAGGED_HEAD_CONFIGS[n].H_v),
                   "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS)}),
 )
 
@@ -1178,6 +1226,83 @@ RISKS = RiskPlan(
             "class (other alignment or tail side); 3: the class's further values",
     top_rank=1, every_by="nightly", top_by="pr", sample_at="quick", sample=6)
 
+# ============================================================================ focused pairs
+# Every port form (docs/CONTRACTS.md: the bias's broadcasts and ALiBi values, the dropout
+# mask's forms, the ALiBi slopes' two forms, sinks, dBias; packed and broadcast storages) meets
+# the other axes' risky values by pr: GQA / MQA and head counts that are not powers of two,
+# each head-dim tier, fp16 and fp32, bottom-right masks with S_q != S_kv. The contract's
+# vocabulary is checked against these subjects (tests/test_port_forms.py).
+_RISKY_HEADS = ("gqa3", "gqa4", "mqa", "mqa5", "mqa7", "hk2-hv1", "hk1-hv2")
+_RISKY_TIERS = ("d40", "d128", "d192-128", "d256")
+_RISKY_MASKS = ("causal-br", "band-br", "window-br", "strict-causal-br")
+_UNEQUAL_SEQS = ("lt-17-129", "gt-129-64")
+_NEW_DROPOUT_FORMS = tuple(n for n in DROPOUT_FORMS if n != "off")
+PORT_FORM_FOCUS = FocusPairs(
+    "FOCUS-PORT-FORMS", "every port form with every risky value of the other axes", PADDED_STORAGE,
+    subjects={"bias": tuple(n for n in BIASES if n != "none"), "dbias": ("on",), "sinks": ("on",),
+              "alibi_slopes": ("head", "batch"), "dropout_form": _NEW_DROPOUT_FORMS,
+              "layout": ("qkv-interleaved", "kv-packed", "bcast-kv-batch", "bcast-kv-head", "bcast-all-batch")},
+    partners={"heads": _RISKY_HEADS, "head_dims": _RISKY_TIERS, "dtype": ("fp16", "fp32"), "mask": _RISKY_MASKS,
+              "seq": _UNEQUAL_SEQS, "batch": ("b2",)},
+    level="pr")
+RAGGED_PORT_FORM_FOCUS = FocusPairs(
+    "FOCUS-RAGGED-PORT-FORMS", "every ragged port form (storages, used lengths, modifiers, dropout forms) "
+    "with every risky value of the other ragged axes", RAGGED_STORAGE,
+    subjects={"storage": ("htd", "qkv-packed", "kv-packed", "thd-offset24", "spare-rows", "stats-th"),
+              "seqused": ("kv", "both", "q"), "modifiers": tuple(n for n in RAGGED_MODIFIER_SETS if n != "none"),
+              "dropout_form": _NEW_DROPOUT_FORMS},
+    partners={"heads": ("mqa", "gqa2", "gqa3", "hk2-hv1", "mha3"), "head_dims": ("d128", "d192-128", "d256"),
+              "dtype": ("fp16", "fp32"), "mask": ("causal-br", "band-br", "window-br"),
+              "lengths": ("zero-kv", "q-longer", "tile-tails", "equal")},
+    level="pr")
+# The newest values (the last two passes of each space) with each other and with the core
+# axes' risky values at quick, on small graphs: a bug in one new feature that shows only
+# beside another, or beside GQA, a D % 16 tail, fp16 or a bottom-right mask, is caught on the CPU.
+_QUICK_LEFT_OUT = {
+    "deterministic=on": "priced at its 50 re-runs on the cpu class: its pairs are pr's (PAIR-CORE)",
+    "heads=mqa24": "24 query heads cost the quick CPU budget a case per pair: its pairs are pr's",
+    "head_dims=d256-128": "D 256 costs the quick CPU budget a case per pair: its pairs are pr's",
+}
+NEWEST_QUICK_FOCUS = FocusPairs(
+    "FOCUS-NEWEST-QUICK", "the newest values (passes 2 and 3) pairwise with each other and with the core "
+    "axes' risky values, at quick", PADDED_STORAGE,
+    subjects={"dtype": ("fp32",), "alibi_slopes": ("head", "batch"), "dropout_form": _NEW_DROPOUT_FORMS,
+              "distribution": ("l2-grad", "large-do", "overflow-dp")},
+    partners={"heads": ("gqa3", "mqa"), "head_dims": ("d40", "d48"), "dtype": ("fp16",),
+              "mask": ("causal-br", "band-br"), "seq": ("lt-17-129", "gt-65-16"), "bias": ("alibi", "head"),
+              "softcap": ("cap5",), "sinks": ("on",), "batch": ("b2",)},
+    level="quick", left_out=_QUICK_LEFT_OUT)
+# a ragged row holds one modifiers value and one dropout form: every pair of the two would be
+# 63 rows (~0.24 s each on the cpu class), past quick's CPU budget; quick keeps one value of
+# each kind (sinks, a batch-broadcast bias with dBias, [B, H_q] slopes, a head-broadcast bias,
+# softcap; a full mask, a batch-only broadcast, a drawn mask), the others pair by pr
+_RAGGED_QUICK_MODIFIERS = ("sinks", "bias-batch-dbias", "alibi-slopes-batch", "bias-head", "softcap")
+_RAGGED_QUICK_DROPOUT_FORMS = ("p0.1", "p0.5-batch", "p0.5-drawn")
+_RAGGED_QUICK_WHY = ("one ragged row per modifiers x dropout-form pair is past quick's CPU budget: its pairs are "
+                     "pr's (RAGGED-PAIR-CORE, FOCUS-RAGGED-PORT-FORMS)")
+RAGGED_NEWEST_QUICK_FOCUS = FocusPairs(
+    "FOCUS-RAGGED-NEWEST-QUICK", "the newest ragged values (passes 2 and 3) pairwise with each other and "
+    "with the core axes' risky values, at quick", RAGGED_STORAGE,
+    subjects={"dtype": ("fp32",), "heads": RAGGED_LATER_HEADS + tuple(RAGGED_ONLY_HEADS), "storage": RAGGED_PACKED_STORAGES,
+              "modifiers": _RAGGED_QUICK_MODIFIERS, "seqused": ("kv", "both", "q"),
+              "dropout_form": _RAGGED_QUICK_DROPOUT_FORMS},
+    partners={"heads": ("mqa",), "dtype": ("fp16",), "mask": ("causal-br",), "lengths": ("q-longer", "zero-kv")},
+    level="quick", left_out={
+        "head_dims=d256": "D 256 costs the quick CPU budget a case per pair: its pairs are pr's",
+        **{f"modifiers={m}": _RAGGED_QUICK_WHY for m in RAGGED_MODIFIER_SETS
+           if m != "none" and m not in _RAGGED_QUICK_MODIFIERS},
+        **{f"dropout_form={d}": _RAGGED_QUICK_WHY for d in _NEW_DROPOUT_FORMS if d not in _RAGGED_QUICK_DROPOUT_FORMS}})
+PORT_FORMS_LEFT_OUT = {
+    "padded sinks: without dsinks": "a frozen sink differs from a trained one only in an output left unwritten: "
+                                    "SHP-SINKS-FROZEN holds it at pr, GQA with two KV heads",
+    "ragged sinks: without dsinks": "as the padded one: a frozen sink is the same graph without its dsinks "
+                                    "output (SHP-SINKS-FROZEN)",
+    "ragged bias values: alibi": "ALiBi on ragged batches is the alibi_slopes port's (each sequence's own "
+                                 "diagonal, modifiers alibi-slopes*): a padded bias of ALiBi values has no "
+                                 "per-sequence diagonal to hold",
+}
+FOCUS = (PORT_FORM_FOCUS, RAGGED_PORT_FORM_FOCUS, NEWEST_QUICK_FOCUS, RAGGED_NEWEST_QUICK_FOCUS)
+
 # ============================================================================ gated
 GATED = (
     Gated("GATE-PAGED-KV", "paged K/V with a block table (incl. bad block-table probes)",
@@ -1296,7 +1421,7 @@ PADDED = Space(
 )
 
 PLAN = Plan(
-    name=PLAN_NAME, padded=PADDED, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
+    name=PLAN_NAME, padded=PADDED, heads={**HEADS, **RAGGED_ONLY_HEADS}, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
     distributions=DISTRIBUTIONS, dtypes=IO_DTYPES, gated=GATED,
     levels=LEVELS, cost_model=COST_MODEL,
@@ -1305,5 +1430,6 @@ PLAN = Plan(
     peers=PEERS,
     boundaries=BOUNDARIES,
     biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
-    alibi_slopes=ALIBI_SLOPES, dropout_forms=DROPOUT_FORMS, risks=RISKS, distinct_layouts_by="pr",
+    alibi_slopes=ALIBI_SLOPES, dropout_forms=DROPOUT_FORMS, risks=RISKS, focus=FOCUS,
+    port_forms_left_out=PORT_FORMS_LEFT_OUT, distinct_layouts_by="pr",
 )
