@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.legality import Legality
+from bundlegen.generator.pairs import pack_rows
 from bundlegen.generator.records import Combo
 from bundlegen.plans.records import LEVEL_NAMES, FocusPairs, Plan
 
@@ -79,24 +80,8 @@ def held(legality: Legality, combo: Combo) -> set:
 
 
 def rows(legality: Legality, missing: Iterable[tuple], cpu_seconds: Callable[[Combo], float]) -> list[Combo]:
-    """Packed rows for the missing units: each row takes the first unit left and every later
-    one that agrees with it and keeps it legal; returned cheapest first (the cpu class)."""
-    left = sorted(missing)
-    out: list[Combo] = []
-    while left:
-        fixed = dict(left[0])
-        for u in left[1:]:
-            if all(fixed.get(a, v) == v for a, v in u) and not all(a in fixed for a, _ in u):
-                trial = {**fixed, **dict(u)}
-                if legality.complete(trial) is not None:
-                    fixed = trial
-        combo = legality.complete(fixed)
-        if combo is None:    # cannot happen for a unit of the legal universe
-            raise PlanError(f"focused pair {left[0]}: no legal combination holds it")
-        out.append(combo)
-        have = held(legality, combo)
-        left = [u for u in left if u not in have]
-    return sorted(out, key=cpu_seconds)
+    """Packed rows for the missing units (pairs.pack_rows), cheapest on the cpu class first."""
+    return sorted(pack_rows(legality, missing, lambda combo: held(legality, combo), "focused pair"), key=cpu_seconds)
 
 
 def prove(f: FocusPairs, levels: list[str], wanted: frozenset, held_at: Callable[[str], set]) -> tuple[FocusProof, ...]:

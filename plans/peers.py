@@ -393,6 +393,7 @@ PEER_TRAINING_SHAPES = (
     (4, 8192, 64, 8, 128, 128), (16, 2048, 32, 8, 64, 64), (8, 8192, 16, 2, 256, 256),
     (4, 4096, 8, 2, 256, 256), (16, 4096, 16, 4, 128, 128), (32, 2048, 32, 4, 64, 64),
     (1, 16384, 64, 8, 128, 128), (8, 4096, 40, 8, 128, 128), (4, 4096, 24, 6, 192, 192),
+    (8, 8192, 32, 4, 128, 128), (16, 4096, 64, 8, 64, 64),
 )
 #: the storage orders of those tests: BSHD (FlashAttention), SBHD (Megatron, TransformerEngine),
 #: BHSD (PyTorch), K and V packed (TransformerEngine's bs2hd / FlashAttention's kvpacked)

@@ -397,16 +397,19 @@ SWEEPS = (
 )
 
 # The GPU levels' share of the peers' sizes (plans/peers.py, "GPU-sized value classes"): each
-# length with MHA, GQA 4, MQA (D 64), S_q < S_kv and S_q > S_kv (D 256), crossed with every
-# layout, mask and io dtype. Sizes: the cost model's largest prediction is the full level's
-# 64-head S 16k training shape, 28.5 GiB (its float64 oracle copies of every port; the
-# oracle's score blocks are 2^24 elements, 128 MiB, whatever S is), inside one H200's memory
-# with the engine's own buffers beside it; nightly's all stay under its 8 GiB per case.
+# length with MHA, GQA 4, GQA 8 (D 96), MQA (D 64), S_q < S_kv and S_q > S_kv (D 256),
+# crossed with every layout, mask and io dtype. Sizes: no case's predicted bytes (io storages
+# plus the oracle's float64 copy of every port and its score blocks, bundlegen/cost.py) pass
+# 29 GiB; the oracle never holds an S_q x S_kv matrix whole (its score blocks are 2^24
+# float64 elements, 128 MiB, whatever S is), so a 16k x 16k case needs no 2 GiB per head
+# slice and the largest fits one H200 (~140 GB) with the engine's own buffers beside it.
+# Nightly's all stay under its 8 GiB per case; larger ones are full's (GPU-only levels).
 _PEER_DTYPES = AXIS_DTYPES
 
 
 def _peer_shapes(S: int, B: int) -> tuple[Shape, ...]:
-    return (_shape(B=B, H=16, S=S, D=128), _shape(B=B, H=16, H_k=4, S=S, D=128), _shape(B=B, H=16, H_k=1, S=S, D=64),
+    return (_shape(B=B, H=16, S=S, D=128), _shape(B=B, H=16, H_k=4, S=S, D=128), _shape(B=B, H=16, H_k=2, S=S, D=96),
+            _shape(B=B, H=16, H_k=1, S=S, D=64),
             _shape(B=B, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=B, H=12, H_k=4, S=S + S // 2, S_kv=S, D=256))
 
 
@@ -1207,7 +1210,7 @@ _RISKY_DISTRIBUTIONS = {"shifted-logits": 1, "l2-grad": 1, "large-do": 1, "overf
 RISKS = RiskPlan(
     "RISK-TRIPLES", "every legal triple of risky values of three axes",
     values={
-        "dtype": {"fp16": 1},
+        "dtype": {"fp16": 1, "fp32": 2},
         "heads": {"gqa3": 1, "gqa4": 2, "mqa": 2, "hk2-hv1": 3, "mqa7": 3},
         "seq": {"lt-64-192": 1, "gt-129-64": 1, "lt-1-128": 1, "lt-17-129": 2, "eq-65": 2, "gt-192-64": 2,
                 "lt-16-65": 3, "eq-129": 3, "gt-65-16": 3, "lt-32-400": 3, "gt-217-128": 3},
@@ -1221,6 +1224,13 @@ RISKS = RiskPlan(
         "batch": {"b2": 1, "b3": 2},
         "sinks": {"on": 1},
         "dbias": {"on": 2},
+        # the newest features (pass 3) and the modifiers they meet: modifiers x masks x
+        # alignment (ALiBi slopes, softcap, an ALiBi bias with bottom-right masks and S_q !=
+        # S_kv), dropout form x heads x mask (a batch-only mask broadcast, a drawn mask)
+        "softcap": {"cap5": 1},
+        "bias": {"alibi": 2, "batch": 3},
+        "alibi_slopes": {"batch": 1, "head": 2},
+        "dropout_form": {"p0.5-batch": 1, "p0.5-drawn": 2, "p0.1": 3},
     },
     ranking="1: a value a public report's smallest reproducer needed; 2: its neighbour in the same "
             "class (other alignment or tail side); 3: the class's further values",
