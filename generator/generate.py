@@ -177,14 +177,17 @@ def focus_suites(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
 
 
 def without_values_focus_holds(plan: Plan, spaces, drafts: list[Draft], focus_sets) -> list[Draft]:
-    """The drafts less each value-suite draft whose values other than its axes' defaults a
-    focused-pair row of the value suite's level holds already (that row is the value's case
-    there: the axis-value proof still holds, and the CPU budget pays for the pairs instead)."""
+    """The drafts less each value-suite draft whose values other than its axes' defaults are
+    all subjects of a focused-pair entry of the value suite's level and held by one of its
+    rows (that row is the value's case there: the axis-value proof still holds, the CPU budget
+    pays for the pairs instead; a partner value, an older risky one, keeps its case and id)."""
     level = plan.levels[0].name
     held: dict[str, set] = {}
     for f, _wanted, made in focus_sets:
         if f.level == level:
-            held.setdefault(f.storage, set()).update(cell for d in made for cell in zip(spaces[f.storage].axes, d.combo))
+            subjects = {(a, v) for a, values in f.subjects.items() for v in values}
+            held.setdefault(f.storage, set()).update(
+                cell for d in made for cell in zip(spaces[f.storage].axes, d.combo) if cell in subjects)
     suites = {plan.padded.value_suite_item} | ({plan.ragged.value_suite_item} if plan.ragged is not None else set())
 
     def redundant(d: Draft) -> bool:

@@ -183,11 +183,11 @@ DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
 DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
 # ALiBi as slopes (docs/CONTRACTS.md, "Score modifiers"): the alibi_slopes port, [H_q] or [B, H_q]
 ALIBI_SLOPES = {"off": None, "head": "head", "batch": "batch"}
-# the dropout_form axis: each probability with a full mask port, and p 0.5 with every other
-# form the port takes (broadcast over the batch, the heads, both; no port: the engine draws)
+# the dropout_form axis: p small and close to 1 with a full mask port, and p 0.5 with every
+# other form the port takes (broadcast over the batch, the heads, both; no port: the engine draws)
 DROPOUT_FORMS = {
     "off": DropoutForm(),
-    **{p: DropoutForm(p, "full") for p in ("p0.1", "p0.5", "p0.9")},
+    **{p: DropoutForm(p, "full") for p in ("p0.1", "p0.9")},
     **{f"p0.5-{m}": DropoutForm("p0.5", m) for m in ("batch", "head", "both", "drawn")},
 }
 _BATCH_BROADCAST_DROPOUT = ("p0.5-batch", "p0.5-both")
@@ -1284,9 +1284,9 @@ NEWEST_QUICK_FOCUS = FocusPairs(
     level="quick", left_out=_QUICK_LEFT_OUT)
 # a ragged row holds one modifiers value and one dropout form: every pair of the two would be
 # 63 rows (~0.24 s each on the cpu class), past quick's CPU budget; quick keeps one value of
-# each kind (sinks, a batch-broadcast bias with dBias, [B, H_q] slopes, a head-broadcast bias,
-# softcap; a full mask, a batch-only broadcast, a drawn mask), the others pair by pr
-_RAGGED_QUICK_MODIFIERS = ("sinks", "bias-batch-dbias", "alibi-slopes-batch", "bias-head", "softcap")
+# each kind (sinks, a batch-broadcast bias with dBias, [B, H_q] slopes, a head-broadcast bias;
+# a full mask, a batch-only broadcast, a drawn mask), the others pair by pr
+_RAGGED_QUICK_MODIFIERS = ("sinks", "bias-batch-dbias", "alibi-slopes-batch", "bias-head")
 _RAGGED_QUICK_DROPOUT_FORMS = ("p0.1", "p0.5-batch", "p0.5-drawn")
 _RAGGED_QUICK_WHY = ("one ragged row per modifiers x dropout-form pair is past quick's CPU budget: its pairs are "
                      "pr's (RAGGED-PAIR-CORE, FOCUS-RAGGED-PORT-FORMS)")
@@ -1296,7 +1296,9 @@ RAGGED_NEWEST_QUICK_FOCUS = FocusPairs(
     subjects={"dtype": ("fp32",), "heads": RAGGED_LATER_HEADS + tuple(RAGGED_ONLY_HEADS), "storage": RAGGED_PACKED_STORAGES,
               "modifiers": _RAGGED_QUICK_MODIFIERS, "seqused": ("kv", "both", "q"),
               "dropout_form": _RAGGED_QUICK_DROPOUT_FORMS},
-    partners={"heads": ("mqa",), "dtype": ("fp16",), "mask": ("causal-br",), "lengths": ("q-longer", "zero-kv")},
+    # short lengths among the partners keep the rows small (decode, a leading empty sequence, length 1)
+    partners={"heads": ("mqa",), "dtype": ("fp16",), "mask": ("causal-br",),
+              "lengths": ("q-longer", "zero-kv", "decode", "zero-first", "len-1")},
     level="quick", left_out={
         "head_dims=d256": "D 256 costs the quick CPU budget a case per pair: its pairs are pr's",
         **{f"modifiers={m}": _RAGGED_QUICK_WHY for m in RAGGED_MODIFIER_SETS
