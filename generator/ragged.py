@@ -2,7 +2,7 @@
 and declared entries become drafts, and the checks only ragged graphs need (the plan's
 ragged tables, device probes and how far their stray rows reach).
 
-Axis names of the ragged space: the six below that name a table of the plan (shared with
+Axis names of the ragged space: the eight shared axes below that name a table of the plan (shared with
 the padded space) and the two of its own (lengths, storage). Its items are
 AX-RAGGED-<AXIS>-<VALUE>; its drafts carry space "ragged", so their combinations are
 proved against the ragged axes only."""
