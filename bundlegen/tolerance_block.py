@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bundlegen.tolerance import Tolerance
+from bundlegen.tolerance_bounds import TOLERANCE_KEYS
 
 BEGIN = "# BEGIN generated tolerance classes (bundlegen)"
 END = "# END generated tolerance classes (bundlegen)"
@@ -55,8 +56,7 @@ def block_text(plan: str, classes: Mapping[str, Tolerance], source: str, digest:
         inline.update(row_filters(plan, tc))
         lines += ["", f"# {name}: {tc.dtype} io, longest reduction {_low(classes, tc)} to {tc.max_reduction} terms",
                   ROW_HEADER, f"filters = {inline.as_string()}",
-                  f"rtol = {tomlkit.item(float(tc.rtol)).as_string()}",
-                  f"atol = {tomlkit.item(float(tc.atol)).as_string()}"]
+                  *(f"{key} = {tomlkit.item(float(getattr(tc, key))).as_string()}" for key in TOLERANCE_KEYS)]
     lines += ["", END]
     return newline.join(lines)
 

@@ -47,6 +47,8 @@ class CaseOutcome:
     materialize_s: float | None = None   # the rest of materialize: fill, layout, copies
     engine_s: float | None = None        # the engine's first run
     check_s: float | None = None         # guards, inputs, tolerance, determinism re-run
+    statistical_margin: float | None = None   # the statistical judge's least margin
+    io_reference_s: float | None = None  # the part of oracle_s the io-precision reference took
 
 
 # ----------------------------------------------------------------------------- cost rule
@@ -274,7 +276,7 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
 
     check_start = time.perf_counter()
     timing = {"tolerance": tol.to_json(), "oracle_s": m.oracle_s, "materialize_s": materialize_s,
-              "engine_s": engine_s}
+              "engine_s": engine_s, "io_reference_s": m.io_reference_s}
 
     def outcome(verdict: str, **fields) -> CaseOutcome:
         return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
@@ -284,17 +286,22 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
         return outcome(V.FAIL_NUMERIC, detail=drawn_mask_problem)
     # every check of the first run computed on the device, then read back at once
     guard, modified = M.guard_flags(m), M.modified_flags(m)
-    errors = checks.PendingErrors(checks.output_pairs(*M.judged_outputs(m)), tol)
-    read = checks.read_back([checks.stacked(guard), checks.stacked(modified), *errors.tensors])
+    outputs, reference = M.judged_outputs(m)
+    errors = checks.PendingErrors(checks.output_pairs(outputs, reference), tol)
+    slices = pending_slices(m, outputs, reference, tol)
+    read = checks.read_back([checks.stacked(guard), checks.stacked(modified), *errors.tensors,
+                             *(slices.tensors if slices else [])])
     memory = checks.judge_memory(checks.set_ports(guard, read[0]), checks.set_ports(modified, read[1]))
     if memory is not None:
         if device_probe:
             return outcome(V.FAIL_ESCAPED, detail=f"bad offsets ({case.expected_rejection.reason}): "
                                                   f"{memory[1]}")
         return outcome(memory[0], detail=memory[1])
-    judgement = checks.judge_errors(errors.resolve(read[2:]), tol)
-    result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
-                  margin=judgement.margin)
+    n_errors = len(errors.tensors)
+    judgement = checks.judge_errors(errors.resolve(read[2:2 + n_errors]), tol,
+                                    slices.resolve(read[2 + n_errors:]) if slices else None)
+    result = dict(outputs=judgement.outputs_json(), margin=judgement.margin,
+                  statistical_margin=judgement.statistical_margin)
     if device_probe:
         if judgement.verdict != V.PASS:
             return outcome(V.FAIL_CORRUPTED, detail=f"good sequences wrong under bad offsets "
@@ -323,6 +330,18 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     if runs > 1 and differ.any():
         return outcome(V.FAIL_NONDETERMINISTIC, detail=differ.describe(), **result)
     return outcome(V.PASS, **result)
+
+
+def pending_slices(m, outputs, reference, tol):
+    """The statistical judge's pending terms (harness/statistical.py), or None for a case
+    it does not judge: a device probe (no io-precision reference; its verdict is about
+    containment) or numbers without k (a hand-made Tolerance, never a plan's class)."""
+    from bundlegen.harness import materialize as M, statistical   # torch: see the top of this module
+
+    honest = M.judged_honest(m)
+    if honest is None or tol.k is None:
+        return None
+    return statistical.PendingSlices(outputs, reference, honest, m.sequence_rows, tol)
 
 
 def memory_after_run(m) -> tuple[str, str] | None:

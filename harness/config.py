@@ -31,7 +31,7 @@ SKIP_KEYS = ("ticket", "reason", "archs", "seen_with", "filters")
 #: the keys of engine.toml, of its [meta] table and of a [[tolerance_overrides]] row
 ENGINE_TOML_KEYS = ("meta", "tolerance_overrides", "test_skips")
 META_KEYS = ("name",)
-OVERRIDE_KEYS = ("filters", "rtol", "atol")
+OVERRIDE_KEYS = ("filters", "rtol", "atol", "k", "floor")
 
 
 def _ports_differ_in_strides(graph: Graph, a: str, b: str) -> bool:
@@ -60,10 +60,14 @@ Filter = Mapping[str, "str | tuple[str, ...]"]
 
 @dataclass(frozen=True)
 class OverrideRow:
+    """rtol and atol replace the class's; k and floor (the statistical judge's) do when given,
+    else the class's stay."""
     filters: Filter
     rtol: float
     atol: float
     index: int
+    k: float | None = None
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,18 +149,31 @@ class EngineConfig:
         for row in self.overrides:
             if filters_match(row.filters, case, self.plan):
                 chosen = row
+        numbers = self._class_numbers(case, required=chosen is None)
         if chosen is not None:
-            return Tolerance(chosen.rtol, chosen.atol,
-                             f"{self.source} tolerance_overrides[{chosen.index}]")
+            return Tolerance(chosen.rtol, chosen.atol, f"{self.source} tolerance_overrides[{chosen.index}]",
+                             k=chosen.k if chosen.k is not None else numbers and numbers.k,
+                             floor=chosen.floor if chosen.floor is not None else numbers and numbers.floor)
+        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}",
+                         k=numbers.k, floor=numbers.floor)
+
+    def _class_numbers(self, case: Case, required: bool) -> Tolerance | None:
+        """The case's class in the manifest; when not `required` (an override row chose the
+        numbers), None where there is none. Raises KeyError otherwise."""
+        problem = None
         if case.tolerance_class is None:
-            raise KeyError("missing")
-        if self.manifest is None:
-            raise KeyError(f"class {case.tolerance_class!r}: no bundle manifest loaded")
-        numbers = self.manifest.tolerance_classes.get(case.tolerance_class)
-        if numbers is None:
-            raise KeyError(f"unknown tolerance class {case.tolerance_class!r} "
-                           f"(manifest of plan {self.manifest.plan!r})")
-        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}")
+            problem = "missing"
+        elif self.manifest is None:
+            problem = f"class {case.tolerance_class!r}: no bundle manifest loaded"
+        else:
+            numbers = self.manifest.tolerance_classes.get(case.tolerance_class)
+            if numbers is not None:
+                return numbers
+            problem = (f"unknown tolerance class {case.tolerance_class!r} "
+                       f"(manifest of plan {self.manifest.plan!r})")
+        if required:
+            raise KeyError(problem)
+        return None
 
     def skip_reason(self, case: Case, arch: str, versions: Mapping[str, str] | None = None) -> str | None:
         """The detail of the first row that selects the case and is in scope, else None.
@@ -294,8 +311,9 @@ def _narrowing_filters(path: Path, where: str, row: dict) -> tuple[Filter, ...]:
 def _override_row(path: Path, i: int, row: dict) -> OverrideRow:
     where = f"tolerance_overrides[{i}]"
     _only_keys(path, f"{where}.", row, OVERRIDE_KEYS)
+    optional = {key: _number(path, where, row, key) for key in ("k", "floor") if key in row}
     return OverrideRow(filters=_filters(path, where, row), rtol=_number(path, where, row, "rtol"),
-                       atol=_number(path, where, row, "atol"), index=i)
+                       atol=_number(path, where, row, "atol"), index=i, **optional)
 
 
 def skip_row(path: Path, where: str, row: dict) -> SkipRow:

@@ -108,9 +108,11 @@ class CaseExecutor:
             device=str(self.device), verdict=outcome.verdict, detail=outcome.detail,
             reason=outcome.reason, tolerance_class=case.tolerance_class,
             tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
+            statistical_margin=outcome.statistical_margin,
             predicted_s=predicted_seconds(case, self.device, self.manifest), wall_s=wall,
             oracle_s=outcome.oracle_s, materialize_s=outcome.materialize_s,
-            engine_s=outcome.engine_s, check_s=outcome.check_s, file=file)
+            engine_s=outcome.engine_s, check_s=outcome.check_s, io_reference_s=outcome.io_reference_s,
+            file=file)
 
     def bundle_error(self, error: BundleError) -> "CaseResult":
         from bundlegen.harness.results import CaseResult

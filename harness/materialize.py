@@ -77,7 +77,7 @@ class Materialized:
     baselines: Mapping[str, torch.Tensor]    # input port -> copy of its whole storage on `device`
     reference: oracle.Backward               # float64, on the oracle device
     forward: oracle.Forward                  # float64, on the oracle device (exact O and LSE)
-    oracle_s: float                          # seconds in the oracle (forward + backward; _OracleClock)
+    oracle_s: float                          # seconds in both references (_OracleClock)
     #: a ragged graph's judged rows: output port -> row indices (on the oracle device) of
     #: the sequences the outputs are compared on (all of them; a device probe's good ones)
     judged_rows: Mapping[str, torch.Tensor] | None = None
@@ -86,6 +86,14 @@ class Materialized:
     #: the keep mask an engine that draws its own announced for this case (the oracle's
     #: dropout mask; harness/drawn_dropout.py), None otherwise
     dropout_keep: torch.Tensor | None = None
+    #: the io-precision reference (oracle.io_precision; docs/DESIGN.md), each output in its
+    #: port's dtype, on the oracle device; None for a device probe (judged by its bound only)
+    io_reference: oracle.Backward | None = None
+    #: the part of oracle_s the io-precision reference took
+    io_reference_s: float = 0.0
+    #: a ragged graph's slices: output port -> the judged rows of each sequence (they are
+    #: back to back in judged_rows), for the statistical judge's sequence x head slices
+    sequence_rows: Mapping[str, tuple[int, ...]] | None = None
 
 
 # ----------------------------------------------------------------------------- layout
@@ -391,6 +399,7 @@ def materialize(case: Case, device: torch.device | str,
         write_input("do", do_from_o(o_drawn, do_noise))
         del o_drawn, do_noise
     do = oracle_view("do")
+    engine_forward = oracle.Forward(o=o_values, lse=fwd.lse.to(torch.float32))   # what an engine reads
     del o_values, stats_values
 
     with clock:
@@ -400,7 +409,12 @@ def materialize(case: Case, device: torch.device | str,
         else:
             bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs, modifiers=mods,
                                          max_block_elems=max_block_elems)
-    del q, k, v, do, mods
+    io_clock = _OracleClock(odev)
+    io_ref = None
+    if not is_device_probe(case):
+        with clock, io_clock:
+            io_ref = io_reference(graph, (q, k, v, do), engine_forward, mods, seqs, max_block_elems)
+    del q, k, v, do, mods, engine_forward
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
     for port in graph.output_ports:
@@ -411,9 +425,11 @@ def materialize(case: Case, device: torch.device | str,
     # the device itself
     baselines = {port: storages[port].clone() for port in graph.input_ports}
     tensors = {port: view_of(storages[port], specs[port]) for port in graph.ports}
-    judged = silent = offsets = None
+    judged = silent = offsets = sequence_rows = None
     if seqs is not None:
         judged, silent = _ragged_rows(graph, seqs, is_device_probe(case), odev)
+        by_q, by_kv = tuple(s.q1 - s.q0 for s in seqs), tuple(s.k1 - s.k0 for s in seqs)
+        sequence_rows = {"dq": by_q, "dk": by_kv, "dv": by_kv}
         offsets = {"cu_seqlens_q": graph.ragged.cu_seqlens_q, "cu_seqlens_kv": graph.ragged.cu_seqlens_kv,
                    **{p: getattr(graph.ragged, p) for p in graph.ragged.seqused_ports}}
         for port, values in offsets.items():
@@ -428,7 +444,31 @@ def materialize(case: Case, device: torch.device | str,
         origins={port: GUARD_ELEMS for port in graph.ports},
         unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
         snapshots=_Snapshots(baselines), baselines=baselines, reference=bwd, forward=fwd,
-        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep)
+        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep,
+        io_reference=io_ref, io_reference_s=io_clock.seconds(), sequence_rows=sequence_rows)
+
+
+def io_reference(graph: Graph, inputs: tuple, engine_forward: oracle.Forward, mods: oracle.Modifiers,
+                 seqs, max_block_elems: int | None) -> oracle.Backward:
+    """The io-precision reference of the case (oracle.io_precision) from the inputs, O and
+    LSE as an engine reads them, each output rounded to its port's dtype as an engine
+    writes it. float32 products stay IEEE float32 (no TF32) while it runs."""
+    q, k, v, do = inputs
+    precision = oracle.io_precision(TORCH_DTYPES[graph.dtype])
+    matmul_precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        if seqs is None:
+            ref = oracle.backward(q, k, v, do, graph.attributes, engine_forward, modifiers=mods,
+                                  max_block_elems=max_block_elems, precision=precision)
+        else:
+            ref = oracle_ragged.backward(q, k, v, do, graph.attributes, engine_forward, seqs, modifiers=mods,
+                                         max_block_elems=max_block_elems, precision=precision)
+    finally:
+        torch.set_float32_matmul_precision(matmul_precision)
+    specs = graph.tensors
+    return oracle.Backward(**{port: ref.gradient(port).to(TORCH_DTYPES[specs[port].dtype])
+                              for port in graph.output_ports})
 
 
 #: the input ports of each side of a ragged graph (stats, o, do: the query side)
@@ -499,6 +539,17 @@ def judged_outputs(m: Materialized) -> tuple[dict[str, torch.Tensor], oracle.Bac
     for name in oracle.MODIFIER_FIELDS:   # dBias (padded layout) and dSinks: judged whole
         ref[name] = getattr(m.reference, name)
     return outputs, oracle.Backward(**ref)
+
+
+def judged_honest(m: Materialized) -> oracle.Backward | None:
+    """The io-precision reference over the judged rows (as judged_outputs cuts the oracle's),
+    or None when the case has none."""
+    honest = m.io_reference
+    if honest is None or m.judged_rows is None:
+        return honest
+    return oracle.Backward(**{port: honest.gradient(port).index_select(0, m.judged_rows[port])
+                              if port in OUTPUT_PORTS else honest.gradient(port)
+                              for port in m.case.graph.output_ports})
 
 
 # ----------------------------------------------------------------------------- checks

@@ -51,13 +51,15 @@ class CaseResult:
     tolerance_class: str | None = None
     tolerance: Mapping[str, Any] | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
-    margin: float | None = None
+    margin: float | None = None              # against the worst-case bound
+    statistical_margin: float | None = None  # against the statistical judge
     predicted_s: float | None = None
     wall_s: float = 0.0            # the whole case, measured by the parent (worker round trip included)
-    oracle_s: float | None = None  # float64 oracle forward + backward only (synchronised)
+    oracle_s: float | None = None  # both references: float64 oracle and io-precision (synchronised)
     materialize_s: float | None = None  # the rest of materialize: input fill, layout, copies
     engine_s: float | None = None  # the engine's first run
     check_s: float | None = None   # guards, inputs unmodified, tolerance, determinism re-run
+    io_reference_s: float | None = None  # the part of oracle_s the io-precision reference took
     file: str = ""
 
     def to_json(self) -> dict:

@@ -1206,6 +1206,11 @@ REDUCTION_BUCKETS = (          # (longest reduction up to, class suffix, rtol fa
 )
 ATOL = 1e-5
 MIN_CLAIM_MARGIN = 1.5
+# The statistical judge (docs/CONTRACTS.md, "Statistical judge"): per slice, the engine's
+# relative RMS and max |error| within STATISTICAL_K x the io-precision reference's, plus
+# STATISTICAL_FLOOR_ULPS ulps of the io dtype (relative to the slice's scale).
+STATISTICAL_K = 4.0
+STATISTICAL_FLOOR_ULPS = 0.5
 # fp32 io: the scores s = scale * Q K^T are formed in fp32 like the inputs, and exp(s - LSE)
 # turns their absolute rounding into a relative error of P, dS and every gradient. |s| and
 # |LSE| each reach about 128 under shifted-logits (harness/distributions.py, SHIFTED_LOGIT
@@ -1234,6 +1239,7 @@ def _tolerance_class(dt: str, low: int, limit: int, suffix: str, factor: int) ->
     factors = ", ".join(f"{f} up to {n}" for n, _s, f in REDUCTION_BUCKETS)
     return Tolerance(
         _rtol(dt, factor), ATOL, name=f"{dt}-{suffix}", dtype=dt, max_reduction=limit,
+        k=STATISTICAL_K, floor=STATISTICAL_FLOOR_ULPS * 2 * UNIT_ROUNDOFF[dt],
         covers=f"{dt} io graphs whose longest reduction (longest_reduction: the most terms summed into "
                f"one gradient element, over keys, a GQA group's query rows, head dims, the batches and "
                f"heads a dBias sums, a head's query rows for dSinks) is {low} to {limit} terms",
