@@ -27,6 +27,7 @@ from bundlegen.engines.base import Engine
 from bundlegen.mutants import conditional as C
 from bundlegen.mutants import slopes_sinks as M
 from bundlegen.mutants import ragged_layouts as RL
+from bundlegen.mutants import scale_defects as S
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -292,6 +293,19 @@ CATALOG: tuple[Mutant, ...] = (
            "seqused_q / seqused_kv ignored: each sequence attended over its whole cu_seqlens "
            "range, so its padding rows (NaN canaries) are read and their output rows written",
            WRAPPER, wrap(RL.SequsedIgnored), ("AX-RAGGED-SEQUSED-KV", "AX-RAGGED-SEQUSED-BOTH")),
+    # --- defects of a few per cent (mutants/scale_defects.py): the statistical judge's
+    *(Mutant(f"{port}-scaled", "output a few per cent off",
+             f"{port} written x (1 + e): e 2 % in bf16, 0.5 % in fp16, 0.05 % in fp32",
+             WRAPPER, wrap(S.OutputScaled, port)) for port in ("dq", "dk", "dv")),
+    Mutant("dk-one-head-scaled", "one head a few per cent off",
+           "dK's middle head written x (1 + e) (a per-head constant indexed wrongly)",
+           WRAPPER, wrap(S.OutputScaled, "dk", "head")),
+    Mutant("dq-one-sequence-scaled", "one sequence a few per cent off",
+           "dQ of the middle batch (a ragged graph's middle sequence) written x (1 + e)",
+           WRAPPER, wrap(S.OutputScaled, "dq", "sequence")),
+    Mutant("softmax-scale-off", "softmax scale a few per cent off",
+           "the backward's attn_scale 2 % too large (a scale folded with a wrong constant)",
+           WRAPPER, wrap(S.SoftmaxScaleOff)),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -86,17 +86,26 @@ class MutantResult:
     wall_s: float = 0.0
     note: str = ""                       # why n/a or broken
     baseline_failures: tuple[str, ...] = ()   # killing cases the correct engine fails too
+    #: the cases the mutant engine ran and the harness judged (passed or killed); with every
+    #: case run (not first_kill_only), the kill fraction is len(kills) / exercised
+    exercised: int = 0
 
     @property
     def kill(self) -> Kill | None:
         return self.kills[0] if self.kills else None
+
+    @property
+    def kill_fraction(self) -> float | None:
+        """The share of the exercised cases that killed it (with every case run)."""
+        return len(self.kills) / self.exercised if self.exercised else None
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "defect_class": self.defect_class,
                 "status": self.status, "kill": self.kill.to_json() if self.kill else None,
                 "kills": [k.to_json() for k in self.kills], "cases_run": self.cases_run,
                 "wall_s": round(self.wall_s, 3), "note": self.note,
-                "baseline_failures": list(self.baseline_failures)}
+                "baseline_failures": list(self.baseline_failures), "exercised": self.exercised,
+                "kill_fraction": self.kill_fraction}
 
 
 @dataclass(frozen=True)
@@ -212,7 +221,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                       wall_s=time.perf_counter() - start)
     found: list[Kill] = []
     ignored: list[str] = []
-    run = 0
+    run = exercised = 0
     try:
         for case in order_cases(cases, baseline.device, mutant.prefer):
             if on_case is not None:
@@ -220,10 +229,12 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
             record = executor.execute(case)
             run += 1
             if not kills(record.verdict):
+                exercised += record.verdict == V.PASS
                 continue
             if baseline.fails(case):
                 ignored.append(case.id)
                 continue
+            exercised += 1
             found.append(Kill(case.id, case.level, case.group, case.purpose, tuple(case.items),
                               record.verdict, record.detail))
             if first_kill_only:
@@ -231,7 +242,8 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
     finally:
         executor.close()
     return result(KILLED if found else SURVIVED, kills=tuple(found), cases_run=run,
-                  wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored))
+                  wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored),
+                  exercised=exercised)
 
 
 # ----------------------------------------------------------------------------- the matrix
