@@ -4,7 +4,8 @@ A case becomes a claim (engine, arch, case id) when
 - its purpose is `claim` or `regression` (valid graphs; probes never become claims),
 - it appears in at least `min_runs` of the given results files,
 - in every file where it appears its verdict is `pass` with margin >= `min_margin`
-  (the plan's, from the bundle manifest's `min_claim_margin`), and
+  (the plan's, from the bundle manifest's `min_claim_margin`) against the bound and against
+  the statistical judge (claim_margin), and
 - those files ran it in at least `min_orders` different case orders (a verdict that holds
   only in one order may depend on the case run before it). A run's order is the `order`
   its run.json records (`bundlegen run --shuffle`); a run that records none (not shuffled,
@@ -111,14 +112,28 @@ def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], 
             if not all(isinstance(r.get(k), str) and r.get(k) for k in REQUIRED_KEYS):
                 unusable += 1
                 continue
-            margin = r.get("margin")
+            margin = claim_margin(r)
             obs = Observation(run=index, engine=r["engine"], arch=r["arch"], case_id=r["case_id"],
                               purpose=str(r.get("purpose") or ""), verdict=r["verdict"],
-                              margin=float(margin) if isinstance(margin, (int, float)) else None,
+                              margin=margin,
                               reason=r.get("reason") if isinstance(r.get("reason"), str) else None,
                               detail=str(r.get("detail") or ""))
             out[(index, obs.engine, obs.arch, obs.case_id)] = obs
     return list(out.values()), unusable
+
+
+def claim_margin(record: Mapping) -> float | None:
+    """The margin a claim needs: the least of the record's margin against the bound and its
+    statistical margin (a record written before the statistical judge has only the first;
+    a device probe's has only the first); None when it has none."""
+    bound, statistical = (_number(record.get(key)) for key in ("margin", "statistical_margin"))
+    if bound is None or statistical is None:
+        return bound
+    return min(bound, statistical)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def order_classes(orders: Sequence[Sequence[str] | None], count: int) -> list[int]:

@@ -30,6 +30,7 @@ BROKEN = "broken"          # the mutant engine could not be built
 #: the check a failing verdict names
 CHECK_OF_VERDICT = {
     V.FAIL_NUMERIC: "tolerance vs oracle",
+    V.FAIL_STATISTICAL: "statistical judge vs io-precision reference",
     V.FAIL_NAN: "no NaN/Inf",
     V.FAIL_GUARD: "guard canaries",
     V.FAIL_INPUT_MODIFIED: "inputs untouched",
@@ -228,13 +229,14 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                 on_case(mutant.name, case)
             record = executor.execute(case)
             run += 1
+            meets = mutant.condition is None or mutant.condition(case.graph)
             if not kills(record.verdict):
-                exercised += record.verdict == V.PASS
+                exercised += record.verdict == V.PASS and meets
                 continue
             if baseline.fails(case):
                 ignored.append(case.id)
                 continue
-            exercised += 1
+            exercised += meets
             found.append(Kill(case.id, case.level, case.group, case.purpose, tuple(case.items),
                               record.verdict, record.detail))
             if first_kill_only:

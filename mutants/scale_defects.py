@@ -33,6 +33,11 @@ def scaled_part(graph: Graph, port: str, t: torch.Tensor, part: str) -> torch.Te
     return t[cu[b]:cu[b + 1]]
 
 
+def has_several_sequences(graph: Graph) -> bool:
+    """A batch of at least two sequences, where one of them can be off alone."""
+    return (graph.ragged.batch if graph.ragged is not None else graph.B) >= 2
+
+
 class OutputScaled(WholeEngineWrapper):
     """`port` (all of it, one head or one sequence) written x (1 + e)."""
 
