@@ -9,6 +9,7 @@ import difflib
 import os
 from pathlib import Path
 
+from bundlegen import safe_write
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
@@ -110,6 +111,10 @@ def main(args: argparse.Namespace) -> int:
             return 1
         print(f"matrix: {output} is up to date and every claim is backed by the results it cites")
         return 0
-    output.write_text(text, encoding="utf-8")
+    try:
+        safe_write.write_text(output, text, inside=workspace.root)
+    except safe_write.UnsafeWrite as exc:
+        print(f"matrix: {exc}")
+        return 2
     print(f"matrix: wrote {output}")
     return 0

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bundlegen import safe_write
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
+from bundlegen.workspace import find_workspace
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
@@ -381,6 +383,7 @@ def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out:
     """Write the report: `out` itself when it ends in .html, else out/index.html."""
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs), encoding="utf-8")
+    html = report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs)
+    workspace = find_workspace()
+    safe_write.write_text(path, html, inside=workspace.root if workspace is not None else Path.cwd())
     return path
