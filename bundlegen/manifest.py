@@ -32,6 +32,7 @@ Loading such a manifest refuses built-in bundles whose digest has changed since.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -299,6 +300,10 @@ def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
     names = r.strings(entry, "classes", "tolerances")
     toml_path = path.parent / name
     if text is None:
+        root = os.path.realpath(path.parent)
+        if not Path(os.path.realpath(toml_path)).is_relative_to(root):
+            raise _fail(r.file, "tolerances.file", f"{toml_path} leads outside the bundle root {root} (a "
+                        f"symlink to {os.path.realpath(toml_path)}): the tolerance TOML must lie in it")
         try:
             text = safe_read.read_text(toml_path)
         except (OSError, UnicodeDecodeError) as exc:
