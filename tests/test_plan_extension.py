@@ -327,6 +327,32 @@ def test_a_misspelt_field_is_one_line(tmp_path, monkeypatch, capsys):
     assert "(did you mean 'regressions'?)" in err
 
 
+def test_a_misspelt_declaration_name_is_an_error_with_a_guess(tmp_path, monkeypatch):
+    name = _module(tmp_path, monkeypatch, "ext_regresions", """
+        from bundlegen.plans.extension import Extension
+        from bundlegen.plans.records import Regression, Shape, Spec
+        REGRESIONS = (Regression("REG-OURS", "ours", "here", (Spec(Shape(1, 1, 1, 1, 5, 23, 16, 16)),)),)
+        MY_NOTES = "a constant of its own, spelling no declaration"
+        PLAN = Extension(name="mine")
+    """)
+    with pytest.raises(PlanError, match=r"REGRESIONS is not a plan declaration \(did you mean 'REGRESSIONS'\?\)"):
+        plan_module(name, None)
+
+
+@pytest.mark.parametrize("body, cause", [
+    ("import sys\nsys.exit(3)\n", "exits at import (SystemExit(3))"),
+    ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+])
+def test_a_module_that_exits_or_raises_at_import_is_one_line(tmp_path, monkeypatch, capsys, body, cause):
+    name = _module(tmp_path, monkeypatch, f"ext_dies_{len(body)}", body)
+    (tmp_path / "bundlegen.toml").write_text(f'plans = ["{name}"]\n')
+    monkeypatch.chdir(tmp_path)
+    from bundlegen.cli import main
+    assert main(["generate"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err and cause in err, err
+
+
 def test_the_built_in_plan_takes_every_declaration_it_defines():
     module = plan_module("bundlegen.plans.sdpa_bwd", None)
     assert extend.untaken(module, module.PLAN) == []
