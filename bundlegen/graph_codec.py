@@ -128,7 +128,7 @@ def graph_from_json(raw: Any, r: FieldReader, where: str = "graph") -> Graph:
         attn_scale=scale, diagonal_alignment=alignment,
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
-        dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True),
+        dropout_probability=r.finite(a, "dropout_probability", aw, optional=True),
         deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)),
         softcap=r.finite(a, "softcap", aw, optional=True))
     ragged = None

@@ -41,7 +41,9 @@ class LoadedCases:
 
 
 def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
-    return sorted((Path(root) / level / plan).glob("*.json"))
+    """The level's bundle files: `*.json`, less dotfiles (an editor's backup, `.hidden.json`),
+    which pathlib's glob would match and no generator writes."""
+    return sorted(p for p in (Path(root) / level / plan).glob("*.json") if not p.name.startswith("."))
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,26 @@ def test_a_file_that_is_not_a_bundle_is_an_error_and_the_others_run(tmp_path, na
     assert verdicts[name]["verdict"] == V.ERROR_BUNDLE and message in verdicts[name]["detail"]
 
 
+def test_a_huge_dropout_probability_is_one_case_error_and_the_run_goes_on(tmp_path):
+    """10**400 overflows float(): one case error naming the field, never an aborted run."""
+    huge = _raw(2)
+    huge["graph"]["attributes"]["dropout_probability"] = 10 ** 400
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, "huge", [huge])
+    summary, records = _run(tmp_path)
+    verdicts = {r["group"]: r for r in records}
+    assert verdicts["a-good"]["verdict"] == V.PASS
+    assert verdicts["huge"]["verdict"] == V.ERROR_BUNDLE
+    assert "dropout_probability" in verdicts["huge"]["detail"]
+
+
+def test_a_dotfile_in_a_level_folder_is_not_a_bundle(tmp_path):
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, ".hidden", [_raw(3)])
+    summary, records = _run(tmp_path)
+    assert {r["group"] for r in records} == {"a-good"}
+
+
 def test_a_fifo_named_like_a_bundle_does_not_hang_the_loader(tmp_path):
     path = tmp_path / "quick.json"
     os.mkfifo(path)
