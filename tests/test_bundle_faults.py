@@ -135,6 +135,23 @@ def test_a_huge_dropout_probability_is_one_case_error_and_the_run_goes_on(tmp_pa
     assert "dropout_probability" in verdicts["huge"]["detail"]
 
 
+@pytest.mark.parametrize("items, message", [
+    ([], "empty: a case must trace to at least one plan item"),
+    (["AX-X"] * 100_000, "100000 entries, more than the 256"),
+    (["X" * 1000], "an item name of 1 to 128 characters"),
+])
+def test_a_case_with_no_items_or_too_many_is_a_case_error(tmp_path, items, message):
+    bad = _raw(2)
+    bad["items"] = items
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, "bad", [bad])
+    from bundlegen.harness.bundles import load_level
+    loaded = load_level(tmp_path / "bundles", "quick")
+    assert [c.group for c in loaded.cases] == ["a-good"]
+    (error,) = loaded.errors
+    assert error.field.startswith("items") and message in str(error)
+
+
 def test_a_dotfile_in_a_level_folder_is_not_a_bundle(tmp_path):
     _write(tmp_path, "a-good", [_raw(1)])
     _write(tmp_path, ".hidden", [_raw(3)])
