@@ -201,7 +201,31 @@ def _plain(message) -> str:
     return escape(str(message))
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, a parent ending its children): ended as Ctrl-C is."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def main(args: argparse.Namespace) -> int:
+    """The run command; SIGTERM ends it as Ctrl-C does (what finished is recorded, one line
+    says so, the workers exit quietly), not with the silent death of the default action."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:          # not the main thread: leave the signal as it is
+        previous = None
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     # bytecode kept as a worker keeps it (workers.pycache), before the harness is imported
     pycache.keep_bytecode_in_this_process()
     # only what starts the workers is imported before run_level (rich, the results module
