@@ -152,6 +152,22 @@ def test_a_case_with_no_items_or_too_many_is_a_case_error(tmp_path, items, messa
     assert error.field.startswith("items") and message in str(error)
 
 
+def test_a_device_probe_reaching_past_the_guard_band_is_refused_at_load(tmp_path):
+    """The generator refuses to write such a probe; the loader refuses to run one."""
+    from bundlegen.graph import ragged_graph
+    from bundlegen.harness.bundles import load_level
+    rejection = Rejection("device", R.RAGGED_NEGATIVE_OFFSET)
+    near = make_case(ragged_graph((-3, 10, 25), (0, 10, 20), H_q=2, D_qk=16, T_q=25), purpose="probe",
+                     rejection=rejection)
+    far = make_case(ragged_graph((-3000, 10, 25), (0, 10, 20), H_q=2, D_qk=16, T_q=25), purpose="probe",
+                    rejection=rejection)
+    _write(tmp_path, "probes", [near.to_json(), far.to_json()])
+    loaded = load_level(tmp_path / "bundles", "quick")
+    assert [c.id for c in loaded.cases] == [near.id]
+    (error,) = loaded.errors
+    assert error.case_id == far.id and error.field == "graph.ragged" and "guard band" in str(error)
+
+
 def test_a_dotfile_in_a_level_folder_is_not_a_bundle(tmp_path):
     _write(tmp_path, "a-good", [_raw(1)])
     _write(tmp_path, ".hidden", [_raw(3)])

@@ -160,6 +160,16 @@ def test_a_socket_folder_that_is_a_symbolic_link_is_refused(ws, fake, tmp_path):
     assert server.hellos == 0
 
 
+def test_a_per_user_folder_that_is_a_link_gets_nothing_made_through_it(tmp_path):
+    from bundlegen.harness.workers.serve_trust import make_private_folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / f"bundlegen-{os.getuid()}").symlink_to(elsewhere)
+    why = make_private_folder(tmp_path / f"bundlegen-{os.getuid()}" / "0123abcd" / "serve-x.sock")
+    assert why and "symbolic link" in why
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_a_socket_that_is_a_symbolic_link_is_refused(ws, fake, tmp_path):
     key, path = key_and_path()
     real = path.parent / "real.sock"
