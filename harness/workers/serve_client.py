@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from bundlegen.harness.case import CaseOutcome
 from bundlegen.harness.workers import serve_wire as wire
 from bundlegen.harness.workers.serve_key import ServeKey, serve_dir, socket_path
 from bundlegen.harness.workers.serve_trust import untrusted_peer, untrusted_socket
@@ -134,8 +135,11 @@ def _session_info(info) -> bool:
     """Whether a server's grant holds what a run reads from it."""
     try:
         return (isinstance(info["token"], str) and isinstance(info["pid"], int)
+                and isinstance(info["started_unix"], (int, float)) and isinstance(info["runs"], int)
+                and isinstance(info["slots"], list) and bool(info["slots"])
                 and all(isinstance(s["device"], str) and isinstance(s["versions"], dict)
-                        for s in info["slots"]))
+                        and isinstance(s["engine"], str) and isinstance(s["arch"], str)
+                        and isinstance(s["restarts"], int) for s in info["slots"]))
     except (KeyError, TypeError):
         return False
 
@@ -147,6 +151,8 @@ class RemoteRunner:
         self.spec = spec
         self.restarts = 0
         self._local = None
+        if slot >= len(session.info["slots"]):
+            raise ValueError(f"served slot {slot}: the server has {len(session.info['slots'])} slots")
         slot_info = session.info["slots"][slot]
         self.engine_name, self.arch = slot_info["engine"], slot_info["arch"]
         self.versions = slot_info["versions"]
@@ -158,10 +164,11 @@ class RemoteRunner:
                 or self._ask(("configure", (spec.config, spec.repeat, spec.timeout_s)), "configured") is None:
             self._go_local()
 
-    def _ask(self, message, expect: str, deadline_s: float = ANSWER_TIMEOUT_S):
+    def _ask(self, message, expect: str, deadline_s: float = ANSWER_TIMEOUT_S, payload_types: tuple = (object,)):
         """The server's answer, or None when it is gone or does not answer within
         `deadline_s` (this slot then runs locally; a server that stopped answering is
-        named in one line)."""
+        named in one line). An answer of another kind, or whose payload is not one of
+        `payload_types`, counts as none."""
         if self._conn is None:
             return None
         try:
@@ -175,7 +182,7 @@ class RemoteRunner:
             return None
         except (EOFError, OSError, wire.WireError):
             return None
-        return (kind, payload) if kind == expect else None
+        return (kind, payload) if kind == expect and isinstance(payload, payload_types) else None
 
     def _limit(self, fallback: float) -> float:
         """A served case's or prepare's deadline: its own limit plus ANSWER_SLACK_S."""
@@ -193,7 +200,8 @@ class RemoteRunner:
 
     def prepare(self, graphs) -> str | None:
         if self._local is None:
-            answer = self._ask(("prepare", list(graphs)), "prepared", self._limit(PREPARE_TIMEOUT_S))
+            answer = self._ask(("prepare", list(graphs)), "prepared", self._limit(PREPARE_TIMEOUT_S),
+                               (str, type(None)))
             if answer is not None:
                 return answer[1]
             self._go_local()
@@ -201,7 +209,7 @@ class RemoteRunner:
 
     def run(self, case):
         if self._local is None:
-            answer = self._ask(("case", case), "outcome", self._limit(PREPARE_TIMEOUT_S))
+            answer = self._ask(("case", case), "outcome", self._limit(PREPARE_TIMEOUT_S), (CaseOutcome,))
             if answer is not None:
                 return answer[1]
             self._go_local()   # the server went away: this case and the rest run here
