@@ -378,3 +378,35 @@ def test_the_declaration_lands_at_the_end_of_regressions(before):
 def test_no_place_for_the_declaration_is_one_line(source, message):
     with pytest.raises(EditError, match=message):
         inserted(source, DECLARATION, Path("m.py"))
+
+
+def test_a_module_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path):
+    """shrink --into reads and writes the plan module through the safe reader and writer."""
+    import os
+    import signal
+    from bundlegen.generator.plan_edit import write_regression
+    fifo = tmp_path / "mod.py"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("shrink --into hung")))
+    signal.alarm(20)
+    try:
+        with pytest.raises(EditError, match="a FIFO"):
+            write_regression("mod", fifo, DECLARATION, "REG-X", lambda m: None)
+    finally:
+        signal.alarm(0)
+
+
+def test_a_module_that_cannot_be_replaced_is_one_line(tmp_path, monkeypatch):
+    """A write refused (read-only, or a folder the user may not write) is an EditError, and
+    the file keeps its text."""
+    from bundlegen import safe_write
+    from bundlegen.generator import plan_edit
+    module = tmp_path / "mod.py"
+    module.write_text("REGRESSIONS = ()\n", encoding="utf-8")
+
+    def refuse(path, text, **kw):
+        raise safe_write.UnsafeWrite(f"{path}: permission denied: the file is read-only")
+    monkeypatch.setattr(plan_edit.safe_write, "write_text", refuse)
+    with pytest.raises(EditError, match="read-only"):
+        plan_edit.write_regression("mod", module, DECLARATION, "REG-X", lambda m: None)
+    assert module.read_text(encoding="utf-8") == "REGRESSIONS = ()\n"
