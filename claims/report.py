@@ -35,7 +35,6 @@ from typing import Iterable, Mapping, Sequence
 from bundlegen import safe_write
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
-from bundlegen.workspace import find_workspace
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "report.html.j2"
@@ -384,6 +383,6 @@ def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out:
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"
     html = report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs)
-    workspace = find_workspace()
-    safe_write.write_text(path, html, inside=workspace.root if workspace is not None else Path.cwd())
+    # the folder the user named, wherever it is; a report file that is a link out of it is refused
+    safe_write.write_text(path, html, inside=path.absolute().parent)
     return path
