@@ -32,6 +32,8 @@ Loading such a manifest refuses built-in bundles whose digest has changed since.
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -58,6 +60,7 @@ EXTENDS_KEYS = ("plan", "digest", "removed")
 #: case is predicted past every limit and skipped, so a run would go green having run none
 RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s")
 MIN_RATE_PER_S = 1e3
+LEVEL_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,15 @@ def read_manifest(path: Path | str, text: str | None = None, tolerances_text: st
         for w, lv in r.items(top, "levels", keys=LEVEL_KEYS))
     if not levels or len({lv.name for lv in levels}) != len(levels):
         raise _fail(file, "levels", "expected distinct level names, lowest first")
+    for i, lv in enumerate(levels):
+        if not LEVEL_NAME_RE.fullmatch(lv.name):     # it names a folder under the bundle root
+            raise _fail(file, f"levels[{i}].name", f"{lv.name!r} is not a level name (lower-case letters, "
+                        "digits, '-' and '_'; it names a folder inside the bundle root)")
+    for i, (low, high) in enumerate(zip(levels, levels[1:]), 1):
+        if high.budget_seconds < low.budget_seconds:     # each budget covers every lower level
+            raise _fail(file, f"levels[{i}]", f"{high.name!r} (budget {high.budget_seconds:g} s) is listed "
+                        f"above {low.name!r} (budget {low.budget_seconds:g} s): levels go lowest first, "
+                        "as the plan orders them (a budget covers its level and every lower one)")
     tolerances, tolerances_digest = _tolerances(r, top, plan, Path(path), tolerances_text)
     cost_model = _cost_model(r, top)
     axes = tuple(
@@ -299,6 +311,10 @@ def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
     names = r.strings(entry, "classes", "tolerances")
     toml_path = path.parent / name
     if text is None:
+        root = os.path.realpath(path.parent)
+        if not Path(os.path.realpath(toml_path)).is_relative_to(root):
+            raise _fail(r.file, "tolerances.file", f"{toml_path} leads outside the bundle root {root} (a "
+                        f"symlink to {os.path.realpath(toml_path)}): the tolerance TOML must lie in it")
         try:
             text = safe_read.read_text(toml_path)
         except (OSError, UnicodeDecodeError) as exc:

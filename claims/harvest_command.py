@@ -13,6 +13,7 @@ from bundlegen.workspace import WorkspaceError, default_bundle_root, require_wor
 from bundlegen.claims.harvest import (DEFAULT_MIN_ORDERS, DEFAULT_MIN_RUNS, HarvestRules, harvest, order_dependent,
                                       read_run, run_json_of, run_order, run_source)
 from bundlegen.claims.provenance import digest_mismatch
+from bundlegen.safe_write import UnsafeWrite
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
@@ -87,8 +88,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {dependence.line()}")
     if args.dry_run:
         return 0
+    inside = workspace.root if workspace is not None else args.claims_root
     for engine in storable:
         path = paths[engine]
-        if write_claim_set(path, updated[engine]):
-            print(f"  wrote {path}")
+        try:
+            if write_claim_set(path, updated[engine], inside=inside):
+                print(f"  wrote {path}")
+        except UnsafeWrite as exc:
+            print(f"harvest: {exc}")
+            return 2
     return 0

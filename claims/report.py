@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bundlegen import safe_write
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
 
@@ -401,6 +402,7 @@ def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out:
     """Write the report: `out` itself when it ends in .html, else out/index.html."""
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs), encoding="utf-8")
+    html = report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs)
+    # the folder the user named, wherever it is; a report file that is a link out of it is refused
+    safe_write.write_text(path, html, inside=path.absolute().parent)
     return path

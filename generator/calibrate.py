@@ -29,6 +29,7 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
+from bundlegen import safe_write
 from bundlegen.cost import CostCoefficients, CostTerms, seconds, terms
 from bundlegen.graph import BundleError, Case, load_bundle
 from bundlegen.results_file import read_results, read_run_times, results_file
@@ -378,5 +379,5 @@ def write_coefficients(plan_path: Path | str, device_class: str, coeffs: CostCoe
         if float(written[name].value) != float(format_number(getattr(coeffs, name))):
             raise CalibrationError(f"rewrite check failed for {name}")  # the file is not written
     if out != data:
-        path.write_bytes(out)
+        safe_write.write_bytes(path, out)   # the caller checked it lies in the workspace
     return sorted(edits, key=lambda e: WRITTEN.index(e.field))

@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
     if path is not None:
         try:
             edits = C.write_coefficients(path, device_class, new)
-        except C.CalibrationError as exc:
+        except (C.CalibrationError, OSError) as exc:     # OSError: safe_write.UnsafeWrite, a read
             print(f"calibrate: cannot write {path}: {exc}")
             return 2
         changed = [e for e in edits if e.old != e.new]

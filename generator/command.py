@@ -13,6 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from bundlegen.safe_write import UnsafeWrite
 from bundlegen.workspace import DEFAULTS, Workspace, WorkspaceError, find_workspace, require_workspace
 from bundlegen.generator import extend, report, write
 from bundlegen.generator.errors import PlanError
@@ -48,6 +49,9 @@ def plan_module(name: str, workspace: Workspace | None):
         raise PlanError(f"{where}: cannot import {name!r}: {exc}") from None
     except Exception as exc:    # a misspelt record field (TypeError) or any fault of the plan's own code
         raise PlanError(f"plan {name}: {type(exc).__name__}: {exc}{extend.field_hint(exc)}") from None
+    except SystemExit as exc:   # sys.exit() at import: named, not an exit with no message
+        raise PlanError(f"plan {name}: exits at import (SystemExit({exc.code!r})): a plan module only "
+                        "declares") from None
     if not hasattr(module, "PLAN"):
         raise PlanError(f"{name}: defines no PLAN")
     if not isinstance(module.PLAN, (Plan, Extension)):
@@ -137,7 +141,11 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     if args.dry_run:
         return 0
     for generated in plans:
-        result = write.write(generated, bundle_root)
+        try:
+            result = write.write(generated, bundle_root)
+        except UnsafeWrite as exc:
+            print(f"generate: {exc}", file=sys.stderr)
+            return EXIT_PLAN_ERROR
         print(f"generate: {generated.plan.name}: {len(generated.cases)} cases; {len(result.written)} file(s) "
               f"written, {result.unchanged} unchanged, {len(result.removed)} stale removed in {bundle_root}")
     return 0

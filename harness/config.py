@@ -134,6 +134,7 @@ class EngineConfig:
     claims: Mapping[str, frozenset[str]] = field(default_factory=dict)  # arch -> case ids
     source: str = "(none)"
     manifest: Manifest | None = None    # the run's bundle manifest: tolerance classes, cost model
+    stale_note: str = ""                # set by --allow-stale-tolerances: every tolerance records it
 
     @property
     def plan(self) -> str | None:
@@ -151,10 +152,12 @@ class EngineConfig:
                 chosen = row
         numbers = self._class_numbers(case, required=chosen is None)
         if chosen is not None:
-            return Tolerance(chosen.rtol, chosen.atol, f"{self.source} tolerance_overrides[{chosen.index}]",
-                             k=chosen.k if chosen.k is not None else numbers and numbers.k,
-                             floor=chosen.floor if chosen.floor is not None else numbers and numbers.floor)
-        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}",
+            inherited = (None, None) if numbers is None else (numbers.k, numbers.floor)
+            return Tolerance(chosen.rtol, chosen.atol,
+                             f"{self.source} tolerance_overrides[{chosen.index}]{self.stale_note}",
+                             k=chosen.k if chosen.k is not None else inherited[0],
+                             floor=chosen.floor if chosen.floor is not None else inherited[1])
+        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}{self.stale_note}",
                          k=numbers.k, floor=numbers.floor)
 
     def _class_numbers(self, case: Case, required: bool) -> Tolerance | None:
@@ -192,6 +195,61 @@ class EngineConfig:
 
     def is_claimed(self, case_id: str, arch: str) -> bool:
         return case_id in self.claims.get(arch, frozenset())
+
+
+# ----------------------------------------------------------------------------- judging numbers
+def checked_for_run(config: EngineConfig, manifest: Manifest, allow_stale: bool = False) -> EngineConfig:
+    """`config` with `manifest`, once the numbers that will judge the run are the plan's
+    (bundlegen.tolerance_check): the tolerance TOML's classes against the plan's derivation
+    (when the plan imports), every class and override row under the error model's
+    ceilings, and the engine TOML's generated block against the tolerance TOML. Raises
+    EngineConfigError (one line) for the first problem; a stale block passes only with
+    `allow_stale`, and then every tolerance the run resolves records it."""
+    from bundlegen import tolerance_check as TC
+
+    file = manifest_tolerances_file(manifest)
+    derived = TC.derived_classes(manifest.plan)
+    if derived is not None:
+        mismatches = TC.derivation_mismatches(manifest.tolerance_classes, derived, file)
+        if mismatches:
+            more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+            raise EngineConfigError(mismatches[0] + more)
+    limits = TC.ceilings(derived) if derived is not None else TC.builtin_ceilings()
+    for name, tc in sorted(manifest.tolerance_classes.items()):
+        problem = TC.ceiling_problem(tc.rtol, tc.atol, tc.dtype, limits)
+        if problem:
+            raise EngineConfigError(f"{file}: class {name}: {problem}")
+    for row in config.overrides:
+        dtype = row.filters.get("dtype")
+        problem = TC.ceiling_problem(row.rtol, row.atol, dtype if isinstance(dtype, str) else None, limits)
+        if problem:
+            raise EngineConfigError(f"{config.source}: tolerance_overrides[{row.index}]: {problem}")
+    config = config.with_manifest(manifest)
+    stale = _stale_block(config, manifest)
+    if stale is None:
+        return config
+    if not allow_stale:
+        raise EngineConfigError(stale.message())
+    return replace(config, stale_note=f" (stale tolerance block allowed: {stale.recorded or 'no digest'} "
+                                      f"!= {stale.current})")
+
+
+def manifest_tolerances_file(manifest: Manifest) -> str:
+    from bundlegen.tolerances import tolerances_name
+
+    return tolerances_name(manifest.plan)
+
+
+def _stale_block(config: EngineConfig, manifest: Manifest):
+    from bundlegen.tolerance_check import stale_block
+
+    if not config.overrides or not os.path.lexists(config.source):
+        return None
+    try:
+        text = safe_read.read_text(config.source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EngineConfigError(f"{config.source}: {exc}") from None
+    return stale_block(config.source, text, manifest.plan, manifest.tolerance_classes, manifest.tolerances_digest)
 
 
 # ----------------------------------------------------------------------------- loading

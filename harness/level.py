@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from bundlegen.harness import bundles as B
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.config import EngineConfig, checked_for_run
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
                                         longest_first, prepared_graphs, rerun_alone, run_spread)
 from bundlegen.harness.progress import Progress
@@ -98,7 +98,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               devices: Sequence[str] | None = None, lane: str = "",
               workers_per_device: int = 1, server: bool = False,
               allow_empty: bool = True, mps: bool = False, shuffle: int | None = None,
-              run_skipped: bool = False) -> RunSummary:
+              run_skipped: bool = False, allow_stale_tolerances: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
@@ -112,7 +112,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     cases run in the order this seed shuffles them to (selection.shuffled; run.json records
     the seed and the order), not in the bundles' order nor longest first. `run_skipped`: the
     cases the engine config's skip rows select are run too, and each row whose cases all
-    pass is reported stale (harness.stale_skips)."""
+    pass is reported stale (harness.stale_skips). Before any worker starts, the numbers that
+    will judge the run are checked (config.checked_for_run; EngineConfigError): a stale
+    generated tolerance block passes only with `allow_stale_tolerances`, recorded then."""
     started = time.perf_counter()
     before = process_age_s()
     if devices is not None and device is not None:
@@ -139,6 +141,13 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
 
             config = load_engine_config(engine_config_dir(registered_name(engine)))
         skip_config, config = config.with_manifest(manifest), without_skips(config)
+    if config is None:
+        from bundlegen.engines.registry import registered_name
+        from bundlegen.harness.config import load_engine_config
+        from bundlegen.workspace import engine_config_dir
+
+        config = load_engine_config(engine_config_dir(registered_name(engine)))
+    config = checked_for_run(config, manifest, allow_stale_tolerances)
     levels = manifest.levels_upto(level)
     session, server_note = None, ""
     if server and isolation:

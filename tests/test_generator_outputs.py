@@ -236,3 +236,54 @@ def test_report_predicts_each_level_run_with_its_start(generated):
         assert run == pytest.approx(cumulative + start, abs=0.1)   # both cells rounded to 0.1
 
 
+
+
+# ----------------------------------------------------------------------------- corrupted trees, unsafe targets
+def test_check_reads_files_as_a_run_does(generated, tmp_path):
+    """A CRLF tolerance TOML (its digest the LF one's) is refused by every run: --check
+    reports it too, and a FIFO, a folder or bytes that are not UTF-8 are one drift line each,
+    with no hang and no traceback."""
+    import os
+    import signal
+    root = _copy_checked_in(tmp_path)
+    toml = root / TOLERANCES
+    toml.write_bytes(toml.read_bytes().replace(b"\n", b"\r\n"))
+    assert any(line.startswith(f"{TOLERANCES}: differs") for line in write.check(generated, root))
+    toml.unlink()
+    os.mkfifo(toml)
+    (root / MANIFEST).write_bytes(b"\xff\xfe not utf-8")
+    bundle = root / "quick/sdpa_bwd/regressions.json"
+    bundle.write_text('{"cases": [{"id": []}]}', encoding="utf-8")
+    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("--check hung")))
+    signal.alarm(20)
+    try:
+        drift = "\n".join(write.check(generated, root))
+    finally:
+        signal.alarm(0)
+    assert f"{TOLERANCES}: cannot read" in drift and "FIFO" in drift
+    assert f"{MANIFEST}: cannot read" in drift
+    assert "quick/sdpa_bwd/regressions.json: not a bundle" in drift
+
+
+def test_write_refuses_a_fifo_and_a_symlink_out_of_the_root_and_writes_atomically(generated, tmp_path):
+    import os
+    from bundlegen.safe_write import UnsafeWrite
+    root = tmp_path / "root"
+    write.write(generated, root)
+    toml = root / TOLERANCES
+    toml.write_text("stale\n", encoding="utf-8")
+    os.link(toml, tmp_path / "old")                  # an in-place write would change this one too
+    write.write(generated, root)
+    assert (tmp_path / "old").read_text(encoding="utf-8") == "stale\n"
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]     # no temporary file left
+    outside = tmp_path / "outside.toml"
+    outside.write_text("theirs\n", encoding="utf-8")
+    toml.unlink()
+    toml.symlink_to(outside)
+    with pytest.raises(UnsafeWrite, match="refusing to write outside"):
+        write.write(generated, root)
+    assert outside.read_text(encoding="utf-8") == "theirs\n"
+    toml.unlink()
+    os.mkfifo(toml)
+    with pytest.raises(UnsafeWrite, match="a FIFO, not a regular file"):
+        write.write(generated, root)

@@ -252,3 +252,24 @@ def test_run_json_records_the_key_and_the_software_versions(tmp_path):
     times = read_run_times(tmp_path / "out")
     assert times.complete and times.versions["torch"] == torch.__version__
     assert times.selection == "-k 'a' -k 'not b' --shard 1/1" and len(times.bundles_digest) == 16
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_terminated_or_killed_run_leaves_no_traceback(tmp_path, how):
+    """SIGTERM ends a run as Ctrl-C does (one line, the resume command); after SIGKILL of the
+    run its workers, finding no one to send to, exit quietly: the stderr they share with the
+    run holds no BrokenPipeError traceback."""
+    S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 40)])
+    out = tmp_path / "out"
+    args = ["run", "--level", "quick", "--engine", S.engine_ref(Slow), "--device", "cpu",
+            "--bundles", str(tmp_path / "bundles"), "--out", str(out), "--quiet", "--no-server"]
+    proc = S.start_cli(args, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while len(read_results(out / RESULTS_NAME)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(getattr(signal, how))
+    stdout, stderr = proc.communicate(timeout=60)    # EOF: the workers have closed it too
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    if how == "SIGTERM":
+        assert proc.returncode == V.EXIT_INTERRUPTED, stderr
+        assert "interrupted after" in stderr and "--resume" in stderr

@@ -142,3 +142,34 @@ def test_without_the_extras_the_triton_engine_and_the_plots_say_what_to_install(
     assert ran.returncode == 0 and refused.returncode == V.EXIT_USAGE
     message = (refused.stdout + refused.stderr).strip()
     assert len(message.splitlines()) == 1 and "pip install 'bundlegen[report]'" in message, message
+
+
+def test_every_writer_refuses_outside_a_workspace_with_the_package_read_only(installed, tmp_path):
+    """The installed package made read-only, every writer run from an empty folder: each
+    refuses in one line (exit 2) and site-packages is left as it was. `tolerances --engine`
+    would otherwise rewrite the installed engine.toml; an explicit path into the package
+    is refused the same way."""
+    site, env, bundlegen = installed["site"], installed["env"], installed["bundlegen"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.jsonl").write_text("")
+    package = site / "bundlegen"
+    engine_toml = package / "engines" / "torch_math" / "engine.toml"
+    before = _snapshot(site)
+    modes = {p: p.stat().st_mode for p in [package, *package.rglob("*")]}
+    for path in modes:
+        path.chmod(modes[path] & ~0o222)
+    try:
+        for writer in (["generate"], ["matrix"], ["tolerances", "--engine", "torch-math"],
+                       ["tolerances", "--engine-toml", str(engine_toml)],
+                       ["harvest", str(tmp_path / "results")],
+                       ["calibrate", str(tmp_path / "results"), "--write"]):
+            refused = _run([bundlegen, *writer], cwd=empty, env=env, check=False)
+            message = (refused.stdout + refused.stderr).strip()
+            assert refused.returncode == 2, (writer, message)
+            assert len(message.splitlines()) == 1 and "workspace" in message, (writer, message)
+    finally:
+        for path, mode in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
+            path.chmod(mode)
+    assert _snapshot(site) == before and list(empty.iterdir()) == []

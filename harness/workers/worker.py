@@ -504,13 +504,13 @@ def worker_main(fd: int) -> None:
         engine = construct_engine(spec)
     except BaseException as exc:
         summary = f"--device {exc}" if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
-        conn.send(("error", (summary, traceback.format_exc())))
+        _send(conn, ("error", (summary, traceback.format_exc())))
         return
-    conn.send(("built", None))
+    _send(conn, ("built", None))
     collector_on()
     warm_up(engine)
-    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver),
-                         bool(getattr(engine, "prepare_shared", False)))))
+    _send(conn, ("ready", (engine.name, engine.arch, software_versions(engine.device, driver),
+                          bool(getattr(engine, "prepare_shared", False)))))
     while True:
         try:
             kind, payload = conn.recv()
@@ -519,12 +519,12 @@ def worker_main(fd: int) -> None:
         if kind == "stop":
             _exit_now(conn)
         if kind == "prepare":
-            conn.send(("prepared", prepare_engine(engine, payload)))
+            _send(conn, ("prepared", prepare_engine(engine, payload)))
             continue
         if kind == "configure":   # a served worker takes each run's configuration (workers.serve)
             config, repeat = payload
             spec = dataclasses.replace(spec, config=config, repeat=repeat)
-            conn.send(("configured", None))
+            _send(conn, ("configured", None))
             continue
         if warming is not None:   # the first case waits for the warm-up
             warming.join()
@@ -533,7 +533,7 @@ def worker_main(fd: int) -> None:
             outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
             outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {portable_traceback()}")
-        conn.send(("outcome", outcome))
+        _send(conn, ("outcome", outcome))
 
 
 def collector_on() -> None:
@@ -544,6 +544,15 @@ def collector_on() -> None:
     tensors), so they run without it (gc.disable in worker_main)."""
     gc.freeze()
     gc.enable()
+
+
+def _send(conn: Connection, message) -> None:
+    """Send to the parent; a parent that is gone (killed, or ended by SIGTERM) ends the worker
+    quietly: a BrokenPipeError traceback in the run's stderr would tell the user nothing."""
+    try:
+        conn.send(message)
+    except OSError:          # BrokenPipeError, ConnectionResetError: no one is left to read it
+        _exit_now(conn)
 
 
 def _exit_now(conn: Connection) -> None:
