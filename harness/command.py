@@ -273,6 +273,8 @@ def main(args: argparse.Namespace) -> int:
                   f"{served['workers_started_s_ago']:.0f} s ago)", highlight=False)
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
+    for line in summary.dead_rows:
+        err.print(f"[yellow]warning:[/yellow] {_plain(line)}", highlight=False)
     if summary.times is not None and summary.times.prepare_problem:
         err.print(f"[yellow]engine prepare failed (cases built on use instead):[/yellow] "
                   f"{summary.times.prepare_problem}", highlight=False)

@@ -45,7 +45,7 @@ from bundlegen.engines.registry import EngineNotFound, registered_name
 from bundlegen.graph import BundleError
 from bundlegen.workspace import find_workspace
 from bundlegen.harness import bundles as B
-from bundlegen.harness.config import EngineConfigError, SkipRow, skip_row
+from bundlegen.harness.config import EngineConfigError, SkipRow, plan_names, skip_row
 from bundlegen.harness.workers.devices import DEVICE_RE, device_list
 from bundlegen.harness.workers.mps import mps_devices_problem
 
@@ -317,7 +317,8 @@ def lanes_schema() -> dict:
 def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str]:
     """What `bundlegen lanes --check` reports, one line each: install lines that cannot
     bring bundlegen, an engine that does not exist, a level the bundles do not have, a skip
-    that matches no case of the lane's levels or names no ticket."""
+    that matches no case of the lane's levels or names no ticket, an override or skip row
+    of a lane's engine.toml that selects no case of the plan."""
     from bundlegen.harness.lanes_install import install_problem
 
     problems = []
@@ -346,7 +347,27 @@ def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str
             if not names_ticket(row.detail):
                 problems.append(f"{where}.skips[{i}].reason: names no ticket ({row.detail!r}; "
                                 "expected PROJECT-123, owner/repo#123 or a URL)")
-            if not any(row.selects(c, manifest.plan) for c in cases):
+            if not any(row.selects(c, plan_names(manifest)) for c in cases):
                 problems.append(f"{where}.skips[{i}].filters: match no case of level {lane.level} "
                                 "(the cases it skipped are gone: drop the row)")
+    return problems + _engine_dead_rows(lanes, root, manifest)
+
+
+def _engine_dead_rows(lanes: LanesFile, root: Path, manifest) -> list[str]:
+    """The rows of the lanes' engines' engine.toml files that select no case of the plan."""
+    from bundlegen.harness.config import load_engine_config
+    from bundlegen.harness.dead_rows import dead_rows, plan_cases
+    from bundlegen.workspace import engine_config_dir
+
+    configs, problems = [], []
+    for engine in dict.fromkeys(lane.engine for lane in lanes.lanes.values()):
+        try:
+            configs.append(load_engine_config(engine_config_dir(registered_name(engine)), manifest))
+        except EngineNotFound:
+            continue   # reported with the lane
+        except (EngineConfigError, ValueError) as exc:
+            problems.append(str(exc))
+    if any(c.overrides or c.skips for c in configs):
+        cases = plan_cases(root, manifest)
+        problems += [f"{line} (drop or mend the row)" for config in configs for line in dead_rows(config, cases)]
     return problems
