@@ -41,6 +41,7 @@ from typing import Any, Mapping
 import yaml
 
 from bundlegen import safe_read
+from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.engines.registry import EngineNotFound, registered_name
 from bundlegen.graph import BundleError
 from bundlegen.workspace import find_workspace
@@ -103,7 +104,7 @@ class Lane:
 
     def out_dir(self, shard: tuple[int, int] | None = None) -> Path:
         """Where `bundlegen run --lane` writes (the workflow uploads from here)."""
-        base = Path("out") / "lanes" / self.name
+        base = DEFAULT_OUT / "lanes" / self.name
         return base if shard is None else base / f"shard-{shard[0]}-of-{shard[1]}"
 
     def kept(self) -> tuple[str, ...]:

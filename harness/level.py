@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from bundlegen.harness import bundles as B
+from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
@@ -184,7 +185,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         if not cases and not loaded.errors and not allow_empty:
             raise NothingSelected(f"no case of level {level} was selected")
-        out = Path(out) if out else Path("out") / f"{engine_label(engine)}-{level}"
+        out = Path(out) if out else DEFAULT_OUT / f"{engine_label(engine)}-{level}"
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
