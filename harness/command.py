@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or none selected); without it such a run exits 5")
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--shuffle", nargs="?", const="draw", default=None, metavar="SEED",
                         help="run the cases in the order this seed shuffles them to (without a "
                              "seed: one drawn and printed); run.json records the seed and order")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bundlegen import safe_read, strict_json
+from bundlegen.engine_toml import ENGINE_TOML_KEYS, META_KEYS, OVERRIDE_KEYS
 from bundlegen.graph import Case, Graph
 from bundlegen.harness.library_versions import (LIBRARIES, SPECIFIER_PATTERN, BadSpecifier, Specifier,
                                                 parse_specifier, present_on, running_version)
@@ -28,10 +29,6 @@ FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item
 GLOB_KEYS = frozenset({"id", "item"})
 #: the keys of a [[test_skips]] row
 SKIP_KEYS = ("ticket", "reason", "archs", "seen_with", "filters")
-#: the keys of engine.toml, of its [meta] table and of a [[tolerance_overrides]] row
-ENGINE_TOML_KEYS = ("meta", "tolerance_overrides", "test_skips")
-META_KEYS = ("name",)
-OVERRIDE_KEYS = ("filters", "rtol", "atol")
 
 
 def _ports_differ_in_strides(graph: Graph, a: str, b: str) -> bool:
