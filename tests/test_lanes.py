@@ -281,3 +281,14 @@ def test_run_lane_errors_are_usage_errors(tmp_path, lane_bundles, capsys):
     assert "lanes.other: no such lane" in capsys.readouterr().err
     assert main(["run", "--engine", "torch-math"]) == V.EXIT_USAGE
     assert "--level and --engine are required (or --lane NAME)" in capsys.readouterr().err
+
+
+def test_the_readme_says_what_ci_runs():
+    """Each command .ci/run runs (the test script, the lanes check, the CPU lane) is named in
+    the README's account of CI."""
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.strip().startswith(("bash scripts/", "bundlegen "))]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "CI runs `.ci/run`" in readme and len(ci) >= 3
+    for command in ci:
+        assert command in readme, f"README does not say CI runs {command!r}"
