@@ -28,7 +28,7 @@ skips that each name a ticket.
     lock: [requirements.txt] # optional: files (globs) whose digest keys the pip cache
 
 `lanes --emit` and `lanes --check` refuse install lines that cannot bring bundlegen
-(harness.workflow.install_problem): it is not on the public package index.
+(harness.lanes_install.install_problem): it is not on the public package index.
 Read with pyyaml's safe loader; every error is one line `<file>: lanes.<name>.<key>: ...`.
 bundlegen/schemas/lanes.schema.json is the JSON Schema of the file (lanes_schema())."""
 from __future__ import annotations
