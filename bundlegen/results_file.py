@@ -14,6 +14,9 @@ from bundlegen import safe_read
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
+#: where `bundlegen run` writes by default (`out/<engine>-<level>`, `out/lanes/<lane>`), relative
+#: to the folder it runs in; the next run there overwrites it, so claims never cite it
+DEFAULT_OUT = Path("out")
 
 
 def results_file(path: Path | str) -> Path:

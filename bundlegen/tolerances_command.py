@@ -22,6 +22,7 @@ import tomllib
 from pathlib import Path
 
 from bundlegen import safe_read
+from bundlegen.engine_toml import unknown_key
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.safe_write import UnsafeWrite, check_target, write_text
@@ -109,6 +110,9 @@ def read_engine_toml(path: Path, engine: str | None) -> str:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{path}: not valid TOML: {exc}") from None
+    unknown = unknown_key(doc)
+    if unknown:
+        raise BadInput(f"{path}: {unknown}; `bundlegen run` refuses such an engine TOML, so nothing is written")
     named = doc.get("meta", {}).get("name") if isinstance(doc.get("meta"), dict) else None
     if engine is not None and named is not None and named != engine:
         raise BadInput(f"{path}: [meta] name is {named!r}, not engine {engine!r}")

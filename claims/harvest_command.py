@@ -1,6 +1,8 @@
-"""`bundlegen harvest RESULTS... [--min-runs N] [--min-orders N] [--prune]`: passing results
--> claims.json in each engine's config folder of the current workspace; cases whose verdict
-differs between the runs are listed as order-dependent, one line each."""
+"""`bundlegen harvest RESULTS... [--min-runs N] [--min-orders N] [--keep-unbacked]`: passing
+results -> claims.json in each engine's config folder of the current workspace (dropping, by
+default, the claims of the covered engine/archs that these runs no longer back); cases whose
+verdict differs between the runs are listed as order-dependent, one line each. Results under
+the run's default output folder (out/) are refused: copy them to evidence first."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +11,10 @@ from pathlib import Path
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
-from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
+from bundlegen.workspace import WorkspaceError, default_bundle_root, find_workspace, require_workspace
 from bundlegen.claims.harvest import (DEFAULT_MIN_ORDERS, DEFAULT_MIN_RUNS, HarvestRules, harvest, order_dependent,
                                       read_run, run_json_of, run_order, run_source)
+from bundlegen.claims.evidence_path import transient_problem
 from bundlegen.claims.provenance import digest_mismatch
 from bundlegen.safe_write import UnsafeWrite
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
@@ -32,8 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="least margin in every run (default: the bundle manifest's min_claim_margin)")
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="whose manifest gives the margin, when the bundle root holds several plans")
-    parser.add_argument("--prune", action="store_true",
-                        help="drop claims of the covered engine/archs these runs do not support")
+    parser.add_argument("--keep-unbacked", dest="prune", action="store_false", default=True,
+                        help="keep the claims of the covered engine/archs these runs no longer back "
+                             "(default: drop them; `matrix --check` fails on claims their evidence does not back)")
+    parser.add_argument("--prune", action="store_true", help="drop what these runs do not back (the default)")
     parser.add_argument("--claims-root", type=Path, default=None,
                         help="directory holding <engine dir>/claims.json (default: the workspace's "
                              "engine config folders)")
@@ -44,6 +49,12 @@ def main(args: argparse.Namespace) -> int:
     missing = [p for p in args.results if not results_file(p).is_file()]
     if missing:
         print(f"harvest: no results file at {', '.join(map(str, missing))}")
+        return 2
+    here = find_workspace()
+    transient = [line for p in args.results for root in dict.fromkeys([Path.cwd(), *([here.root] if here else [])])
+                 if (line := transient_problem(p, root))]
+    if transient:
+        print(f"harvest: {transient[0]}")
         return 2
     min_orders = min(DEFAULT_MIN_ORDERS, args.min_runs) if args.min_orders is None else args.min_orders
     if args.min_runs < 1 or min_orders < 1:

@@ -1,8 +1,10 @@
 """`bundlegen generate`: expand the workspace's plans into bundles and their manifests.
 
   bundlegen generate                      write <workspace bundles>/ (bundles + manifests)
-  bundlegen generate --dry-run --report   write nothing, print the plan report (anywhere:
+  bundlegen generate --dry-run            write nothing, print a short summary: counts per
+                                          level, budgets, whether every proof holds (anywhere:
                                           outside a workspace, the built-in plan)
+  bundlegen generate --dry-run --report   write nothing, print the whole plan report
   bundlegen generate --check              exit 1 with a summary when the workspace's bundles
                                           or manifests drift from its plans
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from bundlegen.safe_write import UnsafeWrite
 from bundlegen.workspace import DEFAULTS, Workspace, WorkspaceError, find_workspace, require_workspace
-from bundlegen.generator import extend, report, write
+from bundlegen.generator import extend, report, report_layout, write
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.generate import build, build_default
 from bundlegen.generator.records import GeneratedPlan
@@ -28,9 +30,11 @@ BUILTIN_PLAN = DEFAULTS["plans"][0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dry-run", action="store_true", help="write nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="write nothing; print a short summary (counts per level, budgets, proofs)")
     parser.add_argument("--report", action="store_true",
-                        help="print counts, budgets, the pair proof, legality, gates and traceability")
+                        help="print the whole report: counts, budgets, the pair proof, legality, gates and "
+                             "traceability")
     parser.add_argument("--peer-gaps", action="store_true",
                         help="list every peer value pair (plans/peers.py) no case of a level holds")
     parser.add_argument("--check", action="store_true",
@@ -101,9 +105,12 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     if len({g.plan.name for g in plans}) != len(plans):
         print("generate: two plans share a name", file=sys.stderr)
         return EXIT_PLAN_ERROR
+    written = not (args.dry_run or args.check)
     for generated in plans:
         if args.report:
-            print(report.render(generated), end="")
+            print(report.render(generated, written), end="")
+        elif args.dry_run:
+            print(report_layout.summary(generated, written), end="")
         if getattr(args, "peer_gaps", False):
             print("\n".join(report.peer_lines(generated, gaps=True)))
         for p in report.peer_coverage.of_generated(generated):

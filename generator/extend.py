@@ -187,7 +187,8 @@ def build_extension(ext: Extension) -> GeneratedPlan:
                          proofs=(), exclusions=(), illegal_pairs=0, repaired_pairs=(), legality_violations=(),
                          items=items, extends=Extends(base.name, installed.manifest.digest, removed),
                          base_manifest=installed.manifest,
-                         base_gates=tuple(g for g in ext.gated if g.item in base_items))
+                         base_gates=tuple(g for g in ext.gated if g.item in base_items),
+                         base_cases=tuple(kept_base))
 
 
 def _merged(drafts: list[Draft]) -> list[tuple[Draft, list[Draft]]]:

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or none selected); without it such a run exits 5")
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--shuffle", nargs="?", const="draw", default=None, metavar="SEED",
                         help="run the cases in the order this seed shuffles them to (without a "
                              "seed: one drawn and printed); run.json records the seed and order")
@@ -301,6 +301,8 @@ def _main(args: argparse.Namespace) -> int:
                   f"{served['workers_started_s_ago']:.0f} s ago)", highlight=False)
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
+    for line in summary.dead_rows:
+        err.print(f"[yellow]warning:[/yellow] {_plain(line)}", highlight=False)
     if summary.times is not None and summary.times.prepare_problem:
         err.print(f"[yellow]engine prepare failed (cases built on use instead):[/yellow] "
                   f"{summary.times.prepare_problem}", highlight=False)

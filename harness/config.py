@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bundlegen import safe_read, strict_json
+from bundlegen.engine_toml import ENGINE_TOML_KEYS, META_KEYS, OVERRIDE_KEYS
 from bundlegen.graph import Case, Graph
 from bundlegen.harness.library_versions import (LIBRARIES, SPECIFIER_PATTERN, BadSpecifier, Specifier,
                                                 parse_specifier, present_on, running_version)
@@ -28,10 +29,6 @@ FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item
 GLOB_KEYS = frozenset({"id", "item"})
 #: the keys of a [[test_skips]] row
 SKIP_KEYS = ("ticket", "reason", "archs", "seen_with", "filters")
-#: the keys of engine.toml, of its [meta] table and of a [[tolerance_overrides]] row
-ENGINE_TOML_KEYS = ("meta", "tolerance_overrides", "test_skips")
-META_KEYS = ("name",)
-OVERRIDE_KEYS = ("filters", "rtol", "atol", "k", "floor")
 
 
 def _ports_differ_in_strides(graph: Graph, a: str, b: str) -> bool:
@@ -85,7 +82,7 @@ class SkipRow:
         """What a case it skips carries as its result's detail: the ticket, then the reason."""
         return self.reason if self.ticket is None else f"{self.ticket}: {self.reason}"
 
-    def selects(self, case: Case, plan: str | None) -> bool:
+    def selects(self, case: Case, plan: "PlanNames") -> bool:
         return any(filters_match(f, case, plan) for f in self.filters)
 
     def in_scope(self, arch: str, version_of: Callable[[str], str | None]) -> bool:
@@ -98,11 +95,24 @@ class SkipRow:
                    for library, spec in self.seen_with.items())
 
 
-def filters_match(filters: Filter, case: Case, plan: str | None) -> bool:
+#: the names a `plan` filter may give for the run's plan: its own, and in a workspace plan
+#: that extends the built-in one, the built-in plan's too (plan_names)
+PlanNames = "str | tuple[str, ...] | None"
+
+
+def plan_names(manifest: Manifest | None) -> tuple[str, ...]:
+    """What a `plan` filter matches under `manifest`: its plan, and the plan it extends
+    (so `plan = "sdpa_bwd"`, CONTRACTS' example, still selects in an extension workspace)."""
+    if manifest is None:
+        return ()
+    return (manifest.plan,) + ((manifest.extends.plan,) if manifest.extends is not None else ())
+
+
+def filters_match(filters: Filter, case: Case, plan: PlanNames) -> bool:
     """Every key of the filter matches the case; a key given several values matches when
     any does. `id` and `item` take fnmatch globs, the rest compare exactly; `item` matches
     when any item the case traces to matches, `feature` when the case's graph has it
-    (GRAPH_FEATURES)."""
+    (GRAPH_FEATURES), `plan` when it is one of `plan`'s names (plan_names)."""
     for key, want in filters.items():
         wants = (want,) if isinstance(want, str) else want
         if not any(_value_matches(key, one, case, plan) for one in wants):
@@ -110,19 +120,21 @@ def filters_match(filters: Filter, case: Case, plan: str | None) -> bool:
     return True
 
 
-def _value_matches(key: str, want: str, case: Case, plan: str | None) -> bool:
+def _value_matches(key: str, want: str, case: Case, plan: PlanNames) -> bool:
+    if key == "plan":
+        return want in ((plan,) if isinstance(plan, str) else (plan or ()))
     if key == "item":
         return any(fnmatch.fnmatchcase(item, want) for item in case.items)
     if key == "feature":
         return GRAPH_FEATURES[want](case.graph)
-    have = _case_value(case, key, plan)
+    have = _case_value(case, key)
     if have is None:
         return False
     return fnmatch.fnmatchcase(have, want) if key in GLOB_KEYS else have == want
 
 
-def _case_value(case: Case, key: str, plan: str | None) -> str | None:
-    return {"plan": plan, "tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
+def _case_value(case: Case, key: str) -> str | None:
+    return {"tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
             "id": case.id, "group": case.group, "level": case.level,
             "purpose": case.purpose}[key]
 
@@ -137,8 +149,9 @@ class EngineConfig:
     stale_note: str = ""                # set by --allow-stale-tolerances: every tolerance records it
 
     @property
-    def plan(self) -> str | None:
-        return None if self.manifest is None else self.manifest.plan
+    def plan(self) -> tuple[str, ...]:
+        """The names a `plan` filter selects the run's cases by (plan_names)."""
+        return plan_names(self.manifest)
 
     def with_manifest(self, manifest: Manifest) -> "EngineConfig":
         return replace(self, manifest=manifest)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from bundlegen.harness import bundles as B
+from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, checked_for_run
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
@@ -60,6 +61,7 @@ class RunSummary:
     planned: int = 0            # cases this invocation set out to run
     server_note: str = ""       # why a matching `bundlegen serve` was not used, when one answered
     stale_skips: tuple[str, ...] = ()   # --run-skipped: a line per skip row whose cases all pass
+    dead_rows: tuple[str, ...] = ()     # a line per engine-config row that selects no case of the plan
 
 
     @property
@@ -192,10 +194,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         if not cases and not loaded.errors and not allow_empty:
             raise NothingSelected(f"no case of level {level} was selected")
-        out = Path(out) if out else Path("out") / f"{engine_label(engine)}-{level}"
+        out = Path(out) if out else DEFAULT_OUT / f"{engine_label(engine)}-{level}"
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
+        # while the workers start: the config's rows that select no case of the plan
+        dead = _dead_rows(skip_config or executors[0].config, root, manifest, level, loaded)
         # the first worker ready begins the run: the others join the case loop as they
         # become ready (run_spread), so no worker idles while a slower one imports torch
         try:
@@ -309,7 +313,18 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                       results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
                       times=times, interrupted=interrupted, planned=len(todo), server_note=server_note,
-                      stale_skips=tuple(row.line(skip_config.source) for row in stale))
+                      stale_skips=tuple(row.line(skip_config.source) for row in stale), dead_rows=dead)
+
+
+def _dead_rows(config, root: Path, manifest, level: str, loaded) -> tuple[str, ...]:
+    """The config's rows that select no case of the whole plan (harness.dead_rows); the
+    plan's cases are loaded only when there are rows to look at."""
+    if not config.overrides and not config.skips:
+        return ()
+    from bundlegen.harness.dead_rows import dead_rows, plan_cases
+
+    top = manifest.levels[-1].name
+    return dead_rows(config, loaded.cases if level == top else plan_cases(root, manifest))
 
 
 

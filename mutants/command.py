@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run each mutant in a worker process (a mutant that kills its process "
                              "costs one case); default in-process")
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
-    parser.add_argument("--quiet", action="store_true", help="no per-mutant progress lines")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no per-mutant progress lines")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -162,8 +162,8 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
 
     # 6. harvest and matrix of the workspace read both layers
     _cli(ws, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu",
-         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "out/tm")
-    _cli(ws, "harvest", "out/tm/results.jsonl", "--min-runs", "1")
+         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "evidence/tm")
+    _cli(ws, "harvest", "evidence/tm/results.jsonl", "--min-runs", "1")
     claims = (ws / "bundlegen-engines" / "torch_math" / "claims.json").read_text()
     assert new_id in claims and case in claims
     _cli(ws, "matrix")
@@ -177,7 +177,7 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
     stale["extends"]["digest"] = "sha256:" + "0" * 64
     path.write_text(json.dumps(stale))
     for args in (("run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "-k", "SHP-MY"),
-                 ("harvest", "out/tm/results.jsonl", "--min-runs", "1"), ("matrix",)):
+                 ("harvest", "evidence/tm/results.jsonl", "--min-runs", "1"), ("matrix",)):
         done = _cli(ws, *args, want=2)
         err = (done.stdout + done.stderr).strip().splitlines()
         assert len(err) == 1 and "changed since this workspace generated" in err[0], (args, err)

@@ -183,6 +183,9 @@ def test_check_exits_1_on_drift_and_writes_nothing(tmp_path, capsys):
     ('[meta]\nname = "torch-math"\n' + STALE_BLOCK + 'loose = "a plain key after END joins the last row"\n',
      ["--engine-toml", "{path}"], "does not read back as its own rows"),
     (SAMPLE, ["--engine-toml", "{path}", "--bundles", "{dir}/nowhere"], "not a generated bundle root"),
+    # what `bundlegen run` refuses, tolerances refuses too (harness.config reads the same keys)
+    (SAMPLE + "\n[extra]\nx = 1\n", ["--engine-toml", "{path}"], "extra: unknown key"),
+    ('[meta]\nname = "torch-math"\nowner = "me"\n', ["--engine-toml", "{path}"], "meta.owner: unknown key"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, argv, message):
     path = tmp_path / "engine.toml"
@@ -196,6 +199,19 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, argv, message)
     assert message in err and err.startswith("error: ")
     if before is not None:
         assert path.read_bytes() == before
+
+
+def test_what_tolerances_writes_the_run_reads(tmp_path):
+    """The file the command writes loads in the harness (an unknown table is refused by both)."""
+    from bundlegen.harness.config import EngineConfigError, load_engine_config
+
+    path = _engine_toml(tmp_path, SAMPLE)
+    assert _run("--engine-toml", str(path)) == 0
+    assert len(load_engine_config(tmp_path).overrides) > 0
+    path.write_text(path.read_text(encoding="utf-8") + "\n[extra]\nx = 1\n", encoding="utf-8")
+    with pytest.raises(EngineConfigError, match="extra: unknown key"):
+        load_engine_config(tmp_path)
+    assert _run("--engine-toml", str(path)) == 2
 
 
 def test_the_engine_name_alone_finds_its_engine_toml(tmp_path, capsys):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -489,9 +490,22 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+#: numpy's wording of a floating-point error warning (np.errstate's "warn")
+NUMPY_FLOAT_WARNING = r"(overflow|underflow|invalid value|divide by zero) encountered"
+
+
+def quiet_numpy_float_warnings() -> None:
+    """numpy's floating-point RuntimeWarnings (the Triton interpreter casts and divides in
+    numpy as it runs a kernel on the CPU) are not printed: a worker's stderr is the run's
+    terminal, so they would land inside the progress bar, and the case's verdict already
+    judges the numbers. Other warnings still print."""
+    warnings.filterwarnings("ignore", message=NUMPY_FLOAT_WARNING, category=RuntimeWarning)
+
+
 def worker_main(fd: int) -> None:
     """The worker process: build the engine once, then run cases until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    quiet_numpy_float_warnings()
     gc.disable()   # until the engine is built: see collector_on
     conn = Connection(fd)
     try:
