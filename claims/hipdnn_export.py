@@ -184,3 +184,14 @@ def write_tree(out: Path, files: Mapping[str, str]) -> None:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def counts_table(export: Export) -> str:
+    """The export's counts as the Markdown table README.md and docs/ADOPTING.md carry (a test
+    checks they hold this text, so the documented counts follow the plan)."""
+    rows = ["| what | cases |", "|---|---|"]
+    rows += [f"| tier `{fmt.TIERS[lvl]}` (level {lvl}) | {n} |" for lvl, n in export.per_level.items()]
+    rows += [f"| left out: {code} | {len(ids)} |" for code, ids in export.left_out.items()]
+    rows += [f"| of those, needing a field we do not model: {code} | {len(ids)} |"
+             for code, ids in export.needs_field.items()]
+    return "\n".join(rows) + "\n"

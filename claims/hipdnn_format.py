@@ -107,16 +107,16 @@ def left_out(case: Case) -> str | None:
               ("deterministic", g.attributes.deterministic_algorithm),
               ("dtype", any(t.dtype not in DATA_TYPES for t in g.tensors.values())),
               ("missing-port", any(p not in g.tensors for p in REQUIRED_PORTS)),
-              ("dropout", bool(g.attributes.dropout_probability)))
+              ("dropout", bool(g.attributes.dropout_probability) or "dropout_mask" in g.tensors))
     return next((code for code, applies in checks if applies), None)
 
 
 def needs_field(case: Case) -> str | None:
     """The NEEDS_FIELD code of a case left out for its dropout form, else None."""
     g = case.graph
-    if not g.attributes.dropout_probability:
-        return None
-    return "dropout-mask" if "dropout_mask" in g.tensors else "drawn-dropout"
+    if "dropout_mask" in g.tensors:
+        return "dropout-mask"
+    return "drawn-dropout" if g.attributes.dropout_probability else None
 
 
 def topology(graph: Graph) -> str:
@@ -146,9 +146,9 @@ def template(graph: Graph) -> dict:
     for port, (uid, key, _, is_input) in PORT_UIDS.items():
         (inputs if is_input else outputs)[key] = uid if port in graph.tensors else None
     attributes = {"alibi_mask": False, "padding_mask": False, "causal_mask": False,
-                  "causal_mask_bottom_right": False, "dropout_probability": None,
+                  "causal_mask_bottom_right": False,
                   **{key: f"${{case.{key}}}" for key in ("attn_scale_value", "left_bound", "right_bound",
-                                                         "diagonal_alignment")}}
+                                                         "diagonal_alignment", "dropout_probability")}}
     tensors = [{"uid": PORT_UIDS[p][0], "name": f"{NODE_NAME}::{PORT_UIDS[p][2]}", "virtual": False,
                 "dims": "${case.dims}", "strides": "${case.strides}", "data_type": "${case.data_type}"}
                for p in ports]
@@ -161,7 +161,8 @@ def template(graph: Graph) -> dict:
 
 def case_values(graph: Graph) -> dict:
     """A sweep case's `values`: the attribute values and, per uid, dims, strides and type.
-    A bound our graph leaves unbounded is null (the data SDK reads each as an optional)."""
+    A bound our graph leaves unbounded is null (the data SDK reads each as an optional); a
+    dropout probability is exported as written (an exported graph's is null or 0: off)."""
     a = graph.attributes
     tensors = [{"uid": PORT_UIDS[p][0], "dims": list(graph.tensors[p].dims),
                 "strides": list(graph.tensors[p].strides),
@@ -169,7 +170,8 @@ def case_values(graph: Graph) -> dict:
                for p in PORT_UIDS if p in graph.tensors]
     return {"io_data_type": DATA_TYPES[graph.dtype], "attn_scale_value": a.attn_scale,
             "left_bound": a.left_bound, "right_bound": a.right_bound,
-            "diagonal_alignment": a.diagonal_alignment, "tensors": tensors}
+            "diagonal_alignment": a.diagonal_alignment, "dropout_probability": a.dropout_probability,
+            "tensors": tensors}
 
 
 def case_metadata(case: Case, plan: str, version: str) -> dict:
