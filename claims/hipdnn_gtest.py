@@ -31,12 +31,16 @@ from bundlegen.harness.verdicts import DECLINED, FAIL_NUMERIC, PASS, REJECTED, R
 MARGIN_PROPERTY = "bundlegen.margin"
 SKIP_ROW_PREFIX = "[arch "
 CONVERTED_SUFFIX = ".bundlegen"
+#: what a junit <testcase> says (not verdicts: _record turns them into ours)
+GTEST_OK, GTEST_FAILURE, GTEST_SKIP = "ok", "failure", "skip"
+#: the junit element (and `result` value) of a skipped test
+JUNIT_SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
 class GTestResult:
     name: str                  # full GTest name, suite.test
-    outcome: str               # "pass", "failure" or "skipped"
+    outcome: str               # GTEST_OK, GTEST_FAILURE or GTEST_SKIP
     message: str
     margin: float | None
 
@@ -53,14 +57,14 @@ def read_junit(path: Path) -> tuple[list[GTestResult], bool]:
 
 def _result(tc: ET.Element) -> GTestResult:
     suite, test = tc.get("classname", ""), tc.get("name", "")
-    failure, skipped = tc.find("failure"), tc.find("skipped")
+    failure, skipped = tc.find("failure"), tc.find(JUNIT_SKIPPED)
     margin = next((p.get("value") for p in tc.iter("property") if p.get("name") == MARGIN_PROPERTY), None)
     if failure is not None:
-        outcome, message = "failure", failure.get("message") or (failure.text or "")
-    elif skipped is not None or tc.get("result") == "skipped":
-        outcome, message = "skipped", (skipped.get("message") if skipped is not None else "") or ""
+        outcome, message = GTEST_FAILURE, failure.get("message") or (failure.text or "")
+    elif skipped is not None or tc.get("result") == JUNIT_SKIPPED:
+        outcome, message = GTEST_SKIP, (skipped.get("message") if skipped is not None else "") or ""
     else:
-        outcome, message = "pass", ""
+        outcome, message = GTEST_OK, ""
     try:
         value = float(margin) if margin is not None else None
     except ValueError:
@@ -91,14 +95,14 @@ def records(results: list[GTestResult], export: Export, engine: str, arch: str, 
 
 def _record(r: GTestResult, case, store: str, arch: str) -> dict:
     probe = case.expected_rejection is not None
-    if r.outcome == "pass":
+    if r.outcome == GTEST_OK:
         verdict, reason, detail = (REJECTED if probe else PASS), None, ""
-    elif r.outcome == "failure":
+    elif r.outcome == GTEST_FAILURE:
         verdict, reason, detail = (REJECTION_ACCEPTED if probe else FAIL_NUMERIC), None, r.message
     elif r.message.startswith(SKIP_ROW_PREFIX):
         verdict, reason, detail = SKIPPED, None, r.message.split("]", 1)[-1].strip()
     else:
-        verdict, reason, detail = DECLINED, r.message or "declined", ""
+        verdict, reason, detail = DECLINED, r.message or DECLINED, ""
     out = {"case_id": case.id, "engine": store, "arch": arch, "verdict": verdict, "purpose": case.purpose,
            "level": case.level, "detail": detail}
     if reason is not None:
