@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from bundlegen import tolerances_command as core
 from bundlegen.graph import BundleError
@@ -24,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("bundlegen", "hipdnn"), default="bundlegen",
                         help="bundlegen: our engine.toml (default); hipdnn: a hipDNN engine TOML, with --engine "
                              "naming the hipDNN engine whose skip rows to write")
+    parser.add_argument("--config-root", type=Path, default=None, metavar="DIR",
+                        help="with --format hipdnn: folder holding <engine dir>/engine.toml (default: the "
+                             "workspace's engine folders)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         root = args.bundles if args.bundles is not None else default_bundle_root()
         cases, plan, levels = load_cases(root, None, args.plan)
         export = build_export(cases, plan, levels, "-")
-        skips = defects(export, skip_rows(args.engine), plan, probes=False) if args.engine else []
+        skips = defects(export, skip_rows(args.engine, args.config_root), plan, probes=False) if args.engine else []
         from bundlegen.manifest import load_manifest
         manifest = load_manifest(root, args.plan)
         result = refresh(text, block_text(export, manifest.tolerance_classes, skips, tolerances_name(plan)))

@@ -340,3 +340,48 @@ def test_a_junit_naming_unknown_tests_is_one_error_and_writes_nothing(tmp_path, 
     assert code == 2
     assert "is no case of the current export" in _one_error_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.xml"]
+
+
+# ----------------------------------------------------------------- an engine's claims and defects
+def _engine_folder(root: Path, valid, probe) -> Path:
+    """A hipDNN engine's bundlegen folder: claims on two archs, one skip row over a valid
+    case and a probe."""
+    folder = root / fmt.store_engine("ASM_SDPA_ENGINE").replace("-", "_")
+    folder.mkdir(parents=True)
+    (folder / "engine.toml").write_text(
+        '[meta]\nname = "hipdnn-asm-sdpa-engine"\n\n[[test_skips]]\nticket = "T-7"\nreason = "wrong dV"\n'
+        f'archs = ["gfx942"]\nfilters = {{ id = ["{valid.case.id}", "{probe.case.id}"] }}\n')
+    return folder
+
+
+def test_engine_claims_skips_and_quarantine(plan_export, tmp_path, capsys):
+    cases, export = plan_export
+    valid = sorted((e for e in export.exported if e.case.purpose == "claim"), key=lambda e: e.case.id)
+    probe = next(e for e in export.exported if e.case.expected_rejection is not None)
+    a, b, c = valid[0], valid[1], valid[2]
+    folder = _engine_folder(tmp_path / "engines", c, probe)
+    claims = {"version": 1, "engine": "hipdnn-asm-sdpa-engine",
+              "claims": {"gfx942": sorted([a.case.id, b.case.id]), "gfx950": [a.case.id]}}
+    (folder / "claims.json").write_text(json.dumps(claims))
+    out, yaml = tmp_path / "out", tmp_path / "quarantine.yaml"
+    argv = ["export", "hipdnn", "--out", str(out), "--engine", "ASM_SDPA_ENGINE", "--tier-yaml", str(yaml),
+            "--claims-root", str(tmp_path / "engines")]
+    assert cli.main(argv) == 0
+    read = read_export(out)    # the sidecars pass the reader's canonical-form checks
+    sidecars = {}
+    for e in (a, b):
+        sidecars.setdefault(e.placement.sweep, json.loads((out / e.placement.sweep / "support.json").read_text()))
+    groups = [g for s in sidecars.values() for g in s["claims"]["ASM_SDPA_ENGINE"]]
+    got = {i: g["support"] for g in groups for i in g["cases"]}
+    assert got == {a.placement.case_id: {"gfx942": ["linux"], "gfx950": ["linux"]},
+                   b.placement.case_id: {"gfx942": ["linux"]}}
+    assert len(read) == len(export.exported)
+    quarantine = yaml.read_text()
+    assert f'"{probe.placement.gtest_name}"' in quarantine and c.placement.gtest_name not in quarantine
+    assert "T-7" in quarantine
+    toml = tmp_path / "ASM_SDPA_ENGINE.toml"
+    toml.write_text("[meta]\nversion = 1\n")
+    assert cli.main(["tolerances", "--format", "hipdnn", "--engine-toml", str(toml), "--engine", "ASM_SDPA_ENGINE",
+                     "--config-root", str(tmp_path / "engines")]) == 0
+    (skip,) = tomllib.loads(toml.read_text())["test_skips"]
+    assert skip == {"archs": ["gfx942"], "filters": [c.placement.gtest_name], "reason": "T-7 - wrong dV"}
