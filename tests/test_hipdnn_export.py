@@ -19,7 +19,7 @@ from bundlegen import cli
 from bundlegen.claims import hipdnn_format as fmt
 from bundlegen.claims.harvest import HarvestRules, harvest
 from bundlegen.claims.hipdnn_export import build_export, counts_table, load_cases, write_tree
-from bundlegen.claims.hipdnn_gtest import MARGIN_PROPERTY, read_junit, records
+from bundlegen.claims.hipdnn_gtest import MARGIN_PROPERTY, read_junit, records, run_json
 from bundlegen.claims.hipdnn_toml import block_text
 from bundlegen.claims.store import ClaimSet
 from bundlegen.manifest import load_manifest
@@ -277,36 +277,47 @@ def test_a_synthetic_junit_harvests_to_the_expected_claims(plan_export, tmp_path
     assert verdicts[probe.case.id] == "rejection-accepted"
 
 
-def our_torch_math_runs() -> list[list[dict]]:
+def our_torch_math_runs() -> list[tuple[list[dict], list[str]]]:
+    """Our two shuffled torch-math runs of the whole plan: (records, the run's case order)."""
     runs = []
     for n in (1, 2):
         with gzip.open(ROOT / f"evidence/h200/torch-math-full-{n}.results.jsonl.gz", "rt") as fh:
-            runs.append([json.loads(line) for line in fh if line.strip()])
+            records_ = [json.loads(line) for line in fh if line.strip()]
+        order = json.loads((ROOT / f"evidence/h200/torch-math-full-{n}.run.json").read_text())["order"]
+        runs.append((records_, order))
     return runs
 
 
 def test_junit_from_our_torch_math_results_reproduces_their_claims(plan_export, tmp_path):
     """Our own torch-math runs, written as the junit a hipDNN lane gives (a test per exported
-    case it ran, its margin as a property, shuffled like the runs), harvest back to the same
-    claims of the exported cases as the runs themselves."""
+    case it ran, in the run's shuffled order, its margin as a property), harvest back to the
+    same claims of the exported cases as the runs themselves."""
     cases, export = plan_export
     by_id = {e.case.id: e.placement.gtest_name for e in export.exported}
     outcome = {"pass": "pass", "declined": "skipped", "skipped": "skipped", "rejected": "pass"}
-    ours, from_junit = [], []
-    for index, run in enumerate(our_torch_math_runs()):
-        mine = [r for r in run if r.get("case_id") in by_id]
+    ours, our_orders, from_junit, junit_orders = [], [], [], []
+    for index, (run, order) in enumerate(our_torch_math_runs()):
+        rank = {case_id: i for i, case_id in enumerate(order)}
+        mine = sorted((r for r in run if r.get("case_id") in by_id), key=lambda r: rank[r["case_id"]])
         ours.append(mine)
+        our_orders.append(order)
         rows = [(by_id[r["case_id"]], outcome.get(r["verdict"], "failure"),
                  (f"[arch {r['arch']}] {r.get('detail', '')}" if r["verdict"] == "skipped" else r.get("reason") or ""),
                  r.get("margin") if r["verdict"] == "pass" else None) for r in mine]
         path = tmp_path / f"math{index}.xml"
         path.write_text(junit(rows, seed=index + 1))
-        from_junit.append(records(read_junit(path)[0], export, "TORCH_MATH", mine[0]["arch"], path))
+        results, shuffled = read_junit(path)
+        recs = records(results, export, "TORCH_MATH", mine[0]["arch"], path)
+        from_junit.append(recs)
+        junit_orders.append(run_json(path, recs, export, shuffled, builtin_bundle_root(), None)["order"])
     rules = HarvestRules(min_margin=load_manifest(builtin_bundle_root()).min_claim_margin)
-    direct, _ = harvest(ours, {"torch-math": ClaimSet(engine="torch-math")}, rules)
+    direct, _ = harvest(ours, {"torch-math": ClaimSet(engine="torch-math")}, rules, orders=our_orders)
     store = fmt.store_engine("TORCH_MATH")
-    back, _ = harvest(from_junit, {store: ClaimSet(engine=store)}, rules)
-    assert direct["torch-math"].claims and back[store].claims == direct["torch-math"].claims
+    back, _ = harvest(from_junit, {store: ClaimSet(engine=store)}, rules, orders=junit_orders)
+    claimed = direct["torch-math"].claims
+    assert claimed and all(claimed.values()), "the runs themselves claim nothing: the comparison would be empty"
+    assert back[store].claims == claimed
+    assert back[store].declines == direct["torch-math"].declines
 
 
 # ----------------------------------------------------------------- bad input
@@ -356,25 +367,24 @@ def _engine_folder(root: Path, valid, probe) -> Path:
 
 def test_engine_claims_skips_and_quarantine(plan_export, tmp_path, capsys):
     cases, export = plan_export
-    valid = sorted((e for e in export.exported if e.case.purpose == "claim"), key=lambda e: e.case.id)
     probe = next(e for e in export.exported if e.case.expected_rejection is not None)
-    a, b, c = valid[0], valid[1], valid[2]
+    sweep = probe.placement.sweep
+    valid = sorted((e for e in export.exported if e.case.purpose == "claim" and e.placement.sweep == sweep),
+                   key=lambda e: e.placement.case_id)
+    a, b, c, d = valid[:4]     # one sweep: a on two archs, b and d on one (two groups, a's first)
     folder = _engine_folder(tmp_path / "engines", c, probe)
     claims = {"version": 1, "engine": "hipdnn-asm-sdpa-engine",
-              "claims": {"gfx942": sorted([a.case.id, b.case.id]), "gfx950": [a.case.id]}}
+              "claims": {"gfx942": sorted([a.case.id, b.case.id, d.case.id]), "gfx950": [a.case.id]}}
     (folder / "claims.json").write_text(json.dumps(claims))
     out, yaml = tmp_path / "out", tmp_path / "quarantine.yaml"
     argv = ["export", "hipdnn", "--out", str(out), "--engine", "ASM_SDPA_ENGINE", "--tier-yaml", str(yaml),
             "--claims-root", str(tmp_path / "engines")]
     assert cli.main(argv) == 0
     read = read_export(out)    # the sidecars pass the reader's canonical-form checks
-    sidecars = {}
-    for e in (a, b):
-        sidecars.setdefault(e.placement.sweep, json.loads((out / e.placement.sweep / "support.json").read_text()))
-    groups = [g for s in sidecars.values() for g in s["claims"]["ASM_SDPA_ENGINE"]]
-    got = {i: g["support"] for g in groups for i in g["cases"]}
-    assert got == {a.placement.case_id: {"gfx942": ["linux"], "gfx950": ["linux"]},
-                   b.placement.case_id: {"gfx942": ["linux"]}}
+    sidecar = json.loads((out / sweep / "support.json").read_text())
+    assert sidecar["claims"]["ASM_SDPA_ENGINE"] == [
+        {"cases": [a.placement.case_id], "support": {"gfx942": ["linux"], "gfx950": ["linux"]}},
+        {"cases": [b.placement.case_id, d.placement.case_id], "support": {"gfx942": ["linux"]}}]
     assert len(read) == len(export.exported)
     quarantine = yaml.read_text()
     assert f'"{probe.placement.gtest_name}"' in quarantine and c.placement.gtest_name not in quarantine
