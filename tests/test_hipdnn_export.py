@@ -6,6 +6,7 @@ computed from the bundles, never typed in."""
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import gzip
 import json
 import re
@@ -395,3 +396,21 @@ def test_engine_claims_skips_and_quarantine(plan_export, tmp_path, capsys):
                      "--config-root", str(tmp_path / "engines")]) == 0
     (skip,) = tomllib.loads(toml.read_text())["test_skips"]
     assert skip == {"archs": ["gfx942"], "filters": [c.placement.gtest_name], "reason": "T-7 - wrong dV"}
+
+
+def test_harvest_from_gtest_writes_claims_citing_the_converted_run(plan_export, tmp_path, capsys):
+    cases, export = plan_export
+    claim = sorted((e for e in export.exported if e.case.purpose == "claim"), key=lambda e: e.case.id)[0]
+    junit_path = tmp_path / "lane.xml"
+    junit_path.write_text(junit([(claim.placement.gtest_name, "pass", "", 7.5)]))
+    argv = ["harvest", "--from-gtest", str(junit_path), "--engine", "ASM_SDPA_ENGINE", "--arch", "gfx942",
+            "--min-runs", "1", "--min-orders", "1", "--claims-root", str(tmp_path / "claims")]
+    assert cli.main(argv) == 0
+    converted = tmp_path / "lane.bundlegen"
+    run = json.loads((converted / "run.json").read_text())
+    assert run["source"]["junit"] == "lane.xml" and run["level"] == claim.case.level and not run["complete"]
+    stored = json.loads((tmp_path / "claims" / "hipdnn_asm_sdpa_engine" / "claims.json").read_text())
+    assert stored["claims"] == {"gfx942": [claim.case.id]}
+    (cited,) = stored["evidence"]["gfx942"]["results"]
+    assert cited["path"].endswith("lane.bundlegen/results.jsonl")
+    assert cited["sha256"] == hashlib.sha256((converted / "results.jsonl").read_bytes()).hexdigest()
