@@ -13,7 +13,7 @@ from pathlib import Path
 from bundlegen.graph import BundleError
 from bundlegen.workspace import WorkspaceError, default_bundle_root
 from bundlegen.claims import hipdnn_format as fmt
-from bundlegen.claims.hipdnn_export import ExportError, build_export, load_cases, write_tree
+from bundlegen.claims.hipdnn_export import SUMMARY_NAME, ExportError, build_export, load_cases, write_tree
 from bundlegen.claims.hipdnn_quarantine import quarantine_text, write_text_whole
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set
 
@@ -42,8 +42,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.tier_yaml is not None and args.engine is None:
             raise ExportError("--tier-yaml needs --engine NAME (whose accepted probes to quarantine)")
-        if args.tier_yaml is not None and args.tier_yaml.is_dir():
-            raise ExportError(f"--tier-yaml {args.tier_yaml}: is a folder")
+        if args.tier_yaml is not None and (args.tier_yaml.is_dir() or not args.tier_yaml.parent.is_dir()):
+            raise ExportError(f"--tier-yaml {args.tier_yaml}: a folder, or in a folder that does not exist")
         root = args.bundles if args.bundles is not None else default_bundle_root()
         cases, plan, levels = load_cases(root, args.level, args.plan)
         claims = engine_claims(args.engine, args.claims_root)
@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     except (ExportError, BundleError, ClaimsError, WorkspaceError, ValueError) as exc:
         print(f"error: export hipdnn: {exc}", file=sys.stderr)
         return 2
-    print(export.files["bundlegen-export.txt"], end="")
+    print(export.files[SUMMARY_NAME], end="")
     print(f"export hipdnn: wrote {len(export.files)} files under {args.out}"
           + (f"; quarantine {args.tier_yaml}" if args.tier_yaml is not None else ""))
     return 0
