@@ -31,6 +31,8 @@ from bundlegen.harness.verdicts import DECLINED, FAIL_NUMERIC, PASS, REJECTED, R
 MARGIN_PROPERTY = "bundlegen.margin"
 SKIP_ROW_PREFIX = "[arch "
 CONVERTED_SUFFIX = ".bundlegen"
+#: a converted run's selection: the cases the export holds, never the left-out ones
+SELECTION = "hipdnn-export"
 #: what a junit <testcase> says (not verdicts: _record turns them into ours)
 GTEST_OK, GTEST_FAILURE, GTEST_SKIP = "ok", "failure", "skip"
 #: the junit element (and `result` value) of a skipped test
@@ -115,12 +117,14 @@ def _record(r: GTestResult, case, store: str, arch: str) -> dict:
 def run_json(junit: Path, recs: list[dict], export: Export, shuffled: bool, bundle_root: Path,
              plan: str | None) -> dict:
     """The converted run's run.json: the highest level it holds, complete when it holds
-    every exported case up to that level, the bundles' digest it was mapped against."""
+    every exported case up to that level, over the declared selection of the cases hipDNN
+    can express (what `matrix --check` takes as covering the level), the bundles' digest it
+    was mapped against."""
     levels = list(export.per_level)
     level = max((r["level"] for r in recs), key=levels.index)
     wanted = {e.case.id for e in export.exported if levels.index(e.case.level) <= levels.index(level)}
-    run = {"level": level, "complete": wanted <= {r["case_id"] for r in recs},
-           "bundles_digest": workspace_digest(bundle_root, level, plan),
+    run = {"level": level, "complete": wanted <= {r["case_id"] for r in recs}, "selection": SELECTION,
+           "cases": len(recs), "bundles_digest": workspace_digest(bundle_root, level, plan),
            "source": {"junit": junit.name, "sha256": sha256_of(junit)}}
     if shuffled:
         run["order"] = [r["case_id"] for r in recs]

@@ -414,3 +414,26 @@ def test_harvest_from_gtest_writes_claims_citing_the_converted_run(plan_export, 
     (cited,) = stored["evidence"]["gfx942"]["results"]
     assert cited["path"].endswith("lane.bundlegen/results.jsonl")
     assert cited["sha256"] == hashlib.sha256((converted / "results.jsonl").read_bytes()).hexdigest()
+
+
+def test_claims_from_a_complete_gtest_run_pass_the_matrix_check(plan_export, tmp_path, monkeypatch):
+    """A lane that ran every exported case of quick: its claims are backed (integrity's
+    re-derivation from the cited converted file) and the level counts as covered."""
+    from bundlegen.claims.cases import bundle_cases
+    from bundlegen.claims.integrity import verify
+    from bundlegen.claims.store import read_claim_set
+
+    cases, export = plan_export
+    quick = [e for e in export.exported if e.case.level == "quick"]
+    rows = [(e.placement.gtest_name, "pass", "", 5.0) for e in quick]
+    junit_path = tmp_path / "quick.xml"
+    junit_path.write_text(junit(rows))
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["harvest", "--from-gtest", str(junit_path), "--engine", "ASM_SDPA_ENGINE", "--arch", "gfx942",
+                     "--min-runs", "1", "--min-orders", "1", "--claims-root", str(tmp_path / "claims")]) == 0
+    store = fmt.store_engine("ASM_SDPA_ENGINE")
+    claim_set = read_claim_set(tmp_path / "claims" / "hipdnn_asm_sdpa_engine" / "claims.json", store)
+    assert claim_set.claims["gfx942"] == {e.case.id for e in quick if e.case.purpose != "probe"}
+    manifest = load_manifest(builtin_bundle_root())
+    known = bundle_cases(builtin_bundle_root(), manifest.plan, manifest.level_names)
+    assert verify(claim_set, known, ROOT) == []
