@@ -20,10 +20,10 @@ from bundlegen.claims import hipdnn_format as fmt
 from bundlegen.harness.bundles import load_level
 from bundlegen.manifest import load_manifest
 
-SUMMARY_NAME = "bundlegen-export.txt"     # not .json: hipDNN registers every .json file as a graph
-TEMPLATE_NAME = "graph.template.json"
-SWEEP_NAME = "sweep.json"
-SUPPORT_NAME = "support.json"
+#: the export's own summary; not .json, as hipDNN registers every .json file as a graph, and
+#: the three files of a sweep
+SUMMARY_NAME, TEMPLATE_NAME, SWEEP_NAME, SUPPORT_NAME = (
+    "bundlegen-export.txt", "graph.template.json", "sweep.json", "support.json")
 
 
 class ExportError(ValueError):

@@ -12,7 +12,7 @@ tensor, and an engine-drawn mask its seed and offset tensors)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from bundlegen.graph import Case, Graph
@@ -80,15 +80,14 @@ def sanitize(segment: str) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a case goes: its sweep folder (relative to the export root) and its case id."""
+    """Where a case goes: its sweep folder (relative to the export root) and its case id;
+    `gtest_name` is the full name hipDNN registers it under."""
     sweep: str
     case_id: str
+    gtest_name: str = field(init=False)
 
-    @property
-    def gtest_name(self) -> str:
-        """The full GTest name: the sweep folder's segments sanitized and joined by `_`, a
-        dot, the sanitized case id."""
-        return gtest_name(self.sweep, self.case_id)
+    def __post_init__(self):
+        object.__setattr__(self, "gtest_name", gtest_name(self.sweep, self.case_id))
 
 
 def gtest_name(sweep: str, case_id: str) -> str:
