@@ -197,7 +197,8 @@ def test_a_second_export_is_byte_identical(plan_export, written, tmp_path):
 def test_readme_and_adopting_give_the_exports_counts(plan_export):
     table = counts_table(plan_export[1])
     for doc in ("README.md", "docs/ADOPTING.md"):
-        assert table in (ROOT / doc).read_text(encoding="utf-8"), f"{doc}: counts differ from the export"
+        assert table in (ROOT / doc).read_text(encoding="utf-8"), \
+            f"{doc}: its hipDNN export counts differ from the export's; replace its table with:\n{table}"
 
 
 # ----------------------------------------------------------------- engine TOML block
