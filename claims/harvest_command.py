@@ -21,7 +21,7 @@ from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, wri
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS",
+    parser.add_argument("results", nargs="*", metavar="RESULTS",
                         help="results files (.jsonl, .jsonl.gz, or run directories), one per run, oldest "
                              "first; claims.json cites each (path, sha256, its run.json's level and versions)")
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
@@ -43,9 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory holding <engine dir>/claims.json (default: the workspace's "
                              "engine config folders)")
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    parser.add_argument("--from-gtest", nargs="+", type=Path, default=(), metavar="RESULTS.xml",
+                        help="GTest junit of a hipDNN lane run on `bundlegen export hipdnn`'s bundles: each is "
+                             "converted beside it (<name>.bundlegen/) and harvested as a run (needs --engine, --arch)")
+    parser.add_argument("--engine", default=None, metavar="NAME", help="with --from-gtest: the hipDNN engine it ran")
+    parser.add_argument("--arch", default=None, metavar="ARCH", help="with --from-gtest: the device's base arch (gfx942)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "from_gtest", ()):      # callers that build the Namespace by hand leave it out
+        converted = _from_gtest(args)
+        if converted is None:
+            return 2
+        args.results = [*args.results, *converted]
+    if not args.results:
+        print("harvest: give results files, or --from-gtest RESULTS.xml")
+        return 2
     missing = [p for p in args.results if not results_file(p).is_file()]
     if missing:
         print(f"harvest: no results file at {', '.join(map(str, missing))}")
@@ -109,3 +122,18 @@ def main(args: argparse.Namespace) -> int:
             print(f"harvest: {exc}")
             return 2
     return 0
+
+
+def _from_gtest(args: argparse.Namespace) -> list[Path] | None:
+    """The converted run folders of --from-gtest's junits; None after one error line."""
+    from bundlegen.claims.hipdnn_export import ExportError
+    from bundlegen.claims.hipdnn_gtest import convert_junits
+
+    if args.engine is None or args.arch is None:
+        print("harvest: --from-gtest needs --engine NAME (the hipDNN engine) and --arch ARCH")
+        return None
+    try:
+        return convert_junits(list(args.from_gtest), args.engine, args.arch, default_bundle_root(), args.plan)
+    except (ExportError, BundleError, ValueError) as exc:
+        print(f"harvest: {exc}")
+        return None
