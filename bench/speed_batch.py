@@ -253,6 +253,7 @@ def flex_backward(case: Case, graph, device) -> Callable[[], object]:
     """FlexAttention (torch.compile'd) forward once with the case's modification as a
     score_mod (a causal mask as a block mask), and a function running its backward."""
     import torch
+    import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     dt = torch.bfloat16
@@ -366,13 +367,13 @@ class Budget:
 
 # ----------------------------------------------------------------------------- precompile
 def _warm_job(job: tuple) -> str:
-    """Compile one thing in a worker process (into the shared caches): ("triton", case name,
-    candidate label or "") or ("flex", case name). A Triton job runs the case at B 1 and one
-    K/V head (the same kernel variants: batch and heads are run-time values)."""
-    kind, name, label = job
+    """Compile one thing in a worker process (into the shared caches): (device, "triton",
+    case, candidate label or "") or (device, "flex", case, ""). A Triton job runs the case at
+    B 1 and one K/V head (the same kernel variants: batch and heads are run-time values)."""
+    device, kind, case = job[0], job[1], job[2]
+    label = job[3]
     import torch
-    device = torch.device("cuda")
-    case = CASES[name]
+    device = torch.device(device)
     try:
         if kind == "flex":
             flex_backward(case, graph_for(case), device)()
@@ -385,25 +386,27 @@ def _warm_job(job: tuple) -> str:
                 cfg = next(c for c in CANDIDATES if c.label == label).config(cfg)
             _, stages = triton_stages(graph, tensors, cfg)
             stages["backward"]()
-        torch.cuda.synchronize()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         return "ok"
     except Exception as exc:  # noqa: BLE001 - reported, the timing step skips it
         return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
-def precompile(cases: list[Case], jobs: int, budget: Budget, record: Record) -> dict:
+def precompile(cases: list[Case], jobs: int, budget: Budget, record: Record, device) -> dict:
     """Compile every Triton candidate and FlexAttention graph of `cases` in `jobs` spawned
-    processes; at most half the budget. job -> "ok" or its error."""
+    processes; at most half the budget. (kind, case name, label) -> "ok" or its error."""
     import multiprocessing as mp
     work = []
     for case in cases:
         work.append(("triton", case.name, ""))
         work += [("triton", case.name, c.label) for c in CANDIDATES if case.name in c.cases]
-        if flex_serves(case) is None:
+        if flex_serves(case) is None and device.type == "cuda":
             work.append(("flex", case.name, ""))
     results: dict = {}
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
-    futures = {pool.submit(_warm_job, job): job for job in work}
+    futures = {pool.submit(_warm_job, (str(device), kind, CASES[name], label)): (kind, name, label)
+               for kind, name, label in work}
     done, pending = wait(futures, timeout=max(0.0, budget.left() * 0.5 - budget.margin))
     for f in done:
         results[futures[f]] = f.result() if f.exception() is None else repr(f.exception())
@@ -637,7 +640,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="wall-clock seconds the whole call may take (it ends itself then)")
     parser.add_argument("--margin-s", type=float, default=15.0,
                         help="no new step starts with fewer seconds than this left")
-    parser.add_argument("--jobs", type=int, default=12, help="compile processes (0: compile on use)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="compile processes (0: compile on use; default 12 on cuda, 0 on cpu, "
+                             "2 with --resources)")
     parser.add_argument("--cases", nargs="+", default=None, help=f"rows to run (default all: {' '.join(CASES)})")
     parser.add_argument("--no-candidates", action="store_true", help="the rows only")
     parser.add_argument("--resume", type=Path, default=None, help="a JSON of an earlier call: skip what it has")
@@ -674,7 +679,7 @@ def main(argv=None) -> int:
         return 0
     if args.resources:
         os.environ.pop("TRITON_INTERPRET", None)
-        return resources(max(1, args.jobs if args.jobs != 12 else 2), args.only)
+        return resources(max(1, 2 if args.jobs is None else args.jobs), args.only)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -702,8 +707,9 @@ def main(argv=None) -> int:
     record.note(f"speed_batch: {len(cases)} rows on {record.data['environment'].get('gpu', device)}, "
                 f"budget {args.budget_s:g} s")
     failed: set = set()
-    if args.jobs > 0 and device.type == "cuda":
-        results = precompile(cases, args.jobs, budget, record)
+    jobs = args.jobs if args.jobs is not None else (12 if device.type == "cuda" else 0)
+    if jobs > 0:
+        results = precompile(cases, jobs, budget, record, device)
         failed = {job for job, r in results.items() if r != "ok"}
     engines = build_engines([p for p in PEERS if p != "flex"], device)
     timer = make_timer(device, args.warmup_ms, args.rep_ms)
