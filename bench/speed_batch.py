@@ -690,8 +690,10 @@ def main(argv=None) -> int:
         print("speed_batch: no CUDA device here (use --device cpu for a smoke test)", file=sys.stderr)
         return 2
     if device.type == "cpu":   # tiny shapes: the code paths, not the speed
-        cases = [replace(c, B=1, H_q=2, H_kv=min(c.H_kv, 2) if c.H_kv != c.H_q else 2, S=64, D=min(c.D, 64))
-                 for c in cases if not c.ragged]
+        global RAGGED_LENGTHS
+        RAGGED_LENGTHS = (16, 40, 24)
+        cases = [replace(c, B=len(RAGGED_LENGTHS) if c.ragged else 1, H_q=2, H_kv=1 if c.H_kv != c.H_q else 2,
+                         S=64, D=min(c.D, 64)) for c in cases]
         CASES.update({c.name: c for c in cases})
     out = args.out or Path(os.environ.get("OUT") or REPO_ROOT / "out") / "speed_batch.json"
     budget = Budget(args.budget_s, args.margin_s, started)
