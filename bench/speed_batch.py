@@ -393,9 +393,15 @@ def _warm_job(job: tuple) -> str:
         return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
+#: processes of the precompile that compile FlexAttention graphs: each holds its row's
+#: full-size inputs (a [4, 16, 4096, 4096] bias and its gradient), so not all at once
+FLEX_JOBS = 6
+
+
 def precompile(cases: list[Case], jobs: int, budget: Budget, record: Record, device) -> dict:
-    """Compile every Triton candidate and FlexAttention graph of `cases` in `jobs` spawned
-    processes; at most half the budget. (kind, case name, label) -> "ok" or its error."""
+    """Compile every Triton candidate and FlexAttention graph of `cases` in spawned processes
+    (`jobs` in all, at most FLEX_JOBS of them for FlexAttention), at most half the budget.
+    (kind, case name, label) -> "ok" or its error."""
     import multiprocessing as mp
     work = []
     for case in cases:
@@ -403,18 +409,23 @@ def precompile(cases: list[Case], jobs: int, budget: Budget, record: Record, dev
         work += [("triton", case.name, c.label) for c in CANDIDATES if case.name in c.cases]
         if flex_serves(case) is None and device.type == "cuda":
             work.append(("flex", case.name, ""))
-    results: dict = {}
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
-    futures = {pool.submit(_warm_job, (str(device), kind, CASES[name], label)): (kind, name, label)
+    flex_jobs = min(FLEX_JOBS, jobs - 1) if any(kind == "flex" for kind, _, _ in work) else 0
+    ctx = mp.get_context("spawn")
+    pools = {"triton": ProcessPoolExecutor(jobs - flex_jobs, mp_context=ctx)}
+    if flex_jobs > 0:
+        pools["flex"] = ProcessPoolExecutor(flex_jobs, mp_context=ctx)
+    futures = {pools[kind].submit(_warm_job, (str(device), kind, CASES[name], label)): (kind, name, label)
                for kind, name, label in work}
     done, pending = wait(futures, timeout=max(0.0, budget.left() * 0.5 - budget.margin))
+    results: dict = {}
     for f in done:
         results[futures[f]] = f.result() if f.exception() is None else repr(f.exception())
     for f in pending:
         f.cancel()
-    for proc in list(getattr(pool, "_processes", {}).values()):   # stop compiles still running
-        proc.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
+    for pool in pools.values():
+        for proc in list(getattr(pool, "_processes", {}).values()):   # stop compiles still running
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
     failed = {"/".join(j): r for j, r in results.items() if r != "ok"}
     record.note(f"precompiled {len(results)} of {len(work)} jobs in {jobs} processes "
                 f"({budget.elapsed:.0f} s); {len(failed)} failed, {len(pending)} left to compile on use")
