@@ -154,11 +154,15 @@ CANDIDATES = (
     Candidate("mods dkdv 64x128 w8 s2", "dkdv", (64, 128, 8, 2), cases=MODS_128),
     Candidate("mods dq 64x64 w4 s1", "dq", (64, 64, 4, 1), cases=MODS_128),
     Candidate("mods dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=MODS_128),
-    # dropout (declined on sm90 at D 64 / 128: the table's tiles spill); smaller tiles
+    # dropout (declined on sm90 at D 64 / 128: the table's tiles spill). sm90, D 128
+    # (`--resources --only d128-drop`, the mask port's tiles read in vectors), spill bytes
+    # port / drawn: the table's dK/dV 392 / 896, dQ 0 / 240. Kept: dK/dV 32 x 32 (4 warps, 3
+    # stages; drawn 0), 16 x 64 (drawn 8), 32 x 64 (8 / 232); dQ 128 x 32 (8 warps, 1 stage;
+    # 0 / 0). Left out, spilling as much as the table or more: dK/dV 64 x 64 (2 stages: 384 /
+    # 888), 32 x 128 (2 stages: 1424 / 1744); dQ 64 x 64 (1 stage: drawn 304)
+    Candidate("drop dkdv 32x32 w4 s3", "dkdv", (32, 32, 4, 3), cases=DROP),
+    Candidate("drop dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=DROP),
     Candidate("drop dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=DROP),
-    Candidate("drop dkdv 64x64 w4 s2", "dkdv", (64, 64, 4, 2), cases=DROP),
-    Candidate("drop dkdv 32x128 w4 s2", "dkdv", (32, 128, 4, 2), cases=DROP),
-    Candidate("drop dq 64x64 w4 s1", "dq", (64, 64, 4, 1), cases=DROP),
     Candidate("drop dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=DROP),
     # D 64 plain: around the table's 32 x 128 (4 warps, 4 stages) and 64 x 64 dQ
     Candidate("d64 dkdv 64x128 w8 s3", "dkdv", (64, 128, 8, 3), cases=("d64-full", "d64-causal")),
