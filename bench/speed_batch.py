@@ -159,7 +159,8 @@ CANDIDATES = (
     # port / drawn: the table's dK/dV 392 / 896, dQ 0 / 240. Kept: dK/dV 32 x 32 (4 warps, 3
     # stages; drawn 0), 16 x 64 (drawn 8), 32 x 64 (8 / 232); dQ 128 x 32 (8 warps, 1 stage;
     # 0 / 0). Left out, spilling as much as the table or more: dK/dV 64 x 64 (2 stages: 384 /
-    # 888), 32 x 128 (2 stages: 1424 / 1744); dQ 64 x 64 (1 stage: drawn 304)
+    # 888), 32 x 128 (2 stages: 1424 / 1744); dQ 64 x 64 (1 stage: drawn 304). D 64 (drawn):
+    # the table's dK/dV 816, dQ 0; dK/dV 32 x 32, 16 x 64 and 32 x 64 0; dQ 128 x 32 0
     Candidate("drop dkdv 32x32 w4 s3", "dkdv", (32, 32, 4, 3), cases=DROP),
     Candidate("drop dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=DROP),
     Candidate("drop dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=DROP),
