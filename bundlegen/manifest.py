@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bundlegen import safe_read, strict_json
-from bundlegen.cost import COEFFICIENT_FIELDS, DEVICE_CLASSES, CostCoefficients
+from bundlegen.cost import COEFFICIENT_FIELDS, DEVICE_CLASSES, REQUIRED_FIELDS, CostCoefficients
 from bundlegen.graph import BundleError, canonical_json
 from bundlegen.tolerance import Tolerance
 from bundlegen.tolerances import read_tolerances, text_digest, tolerances_name
@@ -313,16 +313,19 @@ def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
 
 
 def _cost_model(r: "_Fields", top: dict) -> dict[str, CostCoefficients]:
-    """One set of coefficients per device class, every one present: the harness predicts
-    CPU times with `cpu`, the generator levels with `h200`."""
+    """One set of coefficients per device class, every one present (the harness predicts
+    CPU times with `cpu`, the generator levels with `h200`), and any engine's own class on
+    one of them ("cpu/torch-math"); fields added after the first manifests may be absent."""
     model = r.get(top, "cost_model", dict, "")
-    r.only(model, DEVICE_CLASSES, "cost_model")
+    extra = [name for name in model if "/" in str(name) and str(name).split("/", 1)[0] in DEVICE_CLASSES
+             and str(name).split("/", 1)[1]]
+    r.only(model, (*DEVICE_CLASSES, *extra), "cost_model")
     out = {}
-    for name in DEVICE_CLASSES:
+    for name in (*DEVICE_CLASSES, *sorted(extra)):
         where = f"cost_model.{name}"
         k = r.obj(r.get(model, name, dict, "cost_model"), where)
         r.only(k, COEFFICIENT_FIELDS, where)
-        numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS}
+        numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS if f in REQUIRED_FIELDS or f in k}
         for f in RATE_FIELDS:
             if numbers[f] < MIN_RATE_PER_S:
                 raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r} per second is below the floor of "

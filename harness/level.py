@@ -262,7 +262,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         ran += 1
                     joining = JoiningWorker(executor, starting, graphs if prepare_problem is None else [],
                                             skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
-                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest)
+                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest, executor.engine_name)
                     held = run_spread(executors, per_device, order,
                                       count, advance, hold_crashes=mps, join=joining,
                                       # a served worker is the server's to keep

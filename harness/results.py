@@ -59,6 +59,7 @@ class CaseResult:
     engine_s: float | None = None  # the engine's first run
     check_s: float | None = None   # guards, inputs unmodified, tolerance, determinism re-run
     file: str = ""
+    runs: int | None = None        # engine runs the case made (None: the engine never ran)
 
     def to_json(self) -> dict:
         record = asdict(self)
