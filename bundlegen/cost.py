@@ -11,6 +11,7 @@ Per case (CostTerms holds the features, Phases the predicted seconds):
     oracle      = oracle_flops / oracle_flops_per_s + oracle_s     (every reference it computes)
     engine      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
     check       = (runs - 1) x (engine + rerun_s) + check_s        (runs: DeterminismRuns)
+                  + runs x io_bytes / check_bytes_per_s          (guards and outputs, per run)
     wall        = the four + overhead_s                            (the worker's round trip)
 
 `tiles` counts the (query block, key block) pairs one engine run visits over all its passes
@@ -78,6 +79,7 @@ class CostCoefficients:
     materialize_s: float = 0.0   # fixed materialize time per case
     rerun_s: float = 0.0         # per re-run beyond the engine's own: reset, guards, compare
     check_s: float = 0.0         # fixed check time per case
+    check_bytes_per_s: float = 1e12   # guards, inputs, outputs compared: io bytes per run
     ordinary_runs: int = 2       # DeterminismRuns of the engine and device the class measures
     requested_runs: int = 50
 
@@ -187,7 +189,8 @@ def phases(t: CostTerms, k: CostCoefficients, runs: int | None = None) -> Phases
     engine = t.engine_flops / k.engine_flops_per_s + t.tiles * k.tile_s + t.launches * k.launch_s
     return Phases(materialize_s=t.io_bytes / k.bytes_per_s + k.materialize_s,
                   oracle_s=t.oracle_flops / k.oracle_flops_per_s + k.oracle_s,
-                  engine_s=engine, check_s=(runs - 1) * (engine + k.rerun_s) + k.check_s,
+                  engine_s=engine, check_s=((runs - 1) * (engine + k.rerun_s) + k.check_s
+                                                    + runs * t.io_bytes / k.check_bytes_per_s),
                   overhead_s=k.overhead_s)
 
 

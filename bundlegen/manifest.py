@@ -56,7 +56,7 @@ GATE_KEYS = ("item", "title", "gate", "planned_cases")
 EXTENDS_KEYS = ("plan", "digest", "removed")
 #: the cost model's rates (per second) that divide a case's work: below this floor every
 #: case is predicted past every limit and skipped, so a run would go green having run none
-RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s")
+RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "check_bytes_per_s")
 MIN_RATE_PER_S = 1e3
 
 
@@ -327,7 +327,7 @@ def _cost_model(r: "_Fields", top: dict) -> dict[str, CostCoefficients]:
         r.only(k, COEFFICIENT_FIELDS, where)
         numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS if f in REQUIRED_FIELDS or f in k}
         for f in RATE_FIELDS:
-            if numbers[f] < MIN_RATE_PER_S:
+            if f in numbers and numbers[f] < MIN_RATE_PER_S:
                 raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r} per second is below the floor of "
                             f"{MIN_RATE_PER_S:g}: every case would be predicted past its limits and skipped")
         out[name] = CostCoefficients(**numbers)
