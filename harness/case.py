@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from bundlegen import validate
-from bundlegen.cost import CPU_RUNS, GPU_RUNS, cost_class, predict, size_text, terms
+from bundlegen.cost import CPU_RUNS, GPU_RUNS, cost_class, phases, predict, size_text, terms
 from bundlegen.graph import Case, Graph
 from bundlegen.manifest import Manifest
 from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED, SEQUSED_NOT_SERVED,
@@ -77,6 +77,19 @@ def memory_ceiling_breach(case: Case, manifest: Manifest) -> str | None:
 
 #: the device class of a GPU device (the only GPU class the cost model has)
 GPU_CLASS = "h200"
+
+
+def predicted_phases(case: Case, device: "str | torch.device", manifest: Manifest, engine: str,
+                     runs: int | None) -> dict[str, float] | None:
+    """The case's predicted seconds per phase (bundlegen.cost.Phases, with the engine runs
+    it made), as the summary sets them beside the measured ones; None for a case that did not
+    run its engine."""
+    if runs is None:
+        return None
+    device_class = "cpu" if device_type(device) == "cpu" else GPU_CLASS
+    name = cost_class(device_class, engine, manifest.cost_model)
+    p = phases(terms(case.graph), manifest.cost_model[name], runs)
+    return {f: round(getattr(p, f), 6) for f in ("materialize_s", "oracle_s", "engine_s", "check_s")}
 
 
 def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None,

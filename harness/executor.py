@@ -17,7 +17,7 @@ from bundlegen.graph import BundleError, Case, Graph
 from bundlegen.manifest import Manifest
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.bundles import case_file, error_location
-from bundlegen.harness.case import predicted_seconds
+from bundlegen.harness.case import predicted_phases, predicted_seconds
 from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.workers.pool import worker_spec
 from bundlegen.harness.workers.worker import InProcessRunner, IsolatedRunner, WorkerSpec, wait_exits
@@ -110,7 +110,8 @@ class CaseExecutor:
             tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
             predicted_s=predicted_seconds(case, self.device, self.manifest, self.engine_name), wall_s=wall,
             oracle_s=outcome.oracle_s, materialize_s=outcome.materialize_s,
-            engine_s=outcome.engine_s, check_s=outcome.check_s, file=file, runs=outcome.runs)
+            engine_s=outcome.engine_s, check_s=outcome.check_s, file=file, runs=outcome.runs,
+            predicted_phases=predicted_phases(case, self.device, self.manifest, self.engine_name, outcome.runs))
 
     def bundle_error(self, error: BundleError) -> "CaseResult":
         from bundlegen.harness.results import CaseResult

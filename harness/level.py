@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 from bundlegen.harness import bundles as B
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.case import predicted_seconds
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
                                         longest_first, prepared_graphs, rerun_alone, run_spread)
 from bundlegen.harness.progress import Progress
@@ -237,7 +238,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             graphs = prepared_graphs(todo)
             prepare_problem = executor.prepare_graphs(graphs)
             prepared = time.perf_counter()
-            with R.ResultsWriter(results_path) as writer, Progress(progress, len(todo)) as advance:
+            predicted = {c.id: predicted_seconds(c, workers[0], manifest, executor.engine_name) or 0.0
+                         for c in todo} if progress else None
+            with R.ResultsWriter(results_path) as writer, \
+                    Progress(progress, len(todo), predicted, len(workers)) as advance:
                 def record(result) -> None:
                     nonlocal last_recorded
                     writer.write(result)
