@@ -93,6 +93,16 @@ COEFFICIENT_FIELDS = tuple(CostCoefficients.__dataclass_fields__)
 REQUIRED_FIELDS = COEFFICIENT_FIELDS[:6]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What the last calibration of a cost class measured (`bundlegen calibrate --write`):
+    per level, the cases the engine ran there, their summed wall seconds in `source` (each
+    case at its least over the runs given) and what the written coefficients predict for
+    those same cases; the dry-run report sets them beside the level's prediction."""
+    source: str                                          # the results files, as given to calibrate
+    levels: tuple[tuple[str, int, float, float], ...]    # (level, cases, measured s, predicted s)
+
+
 def cost_class(device_class: str, engine: str, model: Mapping[str, CostCoefficients]) -> str:
     """The class that prices `engine` on `device_class`: its own, else the device's."""
     own = f"{device_class}/{engine}"

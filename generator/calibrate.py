@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from bundlegen.cost import DEVICE_CLASSES, CostCoefficients, CostTerms, phases, seconds, terms
+from bundlegen.cost import DEVICE_CLASSES, CostCoefficients, CostTerms, Measured, phases, seconds, terms
 from bundlegen.graph import BundleError, Case, load_bundle
 from bundlegen.results_file import read_results, read_run_times, results_file, run_json_of
 
@@ -558,3 +558,44 @@ def write_coefficients(plan_path: Path | str, device_class: str, coeffs: CostCoe
     if out != original:
         path.write_bytes(out)
     return sorted(edits, key=lambda e: WRITTEN.index(e.field))
+
+
+# ----------------------------------------------------------------------------- what was measured
+def measured_of(rows: Sequence[LevelError], source: str) -> Measured:
+    return Measured(source=source, levels=tuple((r.level, r.cases, round(r.measured_s, 2), round(r.after_s, 2))
+                                                for r in rows if r.level != "total"))
+
+
+def measured_entry(device_class: str, measured: Measured, indent: int = 4) -> str:
+    """The COST_MEASURED entry as --write puts it into the plan."""
+    pad = " " * (indent + 4)
+    levels = f",\n{pad} ".join(f"({name!r}, {cases}, {seconds:g}, {predicted:g})"
+                              for name, cases, seconds, predicted in measured.levels)
+    return (" " * indent + f"{device_class!r}: Measured(\n{pad}{measured.source!r},\n"
+            f"{pad}({levels}{',' if len(measured.levels) == 1 else ''})),").replace("'", '"')
+
+
+def write_measured(plan_path: Path | str, device_class: str, measured: Measured) -> bool:
+    """Put COST_MEASURED[device_class] into the plan file (replacing the entry, or adding it
+    before the dict's closing brace); False where the plan has no COST_MEASURED dict."""
+    path = Path(plan_path)
+    data = path.read_bytes()
+    table = next((node.value for node in ast.parse(data).body if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "COST_MEASURED" for t in node.targets)), None)
+    if not isinstance(table, ast.Dict):
+        return False
+    text = measured_entry(device_class, measured).encode()
+    for key, value in zip(table.keys, table.values):
+        if isinstance(key, ast.Constant) and key.value == device_class:
+            line_start = _offset(data, key.lineno, 0)
+            end = _offset(data, value.end_lineno, value.end_col_offset)
+            end += 1 if data[end:end + 1] == b"," else 0
+            out = data[:line_start] + text + data[end:]
+            break
+    else:
+        close = _offset(data, table.end_lineno, table.end_col_offset) - 1
+        before = data[:close].rstrip()
+        comma = b"" if before.endswith((b",", b"{")) else b","
+        out = before + comma + b"\n" + text + b"\n" + data[close:]
+    path.write_bytes(out)
+    return True

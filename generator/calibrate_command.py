@@ -76,7 +76,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nCOST_MODEL entry ({Path(module.__file__).name}):")
     print(C.coefficient_block(device_class, new))
     if path is not None:
-        return write(path, device_class, new)
+        written = write(path, device_class, new)
+        rows = C.level_errors(samples, prior, new, [lv.name for lv in plan.levels])
+        if written == 0 and C.write_measured(path, device_class, C.measured_of(rows, " ".join(map(str, used)))):
+            print(f"  {path.name}: COST_MEASURED[{device_class!r}]: the measured seconds per level and their source")
+        return written
     return 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from bundlegen.plans.records import (
-    Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, Measured, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed,
     Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
@@ -1220,6 +1220,39 @@ COST_MODEL = {
                                         check_s=0.0014, overhead_s=0.00143, run_start_s=3.11,
                                         ordinary_runs=2, requested_runs=50),
 }
+# what each class's last calibration measured, per level (written by calibrate --write)
+COST_MEASURED = {
+    "h200": Measured(
+        "evidence/h200/triton-full-1.results.jsonl.gz evidence/h200/triton-full-2.results.jsonl.gz",
+        (("quick", 346, 4.48, 4.91),
+         ("pr", 1763, 40.04, 39),
+         ("nightly", 2411, 48.64, 47.28),
+         ("full", 85, 2.53, 2.43))),
+    "h200/torch-math": Measured(
+        "evidence/h200/torch-math-full-1.results.jsonl.gz evidence/h200/torch-math-full-2.results.jsonl.gz",
+        (("quick", 351, 5.86, 5.84),
+         ("pr", 1770, 54.36, 56.37),
+         ("nightly", 2413, 62.48, 60.85),
+         ("full", 85, 3.52, 3.24))),
+    "h200/torch-flash": Measured(
+        "evidence/h200/torch-flash-full-1.results.jsonl.gz evidence/h200/torch-flash-full-2.results.jsonl.gz",
+        (("quick", 249, 2.52, 2.37),
+         ("pr", 487, 10.17, 10.91),
+         ("nightly", 326, 6.2, 4.73),
+         ("full", 20, 1.12, 0.88))),
+    "h200/torch-efficient": Measured(
+        "evidence/h200/torch-efficient-full-1.results.jsonl.gz evidence/h200/torch-efficient-full-2.results.jsonl.gz",
+        (("quick", 243, 2.12, 2.14),
+         ("pr", 247, 6.36, 4.59),
+         ("nightly", 308, 4.76, 3.92),
+         ("full", 5, 0.65, 1.13))),
+    "h200/torch-cudnn": Measured(
+        "evidence/h200/torch-cudnn-full-1.results.jsonl.gz evidence/h200/torch-cudnn-full-2.results.jsonl.gz",
+        (("quick", 185, 5.14, 6.03),
+         ("pr", 506, 29.04, 25.91),
+         ("nightly", 273, 13.22, 14.15),
+         ("full", 20, 1.94, 1.72))),
+}
 CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph, "cpu") exceeds it
 
 # ============================================================================ tolerance
@@ -1297,7 +1330,7 @@ PLAN = Plan(
     name=PLAN_NAME, padded=PADDED, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
     distributions=DISTRIBUTIONS, dtypes=IO_DTYPES, gated=GATED,
-    levels=LEVELS, cost_model=COST_MODEL,
+    levels=LEVELS, cost_model=COST_MODEL, cost_measured=COST_MEASURED,
     tolerance_classes=TOLERANCE_CLASSES, tolerance_rule=tolerance_class_for,
     min_claim_margin=MIN_CLAIM_MARGIN, cpu_case_limit_s=CPU_CASE_LIMIT_S, ragged=RAGGED,
     peers=PEERS,
