@@ -233,12 +233,18 @@ def test_write_edits_only_the_numbers_of_one_entry(tmp_path):
     assert path.read_text() == after
 
 
-def test_write_adds_an_entry_or_fields_the_plan_lacks(tmp_path):
-    path = tmp_path / "plan.py"
-    text = ("from bundlegen.plans.records import CostCoefficients\nCOST_MODEL = {\n"
-            '    "h200": CostCoefficients(engine_flops_per_s=1e12, oracle_flops_per_s=1e12,\n'
+def small_plan(path: Path, engine_rate: str) -> str:
+    """A plan file whose COST_MODEL has one h200 entry of the first four fields."""
+    text = ("from bundlegen.plans.records import CostCoefficients\nRATE = 1e12\nCOST_MODEL = {\n"
+            f'    "h200": CostCoefficients(engine_flops_per_s={engine_rate}, oracle_flops_per_s=1e12,\n'
             "                             bytes_per_s=1e9, overhead_s=0.01),\n}\n")
     path.write_text(text)
+    return text
+
+
+def test_write_adds_an_entry_or_fields_the_plan_lacks(tmp_path):
+    path = tmp_path / "plan.py"
+    small_plan(path, "1e12")
     edits = C.write_coefficients(path, "h200", TRUE_H200)
     assert {e.field for e in edits if e.old == "absent"} == set(C.WRITTEN) - {
         "engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s"}
@@ -251,10 +257,7 @@ def test_write_adds_an_entry_or_fields_the_plan_lacks(tmp_path):
 
 def test_write_refuses_an_entry_it_cannot_edit(tmp_path):
     path = tmp_path / "plan.py"
-    text = ("from bundlegen.plans.records import CostCoefficients\nRATE = 1e12\nCOST_MODEL = {\n"
-            '    "h200": CostCoefficients(engine_flops_per_s=2 * RATE, oracle_flops_per_s=1e12,\n'
-            "                             bytes_per_s=1e9, overhead_s=0.01),\n}\n")
-    path.write_text(text)
+    small_plan(path, "2 * RATE")
     with pytest.raises(C.CalibrationError, match="engine_flops_per_s is not a number literal"):
         C.write_coefficients(path, "h200", TRUE_H200)
     path.write_text("COST_MODEL = dict(h200=None)\n")
