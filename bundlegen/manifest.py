@@ -58,6 +58,7 @@ EXTENDS_KEYS = ("plan", "digest", "removed")
 #: case is predicted past every limit and skipped, so a run would go green having run none
 RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "check_bytes_per_s")
 MIN_RATE_PER_S = 1e3
+RUN_FIELDS = ("ordinary_runs", "requested_runs")   # DeterminismRuns: whole numbers
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,11 @@ def _cost_model(r: "_Fields", top: dict) -> dict[str, CostCoefficients]:
             if f in numbers and numbers[f] < MIN_RATE_PER_S:
                 raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r} per second is below the floor of "
                             f"{MIN_RATE_PER_S:g}: every case would be predicted past its limits and skipped")
+        for f in RUN_FIELDS:
+            if f in numbers:
+                if numbers[f] != int(numbers[f]) or numbers[f] < 1:
+                    raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r}: expected a whole number of runs, 1 or more")
+                numbers[f] = int(numbers[f])
         out[name] = CostCoefficients(**numbers)
     return out
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from bundlegen.cost import cost_class
 from bundlegen.workspace import Workspace, WorkspaceError, default_bundle_root, find_workspace, require_workspace
 from bundlegen.generator import calibrate as C
+from bundlegen.generator import calibrate_write as W
 from bundlegen.generator.command import BUILTIN_PLAN, plan_module
 from bundlegen.generator.errors import PlanError
 
@@ -74,11 +75,11 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(fit_report(device_class, samples, prior, new, result, starts, [lv.name for lv in plan.levels],
                                len(used))))
     print(f"\nCOST_MODEL entry ({Path(module.__file__).name}):")
-    print(C.coefficient_block(device_class, new))
+    print(W.coefficient_block(device_class, new))
     if path is not None:
         written = write(path, device_class, new)
         rows = C.level_errors(samples, prior, new, [lv.name for lv in plan.levels])
-        if written == 0 and C.write_measured(path, device_class, C.measured_of(rows, " ".join(map(str, used)))):
+        if written == 0 and W.write_measured(path, device_class, W.measured_of(rows, " ".join(map(str, used)))):
             print(f"  {path.name}: COST_MEASURED[{device_class!r}]: the measured seconds per level and their source")
         return written
     return 0
@@ -86,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
 
 def write(path: Path, device_class: str, new) -> int:
     try:
-        edits = C.write_coefficients(path, device_class, new)
+        edits = W.write_coefficients(path, device_class, new)
     except C.CalibrationError as exc:
         print(f"calibrate: cannot write {path}: {exc}")
         return 2
@@ -109,7 +110,7 @@ def fit_report(device_class: str, samples: C.SampleSet, prior, new, result: C.Fi
            "(bundlegen.cost), each level weighted the same"]
     for name in (*C.FITTED, "ordinary_runs", "requested_runs"):
         note = "   (kept: the data does not resolve it)" if name in result.kept else ""
-        out.append(f"  {name:20s} {C.literal(name, prior):>10s} -> {C.literal(name, new):>10s}{note}")
+        out.append(f"  {name:20s} {W.literal(name, prior):>10s} -> {W.literal(name, new):>10s}{note}")
     if samples.probes:
         mean = sum(p.wall_s for p in samples.probes) / len(samples.probes)
         out.append(f"  probe_s              {C.format_number(prior.probe_s):>10s}    "

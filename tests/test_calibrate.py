@@ -18,6 +18,7 @@ import torch
 
 from bundlegen.cost import CostCoefficients, phases, seconds, terms
 from bundlegen.generator import calibrate as C
+from bundlegen.generator import calibrate_write as W
 from bundlegen.generator import calibrate_command
 from bundlegen.plans.sdpa_bwd import COST_MODEL, LEVELS, PLAN_NAME
 from bundlegen.workspace import builtin_bundle_root
@@ -215,7 +216,7 @@ def test_write_edits_only_the_numbers_of_one_entry(tmp_path):
     original = load_cost_model(path)
 
     measured = replace(TRUE_H200, run_start_s=4.25)
-    edits = C.write_coefficients(path, device_class, measured)
+    edits = W.write_coefficients(path, device_class, measured)
     after = path.read_text()
     assert [e.field for e in edits] == list(C.WRITTEN)
     assert load_cost_model(path)[device_class] == replace(measured, probe_s=original[device_class].probe_s)
@@ -229,7 +230,7 @@ def test_write_edits_only_the_numbers_of_one_entry(tmp_path):
         restored = restored.replace(f"{e.field}={e.new}", f"{e.field}={e.old}", 1)
     assert restored == before
 
-    assert all(e.old == e.new for e in C.write_coefficients(path, device_class, measured))
+    assert all(e.old == e.new for e in W.write_coefficients(path, device_class, measured))
     assert path.read_text() == after
 
 
@@ -245,10 +246,10 @@ def small_plan(path: Path, engine_rate: str) -> str:
 def test_write_adds_an_entry_or_fields_the_plan_lacks(tmp_path):
     path = tmp_path / "plan.py"
     small_plan(path, "1e12")
-    edits = C.write_coefficients(path, "h200", TRUE_H200)
+    edits = W.write_coefficients(path, "h200", TRUE_H200)
     assert {e.field for e in edits if e.old == "absent"} == set(C.WRITTEN) - {
         "engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s"}
-    C.write_coefficients(path, "cpu/torch-math", replace(TRUE_H200, ordinary_runs=2, requested_runs=3))
+    W.write_coefficients(path, "cpu/torch-math", replace(TRUE_H200, ordinary_runs=2, requested_runs=3))
     model = load_cost_model(path)
     assert model["h200"] == TRUE_H200
     assert model["cpu/torch-math"] == replace(TRUE_H200, ordinary_runs=2, requested_runs=3)
@@ -259,10 +260,10 @@ def test_write_refuses_an_entry_it_cannot_edit(tmp_path):
     path = tmp_path / "plan.py"
     small_plan(path, "2 * RATE")
     with pytest.raises(C.CalibrationError, match="engine_flops_per_s is not a number literal"):
-        C.write_coefficients(path, "h200", TRUE_H200)
+        W.write_coefficients(path, "h200", TRUE_H200)
     path.write_text("COST_MODEL = dict(h200=None)\n")
     with pytest.raises(C.CalibrationError, match="COST_MODEL is not a dict literal"):
-        C.write_coefficients(path, "cpu", TRUE_H200)
+        W.write_coefficients(path, "cpu", TRUE_H200)
     assert path.read_text() == "COST_MODEL = dict(h200=None)\n"
 
 
@@ -297,7 +298,7 @@ def test_command_prints_per_level_error_and_writes_the_plan(tmp_path, capsys, mo
         assert row.split()[-1] == "+0.0%", row     # fitted prediction matches exactly
     assert "target: every level within 25% of measured: met" in out
     # no run.json here: the run start is kept
-    assert C.coefficient_block("h200", replace(TRUE_H200, run_start_s=COST_MODEL["h200"].run_start_s)) in out
+    assert W.coefficient_block("h200", replace(TRUE_H200, run_start_s=COST_MODEL["h200"].run_start_s)) in out
     assert load_cost_model(path)["h200"].engine_flops_per_s == TRUE_H200.engine_flops_per_s
 
 
