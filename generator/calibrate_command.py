@@ -1,7 +1,9 @@
-"""`bundlegen calibrate RESULTS... [--device-class h200|cpu] [--plan MODULE] [--write]`:
-fit the cost model's coefficients to measured case times, print the per-level prediction
-error and the new COST_MODEL entry; `--write` puts its numbers into the plan's file (then
-run `bundlegen generate`: the predictions, and so the level of each case, may change).
+"""`bundlegen calibrate RESULTS... [--device-class CLASS] [--plan MODULE] [--write]`:
+fit one cost class's coefficients (h200, cpu, or an engine's such as h200/torch-cudnn) to
+the measured phases of the cases, print the fit (per level predicted and measured, per
+phase, the worst cases) and the new COST_MODEL entry; `--write` puts its numbers and what
+was measured into the plan's file (then run `bundlegen generate`: the predictions, and so
+the level of each case, may change).
 
 The plan is the workspace's (its only one, or `--plan`; outside a workspace the built-in
 plan). `--write` edits only a plan file that lies inside the current workspace."""
