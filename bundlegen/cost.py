@@ -75,6 +75,7 @@ class CostCoefficients:
                                  # prepare on a warm cache, reports (run.json outside_cases_s)
     tile_s: float = 0.0          # per tile pair of one engine run
     launch_s: float = 0.0        # per kernel launch of one engine run
+    program_s: float = 0.0       # per program (a query or key block of a head) of one run
     oracle_s: float = 0.0        # fixed oracle time per case
     materialize_s: float = 0.0   # fixed materialize time per case
     rerun_s: float = 0.0         # per re-run beyond the engine's own: reset, guards, compare
@@ -118,6 +119,7 @@ class CostTerms:
     tiles: int = 0          # one engine run's tile pairs over its passes
     launches: int = 3       # one engine run's kernels
     requested: bool = False  # the graph asks for a deterministic backward
+    programs: int = 0       # one engine run's programs: per head, its query and key blocks
 
 
 @dataclass(frozen=True)
@@ -185,8 +187,9 @@ def terms(graph: Graph) -> CostTerms:
     logical = (2 * q_like * g.D_qk + 2 * q_like * g.D_v + q_like            # q, dq, o, do, stats
                + 2 * kv_rows * (g.H_k * g.D_qk + g.H_v * g.D_v))            # k, dk, v, dv
     oracle_bytes = FLOAT64 * (2 * logical + 3 * g.H_q * min(g.S_q, ORACLE_ROW_CHUNK) * g.S_kv)
+    programs = g.H_q * sum(blocks(q) + blocks(kv) for q, kv in sequence_lengths(g))
     return CostTerms(engine, oracle, io, oracle_bytes, tiles(g), passes(g)[1],
-                     bool(g.attributes.deterministic_algorithm))
+                     bool(g.attributes.deterministic_algorithm), programs)
 
 
 def runs_of(t: CostTerms, k: CostCoefficients) -> int:
@@ -196,7 +199,8 @@ def runs_of(t: CostTerms, k: CostCoefficients) -> int:
 def phases(t: CostTerms, k: CostCoefficients, runs: int | None = None) -> Phases:
     """The predicted seconds of each phase; `runs`: the engine runs (default: the class's)."""
     runs = runs_of(t, k) if runs is None else runs
-    engine = t.engine_flops / k.engine_flops_per_s + t.tiles * k.tile_s + t.launches * k.launch_s
+    engine = (t.engine_flops / k.engine_flops_per_s + t.tiles * k.tile_s + t.launches * k.launch_s
+              + t.programs * k.program_s)
     return Phases(materialize_s=t.io_bytes / k.bytes_per_s + k.materialize_s,
                   oracle_s=t.oracle_flops / k.oracle_flops_per_s + k.oracle_s,
                   engine_s=engine, check_s=((runs - 1) * (engine + k.rerun_s) + k.check_s

@@ -50,7 +50,7 @@ PHASES = ("materialize_s", "oracle_s", "engine_s", "check_s")
 PHASE_FIELDS = {
     "materialize_s": (("bytes_per_s",), ("materialize_s",)),
     "oracle_s": (("oracle_flops_per_s",), ("oracle_s",)),
-    "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s")),
+    "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s", "program_s")),
     "check_s": (("check_bytes_per_s",), ("rerun_s", "check_s")),
 }
 FITTED = tuple(f for rates, times in PHASE_FIELDS.values() for f in (*rates, *times)) + ("overhead_s",)
@@ -293,7 +293,7 @@ def phase_columns(phase: str, s: Sample, runs: int, engine_one: float) -> tuple[
     if phase == "oracle_s":
         return [float(t.oracle_flops), 1.0], y
     if phase == "engine_s":
-        return [float(t.engine_flops), float(t.tiles), float(t.launches)], y
+        return [float(t.engine_flops), float(t.tiles), float(t.launches), float(t.programs)], y
     return [float(runs * t.io_bytes), float(runs - 1), 1.0], y - (runs - 1) * engine_one
 
 

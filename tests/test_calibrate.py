@@ -139,7 +139,9 @@ def test_recalibrating_from_a_recorded_results_file_reports_the_fit(capsys):
     assert set(rows) == {"quick", "pr", "nightly", "full", "total"}
     for level, row in rows.items():
         measured, fitted, error = float(row[2]), float(row[5]), float(row[6].rstrip("%")) / 100
-        assert measured > 0 and error == pytest.approx((fitted - measured) / measured, abs=0.002)
+        # both sums are printed to 0.01 s, the error to 0.1 %
+        assert measured > 0 and error == pytest.approx((fitted - measured) / measured,
+                                                       abs=0.01 / measured + 0.001)
         assert abs(error) <= C.TARGET_ERROR, row
     assert "target: every level within 25% of measured: met" in out
     spread = next(line for line in out.splitlines() if line.startswith("per executed case"))
