@@ -10,13 +10,15 @@ Per case (CostTerms holds the features, Phases the predicted seconds):
     materialize = io_bytes / bytes_per_s + materialize_s
     oracle      = oracle_flops / oracle_flops_per_s + oracle_s     (every reference it computes)
     engine      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
+                  + programs x program_s
     check       = (runs - 1) x (engine + rerun_s) + check_s        (runs: DeterminismRuns)
                   + runs x io_bytes / check_bytes_per_s          (guards and outputs, per run)
     wall        = the four + overhead_s                            (the worker's round trip)
 
 `tiles` counts the (query block, key block) pairs one engine run visits over all its passes
 (dK/dV, dQ, and the dBias and dSinks reductions), the cost of a kernel that runs one
-program at a time in the interpreter; `launches` the kernels a run launches.
+program at a time in the interpreter; `launches` the kernels a run launches; `programs` the
+query and key blocks of every head (the interpreter's per-program set-up).
 Cost.flops is engine + oracle FLOPs; Cost.bytes is the case's peak footprint (io storages
 in their dtypes plus the oracle's float64 tensors), which the level ceilings limit.
 """

@@ -10,6 +10,7 @@ its level's cases / its level's measured total of that phase):
     materialize_s = io_bytes / bytes_per_s + materialize_s
     oracle_s      = oracle_flops / oracle_flops_per_s + oracle_s
     engine_s      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
+                    + programs x program_s
     check_s - (runs - 1) x fitted engine = runs x io_bytes / check_bytes_per_s
                                            + (runs - 1) x rerun_s + check_s
     wall_s - the four measured phases    = overhead_s
