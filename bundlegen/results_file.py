@@ -102,6 +102,18 @@ class RunTimes:
         return {**asdict(self), "outside_cases_s": self.outside_cases_s}
 
 
+def run_json_of(results: Path | str) -> Path:
+    """The run.json that belongs to a results file: `run.json` beside `results.jsonl[.gz]`
+    (a run directory), else `<name>.run.json` beside `<name>.results.jsonl[.gz]`."""
+    path = results_file(results)
+    if path.name.startswith(RESULTS_NAME):
+        return path.with_name(RUN_NAME)
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".results"):
+        name = name.removesuffix(suffix)
+    return path.with_name(f"{name}.{RUN_NAME}")
+
+
 def read_run_times(path: Path | str) -> RunTimes | None:
     """run.json of a run directory (or the file itself); None when absent or unreadable."""
     path = Path(path)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file
+from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file, run_json_of  # noqa: F401 (re-exported)
 from bundlegen.claims.store import UNKNOWN, VERSION_KEYS, ArchEvidence, ClaimSet, RunSource
 from bundlegen.harness.verdicts import CLAIM_BROKEN, DECLINED, PASS, SKIPPED
 
@@ -374,18 +374,6 @@ def sha256_of(path: Path | str) -> str:
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def run_json_of(results: Path | str) -> Path:
-    """The run.json that belongs to a results file: `run.json` beside `results.jsonl[.gz]`
-    (a run directory), else `<name>.run.json` beside `<name>.results.jsonl[.gz]`."""
-    path = results_file(results)
-    if path.name.startswith(RESULTS_NAME):
-        return path.with_name(RUN_NAME)
-    name = path.name
-    for suffix in (".gz", ".jsonl", ".results"):
-        name = name.removesuffix(suffix)
-    return path.with_name(f"{name}.{RUN_NAME}")
 
 
 def run_order(results: Path | str) -> tuple[str, ...]:

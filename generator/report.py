@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bundlegen import cost as cost_model
 from bundlegen.cost import size_text
 from bundlegen.generator.pass_report import later_value_lines
 from bundlegen.generator import peer_coverage
@@ -17,6 +18,32 @@ def _ragged_cell(cases, proof) -> str:
     """A level's own ragged cases and the ragged space's coverage proof at that level."""
     n = sum(1 for c in cases if c.graph.ragged is not None)
     return f"{n}, {SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
+
+
+def cost_class_lines(g: GeneratedPlan) -> list[str]:
+    """Per cost class and level: the level's own cases predicted with the class (as if its
+    engine ran them all), and what the class's last calibration measured (plan.cost_measured):
+    the cases its engine ran there, their measured seconds and their prediction."""
+    plan = g.plan
+    out = ["Cost classes (seconds of each level's own cases predicted with the class; the last "
+           "calibration's cases, measured (each at its least over the runs) and predicted)"]
+    rows = []
+    terms = {c.id: cost_model.terms(c.graph) for c in g.cases}
+    for name in sorted(plan.cost_model):
+        measured = plan.cost_measured.get(name)
+        seen = {row[0]: row[1:] for row in measured.levels} if measured else {}
+        for level in plan.levels:
+            predicted = sum(cost_model.predict_terms(terms[c.id], name, plan.cost_model,
+                                                     probe=c.purpose == "probe").predicted_s
+                            for c in g.only_level(level.name))
+            cases, last, there = seen.get(level.name, ("-", None, None))
+            error = f"{(there - last) / last:+.0%}" if last else ""
+            rows.append([name, level.name, f"{predicted:.1f}", cases, "-" if last is None else f"{last:.1f}",
+                         "-" if there is None else f"{there:.1f}", error])
+        out.append(f"  {name}: " + (f"measured from {measured.source}" if measured else "not measured yet"))
+    out += ["  " + line for line in _table(["class", "level", "predicted s", "measured cases", "measured s",
+                                            "their predicted s", "error"], rows)]
+    return out
 
 
 def render(g: GeneratedPlan, written: bool = True) -> str:
@@ -53,6 +80,7 @@ def _render(g: GeneratedPlan, written: bool) -> str:
                    "budget s (usable)", "status", "ceiling/case", "coverage"]
                   + (["ragged: cases, coverage"] if ragged_proofs else []), rows)
     out.append(cpu_line(whole))
+    out += cost_class_lines(g)
     out.append("")
     out.append("Groups per level")
     for level in plan.levels:

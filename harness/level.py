@@ -14,6 +14,8 @@ from bundlegen.harness import bundles as B
 from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.config import EngineConfig, checked_for_run
+from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.case import predicted_seconds
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
                                         longest_first, prepared_graphs, rerun_alone, run_spread)
 from bundlegen.harness.progress import Progress
@@ -250,7 +252,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             graphs = prepared_graphs(todo)
             prepare_problem = executor.prepare_graphs(graphs)
             prepared = time.perf_counter()
-            with R.ResultsWriter(results_path) as writer, Progress(progress, len(todo)) as advance:
+            predicted = {c.id: predicted_seconds(c, workers[0], manifest, executor.engine_name) or 0.0
+                         for c in todo} if progress else None
+            with R.ResultsWriter(results_path) as writer, \
+                    Progress(progress, len(todo), predicted, len(workers)) as advance:
                 def record(result) -> None:
                     nonlocal last_recorded
                     writer.write(result)
@@ -275,7 +280,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         ran += 1
                     joining = JoiningWorker(executor, starting, graphs if prepare_problem is None else [],
                                             skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
-                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest)
+                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest, executor.engine_name)
                     held = run_spread(executors, per_device, order,
                                       count, advance, hold_crashes=mps, join=joining,
                                       # a served worker is the server's to keep

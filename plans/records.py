@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
-from bundlegen.cost import CostCoefficients
+from bundlegen.cost import CostCoefficients, Measured
 from bundlegen.tolerance import Tolerance
 
 LEVEL_NAMES = ("quick", "pr", "nightly", "full")
@@ -495,6 +495,9 @@ class Plan:
     dropout_masks: Mapping[str, str | None] = field(default_factory=lambda: {"full": "full"})
     #: ALiBi slopes port forms (bundlegen.graph.ALIBI_SLOPES_DIMS; None: no slopes)
     alibi_slopes: Mapping[str, str | None] = field(default_factory=lambda: {"off": None})
+    #: cost class -> what its last calibration measured per level (the dry-run report's
+    #: "last measured" column; written by `bundlegen calibrate --write`)
+    cost_measured: Mapping[str, Measured] = field(default_factory=dict)
 
     def space(self, storage: str) -> Space:
         """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""

@@ -288,3 +288,24 @@ def test_write_refuses_a_fifo_and_a_symlink_out_of_the_root_and_writes_atomicall
     os.mkfifo(toml)
     with pytest.raises(UnsafeWrite, match="a FIFO, not a regular file"):
         write.write(generated, root)
+
+
+def test_report_sets_each_cost_class_beside_its_last_measurement(generated):
+    """Per cost class and level: the level's prediction, and the last calibration's cases,
+    measured and predicted seconds from plan.cost_measured, with its source."""
+    from bundlegen.cost import predict
+
+    lines = report.render(generated).splitlines()
+    plan = generated.plan
+    for name, measured in plan.cost_measured.items():
+        assert f"  {name}: measured from {measured.source}" in lines
+        for level, cases, seconds, there in measured.levels:
+            row = next(line.split() for line in lines if line.split()[:2] == [name, level])
+            own = generated.only_level(level)
+            predicted = sum(predict(c.graph, name, plan.cost_model, probe=c.purpose == "probe").predicted_s
+                            for c in own)
+            assert float(row[2]) == pytest.approx(predicted, abs=0.06)
+            assert row[3:6] == [str(cases), f"{seconds:.1f}", f"{there:.1f}"]
+            assert row[6] == f"{(there - seconds) / seconds:+.0%}"
+    unmeasured = sorted(set(plan.cost_model) - set(plan.cost_measured))
+    assert all(f"  {name}: not measured yet" in lines for name in unmeasured)

@@ -77,6 +77,9 @@ def kernels_module(name: str = KERNELS):
             importlib.reload(part)
         kernels = importlib.reload(kernels)
     assert isinstance(kernels.bwd_dq, InterpretedFunction) == interpret_enabled()
+    if interpret_enabled():
+        from bundlegen.engines.triton import interpreter_patch
+        interpreter_patch.install()
     return kernels
 
 
