@@ -215,7 +215,8 @@ def _status_text(result) -> str:
         k = result.kill
         share = ""
         if len(result.kills) > 1 or result.exercised > 1:   # every case run (--all-kills)
-            share = f"; killed by {len(result.kills)} of the {result.exercised} cases it ran ({result.kill_fraction:.0%})"
+            share = (f"; killed by {result.exercised_kills} of the {result.exercised} cases meeting its "
+                     f"condition ({result.kill_fraction:.0%})")
         return f"killed by {k.where} ({k.verdict}) after {result.cases_run} case(s), {result.wall_s:.1f} s{share}"
     return f"{result.status}{': ' + result.note if result.note else ''} ({result.cases_run} case(s))"
 
@@ -255,7 +256,7 @@ def matrix_table(matrix, manifest=None):
             escape(_short(k.detail, 70)) if k else "",
             str(r.cases_run), f"{r.wall_s:.1f}",
             *(() if matrix.first_kill_only else
-              (f"{len(r.kills)} / {r.exercised}" + (f" ({r.kill_fraction:.0%})" if r.exercised else ""),)))
+              (f"{r.exercised_kills} / {r.exercised}" + (f" ({r.kill_fraction:.0%})" if r.exercised else ""),)))
     return table
 
 

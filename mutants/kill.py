@@ -87,9 +87,11 @@ class MutantResult:
     wall_s: float = 0.0
     note: str = ""                       # why n/a or broken
     baseline_failures: tuple[str, ...] = ()   # killing cases the correct engine fails too
-    #: the cases the mutant engine ran and the harness judged (passed or killed); with every
-    #: case run (not first_kill_only), the kill fraction is len(kills) / exercised
+    #: the cases meeting the mutant's condition that the harness judged (passed or killed),
+    #: and how many of them killed it: with every case run (not first_kill_only), the kill
+    #: fraction is exercised_kills / exercised
     exercised: int = 0
+    exercised_kills: int = 0
 
     @property
     def kill(self) -> Kill | None:
@@ -98,7 +100,7 @@ class MutantResult:
     @property
     def kill_fraction(self) -> float | None:
         """The share of the exercised cases that killed it (with every case run)."""
-        return len(self.kills) / self.exercised if self.exercised else None
+        return self.exercised_kills / self.exercised if self.exercised else None
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "defect_class": self.defect_class,
@@ -106,7 +108,7 @@ class MutantResult:
                 "kills": [k.to_json() for k in self.kills], "cases_run": self.cases_run,
                 "wall_s": round(self.wall_s, 3), "note": self.note,
                 "baseline_failures": list(self.baseline_failures), "exercised": self.exercised,
-                "kill_fraction": self.kill_fraction}
+                "exercised_kills": self.exercised_kills, "kill_fraction": self.kill_fraction}
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                       wall_s=time.perf_counter() - start)
     found: list[Kill] = []
     ignored: list[str] = []
-    run = exercised = 0
+    run = exercised = exercised_kills = 0
     try:
         for case in order_cases(cases, baseline.device, mutant.prefer):
             if on_case is not None:
@@ -237,6 +239,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                 ignored.append(case.id)
                 continue
             exercised += meets
+            exercised_kills += meets
             found.append(Kill(case.id, case.level, case.group, case.purpose, tuple(case.items),
                               record.verdict, record.detail))
             if first_kill_only:
@@ -245,7 +248,7 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
         executor.close()
     return result(KILLED if found else SURVIVED, kills=tuple(found), cases_run=run,
                   wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored),
-                  exercised=exercised)
+                  exercised=exercised, exercised_kills=exercised_kills)
 
 
 # ----------------------------------------------------------------------------- the matrix

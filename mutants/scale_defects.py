@@ -30,7 +30,8 @@ def scaled_part(graph: Graph, port: str, t: torch.Tensor, part: str) -> torch.Te
         return t.select(0, t.shape[0] // 2)
     cu = graph.ragged.cu_seqlens_q if port == "dq" else graph.ragged.cu_seqlens_kv
     b = (len(cu) - 1) // 2
-    return t[cu[b]:cu[b + 1]]
+    start, end = (min(max(0, x), t.shape[0]) for x in (cu[b], cu[b + 1]))   # a probe's offsets may be bad
+    return t[start:max(start, end)]
 
 
 def has_several_sequences(graph: Graph) -> bool:
