@@ -99,9 +99,10 @@ def _known_engine(engine: str) -> Path:
     return directory
 
 
-def read_engine_toml(path: Path, engine: str | None) -> str:
+def read_engine_toml(path: Path, engine: str | None, ours: bool = True) -> str:
     """The file's text, exactly (line endings kept); BadInput when it is missing, not TOML,
-    or names another engine than `engine`."""
+    names another engine than `engine`, or (`ours`: an engine TOML `bundlegen run` reads,
+    not another harness's) holds a key `bundlegen run` refuses."""
     try:
         text = safe_read.read_bytes(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -110,7 +111,7 @@ def read_engine_toml(path: Path, engine: str | None) -> str:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{path}: not valid TOML: {exc}") from None
-    unknown = unknown_key(doc)
+    unknown = unknown_key(doc) if ours else None
     if unknown:
         raise BadInput(f"{path}: {unknown}; `bundlegen run` refuses such an engine TOML, so nothing is written")
     named = doc.get("meta", {}).get("name") if isinstance(doc.get("meta"), dict) else None

@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.engine_toml is None:
             raise ExportError("--format hipdnn needs --engine-toml PATH (the hipDNN engine TOML)")
-        text = core.read_engine_toml(args.engine_toml, None)
+        text = core.read_engine_toml(args.engine_toml, None, ours=False)   # hipDNN's own format
         root = args.bundles if args.bundles is not None else default_bundle_root()
         cases, plan, levels = load_cases(root, None, args.plan)
         export = build_export(cases, plan, levels, "-")

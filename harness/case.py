@@ -360,9 +360,10 @@ def pending_slices(m, outputs, reference, tol):
     """The statistical judge's pending terms (harness/statistical.py), or None for a case
     it does not judge: a device probe (no io-precision reference; its verdict is about
     containment) or numbers without k (a hand-made Tolerance, never a plan's class)."""
-    from bundlegen.harness import materialize as M, statistical   # torch: see the top of this module
+    from bundlegen.harness import statistical   # torch: see the top of this module
+    from bundlegen.harness.io_reference import judged_honest
 
-    honest = M.judged_honest(m)
+    honest = judged_honest(m)
     if honest is None or tol.k is None:
         return None
     return statistical.PendingSlices(outputs, reference, honest, m.sequence_rows, tol)

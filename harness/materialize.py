@@ -43,6 +43,7 @@ from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OUTPUT_PORTS, Case, Graph,
                              TensorSpec)
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
+from bundlegen.harness.io_reference import io_reference
 from bundlegen.harness.checks import bit_pattern, read_flags, set_ports
 from bundlegen.harness.distributions import (do_from_o, draw_inputs, draw_modifiers, generated_shape,
                                              needs_o)
@@ -89,8 +90,7 @@ class Materialized:
     #: the io-precision reference (oracle.io_precision; docs/DESIGN.md), each output in its
     #: port's dtype, on the oracle device; None for a device probe (judged by its bound only)
     io_reference: oracle.Backward | None = None
-    #: the part of oracle_s the io-precision reference took
-    io_reference_s: float = 0.0
+    io_reference_s: float = 0.0              # the part of oracle_s the io-precision reference took
     #: a ragged graph's slices: output port -> the judged rows of each sequence (they are
     #: back to back in judged_rows), for the statistical judge's sequence x head slices
     sequence_rows: Mapping[str, tuple[int, ...]] | None = None
@@ -448,28 +448,6 @@ def materialize(case: Case, device: torch.device | str,
         io_reference=io_ref, io_reference_s=io_clock.seconds(), sequence_rows=sequence_rows)
 
 
-def io_reference(graph: Graph, inputs: tuple, engine_forward: oracle.Forward, mods: oracle.Modifiers,
-                 seqs, max_block_elems: int | None) -> oracle.Backward:
-    """The io-precision reference of the case (oracle.io_precision) from the inputs, O and
-    LSE as an engine reads them, each output rounded to its port's dtype as an engine
-    writes it. float32 products stay IEEE float32 (no TF32) while it runs."""
-    q, k, v, do = inputs
-    precision = oracle.io_precision(TORCH_DTYPES[graph.dtype])
-    matmul_precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        if seqs is None:
-            ref = oracle.backward(q, k, v, do, graph.attributes, engine_forward, modifiers=mods,
-                                  max_block_elems=max_block_elems, precision=precision)
-        else:
-            ref = oracle_ragged.backward(q, k, v, do, graph.attributes, engine_forward, seqs, modifiers=mods,
-                                         max_block_elems=max_block_elems, precision=precision)
-    finally:
-        torch.set_float32_matmul_precision(matmul_precision)
-    specs = graph.tensors
-    return oracle.Backward(**{port: ref.gradient(port).to(TORCH_DTYPES[specs[port].dtype])
-                              for port in graph.output_ports})
-
 
 #: the input ports of each side of a ragged graph (stats, o, do: the query side)
 _SIDE_INPUTS = {"q": ("q", "o", "do", "stats"), "kv": ("k", "v")}
@@ -539,17 +517,6 @@ def judged_outputs(m: Materialized) -> tuple[dict[str, torch.Tensor], oracle.Bac
     for name in oracle.MODIFIER_FIELDS:   # dBias (padded layout) and dSinks: judged whole
         ref[name] = getattr(m.reference, name)
     return outputs, oracle.Backward(**ref)
-
-
-def judged_honest(m: Materialized) -> oracle.Backward | None:
-    """The io-precision reference over the judged rows (as judged_outputs cuts the oracle's),
-    or None when the case has none."""
-    honest = m.io_reference
-    if honest is None or m.judged_rows is None:
-        return honest
-    return oracle.Backward(**{port: honest.gradient(port).index_select(0, m.judged_rows[port])
-                              if port in OUTPUT_PORTS else honest.gradient(port)
-                              for port in m.case.graph.output_ports})
 
 
 # ----------------------------------------------------------------------------- checks

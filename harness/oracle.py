@@ -83,11 +83,9 @@ NO_MODIFIERS = Modifiers()
 
 @dataclass(frozen=True)
 class Precision:
-    """How `backward` computes. The oracle: float64 throughout, with the magnitudes the
-    worst-case bound needs. The io-precision reference (`io_precision`): what a correct
-    kernel in the graph's io dtype computes (docs/DESIGN.md, "The io-precision reference"):
-    float32 arithmetic and accumulation, P (after dropout's scaling) and dS rounded to the
-    io dtype before the products that consume them, no magnitudes."""
+    """How `backward` computes: the oracle's float64 with the magnitudes the bound needs, or
+    the io-precision reference (`io_precision`; docs/DESIGN.md): fp32 arithmetic, P (after
+    dropout's scaling) and dS rounded to the io dtype before their products, no magnitudes."""
     compute: torch.dtype
     rounds_to: torch.dtype | None = None
     magnitudes: bool = True
@@ -224,11 +222,6 @@ def default_block_elems(device: torch.device) -> int:
 
 
 # ----------------------------------------------------------------------------- block math
-def _f64(t: torch.Tensor) -> torch.Tensor:
-    """t in float64 (a view when it already is)."""
-    return t if t.dtype == F64 else t.to(F64)
-
-
 def _per_q_head(t: torch.Tensor, H_q: int, dtype: torch.dtype = F64) -> torch.Tensor:
     """A k or v tensor [B, H, S, D] as `dtype` [B, H_q, S, D]: q head h sees head
     h // (H_q // H)."""
@@ -412,7 +405,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     H_v, D_v = v.shape[1], v.shape[3]
     device = q.device
     budget = max_block_elems or default_block_elems(device)
-    q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
+    q64, k64, v64 = q.to(F64), _per_q_head(k, H_q), _per_q_head(v, H_q)
     dropped = _DroppedMask(S_q, S_kv, attrs, device)
     score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)
     keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
@@ -438,7 +431,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
             o[rows] = torch.matmul(p, v64[kv])
             lse[rows] = row_lse
     if modifiers.sinks is not None:   # the sink joins every row's denominator, keys or none
-        sink = _f64(modifiers.sinks.to(device)).view(1, H_q, 1)
+        sink = modifiers.sinks.to(device=device, dtype=F64).view(1, H_q, 1)
         with_sink = torch.logaddexp(lse, sink)
         o = o * torch.exp(lse - with_sink).unsqueeze(-1)   # 0 for a row with no kept key
         lse = with_sink

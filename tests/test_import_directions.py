@@ -151,7 +151,7 @@ HARNESS_FLOORS = (
     ("executor", ("executor",)),
     ("workers", ("workers",)),
     ("case", ("case",)),
-    ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
+    ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "io_reference", "checks", "statistical", "diagnose", "config", "verdicts",
                  "results", "bundles", "selection", "stale_skips", "dead_rows", "distributions", "library_versions", "selfcheck",
                  "job_summary", "tolerance_power", "portable_traceback", "__init__")),
 )

@@ -208,8 +208,8 @@ atol = 0.03125
 
 [[tolerance_overrides]]
 filters = { item = "AX-NO-SUCH-ITEM" }
-rtol = 0.5
-atol = 0.5
+rtol = 0.25
+atol = 0.25
 """
 
 

@@ -33,11 +33,11 @@ from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
+from bundlegen.engines.triton.tile_plan import ALIGN_BYTES, rows_aligned, score_vec
 from bundlegen.engines.triton.tile_plan import (STREAMED_PORTS, TILE_OFFSET_LIMIT, VEC,  # noqa: F401
                                                 descriptor_loads, head_tiles, needs_wide,
                                                 streams_take_descriptors, tile_span, whole_tiles)
 
-ALIGN_BYTES = 16
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
@@ -103,14 +103,6 @@ def _base(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((1,), (1,), 0)
 
 
-def rows_aligned(dims, strides, offset: int) -> bool:
-    """A tensor whose rows start and step in whole 16-byte groups (given an aligned base):
-    offset and batch/head/sequence strides multiples of VEC, head-dim stride 1, head dim a
-    multiple of VEC."""
-    return (dims[3] % VEC == 0 and strides[3] == 1 and offset % VEC == 0
-            and all(s % VEC == 0 for s in strides[:3]))
-
-
 def vec_for(tensors: Mapping[str, torch.Tensor]) -> int:
     """VEC when every io tensor has aligned rows on an aligned storage; else 1 (scalar
     access, any strides)."""
@@ -120,21 +112,6 @@ def vec_for(tensors: Mapping[str, torch.Tensor]) -> int:
                 or not rows_aligned(t.shape, t.stride(), t.storage_offset())):
             return 1
     return VEC
-
-
-def score_vec(cfg: BlockConfig, flags: Mapping[str, Any], read: list[torch.Tensor]) -> int:
-    """SCORE_VEC of the dK/dV and dQ kernels: VEC where the config reads the bias and dropout
-    mask tiles row by row (BlockConfig.score_rows), the launch is VEC-aligned, dense and
-    narrow, and the ports it reads tiles of (`read`) have rows that start and step in whole
-    16-byte groups like the io tensors' (rows_aligned, on an aligned storage): then
-    tile_ops.score_tile reads them in vectors, their offset and strides divided by VEC
-    (score_args). Else 1 (element by element, any strides; also every launch without such a
-    port, whose kernels compile as before)."""
-    if not (read and cfg.score_rows and flags["VEC"] > 1 and not flags["WIDE"] and not flags["RAGGED"]):
-        return 1
-    aligned = all(t.untyped_storage().data_ptr() % ALIGN_BYTES == 0
-                  and rows_aligned(t.shape, t.stride(), t.storage_offset()) for t in read)
-    return flags["VEC"] if aligned else 1
 
 
 def _addr(t: torch.Tensor, vec: int) -> tuple:

@@ -50,7 +50,8 @@ MARKER_DIR = "bundlegen-variants"
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
     view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
-    from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
+    from bundlegen.engines.triton.launch import IO_PORTS, VEC
+    from bundlegen.engines.triton.tile_plan import rows_aligned
     from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
@@ -61,7 +62,8 @@ def _vec(graph: Graph) -> int:
 def _scores_aligned(graph: Graph) -> bool:
     """Whether the graph's bias and dropout mask (launch.SCORE_TILE_PORTS) have rows aligned
     as launch.score_vec asks, on the harness's storages (as _vec)."""
-    from bundlegen.engines.triton.launch import SCORE_TILE_PORTS, rows_aligned
+    from bundlegen.engines.triton.launch import SCORE_TILE_PORTS
+    from bundlegen.engines.triton.tile_plan import rows_aligned
     return all(rows_aligned(t.dims, t.strides, GUARD_ELEMS + t.offset)
                for p, t in graph.tensors.items() if p in SCORE_TILE_PORTS)
 
