@@ -19,16 +19,18 @@ SCALE_ERROR = 0.02
 PARTS = ("whole", "head", "sequence")
 
 
-def scaled_part(graph: Graph, port: str, t: torch.Tensor, part: str) -> torch.Tensor:
+def scaled_part(graph: Graph, tensors, port: str, part: str) -> torch.Tensor:
     """The view of output `port` [B, H, S, D] (ragged: [T, H, D]) that `part` names: all of
-    it, its middle head, or its middle batch (a ragged graph's middle sequence's rows)."""
+    it, its middle head, or its middle batch (a ragged graph's middle sequence's rows, from
+    the offsets tensors the engine is handed: the launched graph holds no values)."""
+    t = tensors[port]
     if part == "whole":
         return t
     if part == "head":
         return t.select(1, t.shape[1] // 2)
     if graph.ragged is None:
         return t.select(0, t.shape[0] // 2)
-    cu = graph.ragged.cu_seqlens_q if port == "dq" else graph.ragged.cu_seqlens_kv
+    cu = tensors["cu_seqlens_q" if port == "dq" else "cu_seqlens_kv"].tolist()
     b = (len(cu) - 1) // 2
     start, end = (min(max(0, x), t.shape[0]) for x in (cu[b], cu[b + 1]))   # a probe's offsets may be bad
     return t[start:max(start, end)]
@@ -50,7 +52,7 @@ class OutputScaled(WholeEngineWrapper):
     def run(self, graph, tensors):
         self.inner.run(graph, tensors)
         if self.port in tensors:
-            scaled_part(graph, self.port, tensors[self.port], self.part).mul_(1.0 + SCALE_E[graph.dtype])
+            scaled_part(graph, tensors, self.port, self.part).mul_(1.0 + SCALE_E[graph.dtype])
 
 
 class SoftmaxScaleOff(WholeEngineWrapper):
