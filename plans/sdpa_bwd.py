@@ -1276,16 +1276,17 @@ ATOL = 1e-5
 MIN_CLAIM_MARGIN = 1.5
 # The statistical judge (docs/CONTRACTS.md, "Statistical judge"): per slice, the engine's
 # relative RMS and max |error| within k x the io-precision reference's, plus
-# STATISTICAL_FLOOR_ULPS ulps of the io dtype (relative to the slice's scale: half an ulp,
-# the rounding of the slice's largest value, so a slice whose honest error is zero still
-# allows one rounding). In bf16 and fp16 the rounding of the output to the io dtype
+# STATISTICAL_FLOOR_ULPS ulps of the io dtype (relative to the slice's scale: one ulp, a
+# kernel whose last fp32 bits differ from the reference's may round an element of the
+# slice's largest magnitude one step the other way, where the reference's own error is zero:
+# a key only one query attends with P = 1, seen on the Triton interpreter). In bf16 and fp16 the rounding of the output to the io dtype
 # dominates both errors, and correct kernels (flash, efficient, cuDNN, triton, the math
 # backward) stay within 3x the reference's (docs/PERFORMANCE.md, "Statistical margins"), so
 # k = 4. In fp32 the accumulation order dominates, which differs from kernel to kernel
 # (up to 5.5x seen), so k = 16: still a thousandth of a TF32 product's or a 0.05 % scale
 # error's ratio.
 STATISTICAL_K = {"bf16": 4.0, "fp16": 4.0, "fp32": 16.0}
-STATISTICAL_FLOOR_ULPS = 0.5
+STATISTICAL_FLOOR_ULPS = 1.0
 # fp32 io: the scores s = scale * Q K^T are formed in fp32 like the inputs, and exp(s - LSE)
 # turns their absolute rounding into a relative error of P, dS and every gradient. |s| and
 # |LSE| each reach about 128 under shifted-logits (harness/distributions.py, SHIFTED_LOGIT
