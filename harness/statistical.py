@@ -110,14 +110,18 @@ def _per_slice(t: torch.Tensor, how: Slicing, square: bool) -> torch.Tensor:
     return flat.square().sum(1) if square else flat.abs().amax(1)
 
 
-def resolve(values: list[float], how: Slicing, shape: tuple[int, ...], tol: Tolerance) -> SliceVerdict:
-    """The output's SliceVerdict from slice_terms' values read back (flattened)."""
+def resolve(values: list[float], how: Slicing, shape: tuple[int, ...], tol: Tolerance,
+            tiny: float = 0.0) -> SliceVerdict:
+    """The output's SliceVerdict from slice_terms' values read back (flattened). A slice whose
+    reference is all below `tiny` (the output dtype's smallest normal number) is not judged:
+    the io dtype holds it only as subnormals, so no relative error means anything there (the
+    bound's atol judges it)."""
     n = len(values) // _TERMS
     rows = [values[i * n:(i + 1) * n] for i in range(_TERMS)]
     worst = NOTHING_JUDGED
     judged = 0
     for index, (err_sq, honest_sq, ref_sq, err_max, honest_max, ref_max) in enumerate(zip(*rows)):
-        if not ref_sq > 0:
+        if not ref_sq > 0 or ref_max < tiny:
             continue
         judged += 1
         measures = (("relative RMS error", math.sqrt(err_sq / ref_sq), math.sqrt(honest_sq / ref_sq), tol.floor),
@@ -137,13 +141,14 @@ class PendingSlices:
     def __init__(self, outputs: Mapping[str, torch.Tensor], reference, honest,
                  sequence_rows: Mapping[str, tuple[int, ...]] | None, tol: Tolerance):
         self.tol = tol
-        self._how, self._terms, self._shapes = {}, {}, {}
+        self._how, self._terms, self._shapes, self._tiny = {}, {}, {}, {}
         for port, out in outputs.items():
             if not out.numel():
                 continue
             shape = tuple(out.shape)
             how = slicing_of(port, shape, sequence_rows)
             self._how[port], self._shapes[port] = how, shape
+            self._tiny[port] = torch.finfo(out.dtype).tiny
             self._terms[port] = slice_terms(out, reference.gradient(port), honest.gradient(port), how)
         self.names = list(outputs)
 
@@ -153,5 +158,5 @@ class PendingSlices:
 
     def resolve(self, values: list[list[float]]) -> dict[str, SliceVerdict]:
         read = dict(zip(self._terms, values))
-        return {port: resolve(read[port], self._how[port], self._shapes[port], self.tol)
+        return {port: resolve(read[port], self._how[port], self._shapes[port], self.tol, self._tiny[port])
                 if port in read else NOTHING_JUDGED for port in self.names}
