@@ -25,21 +25,19 @@ from bundlegen.harness import case as C, checks, materialize as M, verdicts as V
 from bundlegen.harness.bundles import default_bundle_root, load_level
 from bundlegen.harness.config import load_engine_config
 from bundlegen.harness.selection import matches_pattern
+from bundlegen.harness.tolerance_power import SCALE_E
 from bundlegen.workspace import engine_config_dir
-
-#: e per io dtype for the "2 %" family of the issue (bf16 2 %, fp16 0.5 %, fp32 0.05 %)
-SMALL_E = {"bf16": 0.02, "fp16": 0.005, "fp32": 0.0005}
 
 
 @dataclass(frozen=True)
 class Defect:
     name: str
     port: str
-    factor: float | None      # None: SMALL_E of the graph's dtype
+    factor: float | None      # None: tolerance_power.SCALE_E of the graph's dtype
     one_head: bool = False
 
     def scale(self, dtype: str) -> float:
-        return 1.0 + (SMALL_E[dtype] if self.factor is None else self.factor - 1.0)
+        return 1.0 + (SCALE_E[dtype] if self.factor is None else self.factor - 1.0)
 
 
 DEFECTS = (
