@@ -36,8 +36,9 @@ must fail at least MIN_SHARE of the sampled cases it applies to, per output:
   roundings: its error grows as the root of the terms);
 - `tf32-products`: an fp32 graph's products taken in TF32 (Q, K, V and dO rounded to 10
   mantissa bits).
-Each applies where its error on what it perturbs is at least k x the io-precision
-reference's there (k: the case's class's): a defect inside that band (an output of cancelling
+Each applies where its relative error on what it perturbs is at least k x the io-precision
+reference's there plus the floor (k, floor: the case's class's; what the statistical judge
+grants): a defect inside that band (an output of cancelling
 terms, one that underflows the io dtype) is one the verdict grants any honest engine, so no
 verdict without false failures can see it; the report counts such cases per model ("in the
 honest band") beside the share of the others that fail.
@@ -366,11 +367,13 @@ def powered_variants(case: Case, m, terms: Terms, dbias_dims, refs: Mapping[str,
     output; the perturbed output is None where its error on the part it perturbs is within k
     x the io-precision reference's there (the honest band: the module's doc)."""
     multiple = tol.k if tol.k is not None else 1.0
+    floor = tol.floor if tol.floor is not None else 0.0
     for name, model, value, part in _powered_candidates(case, m, terms, dbias_dims, refs):
         ref, honest = part(refs[name]), part(m.io_reference.gradient(name).to(F64))
         error = (part(value) - ref).norm()
         if ref.norm() > 0 and error > 0:
-            yield name, model, value if error >= multiple * (honest - ref).norm() else None
+            granted = multiple * (honest - ref).norm() + floor * ref.norm()
+            yield name, model, value if error >= granted else None
 
 
 def _whole(t: torch.Tensor) -> torch.Tensor:
