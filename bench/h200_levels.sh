@@ -37,3 +37,6 @@ if [ -n "${SELFCHECK:-}" ]; then
     --json "$OUT/mutate-levels.json" > "$OUT/mutate-levels.log" 2>&1
   echo "   exit $?"; tail -n 4 "$OUT/mutate-levels.log"
 fi
+echo "== the statistical judge's margins per engine and level"
+python3 bench/statistical_margins.py out/evidence/*.results.jsonl.gz --json "$OUT/statistical_margins.json" \
+  | tee "$OUT/statistical_margins.txt"

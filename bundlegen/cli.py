@@ -24,7 +24,9 @@ SUBCOMMANDS = {
     "shrink": ("bundlegen.generator.shrink_command", "shrink a failing case to a minimal graph and a Regression"),
     "tolerance-power": ("bundlegen.harness.tolerance_power_command",
                         "apply defect models to the oracle's outputs: can each tolerance see them"),
-    "tolerances": ("bundlegen.tolerances_command", "write the tolerance classes into an engine TOML's generated block"),
+    "tolerances": ("bundlegen.claims.hipdnn_tolerances_command",
+                   "write the tolerance classes into an engine TOML's generated block (ours or hipDNN's)"),
+    "export": ("bundlegen.claims.hipdnn_command", "write the plan's bundles in a consumer's format (hipDNN)"),
 }
 
 

@@ -1,11 +1,24 @@
-"""The cost model: FLOPs and bytes of a case for the engine and the float64 oracle, and
-the predicted seconds per device class. The coefficients are a plan's (its COST_MODEL,
-copied into the bundle manifest); the generator assigns levels with them, the harness
-predicts CPU times with the manifest's copy, `bundlegen calibrate` refits them.
+"""The cost model: what a case costs, phase by phase, per cost class. The coefficients are a
+plan's (its COST_MODEL, copied into the bundle manifest); the generator assigns levels with
+them, the harness predicts times and the progress ETA with the manifest's copy, and
+`bundlegen calibrate` fits them to the per-phase seconds results files record.
 
-predicted_s = engine_flops / engine rate + oracle_flops / oracle rate
-              + io_bytes / host rate (materialize: fill, copies, snapshots, guard checks)
-              + a fixed per-case overhead.
+A cost class is a device class ("h200", "cpu"), or one engine on it ("cpu/torch-math",
+"h200/torch-cudnn"); an engine without a class of its own is priced by its device's.
+Per case (CostTerms holds the features, Phases the predicted seconds):
+
+    materialize = io_bytes / bytes_per_s + materialize_s
+    oracle      = oracle_flops / oracle_flops_per_s + oracle_s     (every reference it computes)
+    engine      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
+                  + programs x program_s
+    check       = (runs - 1) x (engine + rerun_s) + check_s        (runs: DeterminismRuns)
+                  + runs x io_bytes / check_bytes_per_s          (guards and outputs, per run)
+    wall        = the four + overhead_s                            (the worker's round trip)
+
+`tiles` counts the (query block, key block) pairs one engine run visits over all its passes
+(dK/dV, dQ, and the dBias and dSinks reductions), the cost of a kernel that runs one
+program at a time in the interpreter; `launches` the kernels a run launches; `programs` the
+query and key blocks of every head (the interpreter's per-program set-up).
 Cost.flops is engine + oracle FLOPs; Cost.bytes is the case's peak footprint (io storages
 in their dtypes plus the oracle's float64 tensors), which the level ceilings limit.
 """
@@ -20,14 +33,41 @@ ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLOAT64 = 8
 ORACLE_ROW_CHUNK = 512       # query rows of one float64 score block in the chunked oracle
 DEVICE_CLASSES = ("h200", "cpu")
-#: runs of a case whose graph asks for a deterministic backward (FlashAttention's own
-#: determinism tests re-run 50 and 250 times); the harness runs such a case this many times
-DETERMINISTIC_MODE_RUNS = 50
+
+
+@dataclass(frozen=True)
+class DeterminismRuns:
+    """How many times the harness runs an engine on one case (DESIGN section 13): `ordinary`
+    for any case of a deterministic engine (1: no re-run), `requested` for a case whose graph
+    asks for a deterministic backward. A property of the engine and its device
+    (Engine.determinism_runs), priced by the cost classes that measure that engine there."""
+    ordinary: int
+    requested: int
+
+    def of(self, graph: Graph) -> int:
+        return self.requested if graph.attributes.deterministic_algorithm else self.ordinary
+
+
+#: a GPU kernel: the order of atomic adds, split reductions and scheduling can change from
+#: run to run, and a race may show once in many runs (FlashAttention's own determinism tests
+#: re-run 50 and 250 times)
+GPU_RUNS = DeterminismRuns(ordinary=2, requested=50)
+#: a CPU engine: its threads split the work the same way every run, so a few runs show
+#: what can differ (a thread-count-dependent split, state carried between runs)
+CPU_RUNS = DeterminismRuns(ordinary=2, requested=3)
+#: a serial interpreter (Triton's, on the CPU): one program after another in grid order,
+#: atomics applied in that order, so the arithmetic repeats exactly; only state carried from
+#: one run to the next (scratch not reset) can change its bits, which one re-run shows
+SERIAL_RUNS = DeterminismRuns(ordinary=1, requested=2)
+
+
+#: the tile edge `tiles` counts in (the interpreter's and most GPU tables' 64)
+TILE = 64
 
 
 @dataclass(frozen=True)
 class CostCoefficients:
-    """One device class's rates and fixed times."""
+    """One cost class's rates and fixed times (the module docstring's model)."""
     engine_flops_per_s: float
     oracle_flops_per_s: float
     bytes_per_s: float
@@ -35,44 +75,112 @@ class CostCoefficients:
     probe_s: float = 0.001       # a probe is validated and offered to engines, never run
     run_start_s: float = 0.0     # once per `bundlegen run`: worker start, engine warm-up and
                                  # prepare on a warm cache, reports (run.json outside_cases_s)
+    tile_s: float = 0.0          # per tile pair of one engine run
+    launch_s: float = 0.0        # per kernel launch of one engine run
+    program_s: float = 0.0       # per program (a query or key block of a head) of one run
+    oracle_s: float = 0.0        # fixed oracle time per case
+    materialize_s: float = 0.0   # fixed materialize time per case
+    rerun_s: float = 0.0         # per re-run beyond the engine's own: reset, guards, compare
+    check_s: float = 0.0         # fixed check time per case
+    check_bytes_per_s: float = 1e12   # guards, inputs, outputs compared: io bytes per run
+    ordinary_runs: int = 2       # DeterminismRuns of the engine and device the class measures
+    requested_runs: int = 50
+
+    @property
+    def runs(self) -> DeterminismRuns:
+        return DeterminismRuns(int(self.ordinary_runs), int(self.requested_runs))
 
 
 COEFFICIENT_FIELDS = tuple(CostCoefficients.__dataclass_fields__)
+#: the fields every manifest's entries hold (the rest default: manifests written before them)
+REQUIRED_FIELDS = COEFFICIENT_FIELDS[:6]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the last calibration of a cost class measured (`bundlegen calibrate --write`):
+    per level, the cases the engine ran there, their summed wall seconds in `source` (each
+    case at its least over the runs given) and what the written coefficients predict for
+    those same cases; the dry-run report sets them beside the level's prediction."""
+    source: str                                          # the results files, as given to calibrate
+    levels: tuple[tuple[str, int, float, float], ...]    # (level, cases, measured s, predicted s)
+
+
+def cost_class(device_class: str, engine: str, model: Mapping[str, CostCoefficients]) -> str:
+    """The class that prices `engine` on `device_class`: its own, else the device's."""
+    own = f"{device_class}/{engine}"
+    return own if own in model else device_class
 
 
 @dataclass(frozen=True)
 class CostTerms:
-    engine_flops: int
+    engine_flops: int       # one engine run
     oracle_flops: int
     io_bytes: int
     oracle_bytes: int
-    #: engine runs: each repeats the engine's FLOPs (counted in engine_flops) and is priced
-    #: at the case's fixed overhead (a re-run resets, copies and compares the outputs)
-    runs: int = 1
+    tiles: int = 0          # one engine run's tile pairs over its passes
+    launches: int = 3       # one engine run's kernels
+    requested: bool = False  # the graph asks for a deterministic backward
+    programs: int = 0       # one engine run's programs: per head, its query and key blocks
 
 
-def runs_of(graph: Graph) -> int:
-    return DETERMINISTIC_MODE_RUNS if graph.attributes.deterministic_algorithm else 1
+@dataclass(frozen=True)
+class Phases:
+    """Predicted seconds of one case, phase by phase (results records' *_s fields)."""
+    materialize_s: float
+    oracle_s: float
+    engine_s: float
+    check_s: float
+    overhead_s: float
+
+    @property
+    def total(self) -> float:
+        return self.materialize_s + self.oracle_s + self.engine_s + self.check_s + self.overhead_s
 
 
 def score_elements(graph: Graph) -> int:
     """Score elements of one head: B x S_q x S_kv, or a ragged graph's sum over its
     sequences of S_q_b x S_kv_b (each length clipped to [0, max_seqlen], as a bounded engine
     and the oracle see it; the max_seqlen bounds when its offsets are not known)."""
+    return sum(q * kv for q, kv in sequence_lengths(graph))
+
+
+def sequence_lengths(graph: Graph) -> list[tuple[int, int]]:
+    """(S_q, S_kv) of each sequence: B times the padded pair, or a ragged graph's own."""
     rag = graph.ragged
     if rag is None or rag.cu_seqlens_q is None or len(rag.cu_seqlens_q) != len(rag.cu_seqlens_kv):
-        return graph.B * graph.S_q * graph.S_kv
+        return [(graph.S_q, graph.S_kv)] * graph.B
     clip = lambda n, bound: min(max(n, 0), bound)
-    return sum(clip(a, rag.max_seqlen_q) * clip(b, rag.max_seqlen_kv)
-               for a, b in zip(rag.lengths_q, rag.lengths_kv))
+    return [(clip(a, rag.max_seqlen_q), clip(b, rag.max_seqlen_kv))
+            for a, b in zip(rag.lengths_q, rag.lengths_kv)]
+
+
+def blocks(n: int) -> int:
+    return -(-n // TILE)
+
+
+def passes(graph: Graph) -> tuple[int, int]:
+    """(tile passes, kernel launches) of one engine run: dK/dV and dQ each visit every tile
+    pair; a dBias reduction visits them again; dSinks walks the rows (counted in tiles by
+    tiles()); a preprocessing launch forms Delta."""
+    dbias = "dbias" in graph.tensors
+    dsinks = "dsinks" in graph.tensors
+    return 2 + int(dbias), 3 + int(dbias) + int(dsinks)
+
+
+def tiles(graph: Graph) -> int:
+    """Tile pairs one engine run visits: per query head, per sequence, the (query block, key
+    block) pairs times the passes, plus one per query block for a dSinks reduction."""
+    pairs = sum(blocks(q) * blocks(kv) for q, kv in sequence_lengths(graph))
+    rows = sum(blocks(q) for q, _ in sequence_lengths(graph)) if "dsinks" in graph.tensors else 0
+    return graph.H_q * (passes(graph)[0] * pairs + rows)
 
 
 def terms(graph: Graph) -> CostTerms:
     g = graph
     scores = g.H_q * score_elements(g)
     # engine: recompute S = QK^T, then dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
-    runs = runs_of(g)
-    engine = runs * 2 * scores * (3 * g.D_qk + 2 * g.D_v)
+    engine = 2 * scores * (3 * g.D_qk + 2 * g.D_v)
     # oracle: forward (QK^T, PV), the same five backward products, four magnitude products
     oracle = 2 * scores * (6 * g.D_qk + 5 * g.D_v)
     io = sum(spec.storage_elements * ITEMSIZE.get(spec.dtype, 4) for spec in g.tensors.values())
@@ -81,29 +189,49 @@ def terms(graph: Graph) -> CostTerms:
     logical = (2 * q_like * g.D_qk + 2 * q_like * g.D_v + q_like            # q, dq, o, do, stats
                + 2 * kv_rows * (g.H_k * g.D_qk + g.H_v * g.D_v))            # k, dk, v, dv
     oracle_bytes = FLOAT64 * (2 * logical + 3 * g.H_q * min(g.S_q, ORACLE_ROW_CHUNK) * g.S_kv)
-    return CostTerms(engine, oracle, io, oracle_bytes, runs)
+    programs = g.H_q * sum(blocks(q) + blocks(kv) for q, kv in sequence_lengths(g))
+    return CostTerms(engine, oracle, io, oracle_bytes, tiles(g), passes(g)[1],
+                     bool(g.attributes.deterministic_algorithm), programs)
 
 
-def seconds(t: CostTerms, k: CostCoefficients) -> float:
-    return (t.engine_flops / k.engine_flops_per_s + t.oracle_flops / k.oracle_flops_per_s
-            + t.io_bytes / k.bytes_per_s + k.overhead_s * t.runs)
+def runs_of(t: CostTerms, k: CostCoefficients) -> int:
+    return k.runs.requested if t.requested else k.runs.ordinary
+
+
+def phases(t: CostTerms, k: CostCoefficients, runs: int | None = None) -> Phases:
+    """The predicted seconds of each phase; `runs`: the engine runs (default: the class's)."""
+    runs = runs_of(t, k) if runs is None else runs
+    engine = (t.engine_flops / k.engine_flops_per_s + t.tiles * k.tile_s + t.launches * k.launch_s
+              + t.programs * k.program_s)
+    return Phases(materialize_s=t.io_bytes / k.bytes_per_s + k.materialize_s,
+                  oracle_s=t.oracle_flops / k.oracle_flops_per_s + k.oracle_s,
+                  engine_s=engine, check_s=((runs - 1) * (engine + k.rerun_s) + k.check_s
+                                                    + runs * t.io_bytes / k.check_bytes_per_s),
+                  overhead_s=k.overhead_s)
+
+
+def seconds(t: CostTerms, k: CostCoefficients, runs: int | None = None) -> float:
+    return phases(t, k, runs).total
 
 
 def predict(graph: Graph, device_class: str, model: Mapping[str, CostCoefficients],
             *, probe: bool = False) -> Cost:
-    """The predicted cost of running `graph` once on `device_class` ('h200' or 'cpu');
-    a probe (never executed) costs only the model's `probe_s`."""
+    """The predicted cost of running `graph` once on cost class `device_class` ('h200',
+    'cpu', or an engine's own such as 'cpu/torch-math'); a probe (never executed) costs only
+    the model's `probe_s`."""
     return predict_terms(terms(graph), device_class, model, probe=probe)
 
 
 def predict_terms(t: CostTerms, device_class: str, model: Mapping[str, CostCoefficients],
-                  *, probe: bool = False) -> Cost:
+                  *, probe: bool = False, runs: int | None = None) -> Cost:
     if device_class not in model:
         raise KeyError(f"unknown device class {device_class!r} (known: {', '.join(sorted(model))})")
     if probe:
         return Cost(flops=0, bytes=0, predicted_s=model[device_class].probe_s)
-    return Cost(flops=t.engine_flops + t.oracle_flops, bytes=t.io_bytes + t.oracle_bytes,
-                predicted_s=round(seconds(t, model[device_class]), 6))
+    runs = runs_of(t, model[device_class]) if runs is None else runs
+    # FLOPs: the engine's once, or times its runs for a deterministic-mode case
+    return Cost(flops=(runs if t.requested else 1) * t.engine_flops + t.oracle_flops, bytes=t.io_bytes + t.oracle_bytes,
+                predicted_s=round(seconds(t, model[device_class], runs), 6))
 
 
 def size_text(n: int) -> str:

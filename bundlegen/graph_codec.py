@@ -15,6 +15,10 @@ from bundlegen.graph_records import (ATTRIBUTE_KEYS, BIAS_VALUES, BUNDLE_KEYS, B
                                      TensorSpec)
 
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: the most plan items one case may trace to (a generated case traces to at most a few
+#: dozen), and the longest item name: every result record copies a case's items
+MAX_CASE_ITEMS = 256
+MAX_ITEM_CHARS = 128
 
 
 class FieldReader:
@@ -128,7 +132,7 @@ def graph_from_json(raw: Any, r: FieldReader, where: str = "graph") -> Graph:
         attn_scale=scale, diagonal_alignment=alignment,
         left_bound=r.get(a, "left_bound", int, aw, optional=True),
         right_bound=r.get(a, "right_bound", int, aw, optional=True),
-        dropout_probability=r.get(a, "dropout_probability", (int, float), aw, optional=True),
+        dropout_probability=r.finite(a, "dropout_probability", aw, optional=True),
         deterministic_algorithm=bool(r.get(a, "deterministic_algorithm", bool, aw, optional=True)),
         softcap=r.finite(a, "softcap", aw, optional=True))
     ragged = None
@@ -158,9 +162,16 @@ def case_from_json(raw: Any, file: str, level: str = "", group: str = "") -> Cas
     if purpose not in PURPOSES:
         raise r.fail("purpose", f"unknown purpose {purpose!r} (known: {', '.join(PURPOSES)})")
     items = r.get(raw, "items", list, "")
+    if not items:
+        raise r.fail("items", "empty: a case must trace to at least one plan item")
+    if len(items) > MAX_CASE_ITEMS:
+        raise r.fail("items", f"{len(items)} entries, more than the {MAX_CASE_ITEMS} a case may trace to")
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise r.fail(f"items[{i}]", f"expected str, got {type(item).__name__}")
+        if not 0 < len(item) <= MAX_ITEM_CHARS:
+            raise r.fail(f"items[{i}]", f"expected an item name of 1 to {MAX_ITEM_CHARS} characters, "
+                                        f"got {len(item)}")
     graph = graph_from_json(r.get(raw, "graph", dict, ""), r)
     d = r.get(raw, "data", dict, "")
     r.only(d, DATA_KEYS, "data")

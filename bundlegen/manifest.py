@@ -32,12 +32,14 @@ Loading such a manifest refuses built-in bundles whose digest has changed since.
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from bundlegen import safe_read, strict_json
-from bundlegen.cost import COEFFICIENT_FIELDS, DEVICE_CLASSES, CostCoefficients
+from bundlegen.cost import COEFFICIENT_FIELDS, DEVICE_CLASSES, REQUIRED_FIELDS, CostCoefficients
 from bundlegen.graph import BundleError, canonical_json
 from bundlegen.tolerance import Tolerance
 from bundlegen.tolerances import read_tolerances, text_digest, tolerances_name
@@ -56,8 +58,10 @@ GATE_KEYS = ("item", "title", "gate", "planned_cases")
 EXTENDS_KEYS = ("plan", "digest", "removed")
 #: the cost model's rates (per second) that divide a case's work: below this floor every
 #: case is predicted past every limit and skipped, so a run would go green having run none
-RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s")
+RATE_FIELDS = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "check_bytes_per_s")
 MIN_RATE_PER_S = 1e3
+LEVEL_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+RUN_FIELDS = ("ordinary_runs", "requested_runs")   # DeterminismRuns: whole numbers
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,15 @@ def read_manifest(path: Path | str, text: str | None = None, tolerances_text: st
         for w, lv in r.items(top, "levels", keys=LEVEL_KEYS))
     if not levels or len({lv.name for lv in levels}) != len(levels):
         raise _fail(file, "levels", "expected distinct level names, lowest first")
+    for i, lv in enumerate(levels):
+        if not LEVEL_NAME_RE.fullmatch(lv.name):     # it names a folder under the bundle root
+            raise _fail(file, f"levels[{i}].name", f"{lv.name!r} is not a level name (lower-case letters, "
+                        "digits, '-' and '_'; it names a folder inside the bundle root)")
+    for i, (low, high) in enumerate(zip(levels, levels[1:]), 1):
+        if high.budget_seconds < low.budget_seconds:     # each budget covers every lower level
+            raise _fail(file, f"levels[{i}]", f"{high.name!r} (budget {high.budget_seconds:g} s) is listed "
+                        f"above {low.name!r} (budget {low.budget_seconds:g} s): levels go lowest first, "
+                        "as the plan orders them (a budget covers its level and every lower one)")
     tolerances, tolerances_digest = _tolerances(r, top, plan, Path(path), tolerances_text)
     cost_model = _cost_model(r, top)
     axes = tuple(
@@ -299,6 +312,10 @@ def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
     names = r.strings(entry, "classes", "tolerances")
     toml_path = path.parent / name
     if text is None:
+        root = os.path.realpath(path.parent)
+        if not Path(os.path.realpath(toml_path)).is_relative_to(root):
+            raise _fail(r.file, "tolerances.file", f"{toml_path} leads outside the bundle root {root} (a "
+                        f"symlink to {os.path.realpath(toml_path)}): the tolerance TOML must lie in it")
         try:
             text = safe_read.read_text(toml_path)
         except (OSError, UnicodeDecodeError) as exc:
@@ -313,20 +330,28 @@ def _tolerances(r: "_Fields", top: dict, plan: str, path: Path,
 
 
 def _cost_model(r: "_Fields", top: dict) -> dict[str, CostCoefficients]:
-    """One set of coefficients per device class, every one present: the harness predicts
-    CPU times with `cpu`, the generator levels with `h200`."""
+    """One set of coefficients per device class, every one present (the harness predicts
+    CPU times with `cpu`, the generator levels with `h200`), and any engine's own class on
+    one of them ("cpu/torch-math"); fields added after the first manifests may be absent."""
     model = r.get(top, "cost_model", dict, "")
-    r.only(model, DEVICE_CLASSES, "cost_model")
+    extra = [name for name in model if "/" in str(name) and str(name).split("/", 1)[0] in DEVICE_CLASSES
+             and str(name).split("/", 1)[1]]
+    r.only(model, (*DEVICE_CLASSES, *extra), "cost_model")
     out = {}
-    for name in DEVICE_CLASSES:
+    for name in (*DEVICE_CLASSES, *sorted(extra)):
         where = f"cost_model.{name}"
         k = r.obj(r.get(model, name, dict, "cost_model"), where)
         r.only(k, COEFFICIENT_FIELDS, where)
-        numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS}
+        numbers = {f: r.num(k, f, where) for f in COEFFICIENT_FIELDS if f in REQUIRED_FIELDS or f in k}
         for f in RATE_FIELDS:
-            if numbers[f] < MIN_RATE_PER_S:
+            if f in numbers and numbers[f] < MIN_RATE_PER_S:
                 raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r} per second is below the floor of "
                             f"{MIN_RATE_PER_S:g}: every case would be predicted past its limits and skipped")
+        for f in RUN_FIELDS:
+            if f in numbers:
+                if numbers[f] != int(numbers[f]) or numbers[f] < 1:
+                    raise _fail(r.file, f"{where}.{f}", f"{numbers[f]!r}: expected a whole number of runs, 1 or more")
+                numbers[f] = int(numbers[f])
         out[name] = CostCoefficients(**numbers)
     return out
 

@@ -14,6 +14,9 @@ from bundlegen import safe_read
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
+#: where `bundlegen run` writes by default (`out/<engine>-<level>`, `out/lanes/<lane>`), relative
+#: to the folder it runs in; the next run there overwrites it, so claims never cite it
+DEFAULT_OUT = Path("out")
 
 
 def results_file(path: Path | str) -> Path:
@@ -97,6 +100,18 @@ class RunTimes:
 
     def to_json(self) -> dict:
         return {**asdict(self), "outside_cases_s": self.outside_cases_s}
+
+
+def run_json_of(results: Path | str) -> Path:
+    """The run.json that belongs to a results file: `run.json` beside `results.jsonl[.gz]`
+    (a run directory), else `<name>.run.json` beside `<name>.results.jsonl[.gz]`."""
+    path = results_file(results)
+    if path.name.startswith(RESULTS_NAME):
+        return path.with_name(RUN_NAME)
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".results"):
+        name = name.removesuffix(suffix)
+    return path.with_name(f"{name}.{RUN_NAME}")
 
 
 def read_run_times(path: Path | str) -> RunTimes | None:

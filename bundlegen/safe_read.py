@@ -20,7 +20,8 @@ class NotRegularFile(OSError):
     """The path is missing, a dangling link, a folder, a FIFO, a device or too large."""
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a path of stat mode `mode` is, in words, when it is no regular file."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
@@ -42,7 +43,7 @@ def read_bytes(path: Path | str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(f"{path}: {_kind(info.st_mode)}, not a regular file")
+            raise NotRegularFile(f"{path}: {kind_of(info.st_mode)}, not a regular file")
         if info.st_size > max_bytes:
             raise NotRegularFile(f"{path}: {info.st_size} bytes, more than the {max_bytes} it may have")
         chunks, size = [], 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bundlegen.tolerance import Tolerance
+from bundlegen.tolerance_bounds import TOLERANCE_KEYS
 
 BEGIN = "# BEGIN generated tolerance classes (bundlegen)"
 END = "# END generated tolerance classes (bundlegen)"
@@ -55,8 +56,7 @@ def block_text(plan: str, classes: Mapping[str, Tolerance], source: str, digest:
         inline.update(row_filters(plan, tc))
         lines += ["", f"# {name}: {tc.dtype} io, longest reduction {_low(classes, tc)} to {tc.max_reduction} terms",
                   ROW_HEADER, f"filters = {inline.as_string()}",
-                  f"rtol = {tomlkit.item(float(tc.rtol)).as_string()}",
-                  f"atol = {tomlkit.item(float(tc.atol)).as_string()}"]
+                  *(f"{key} = {tomlkit.item(float(getattr(tc, key))).as_string()}" for key in TOLERANCE_KEYS)]
     lines += ["", END]
     return newline.join(lines)
 
@@ -74,6 +74,7 @@ def refresh(text: str, block: str) -> Refreshed:
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
     bare = [line.rstrip("\r\n") for line in lines]
+    _refuse_near_misses(bare)
     begins = [i for i, line in enumerate(bare) if line == BEGIN]
     ends = [i for i, line in enumerate(bare) if line == END]
     if len(begins) > 1 or len(ends) > 1 or len(begins) != len(ends) or (begins and begins[0] > ends[0]):
@@ -96,6 +97,22 @@ def refresh(text: str, block: str) -> Refreshed:
             new = "".join(lines[:at]) + block + newline + newline + "".join(lines[at:])
     rows = _check_reads_back(new, block)
     return Refreshed(text=new, changed=new != text, rows=rows)
+
+
+def _marker_key(line: str) -> str:
+    """A line as a near-miss of a marker would read: spaces squeezed, case folded."""
+    return " ".join(line.split()).casefold()
+
+
+def _refuse_near_misses(bare: list[str]) -> None:
+    """A line that is a marker but for its spacing or case (`# BEGIN ... ` with a trailing
+    space, an indented marker) would not be found, and a second block would be written
+    below a stale one: refuse it, naming the line."""
+    for number, line in enumerate(bare, 1):
+        for marker in (BEGIN, END):
+            if line != marker and _marker_key(line) == _marker_key(marker):
+                raise BlockError(f"line {number}: {line!r} is not exactly the marker {marker!r} "
+                                 "(spacing or case differs): write the marker line exactly")
 
 
 def _check_reads_back(text: str, block: str) -> int:

@@ -12,6 +12,8 @@ class. The harness reads the numbers through the manifest loader (bundlegen.mani
     max_reduction = 256
     rtol = 0.03125
     atol = 1e-05
+    k = 4.0                       # the statistical judge (docs/CONTRACTS.md, "Statistical judge")
+    floor = 0.0001
 
 Rendering uses tomlkit (the writer's side only); reading uses the standard library's tomllib,
 so that loading bundles costs the harness no extra import."""
@@ -35,7 +37,9 @@ HEADER = (
     "--check` fails when this file, or the digest of it in {plan}.manifest.json, drifts).",
     "",
     "A gradient element passes iff |out - ref| <= atol + rtol * mag, mag being the same sums taken",
-    "over the absolute values of their terms (docs/CONTRACTS.md, \"Tolerance semantics\").",
+    "over the absolute values of their terms (docs/CONTRACTS.md, \"Tolerance semantics\"); and in",
+    "every slice of an output the error stays within k x that of the io-precision reference plus",
+    "floor (docs/CONTRACTS.md, \"Statistical judge\").",
     "Every case in the plan's bundles names its class in its `tolerance_class` field.",
 )
 
@@ -67,6 +71,8 @@ def tolerances_text(plan: str, classes: Mapping[str, Tolerance]) -> str:
         entry.add("max_reduction", tc.max_reduction)
         entry.add("rtol", float(tc.rtol))
         entry.add("atol", float(tc.atol))
+        entry.add("k", float(tc.k))
+        entry.add("floor", float(tc.floor))
         entry.add(tomlkit.nl())
         table.add(name, entry)
     doc.add("classes", table)
@@ -97,7 +103,7 @@ def _read_class(file: str, name: str, row: Any) -> Tolerance:
     where = f"classes.{name}"
     if not isinstance(row, dict):
         raise _fail(file, where, "expected a table")
-    unknown = sorted(set(row) - {"dtype", "max_reduction", "rtol", "atol"})
+    unknown = sorted(set(row) - {"dtype", "max_reduction", *TOLERANCE_KEYS})
     if unknown:
         raise _fail(file, f"{where}.{unknown[0]}", "unknown key")
     for key in TOLERANCE_KEYS:
@@ -109,8 +115,8 @@ def _read_class(file: str, name: str, row: Any) -> Tolerance:
     reduction = row.get("max_reduction")
     if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
         raise _fail(file, f"{where}.max_reduction", f"expected a whole number >= 1, got {reduction!r}")
-    return Tolerance(float(row["rtol"]), float(row["atol"]), name=name, dtype=row["dtype"],
-                     max_reduction=reduction)
+    return Tolerance(float(row["rtol"]), float(row["atol"]), k=float(row["k"]), floor=float(row["floor"]),
+                     name=name, dtype=row["dtype"], max_reduction=reduction)
 
 
 def _fail(file: str, fieldname: str, message: str) -> BundleError:

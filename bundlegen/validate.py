@@ -361,3 +361,34 @@ def stats_is_packed(graph: Graph) -> bool:
             return False
         expect *= d
     return True
+
+
+def stray_reach(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Per port, how many elements before its view's first element and past its last
+    addressed element the rows of the graph's sequences reach (a kernel with no token-base
+    bound reads and writes every row a sequence claims, by its range or its used length):
+    rows below 0 and from T on, times the port's token stride."""
+    rag = graph.ragged
+    rows = {}
+    for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
+        cu = getattr(rag, f"cu_seqlens_{side}")
+        used = getattr(rag, f"seqused_{side}") or (0,) * (len(cu) - 1)   # a used length may run past its range
+        spans = [(a, max(b, a + u)) for a, b, u in zip(cu, cu[1:], used) if max(b, a + u) > a]
+        rows[side] = (max([0, *(-a for a, _ in spans)]), max([0, *(b - tokens for _, b in spans)]))
+    out = {}
+    for port, spec in graph.tensors.items():
+        below, above = rows["q" if port in ("q", "o", "do", "dq", "stats") else "kv"]
+        out[port] = (below * spec.strides[0], above * spec.strides[0])
+    return out
+
+
+def stray_reach_problem(graph: Graph) -> str | None:
+    """Why a device probe's bad sequences reach past a port's guard band (the generator
+    refuses to write such a probe, and the bundle loader refuses to run one), else None."""
+    for port, (before, after) in sorted(stray_reach(graph).items()):
+        spec = graph.tensors[port]
+        if before > GUARD_ELEMS + spec.offset or after > GUARD_ELEMS:
+            return (f"its bad sequences reach {before} elements before and {after} after port '{port}' "
+                    f"(guard band {GUARD_ELEMS} + offset {spec.offset}): an unbounded kernel's stray rows "
+                    "would land outside the canary")
+    return None

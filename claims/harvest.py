@@ -4,7 +4,8 @@ A case becomes a claim (engine, arch, case id) when
 - its purpose is `claim` or `regression` (valid graphs; probes never become claims),
 - it appears in at least `min_runs` of the given results files,
 - in every file where it appears its verdict is `pass` with margin >= `min_margin`
-  (the plan's, from the bundle manifest's `min_claim_margin`), and
+  (the plan's, from the bundle manifest's `min_claim_margin`) against the bound and against
+  the statistical judge (claim_margin), and
 - those files ran it in at least `min_orders` different case orders (a verdict that holds
   only in one order may depend on the case run before it). A run's order is the `order`
   its run.json records (`bundlegen run --shuffle`); a run that records none (not shuffled,
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file
+from bundlegen.results_file import RUN_NAME, RESULTS_NAME, read_results, results_file, run_json_of  # noqa: F401 (re-exported)
 from bundlegen.claims.store import UNKNOWN, VERSION_KEYS, ArchEvidence, ClaimSet, RunSource
 from bundlegen.harness.verdicts import CLAIM_BROKEN, DECLINED, PASS, SKIPPED
 
@@ -111,14 +112,28 @@ def observations(runs: Sequence[Iterable[Mapping]]) -> tuple[list[Observation], 
             if not all(isinstance(r.get(k), str) and r.get(k) for k in REQUIRED_KEYS):
                 unusable += 1
                 continue
-            margin = r.get("margin")
+            margin = claim_margin(r)
             obs = Observation(run=index, engine=r["engine"], arch=r["arch"], case_id=r["case_id"],
                               purpose=str(r.get("purpose") or ""), verdict=r["verdict"],
-                              margin=float(margin) if isinstance(margin, (int, float)) else None,
+                              margin=margin,
                               reason=r.get("reason") if isinstance(r.get("reason"), str) else None,
                               detail=str(r.get("detail") or ""))
             out[(index, obs.engine, obs.arch, obs.case_id)] = obs
     return list(out.values()), unusable
+
+
+def claim_margin(record: Mapping) -> float | None:
+    """The margin a claim needs: the least of the record's margin against the bound and its
+    statistical margin (a record written before the statistical judge has only the first;
+    a device probe's has only the first); None when it has none."""
+    bound, statistical = (_number(record.get(key)) for key in ("margin", "statistical_margin"))
+    if bound is None or statistical is None:
+        return bound
+    return min(bound, statistical)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def order_classes(orders: Sequence[Sequence[str] | None], count: int) -> list[int]:
@@ -359,18 +374,6 @@ def sha256_of(path: Path | str) -> str:
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def run_json_of(results: Path | str) -> Path:
-    """The run.json that belongs to a results file: `run.json` beside `results.jsonl[.gz]`
-    (a run directory), else `<name>.run.json` beside `<name>.results.jsonl[.gz]`."""
-    path = results_file(results)
-    if path.name.startswith(RESULTS_NAME):
-        return path.with_name(RUN_NAME)
-    name = path.name
-    for suffix in (".gz", ".jsonl", ".results"):
-        name = name.removesuffix(suffix)
-    return path.with_name(f"{name}.{RUN_NAME}")
 
 
 def run_order(results: Path | str) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
-"""`bundlegen harvest RESULTS... [--min-runs N] [--min-orders N] [--prune]`: passing results
--> claims.json in each engine's config folder of the current workspace; cases whose verdict
-differs between the runs are listed as order-dependent, one line each."""
+"""`bundlegen harvest RESULTS... [--min-runs N] [--min-orders N] [--keep-unbacked]`: passing
+results -> claims.json in each engine's config folder of the current workspace (dropping, by
+default, the claims of the covered engine/archs that these runs no longer back); cases whose
+verdict differs between the runs are listed as order-dependent, one line each. Results under
+the run's default output folder (out/) are refused: copy them to evidence first."""
 from __future__ import annotations
 
 import argparse
@@ -9,15 +11,17 @@ from pathlib import Path
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
-from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
+from bundlegen.workspace import WorkspaceError, default_bundle_root, find_workspace, require_workspace
 from bundlegen.claims.harvest import (DEFAULT_MIN_ORDERS, DEFAULT_MIN_RUNS, HarvestRules, harvest, order_dependent,
                                       read_run, run_json_of, run_order, run_source)
+from bundlegen.claims.evidence_path import transient_problem
 from bundlegen.claims.provenance import digest_mismatch
+from bundlegen.safe_write import UnsafeWrite
 from bundlegen.claims.store import ClaimsError, claims_path, read_claim_set, write_claim_set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS",
+    parser.add_argument("results", nargs="*", metavar="RESULTS",
                         help="results files (.jsonl, .jsonl.gz, or run directories), one per run, oldest "
                              "first; claims.json cites each (path, sha256, its run.json's level and versions)")
     parser.add_argument("--min-runs", type=int, default=DEFAULT_MIN_RUNS,
@@ -31,18 +35,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="least margin in every run (default: the bundle manifest's min_claim_margin)")
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="whose manifest gives the margin, when the bundle root holds several plans")
-    parser.add_argument("--prune", action="store_true",
-                        help="drop claims of the covered engine/archs these runs do not support")
+    parser.add_argument("--keep-unbacked", dest="prune", action="store_false", default=True,
+                        help="keep the claims of the covered engine/archs these runs no longer back "
+                             "(default: drop them; `matrix --check` fails on claims their evidence does not back)")
+    parser.add_argument("--prune", action="store_true", help="drop what these runs do not back (the default)")
     parser.add_argument("--claims-root", type=Path, default=None,
                         help="directory holding <engine dir>/claims.json (default: the workspace's "
                              "engine config folders)")
     parser.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    parser.add_argument("--from-gtest", nargs="+", type=Path, default=(), metavar="RESULTS.xml",
+                        help="GTest junit of a hipDNN lane run on `bundlegen export hipdnn`'s bundles: each is "
+                             "converted beside it (<name>.bundlegen/) and harvested as a run (needs --engine, --arch)")
+    parser.add_argument("--engine", default=None, metavar="NAME", help="with --from-gtest: the hipDNN engine it ran")
+    parser.add_argument("--arch", default=None, metavar="ARCH", help="with --from-gtest: the device's base arch (gfx942)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "from_gtest", ()):      # callers that build the Namespace by hand leave it out
+        converted = _from_gtest(args)
+        if converted is None:
+            return 2
+        args.results = [*args.results, *converted]
+    if not args.results:
+        print("harvest: give results files, or --from-gtest RESULTS.xml")
+        return 2
     missing = [p for p in args.results if not results_file(p).is_file()]
     if missing:
         print(f"harvest: no results file at {', '.join(map(str, missing))}")
+        return 2
+    here = find_workspace()
+    transient = [line for p in args.results for root in dict.fromkeys([Path.cwd(), *([here.root] if here else [])])
+                 if (line := transient_problem(p, root))]
+    if transient:
+        print(f"harvest: {transient[0]}")
         return 2
     min_orders = min(DEFAULT_MIN_ORDERS, args.min_runs) if args.min_orders is None else args.min_orders
     if args.min_runs < 1 or min_orders < 1:
@@ -87,8 +112,28 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {dependence.line()}")
     if args.dry_run:
         return 0
+    inside = workspace.root if workspace is not None else args.claims_root
     for engine in storable:
         path = paths[engine]
-        if write_claim_set(path, updated[engine]):
-            print(f"  wrote {path}")
+        try:
+            if write_claim_set(path, updated[engine], inside=inside):
+                print(f"  wrote {path}")
+        except UnsafeWrite as exc:
+            print(f"harvest: {exc}")
+            return 2
     return 0
+
+
+def _from_gtest(args: argparse.Namespace) -> list[Path] | None:
+    """The converted run folders of --from-gtest's junits; None after one error line."""
+    from bundlegen.claims.hipdnn_export import ExportError
+    from bundlegen.claims.hipdnn_gtest import convert_junits
+
+    if args.engine is None or args.arch is None:
+        print("harvest: --from-gtest needs --engine NAME (the hipDNN engine) and --arch ARCH")
+        return None
+    try:
+        return convert_junits(list(args.from_gtest), args.engine, args.arch, default_bundle_root(), args.plan)
+    except (ExportError, BundleError, ValueError) as exc:
+        print(f"harvest: {exc}")
+        return None

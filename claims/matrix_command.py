@@ -9,6 +9,7 @@ import difflib
 import os
 from pathlib import Path
 
+from bundlegen import safe_write
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.workspace import WorkspaceError, default_bundle_root, require_workspace
@@ -17,6 +18,7 @@ from bundlegen.claims.combinations import CombinationError, combinations, combin
 from bundlegen.claims.integrity import verify
 from bundlegen.claims.matrix import (compile_reports, default_columns, load_claim_sets, support_matrix_text,
                                      workspace_engines)
+from bundlegen.claims.overrides import override_section
 from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
 from bundlegen.harness.config import EngineConfigError, load_engine_config
 
@@ -73,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             claim_sets = {name: read_claim_set(folder / CLAIMS_NAME, name) for name, folder in folders.items()}
         cases = bundle_cases(bundles, manifest.plan, manifest.level_names)
+        configs = {name: load_engine_config(folder) for name, folder in folders.items()}
         combos = getattr(args, "combinations", None)    # callers building a Namespace may leave it out
         if combos is not None:
             picks = parse_picks(combos, manifest.axes)
@@ -83,8 +86,9 @@ def main(args: argparse.Namespace) -> int:
                                            engine_tomls=engine_toml_links(folders, workspace.matrix,
                                                                           workspace.root),
                                            compiled=compile_reports(folders),
-                                           skip_rows={name: load_engine_config(folder).skips
-                                                      for name, folder in folders.items()})
+                                           skip_rows={name: configs[name].skips for name in configs})
+        text = text.rstrip("\n") + "\n" + override_section(configs, manifest, workspace.root) \
+            if any(configs[name].overrides for name in configs) else text
     except (ClaimsError, BundleError, WorkspaceError, EngineConfigError, CombinationError) as exc:
         print(f"matrix: {exc}")
         return 2
@@ -110,6 +114,10 @@ def main(args: argparse.Namespace) -> int:
             return 1
         print(f"matrix: {output} is up to date and every claim is backed by the results it cites")
         return 0
-    output.write_text(text, encoding="utf-8")
+    try:
+        safe_write.write_text(output, text, inside=workspace.root)
+    except safe_write.UnsafeWrite as exc:
+        print(f"matrix: {exc}")
+        return 2
     print(f"matrix: wrote {output}")
     return 0

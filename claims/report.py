@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from bundlegen import safe_write
 from bundlegen.harness import verdicts as V
 from bundlegen.manifest import AxisItems, Manifest
 
@@ -123,9 +124,11 @@ def _pyplot():
     return plt
 
 
-def _margin(record: Mapping, port: str) -> float | None:
+def _margin(record: Mapping, port: str, key: str = "margin") -> float | None:
+    """An output's margin against the bound (`key` "margin") or the statistical judge
+    ("statistical_margin"), None where the record has none."""
     out = (record.get("outputs") or {}).get(port) or {}
-    m = out.get("margin") if isinstance(out, Mapping) else None
+    m = out.get(key) if isinstance(out, Mapping) else None
     return float(m) if isinstance(m, (int, float)) and m > 0 else None
 
 
@@ -153,6 +156,13 @@ def worst_output(record: Mapping) -> str | None:
     worst = out.get("worst")
     if isinstance(worst, Mapping) and worst:
         text += "; worst element " + ", ".join(f"{k} {v}" for k, v in worst.items())
+    judged = [(p, o) for p, o in rows if isinstance(o.get("statistical_margin"), (int, float))]
+    if judged:
+        port, out = min(judged, key=lambda po: po[1]["statistical_margin"])
+        ratio = out.get("error_ratio")
+        text += (f"; statistical margin {out['statistical_margin']:.3g} in {port} at {out.get('slice')} "
+                 f"({out.get('measure')} " + (f"{ratio:.3g}x" if isinstance(ratio, (int, float)) else "n/a")
+                 + " the io-precision reference's)")
     return text
 
 
@@ -342,15 +352,26 @@ def verdict_table(records: Sequence[Mapping]) -> tuple[list[str], list[tuple[str
     return verdicts, [(e, a, c) for (e, a), c in sorted(groups.items())]
 
 
-def margin_quantiles(records: Sequence[Mapping]) -> list[tuple[str, str, int, float, float, float]]:
+def margin_quantiles(records: Sequence[Mapping]) -> list[tuple]:
+    """(engine, output, cases, then min, p5 and median of the bound's margin and of the
+    statistical judge's: None where no record has one)."""
     rows = []
     for engine in sorted({r["engine"] for r in records}):
         for port in OUTPUTS:
             ms = sorted(m for r in records if r["engine"] == engine and (m := _margin(r, port)))
             if ms:
-                q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
-                rows.append((engine, port, len(ms), ms[0], q(0.05), q(0.5)))
+                stat = sorted(m for r in records if r["engine"] == engine
+                              and (m := _margin(r, port, "statistical_margin")))
+                rows.append((engine, port, len(ms), *_quantiles(ms), *_quantiles(stat)))
     return rows
+
+
+def _quantiles(sorted_values: Sequence[float]) -> tuple:
+    """min, p5 and median of sorted values (Nones when there are none)."""
+    if not sorted_values:
+        return None, None, None
+    q = lambda f: sorted_values[min(len(sorted_values) - 1, int(f * len(sorted_values)))]  # noqa: E731
+    return sorted_values[0], q(0.05), q(0.5)
 
 
 # ----------------------------------------------------------------------------- report
@@ -381,6 +402,7 @@ def write_report(runs: Sequence[Sequence[Mapping]], sources: Sequence[str], out:
     """Write the report: `out` itself when it ends in .html, else out/index.html."""
     out = Path(out)
     path = out if out.suffix == ".html" else out / "index.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs), encoding="utf-8")
+    html = report_html(runs, sources, min_margin, axes, specs=specs, graphs=graphs)
+    # the folder the user named, wherever it is; a report file that is a link out of it is refused
+    safe_write.write_text(path, html, inside=path.absolute().parent)
     return path

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from bundlegen.safe_write import UnsafeWrite
 from bundlegen.graph import BundleError
 from bundlegen.manifest import load_manifest
 from bundlegen.results_file import results_file
@@ -55,9 +56,13 @@ def main(args: argparse.Namespace) -> int:
         return 2
     runs = [read_run(p) for p in args.results]
     failing = {r.get("case_id") for run in runs for r in run if r.get("verdict") in FAILING}
-    index = write_report(runs, [str(results_file(p)) for p in args.results], args.html,
-                         manifest.min_claim_margin, core_axes(manifest),
-                         specs=[engine_specs(p) for p in args.results],
-                         graphs=graph_lines(bundles, manifest.plan, {c for c in failing if isinstance(c, str)}))
+    try:
+        index = write_report(runs, [str(results_file(p)) for p in args.results], args.html,
+                             manifest.min_claim_margin, core_axes(manifest),
+                             specs=[engine_specs(p) for p in args.results],
+                             graphs=graph_lines(bundles, manifest.plan, {c for c in failing if isinstance(c, str)}))
+    except UnsafeWrite as exc:
+        print(f"report: {exc}")
+        return 2
     print(f"report: wrote {index}")
     return 0

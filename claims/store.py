@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from bundlegen import safe_write
 from bundlegen.graph import canonical_json
 from bundlegen.workspace import Workspace, builtin_engine_dir, engine_dir_name, find_workspace
 
@@ -178,14 +179,14 @@ def _read_evidence(path: Path, raw) -> dict[str, ArchEvidence]:
     return out
 
 
-def write_claim_set(path: Path | str, claim_set: ClaimSet) -> bool:
-    """Write canonically; returns whether the file changed."""
+def write_claim_set(path: Path | str, claim_set: ClaimSet, inside: Path | str | None = None) -> bool:
+    """Write canonically (bundlegen.safe_write, staying inside `inside`); returns whether
+    the file changed. UnsafeWrite when the target may not be written."""
     path = Path(path)
     text = canonical_json(claim_set.to_json())
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    safe_write.write_text(path, text, inside=inside)
     return True
 
 

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from bundlegen.cost import CPU_RUNS, GPU_RUNS, DeterminismRuns
 from bundlegen.dtypes import TORCH_DTYPES
 from bundlegen.graph import Graph, dense_graph
 
@@ -68,6 +69,12 @@ class Engine(abc.ABC):
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.arch = arch_of(self.device)
+
+    def determinism_runs(self) -> DeterminismRuns:
+        """How often the harness runs this engine on a case (bundlegen.cost.DeterminismRuns):
+        a GPU's count, or a CPU engine's few. An engine whose device behaves otherwise (a
+        serial interpreter) says so here."""
+        return CPU_RUNS if self.device.type == "cpu" else GPU_RUNS
 
     @abc.abstractmethod
     def archs(self) -> tuple[str, ...]:

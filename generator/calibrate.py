@@ -1,48 +1,71 @@
 """Fitting the cost model (a plan's COST_MODEL, e.g. plans/sdpa_bwd.py) to measured case times.
 
 Each executed case of a run (a results.jsonl record whose engine ran) is joined by case id
-with its graph from the bundles; `bundlegen.cost.terms(graph)` gives its features. The fit
-is a non-negative least squares of the measured `wall_s` in the model's own form, each
-level weighted the same (a case counts sqrt(cases of its level) / its level's total):
+with its graph from the bundles; `bundlegen.cost.terms(graph)` gives its features. Results
+record each case's phases (materialize_s, oracle_s, engine_s, check_s) beside its wall_s,
+so each phase's coefficients are fitted to that phase's own seconds (bundlegen.cost's
+model), by non-negative least squares, each level weighted the same (a case counts
+its level's cases / its level's measured total of that phase):
 
-    wall_s = engine_flops / engine_flops_per_s + oracle_flops / oracle_flops_per_s
-             + io_bytes / bytes_per_s + overhead_s x runs
+    materialize_s = io_bytes / bytes_per_s + materialize_s
+    oracle_s      = oracle_flops / oracle_flops_per_s + oracle_s
+    engine_s      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
+                    + programs x program_s
+    check_s - (runs - 1) x fitted engine = runs x io_bytes / check_bytes_per_s
+                                           + (runs - 1) x rerun_s + check_s
+    wall_s - the four measured phases    = overhead_s
 
-(runs: the engine runs of a case, CostTerms.runs) i.e. linear in (1/rate, 1/rate, 1/bandwidth, overhead). A rate the data cannot resolve
-(its term explains under 0.1 % of the measured time, e.g. a fitted inverse of 0 or a
-feature collinear with the others) keeps the plan's value and the other terms are refitted around it, so a written
-plan never holds an infinite rate. `probe_s` is not fitted (probes are never executed);
-probes count in the per-level sums at the model's `probe_s`.
+(runs: the engine runs the record made; a record from before they were recorded: the
+class's runs.) A rate the data cannot resolve (its term explains under 0.1 % of its phase's
+time, e.g. a feature collinear with the others) keeps the plan's value and the other terms
+are refitted around it, so a written plan never holds an infinite rate. `probe_s` is not
+fitted (probes are never executed); probes count in the per-level sums at `probe_s`.
+The class's determinism runs are the most common runs its records made (kept when none
+records them).
 
-`run_start_s`, the once-per-run time around the cases, is not part of that fit: it is the
-median `outside_cases_s` of the given runs' run.json files (kept when none has one).
+`run_start_s`, the once-per-run time around the cases, is the median `outside_cases_s` of
+the given runs' run.json files (kept when none has one).
 
-`write_coefficients` edits, in place, only the number literals of one COST_MODEL entry.
+Several runs of the same cases (two orders, a cold and a warm cache) count each case once:
+its phases each at their least over the runs (least_of_runs), as the level rows measure.
+
+The plan text --write edits is calibrate_write's.
 """
 from __future__ import annotations
 
-import ast
 import math
-from dataclasses import dataclass, fields, replace
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from bundlegen.cost import CostCoefficients, CostTerms, seconds, terms
+from bundlegen.cost import DEVICE_CLASSES, CostCoefficients, CostTerms, phases, seconds, terms
 from bundlegen.graph import BundleError, Case, load_bundle
-from bundlegen.results_file import read_results, read_run_times, results_file
+from bundlegen.results_file import read_results, read_run_times, results_file, run_json_of
 
-#: the coefficients the fit sets, in the order of the feature columns
-FITTED = ("engine_flops_per_s", "oracle_flops_per_s", "bytes_per_s", "overhead_s")
-RATES = FITTED[:3]
-#: what --write puts into the plan: the fitted coefficients and the measured run start
-WRITTEN = FITTED + ("run_start_s",)
+#: the measured phases of a record, in the order a case goes through them
+PHASES = ("materialize_s", "oracle_s", "engine_s", "check_s")
+#: per phase: the coefficients its fit sets, rates first (fitted as their inverse)
+PHASE_FIELDS = {
+    "materialize_s": (("bytes_per_s",), ("materialize_s",)),
+    "oracle_s": (("oracle_flops_per_s",), ("oracle_s",)),
+    "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s", "program_s")),
+    "check_s": (("check_bytes_per_s",), ("rerun_s", "check_s")),
+}
+FITTED = tuple(f for rates, times in PHASE_FIELDS.values() for f in (*rates, *times)) + ("overhead_s",)
+RATES = tuple(f for rates, _ in PHASE_FIELDS.values() for f in rates)
+#: what --write puts into the plan: the fitted coefficients, the measured run start, the runs
+WRITTEN = FITTED + ("run_start_s", "ordinary_runs", "requested_runs")
 #: which device class a record's arch measures
 DEVICE_CLASS_OF_ARCH = {"sm90": "h200", "cpu": "cpu"}
 SIGNIFICANT_DIGITS = 3
-#: a rate whose term explains less than this share of the measured time is not resolved
+#: a rate whose term explains less than this share of its phase's time is not resolved
 NEGLIGIBLE_SHARE = 1e-3
+#: the per-level error the plan aims for, and the per-case ratio 90 % of cases keep within
+TARGET_ERROR = 0.25
+CASE_RATIO = 2.0
 
 
 class CalibrationError(ValueError):
@@ -57,6 +80,8 @@ class Sample:
     level: str
     terms: CostTerms
     wall_s: float
+    phases: Mapping[str, float]     # PHASES -> measured seconds
+    runs: int | None = None         # engine runs the record made (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -73,7 +98,16 @@ class SampleSet:
     probes: tuple[Timed, ...]
     not_executed: tuple[Timed, ...]   # declined, skipped, crashed before the engine ran, ...
     unmatched: int                    # executed records whose case id no bundle holds
-    other_device: int                 # records of another device class
+    other_device: int                 # records of another device class or engine
+
+
+def device_and_engine(cost_class: str) -> tuple[str, str | None]:
+    """'h200/torch-cudnn' -> ('h200', 'torch-cudnn'); 'cpu' -> ('cpu', None)."""
+    device, _, engine = cost_class.partition("/")
+    if device not in DEVICE_CLASSES:
+        raise CalibrationError(f"cost class {cost_class!r}: its device class must be one of "
+                               f"{', '.join(DEVICE_CLASSES)}")
+    return device, engine or None
 
 
 def read_records(paths: Iterable[Path | str]) -> list[dict]:
@@ -89,21 +123,24 @@ def read_records(paths: Iterable[Path | str]) -> list[dict]:
 def run_starts(paths: Iterable[Path | str], device_class: str) -> list[float]:
     """Seconds outside the cases (run.json outside_cases_s) of each given run of this device
     class that has a run.json."""
+    device, engine = device_and_engine(device_class)
     starts = []
     for p in paths:
-        times = read_run_times(results_file(p).parent)
-        if times is not None and DEVICE_CLASS_OF_ARCH.get(times.arch) == device_class:
+        times = read_run_times(run_json_of(p))
+        if (times is not None and DEVICE_CLASS_OF_ARCH.get(times.arch) == device
+                and (engine is None or times.engine == engine)):
             starts.append(times.outside_cases_s)
     return starts
 
 
-def fitted_run_start(starts: Sequence[float], prior: CostCoefficients) -> float:
-    if not starts:
-        return prior.run_start_s
-    ordered = sorted(starts)
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
     mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return round_significant(median)
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def fitted_run_start(starts: Sequence[float], prior: CostCoefficients) -> float:
+    return round_significant(median(starts)) if starts else prior.run_start_s
 
 
 def case_index(bundle_root: Path | str, plan: str) -> dict[str, Case]:
@@ -124,10 +161,13 @@ def device_class_of(record: Mapping) -> str | None:
 
 
 def collect(records: Iterable[Mapping], cases: Mapping[str, Case], device_class: str) -> SampleSet:
+    """The records of `device_class` (a device class: every engine's; an engine's class
+    such as 'cpu/torch-math': that engine's only)."""
+    device, engine = device_and_engine(device_class)
     executed, probes, idle = [], [], []
     unmatched = other = 0
     for r in records:
-        if device_class_of(r) != device_class:
+        if device_class_of(r) != device or (engine is not None and r.get("engine") != engine):
             other += 1
             continue
         wall = float(r.get("wall_s") or 0.0)
@@ -139,15 +179,31 @@ def collect(records: Iterable[Mapping], cases: Mapping[str, Case], device_class:
         elif case_id not in cases:
             unmatched += 1
         else:
-            executed.append(Sample(case_id, level, terms(cases[case_id].graph), wall))
-    return SampleSet(tuple(executed), tuple(probes), tuple(idle), unmatched, other)
+            runs = r.get("runs")
+            executed.append(Sample(case_id, level, terms(cases[case_id].graph), wall,
+                                   {p: float(r.get(p) or 0.0) for p in PHASES},
+                                   int(runs) if isinstance(runs, int) and runs >= 1 else None))
+    return SampleSet(tuple(least_of_runs(executed)), tuple(least_of_runs(probes)), tuple(idle), unmatched, other)
+
+
+def least_of_runs(samples: list) -> list:
+    """One sample per case: where several runs measured it, each phase (and wall_s) at its
+    least over them. A cold compile inside a case, a loaded host or a shared GPU only add
+    time, so the least of a case's runs is its cost."""
+    by_case: dict[str, list] = {}
+    for s in samples:
+        by_case.setdefault(s.case_id, []).append(s)
+    out = []
+    for case_id in sorted(by_case):
+        runs = by_case[case_id]
+        first = min(runs, key=lambda s: s.wall_s)
+        if isinstance(first, Sample) and len(runs) > 1:
+            first = replace(first, phases={p: min(s.phases[p] for s in runs) for p in PHASES})
+        out.append(first)
+    return out
 
 
 # ----------------------------------------------------------------------------- fit
-def features(t: CostTerms) -> list[float]:
-    return [float(t.engine_flops), float(t.oracle_flops), float(t.io_bytes), float(t.runs)]
-
-
 def nnls(A: torch.Tensor, b: torch.Tensor, max_iter: int | None = None) -> torch.Tensor:
     """argmin ||A x - b|| subject to x >= 0 (Lawson-Hanson active set), float64.
     Columns are scaled to unit norm first, so features of very different size
@@ -188,62 +244,97 @@ class Fit:
     samples: int
 
 
-def inverse(coeffs: CostCoefficients) -> list[float]:
-    """The model's linear form: (1/rate, 1/rate, 1/bandwidth, overhead)."""
-    return [1.0 / getattr(coeffs, f) for f in RATES] + [coeffs.overhead_s]
+def runs_of(s: Sample, k: CostCoefficients) -> int:
+    if s.runs is not None:
+        return s.runs
+    return k.runs.requested if s.terms.requested else k.runs.ordinary
+
+
+def level_weights(samples: Sequence[Sample], measured: Callable[[Sample], float]) -> torch.Tensor:
+    """A case of a level with n cases and measured total T counts n / T, so a level's
+    relative error weighs by its number of cases times the same scale in every level.
+    Unweighted, the few long cases of the upper levels would decide the fit and quick's
+    short ones be left off; at sqrt(n) / T (each level's squared relative error the same
+    for a misfit its cases share) the 85 cases of the H200 evidence's full level pulled the
+    per-case rates off the thousands of the others (pr and nightly 5 to 8 % off, full 27 %)."""
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for s in samples:
+        total[s.level] = total.get(s.level, 0.0) + max(measured(s), 0.0)
+        count[s.level] = count.get(s.level, 0) + 1
+    return torch.tensor([count[s.level] / total[s.level] if total[s.level] > 0 else 0.0
+                         for s in samples], dtype=torch.float64)
+
+
+def fit_linear(X: torch.Tensor, y: torch.Tensor, w: torch.Tensor, prior: list[float],
+               rates: int) -> tuple[list[float], set[int]]:
+    """theta >= 0 with X theta ~ y (weights w); columns below `rates` are inverse rates: one
+    whose term explains under NEGLIGIBLE_SHARE of y keeps its prior and the rest are refitted."""
+    total = float(y.clamp(min=0).sum())
+    fixed: set[int] = set()
+    while True:
+        free = [j for j in range(X.shape[1]) if j not in fixed]
+        target = y - sum((X[:, j] * prior[j] for j in fixed), torch.zeros_like(y))
+        theta = list(prior)
+        if free:
+            for j, value in zip(free, nnls(X[:, free] * w[:, None], target * w).tolist()):
+                theta[j] = value
+        unresolved = {j for j in free if j < rates
+                      and (total <= 0 or float(X[:, j].sum()) * theta[j] / total < NEGLIGIBLE_SHARE)}
+        if not unresolved:
+            return theta, fixed
+        fixed |= unresolved
+
+
+def phase_columns(phase: str, s: Sample, runs: int, engine_one: float) -> tuple[list[float], float]:
+    """(features, target) of one sample for one phase's fit (the module docstring)."""
+    t, y = s.terms, s.phases[phase]
+    if phase == "materialize_s":
+        return [float(t.io_bytes), 1.0], y
+    if phase == "oracle_s":
+        return [float(t.oracle_flops), 1.0], y
+    if phase == "engine_s":
+        return [float(t.engine_flops), float(t.tiles), float(t.launches), float(t.programs)], y
+    return [float(runs * t.io_bytes), float(runs - 1), 1.0], y - (runs - 1) * engine_one
+
+
+def fitted_runs(samples: Sequence[Sample], prior: CostCoefficients) -> dict[str, int]:
+    """The class's determinism runs: the most common runs its records made, per kind."""
+    out = {}
+    for name, requested in (("ordinary_runs", False), ("requested_runs", True)):
+        seen = Counter(s.runs for s in samples if s.runs is not None and s.terms.requested == requested)
+        out[name] = seen.most_common(1)[0][0] if seen else getattr(prior, name)
+    return out
 
 
 def fit(samples: Sequence[Sample], prior: CostCoefficients) -> Fit:
-    if len(samples) < len(FITTED):
-        raise CalibrationError(f"{len(samples)} executed case(s); the fit needs at least {len(FITTED)}")
-    X = torch.tensor([features(s.terms) for s in samples], dtype=torch.float64)
-    y = torch.tensor([s.wall_s for s in samples], dtype=torch.float64)
-    prior_theta = inverse(prior)
-    total = float(y.sum())
-    if total <= 0:
+    if len(samples) < 4:
+        raise CalibrationError(f"{len(samples)} executed case(s); the fit needs at least 4")
+    if sum(s.wall_s for s in samples) <= 0:
         raise CalibrationError("the measured cases took no time")
-    # The target is a relative error per level, so each level weighs the same: a case of a
-    # level with n cases and measured total T counts sqrt(n) / T (a misfit shared by the n
-    # cases then costs the same squared relative error in every level). Unweighted, the few
-    # long cases of the upper levels would decide the fit and quick's short ones be left off.
-    level_total: dict[str, float] = {}
-    level_count: dict[str, int] = {}
-    for s in samples:
-        level_total[s.level] = level_total.get(s.level, 0.0) + s.wall_s
-        level_count[s.level] = level_count.get(s.level, 0) + 1
-    w = torch.tensor([math.sqrt(level_count[s.level]) / level_total[s.level]
-                      if level_total[s.level] > 0 else 0.0 for s in samples], dtype=torch.float64)
-    fixed: set[int] = set()
-    while True:
-        free = [j for j in range(len(FITTED)) if j not in fixed]
-        target = y - sum((X[:, j] * prior_theta[j] for j in fixed), torch.zeros_like(y))
-        solution = nnls(X[:, free] * w[:, None], target * w)
-        theta = list(prior_theta)
-        for j, value in zip(free, solution.tolist()):
-            theta[j] = value
-        share = {j: float(X[:, j].sum()) * theta[j] / total for j in free}
-        unresolved = {j for j in free if j < len(RATES) and share[j] < NEGLIGIBLE_SHARE}
-        if not unresolved:
-            break
-        fixed |= unresolved
-    values = {f: 1.0 / theta[j] for j, f in enumerate(RATES)}
-    values["overhead_s"] = theta[3]
-    rounded = {f: round_significant(v) for f, v in values.items()}
-    return Fit(coefficients=replace(prior, **rounded),
-               kept=tuple(FITTED[j] for j in sorted(fixed)), samples=len(samples))
+    values: dict[str, float] = dict(fitted_runs(samples, prior))
+    runs_prior = replace(prior, **values)
+    kept: list[str] = []
+    engine_one: list[float] = [0.0] * len(samples)
+    for phase, (rates, times) in PHASE_FIELDS.items():
+        names = (*rates, *times)
+        prior_theta = [1.0 / getattr(prior, f) for f in rates] + [getattr(prior, f) for f in times]
+        rows = [phase_columns(phase, s, runs_of(s, runs_prior), engine_one[i]) for i, s in enumerate(samples)]
+        X = torch.tensor([r[0] for r in rows], dtype=torch.float64)
+        y = torch.tensor([r[1] for r in rows], dtype=torch.float64)
+        theta, fixed = fit_linear(X, y, level_weights(samples, lambda s: s.phases[phase]), prior_theta, len(rates))
+        values.update({f: (1.0 / theta[j] if j < len(rates) else theta[j]) for j, f in enumerate(names)})
+        kept += [names[j] for j in sorted(fixed)]
+        if phase == "engine_s":
+            engine_one = (X @ torch.tensor(theta, dtype=torch.float64)).tolist()
+    rest = [s.wall_s - sum(s.phases.values()) for s in samples]
+    w = level_weights(samples, lambda s: s.wall_s)
+    values["overhead_s"] = max(0.0, float((w * torch.tensor(rest, dtype=torch.float64)).sum() / w.sum()))
+    rounded = {f: (v if f.endswith("_runs") else round_significant(v)) for f, v in values.items()}
+    return Fit(coefficients=replace(prior, **rounded), kept=tuple(kept), samples=len(samples))
 
 
-def flop_correlation(samples: Sequence[Sample]) -> float:
-    """Pearson correlation of engine and oracle FLOPs over the samples: near 1, the fit
-    splits their time between the two rates only loosely (their sum is well fitted)."""
-    if len(samples) < 2:
-        return 1.0
-    pair = torch.tensor([[s.terms.engine_flops, s.terms.oracle_flops] for s in samples],
-                        dtype=torch.float64)
-    return float(torch.corrcoef(pair.T)[0, 1])
-
-
-# ----------------------------------------------------------------------------- per level
+# ----------------------------------------------------------------------------- fit report
 @dataclass(frozen=True)
 class LevelError:
     level: str
@@ -265,6 +356,11 @@ class LevelError:
         return self.relative(self.after_s, self.measured_s)
 
 
+def predicted(s: Sample, k: CostCoefficients) -> float:
+    """A sample's predicted seconds with the engine runs it made."""
+    return seconds(s.terms, k, s.runs)
+
+
 def level_errors(samples: SampleSet, before: CostCoefficients, after: CostCoefficients,
                  levels: Sequence[str]) -> list[LevelError]:
     """Per level (its own cases: executed ones and probes), then a 'total' row."""
@@ -277,9 +373,32 @@ def level_errors(samples: SampleSet, before: CostCoefficients, after: CostCoeffi
         rows.append(LevelError(
             level=level or "total", cases=len(ex) + len(pr),
             measured_s=sum(s.wall_s for s in ex) + sum(p.wall_s for p in pr),
-            before_s=sum(seconds(s.terms, before) for s in ex) + len(pr) * before.probe_s,
-            after_s=sum(seconds(s.terms, after) for s in ex) + len(pr) * after.probe_s))
+            before_s=sum(predicted(s, before) for s in ex) + len(pr) * before.probe_s,
+            after_s=sum(predicted(s, after) for s in ex) + len(pr) * after.probe_s))
     return rows
+
+
+def phase_errors(samples: Sequence[Sample], k: CostCoefficients) -> dict[str, tuple[float, float]]:
+    """phase -> (measured, predicted) seconds summed over the samples."""
+    out = {}
+    for phase in PHASES:
+        out[phase] = (sum(s.phases[phase] for s in samples),
+                      sum(getattr(phases(s.terms, k, s.runs), phase) for s in samples))
+    return out
+
+
+def case_ratios(samples: Sequence[Sample], k: CostCoefficients) -> list[tuple[float, Sample]]:
+    """(measured / predicted, sample) of each executed case, the worst (farthest from 1 on a
+    log scale) first."""
+    pairs = [(s.wall_s / max(predicted(s, k), 1e-9), s) for s in samples if s.wall_s > 0]
+    return sorted(pairs, key=lambda p: (-abs(math.log(p[0])), p[1].case_id))
+
+
+def within_ratio(ratios: Sequence[tuple[float, Sample]], bound: float = CASE_RATIO) -> float:
+    """The share of cases predicted within `bound` times of their measured seconds."""
+    if not ratios:
+        return 1.0
+    return sum(1 for r, _ in ratios if 1 / bound <= r <= bound) / len(ratios)
 
 
 # ----------------------------------------------------------------------------- plan text
@@ -301,82 +420,3 @@ def format_number(x: float) -> str:
     if not any(c in text for c in ".e"):
         text += ".0"
     return text
-
-
-def coefficient_block(device_class: str, coeffs: CostCoefficients, indent: int = 4) -> str:
-    """The COST_MODEL entry as it would be pasted into the plan."""
-    head = " " * indent + f'"{device_class}": CostCoefficients('
-    parts = [f"{f}={format_number(getattr(coeffs, f))}" for f in WRITTEN]
-    pad = " " * len(head)
-    return f"{head}{parts[0]}, {parts[1]},\n{pad}{parts[2]}, {parts[3]},\n{pad}{parts[4]}),"
-
-
-@dataclass(frozen=True)
-class Edit:
-    field: str
-    old: str
-    new: str
-
-
-def _entry_call(tree: ast.Module, device_class: str) -> ast.Call:
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) else [])
-        if not any(isinstance(t, ast.Name) and t.id == "COST_MODEL" for t in targets):
-            continue
-        if not isinstance(node.value, ast.Dict):
-            raise CalibrationError("COST_MODEL is not a dict literal")
-        for key, value in zip(node.value.keys, node.value.values):
-            if isinstance(key, ast.Constant) and key.value == device_class:
-                if not isinstance(value, ast.Call):
-                    raise CalibrationError(f"COST_MODEL[{device_class!r}] is not a call")
-                return value
-        raise CalibrationError(f"COST_MODEL has no entry {device_class!r}")
-    raise CalibrationError("no COST_MODEL assignment at the plan's top level")
-
-
-def _literal_nodes(call: ast.Call) -> dict[str, ast.Constant]:
-    """Field name -> the number literal that sets it (keyword or positional)."""
-    names = [f.name for f in fields(CostCoefficients)]
-    found = {names[i]: arg for i, arg in enumerate(call.args)}
-    found.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
-    out = {}
-    for name in WRITTEN:
-        node = found.get(name)
-        if node is None:
-            raise CalibrationError(f"the entry does not set {name}")
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
-                and not isinstance(node.value, bool)):
-            raise CalibrationError(f"{name} is not a number literal; edit it by hand")
-        out[name] = node
-    return out
-
-
-def write_coefficients(plan_path: Path | str, device_class: str, coeffs: CostCoefficients) -> list[Edit]:
-    """Replace the number literals of COST_MODEL[device_class]'s fitted fields in the plan
-    file, leaving every other byte as it was. Returns the edits made."""
-    path = Path(plan_path)
-    data = path.read_bytes()
-    call = _entry_call(ast.parse(data), device_class)
-    nodes = _literal_nodes(call)
-    # ast offsets are UTF-8 byte columns, so the edit works on bytes
-    starts = [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    spans = []
-    for name, node in nodes.items():
-        begin = starts[node.lineno - 1] + node.col_offset
-        end = starts[node.end_lineno - 1] + node.end_col_offset
-        spans.append((begin, end, name))
-    edits, out = [], data
-    for begin, end, name in sorted(spans, reverse=True):
-        new = format_number(getattr(coeffs, name))
-        edits.append(Edit(name, data[begin:end].decode(), new))
-        out = out[:begin] + new.encode() + out[end:]
-    written = _literal_nodes(_entry_call(ast.parse(out), device_class))
-    for name in WRITTEN:
-        if float(written[name].value) != float(format_number(getattr(coeffs, name))):
-            raise CalibrationError(f"rewrite check failed for {name}")  # the file is not written
-    if out != data:
-        path.write_bytes(out)
-    return sorted(edits, key=lambda e: WRITTEN.index(e.field))

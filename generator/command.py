@@ -1,8 +1,10 @@
 """`bundlegen generate`: expand the workspace's plans into bundles and their manifests.
 
   bundlegen generate                      write <workspace bundles>/ (bundles + manifests)
-  bundlegen generate --dry-run --report   write nothing, print the plan report (anywhere:
+  bundlegen generate --dry-run            write nothing, print a short summary: counts per
+                                          level, budgets, whether every proof holds (anywhere:
                                           outside a workspace, the built-in plan)
+  bundlegen generate --dry-run --report   write nothing, print the whole plan report
   bundlegen generate --check              exit 1 with a summary when the workspace's bundles
                                           or manifests drift from its plans
 """
@@ -13,8 +15,9 @@ import importlib
 import sys
 from pathlib import Path
 
+from bundlegen.safe_write import UnsafeWrite
 from bundlegen.workspace import DEFAULTS, Workspace, WorkspaceError, find_workspace, require_workspace
-from bundlegen.generator import extend, report, write
+from bundlegen.generator import extend, report, report_layout, write
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.generate import build, build_default
 from bundlegen.generator.records import GeneratedPlan
@@ -27,9 +30,11 @@ BUILTIN_PLAN = DEFAULTS["plans"][0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dry-run", action="store_true", help="write nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="write nothing; print a short summary (counts per level, budgets, proofs)")
     parser.add_argument("--report", action="store_true",
-                        help="print counts, budgets, the pair proof, legality, gates and traceability")
+                        help="print the whole report: counts, budgets, the pair proof, legality, gates and "
+                             "traceability")
     parser.add_argument("--peer-gaps", action="store_true",
                         help="list every peer value pair (plans/peers.py) no case of a level holds")
     parser.add_argument("--check", action="store_true",
@@ -48,6 +53,9 @@ def plan_module(name: str, workspace: Workspace | None):
         raise PlanError(f"{where}: cannot import {name!r}: {exc}") from None
     except Exception as exc:    # a misspelt record field (TypeError) or any fault of the plan's own code
         raise PlanError(f"plan {name}: {type(exc).__name__}: {exc}{extend.field_hint(exc)}") from None
+    except SystemExit as exc:   # sys.exit() at import: named, not an exit with no message
+        raise PlanError(f"plan {name}: exits at import (SystemExit({exc.code!r})): a plan module only "
+                        "declares") from None
     if not hasattr(module, "PLAN"):
         raise PlanError(f"{name}: defines no PLAN")
     if not isinstance(module.PLAN, (Plan, Extension)):
@@ -97,9 +105,12 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     if len({g.plan.name for g in plans}) != len(plans):
         print("generate: two plans share a name", file=sys.stderr)
         return EXIT_PLAN_ERROR
+    written = not (args.dry_run or args.check)
     for generated in plans:
         if args.report:
-            print(report.render(generated), end="")
+            print(report.render(generated, written), end="")
+        elif args.dry_run:
+            print(report_layout.summary(generated, written), end="")
         if getattr(args, "peer_gaps", False):
             print("\n".join(report.peer_lines(generated, gaps=True)))
         for p in report.peer_coverage.of_generated(generated):
@@ -137,7 +148,11 @@ def run(args: argparse.Namespace, plans: list[GeneratedPlan], bundle_root: Path 
     if args.dry_run:
         return 0
     for generated in plans:
-        result = write.write(generated, bundle_root)
+        try:
+            result = write.write(generated, bundle_root)
+        except UnsafeWrite as exc:
+            print(f"generate: {exc}", file=sys.stderr)
+            return EXIT_PLAN_ERROR
         print(f"generate: {generated.plan.name}: {len(generated.cases)} cases; {len(result.written)} file(s) "
               f"written, {result.unchanged} unchanged, {len(result.removed)} stale removed in {bundle_root}")
     return 0

@@ -187,7 +187,8 @@ def build_extension(ext: Extension) -> GeneratedPlan:
                          proofs=(), exclusions=(), illegal_pairs=0, repaired_pairs=(), legality_violations=(),
                          items=items, extends=Extends(base.name, installed.manifest.digest, removed),
                          base_manifest=installed.manifest,
-                         base_gates=tuple(g for g in ext.gated if g.item in base_items))
+                         base_gates=tuple(g for g in ext.gated if g.item in base_items),
+                         base_cases=tuple(kept_base))
 
 
 def _merged(drafts: list[Draft]) -> list[tuple[Draft, list[Draft]]]:
@@ -309,8 +310,38 @@ def _holds(held, value) -> bool:
     return False
 
 
+#: how close an extension's capitalised name must be to a declaration's to be its misspelling
+MISSPELT_CUTOFF = 0.8
+
+
+def misspelt(module, plan: object) -> list[tuple[str, str]]:
+    """(name, the declaration it is close to) for each module-level name of an extension's
+    module that is in capitals, is no declaration, was not imported from the plan it
+    extends, and spells one nearly (REGRESIONS for REGRESSIONS): it would be dropped
+    silently. The built-in plan's own constants (PROBE_ARMS, ...) are not an extension's."""
+    import difflib
+
+    if not is_extension(plan):
+        return []
+    extended = importlib.import_module(plan.extends)
+    out = []
+    for name, value in sorted(vars(module).items()):
+        if not name.isupper() or name in DECLARATION_NAMES or getattr(extended, name, None) is value:
+            continue
+        close = difflib.get_close_matches(name, sorted(DECLARATION_NAMES), n=1, cutoff=MISSPELT_CUTOFF)
+        if close:
+            out.append((name, close[0]))
+    return out
+
+
 def untaken_error(module, plan: object) -> str | None:
-    """One line naming the first declaration `plan` does not take, or None."""
+    """One line naming the first declaration `plan` does not take (or the first name that
+    misspells one), or None."""
+    wrong = misspelt(module, plan)
+    if wrong:
+        where = getattr(module, "__file__", None) or module.__name__
+        name, close = wrong[0]
+        return f"{where}: {name} is not a plan declaration (did you mean {close!r}?)"
     names = untaken(module, plan)
     if not names:
         return None

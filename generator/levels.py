@@ -10,7 +10,6 @@ can. A case that fits no level is an error naming its plan entry.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -39,13 +38,12 @@ def costed(case_id: str, entry: str, min_level: str, graph, probe: bool,
     one engine run of it: a deterministic-mode case runs its engine more than once), and the
     H200 prediction the case records."""
     terms = cost_model.terms(graph)
-    one_run = dataclasses.replace(terms, engine_flops=terms.engine_flops // terms.runs, runs=1)
 
-    def predict(t, device):
-        return cost_model.predict_terms(t, device, cost_table, probe=probe)
-    h200 = predict(terms, "h200")
-    return Costed(case_id, entry, min_level, h200.predicted_s, h200.bytes, predict(terms, "cpu").predicted_s,
-                  predict(one_run, "cpu").predicted_s, predict(one_run, "h200").predicted_s), h200
+    def predict(device, runs=None):
+        return cost_model.predict_terms(terms, device, cost_table, probe=probe, runs=runs)
+    h200 = predict("h200")
+    return Costed(case_id, entry, min_level, h200.predicted_s, h200.bytes, predict("cpu").predicted_s,
+                  predict("cpu", 1).predicted_s, predict("h200", 1).predicted_s), h200
 
 
 def fits(level: Level, c: Costed) -> bool:

@@ -9,6 +9,7 @@ import ast
 import importlib
 from pathlib import Path
 
+from bundlegen import safe_read, safe_write
 from bundlegen.generator.errors import PlanError
 
 TUPLE_NAME = "REGRESSIONS"
@@ -51,13 +52,25 @@ def inserted(source: str, declaration: str, path: Path) -> str:
     return f"{head}\n{block}{source[close:]}"
 
 
+def _write(path: Path, text: str) -> None:
+    """`text` into the plan file, atomically (bundlegen.safe_write); EditError (one line)
+    for a file that may not be written (read-only, not a regular file)."""
+    try:
+        safe_write.write_text(path, text)
+    except safe_write.UnsafeWrite as exc:
+        raise EditError(str(exc)) from None
+
+
 def write_regression(module_name: str, path: Path, declaration: str, item: str, check) -> None:
     """Append `declaration` to REGRESSIONS in the module's file `path`; re-import the module
     and call `check(module)` (a PlanError for a module that does not take it), putting the
     file back when the import or the check fails."""
-    before = path.read_text(encoding="utf-8")
+    try:
+        before = safe_read.read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EditError(f"cannot read: {exc}") from None
     after = inserted(before, declaration, path)
-    path.write_text(after, encoding="utf-8")
+    _write(path, after)
     try:
         importlib.invalidate_caches()
         module = importlib.reload(importlib.import_module(module_name))
@@ -68,7 +81,7 @@ def write_regression(module_name: str, path: Path, declaration: str, item: str, 
         if item not in taken:
             raise EditError(f"{path}: written into {TUPLE_NAME}, but PLAN does not take {item}")
     except Exception as exc:
-        path.write_text(before, encoding="utf-8")
+        _write(path, before)
         importlib.reload(importlib.import_module(module_name))
         if isinstance(exc, PlanError):
             raise

@@ -13,7 +13,8 @@ from typing import Collection
 
 from bundlegen import reasons as R
 from bundlegen.graph import Graph, Rejection, ragged_graph, with_modifiers
-from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding
+from bundlegen.validate import (GUARD_ELEMS, frontend_finding, good_sequences, ragged_offsets_finding,  # noqa: F401
+                                stray_reach, stray_reach_problem)
 from bundlegen.generator import expand, layouts
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import PORTS, axis_item
@@ -249,28 +250,6 @@ def check_draft(draft: Draft) -> None:
     if not good_sequences(g):
         raise PlanError(f"{entry}: a device probe needs a good sequence (validate.good_sequences) "
                         "whose gradients the engine must still get right")
-    for port, (before, after) in sorted(stray_reach(g).items()):
-        spec = g.tensors[port]
-        if before > GUARD_ELEMS + spec.offset or after > GUARD_ELEMS:
-            raise PlanError(f"{entry}: its bad sequences reach {before} elements before and {after} after "
-                            f"port '{port}' (guard band {GUARD_ELEMS} + offset {spec.offset}): an "
-                            "unbounded kernel's stray rows would land outside the canary; make it smaller")
-
-
-def stray_reach(graph: Graph) -> dict[str, tuple[int, int]]:
-    """Per port, how many elements before its view's first element and past its last
-    addressed element the rows of the graph's sequences reach (a kernel with no token-base
-    bound reads and writes every row a sequence claims, by its range or its used length):
-    rows below 0 and from T on, times the port's token stride."""
-    rag = graph.ragged
-    rows = {}
-    for side, tokens in (("q", graph.T_q), ("kv", graph.T_kv)):
-        cu = getattr(rag, f"cu_seqlens_{side}")
-        used = getattr(rag, f"seqused_{side}") or (0,) * (len(cu) - 1)   # a used length may run past its range
-        spans = [(a, max(b, a + u)) for a, b, u in zip(cu, cu[1:], used) if max(b, a + u) > a]
-        rows[side] = (max([0, *(-a for a, _ in spans)]), max([0, *(b - tokens for _, b in spans)]))
-    out = {}
-    for port, spec in graph.tensors.items():
-        below, above = rows["q" if port in ("q", "o", "do", "dq", "stats") else "kv"]
-        out[port] = (below * spec.strides[0], above * spec.strides[0])
-    return out
+    problem = stray_reach_problem(g)
+    if problem is not None:
+        raise PlanError(f"{entry}: {problem}; make it smaller")

@@ -116,6 +116,7 @@ class GeneratedPlan:
     extends: Extends | None = None
     base_manifest: Manifest | None = None
     base_gates: tuple = ()          # plans.records.Gated entries of the extension that gate built-in items
+    base_cases: tuple[Case, ...] = ()   # an extension's built-in cases that its runs keep (not written)
 
     def at_level(self, level: str) -> tuple[Case, ...]:
         """The cases a run of `level` executes: that level and every lower one."""

@@ -3,29 +3,16 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bundlegen import cost as cost_model
 from bundlegen.cost import size_text
 from bundlegen.generator import focus, port_forms
 from bundlegen.generator.pass_report import later_value_lines
 from bundlegen.generator import peer_coverage
 from bundlegen.generator import boundaries, layout_distinct
-from bundlegen.generator.generate import cpu_run_seconds
 from bundlegen.generator.records import GeneratedPlan
+from bundlegen.generator.report_layout import budget_rows, cpu_line, fold, headline, table as _table, whole_plan
 
 SCOPE_LABEL = {"values": "axis values", "core": "all-pairs (core axes)", "all": "all-pairs"}
-
-
-def _numeric(cell) -> bool:
-    return isinstance(cell, (int, float)) or str(cell).replace(".", "", 1).isdigit()
-
-
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    """Columns padded to width: numbers right-aligned, text left-aligned."""
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-
-    def fmt(row: list) -> str:
-        return "  ".join(str(c).rjust(w) if _numeric(c) else str(c).ljust(w)
-                         for c, w in zip(row, widths)).rstrip()
-    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
 
 def _ragged_cell(cases, proof) -> str:
@@ -34,53 +21,71 @@ def _ragged_cell(cases, proof) -> str:
     return f"{n}, {SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"
 
 
-def render(g: GeneratedPlan) -> str:
+def cost_class_lines(g: GeneratedPlan) -> list[str]:
+    """Per cost class and level: the level's own cases predicted with the class (as if its
+    engine ran them all), and what the class's last calibration measured (plan.cost_measured):
+    the cases its engine ran there, their measured seconds and their prediction."""
     plan = g.plan
-    out: list[str] = []
+    out = ["Cost classes (seconds of each level's own cases predicted with the class; the last "
+           "calibration's cases, measured (each at its least over the runs) and predicted)"]
+    rows = []
+    terms = {c.id: cost_model.terms(c.graph) for c in g.cases}
+    for name in sorted(plan.cost_model):
+        measured = plan.cost_measured.get(name)
+        seen = {row[0]: row[1:] for row in measured.levels} if measured else {}
+        for level in plan.levels:
+            predicted = sum(cost_model.predict_terms(terms[c.id], name, plan.cost_model,
+                                                     probe=c.purpose == "probe").predicted_s
+                            for c in g.only_level(level.name))
+            cases, last, there = seen.get(level.name, ("-", None, None))
+            error = f"{(there - last) / last:+.0%}" if last else ""
+            rows.append([name, level.name, f"{predicted:.1f}", cases, "-" if last is None else f"{last:.1f}",
+                         "-" if there is None else f"{there:.1f}", error])
+        out.append(f"  {name}: " + (f"measured from {measured.source}" if measured else "not measured yet"))
+    out += ["  " + line for line in _table(["class", "level", "predicted s", "measured cases", "measured s",
+                                            "their predicted s", "error"], rows)]
+    return out
+
+
+def render(g: GeneratedPlan, written: bool = True) -> str:
+    """The whole report, every line within report_layout.WIDTH columns; `written` False (a
+    dry run): says what would be written. An extension's Levels table, groups and CPU run
+    cover the whole plan (the built-in cases its runs keep and its own); its proofs are the
+    built-in plan's, which that plan's report shows."""
+    return fold(_render(g, written))
+
+
+def _render(g: GeneratedPlan, written: bool) -> str:
+    plan = g.plan
+    out: list[str] = [headline(g, written), ""]
+    whole = whole_plan(g)
     planned_gated = sum(x.planned_cases for x in plan.gated)
-    out.append(f"plan {plan.name}: {len(g.cases)} cases written over {len(plan.levels)} levels; "
-               f"{len(plan.gated)} gated items ({planned_gated} planned cases) not written")
-    out.append("")
 
     # ---- levels
     start = plan.cost_model["h200"].run_start_s   # once per run, not per case
     out.append("Levels (seconds predicted on h200; budgets cover the level and every lower one, "
                "with the reserve kept free; run s: a `bundlegen run --level` process, "
                f"its {start:g} s start included)")
-    rows, cumulative = [], 0.0
+    proofs = {p.level: p for p in g.proofs}
     ragged_proofs = {p.level: p for p in g.ragged_proofs}
-    for level, proof in zip(plan.levels, g.proofs):
-        own = g.only_level(level.name)
-        purposes = Counter(c.purpose for c in own)
-        seconds = sum(c.cost.predicted_s for c in own)
-        cumulative += seconds
-        usable = level.budget_seconds * (1 - level.reserve)
-        status = "ok" if cumulative <= usable else "OVER"
-        rows.append([level.name, len(own), len(g.at_level(level.name)), purposes["claim"],
-                     purposes["regression"], purposes["probe"], f"{seconds:.1f}", f"{cumulative:.1f}",
-                     f"{cumulative + start:.1f}",
-                     f"{usable:.1f} of {level.budget_seconds:g}", status,
+    rows = []
+    for level, own, upto, purposes, seconds, cumulative, usable, ok in budget_rows(whole):
+        proof = proofs.get(level.name)
+        rows.append([level.name, len(own), len(upto), purposes["claim"], purposes["regression"], purposes["probe"],
+                     f"{seconds:.1f}", f"{cumulative:.1f}", f"{cumulative + start:.1f}",
+                     f"{usable:.1f} of {level.budget_seconds:g}", "ok" if ok else "OVER",
                      f"{level.per_case_seconds:g} s / {size_text(level.per_case_bytes)}",
-                     f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"]
+                     "-" if proof is None else f"{SCOPE_LABEL[proof.scope]}: {proof.covered} of {proof.total}"]
                     + ([_ragged_cell(own, ragged_proofs[level.name])] if ragged_proofs else []))
     out += _table(["level", "cases", "total", "claim", "regr", "probe", "level s", "cumul s", "run s",
                    "budget s (usable)", "status", "ceiling/case", "coverage"]
                   + (["ragged: cases, coverage"] if ragged_proofs else []), rows)
-    first = plan.levels[0]
-    quick = g.at_level(first.name)
-    cpu = sum(g.cpu_seconds[c.id] for c in quick)
-    repeated = [c for c in quick if c.graph.attributes.deterministic_algorithm]
-    worst = max((g.cpu_seconds[c.id] for c in quick if c not in repeated), default=0.0)
-    run = cpu_run_seconds(plan, first.name, g.cases, g.cpu_seconds)
-    budget = "" if first.cpu_budget_seconds is None else f" of its {first.cpu_budget_seconds:g} s budget"
-    out.append(f"{first.name} on the cpu class: a run predicted at {run:.1f} s{budget} (cases {cpu:.1f} s, "
-               f"start {plan.cost_model['cpu'].run_start_s:.1f} s); largest case {worst:.2f} s "
-               f"(ceiling {first.per_case_cpu_seconds:g} s, one run); {len(repeated)} deterministic-mode cases "
-               f"{sum(g.cpu_seconds[c.id] for c in repeated):.1f} s with their re-runs")
+    out.append(cpu_line(whole))
+    out += cost_class_lines(g)
     out.append("")
     out.append("Groups per level")
     for level in plan.levels:
-        groups = Counter(c.group for c in g.only_level(level.name))
+        groups = Counter(c.group for c in whole.only_level(level.name))
         out.append(f"  {level.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(groups.items())))
     out.append("")
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bundlegen import safe_read, safe_write
 from bundlegen.graph import Bundle, canonical_json
 from bundlegen.manifest import (AxisItems, Gate, Item, LevelLimits, Manifest, Section, manifest_name,
                                 manifest_text)
@@ -140,6 +142,15 @@ def _stale_bundles(generated: GeneratedPlan, root: Path, planned: dict[str, str]
     return [rel for rel in found if rel not in planned]
 
 
+def _current_text(path: Path) -> str | None:
+    """The text at `path` as a run reads it, None when there is none to read (the writer
+    then refuses a FIFO or folder there itself)."""
+    try:
+        return safe_read.read_text(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def write(generated: GeneratedPlan, root: Path) -> WriteResult:
     """Write the plan's bundles and manifest into bundle root `root`; remove its stale bundles."""
     root = Path(root)
@@ -147,16 +158,14 @@ def write(generated: GeneratedPlan, root: Path) -> WriteResult:
     written, unchanged = [], 0
     for rel, text in planned.items():
         path = root / rel
-        if path.exists() and path.read_text(encoding="utf-8") == text:
+        if _current_text(path) == text:
             unchanged += 1
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        safe_write.write_text(path, text, inside=root)
         written.append(rel)
     removed = _stale_bundles(generated, root, planned)
     for rel in removed:
-        (root / rel).unlink()
+        safe_write.unlink(root / rel, inside=root)
     return WriteResult(tuple(written), unchanged, tuple(removed))
 
 
@@ -166,10 +175,14 @@ def check(generated: GeneratedPlan, root: Path) -> list[str]:
     drift = []
     for rel, text in planned_texts(generated).items():
         path = root / rel
-        if not path.exists():
+        if not os.path.lexists(path):
             drift.append(f"{rel}: missing")
             continue
-        current = path.read_text(encoding="utf-8")
+        try:
+            current = safe_read.read_text(path)      # as a run reads it: line ends kept
+        except (OSError, UnicodeDecodeError) as exc:
+            drift.append(f"{rel}: cannot read: {exc}")
+            continue
         if current == text:
             continue
         if rel == manifest_name(generated.plan.name):
@@ -186,12 +199,12 @@ def check(generated: GeneratedPlan, root: Path) -> list[str]:
 def _manifest_diff(current: str, expected: str) -> str:
     try:
         have = json.loads(current)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return "not valid JSON"
     want = json.loads(expected)
     if not isinstance(have, dict):
         return "not a manifest object"
-    fields = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    fields = sorted(str(k) for k in set(want) | set(have) if want.get(k) != have.get(k))
     return f"differs in {', '.join(fields)}" if fields else "formatting differs"
 
 
@@ -200,6 +213,8 @@ def _bundle_diff(current: str, expected: str) -> str:
         have = {c.get("id"): c for c in json.loads(current).get("cases", []) if isinstance(c, dict)}
     except (json.JSONDecodeError, AttributeError):
         return "not valid bundle JSON"
+    except (TypeError, RecursionError):
+        return "not a bundle (cases with unhashable or nested ids)"
     want = {c["id"]: c for c in json.loads(expected)["cases"]}
     added = sorted(set(want) - set(have))
     gone = sorted(set(have) - set(want))

@@ -17,6 +17,7 @@ from bundlegen.graph import BundleError, Case, load_bundle
 from bundlegen.manifest import Manifest, load_manifest, manifest_path
 from bundlegen.tolerance import Tolerance
 from bundlegen.tolerance_rule import NoClass, class_for
+from bundlegen.validate import stray_reach_problem
 from bundlegen.workspace import builtin_bundle_root, default_bundle_root
 
 
@@ -41,7 +42,9 @@ class LoadedCases:
 
 
 def bundle_files(root: Path, level: str, plan: str) -> list[Path]:
-    return sorted((Path(root) / level / plan).glob("*.json"))
+    """The level's bundle files: `*.json`, less dotfiles (an editor's backup, `.hidden.json`),
+    which pathlib's glob would match and no generator writes."""
+    return sorted(p for p in (Path(root) / level / plan).glob("*.json") if not p.name.startswith("."))
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def load_level(root: Path | str, level: str, plan: str | None = None) -> LoadedC
             for case in file_cases:
                 if layer.leaves_out(case):
                     continue
-                wrong_class = class_error(case, manifest.tolerance_classes, path)
+                wrong_class = class_error(case, manifest.tolerance_classes, path) or probe_error(case, path)
                 if wrong_class is not None:
                     errors.append(wrong_class)
                     continue
@@ -149,6 +152,21 @@ def class_error(case: Case, classes: Mapping[str, Tolerance], path: Path) -> Bun
     taken = f"its graph takes {want!r}" if want is not None else why
     return BundleError(f"names class {case.tolerance_class!r} but {taken} (edited after generation? run "
                        "`bundlegen generate`)", file=str(path), case_id=case.id, field="tolerance_class")
+
+
+def probe_error(case: Case, path: Path) -> BundleError | None:
+    """A device probe the generator would refuse to write (its bad sequences reach past the
+    guard band: a kernel's stray rows would land where no canary sees them), else None."""
+    if case.expected_rejection is None or case.expected_rejection.by != "device" or case.graph.ragged is None:
+        return None
+    try:
+        problem = stray_reach_problem(case.graph)
+    except (KeyError, IndexError, TypeError):
+        return None     # a graph too malformed to measure: frontend validation refuses it when it runs
+    if problem is None:
+        return None
+    return BundleError(f"a device probe the generator would refuse: {problem}", file=str(path),
+                       case_id=case.id, field="graph.ragged")
 
 
 def error_location(error: BundleError) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from bundlegen import validate
-from bundlegen.cost import DETERMINISTIC_MODE_RUNS, predict, size_text, terms
+from bundlegen.cost import CPU_RUNS, GPU_RUNS, cost_class, phases, predict, size_text, terms
 from bundlegen.graph import Case, Graph
 from bundlegen.manifest import Manifest
 from bundlegen.reasons import (DETERMINISM_NOT_SERVED, MODIFIER_NOT_SERVED, RAGGED_NOT_SERVED, SEQUSED_NOT_SERVED,
@@ -47,16 +47,20 @@ class CaseOutcome:
     materialize_s: float | None = None   # the rest of materialize: fill, layout, copies
     engine_s: float | None = None        # the engine's first run
     check_s: float | None = None         # guards, inputs, tolerance, determinism re-run
+    statistical_margin: float | None = None   # the statistical judge's least margin
+    io_reference_s: float | None = None  # the part of oracle_s the io-precision reference took
+    runs: int | None = None              # engine runs made (the first and its re-runs)
 
 
 # ----------------------------------------------------------------------------- cost rule
-def cpu_prediction(graph: Graph, manifest: Manifest) -> float:
-    """Predicted seconds of the case on the CPU, by the manifest's cost model."""
-    return float(predict(graph, "cpu", manifest.cost_model).predicted_s)
+def cpu_prediction(graph: Graph, manifest: Manifest, engine: str = "") -> float:
+    """Predicted seconds of the case on the CPU, by the manifest's cost model: the engine's
+    own cpu class when the manifest has one, else the cpu class."""
+    return float(predict(graph, cost_class("cpu", engine, manifest.cost_model), manifest.cost_model).predicted_s)
 
 
-def too_large_for_cpu(graph: Graph, manifest: Manifest) -> bool:
-    return cpu_prediction(graph, manifest) > manifest.cpu_case_limit_s
+def too_large_for_cpu(graph: Graph, manifest: Manifest, engine: str = "") -> bool:
+    return cpu_prediction(graph, manifest, engine) > manifest.cpu_case_limit_s
 
 
 def memory_ceiling_breach(case: Case, manifest: Manifest) -> str | None:
@@ -73,17 +77,38 @@ def memory_ceiling_breach(case: Case, manifest: Manifest) -> str | None:
             f"{size_text(level.per_case_bytes)} per case")
 
 
-def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None) -> float | None:
-    """The bundle's prediction is for an h200; on the CPU ask the cost model with the
-    manifest's coefficients (default: the manifest of the default bundle root). None for a
-    graph the frontend refuses: it is never executed, and its sizes may not be numbers."""
+#: the device class of a GPU device (the only GPU class the cost model has)
+GPU_CLASS = "h200"
+
+
+def predicted_phases(case: Case, device: "str | torch.device", manifest: Manifest, engine: str,
+                     runs: int | None) -> dict[str, float] | None:
+    """The case's predicted seconds per phase (bundlegen.cost.Phases, with the engine runs
+    it made), as the summary sets them beside the measured ones; None for a case that did not
+    run its engine."""
+    if runs is None:
+        return None
+    device_class = "cpu" if device_type(device) == "cpu" else GPU_CLASS
+    name = cost_class(device_class, engine, manifest.cost_model)
+    p = phases(terms(case.graph), manifest.cost_model[name], runs)
+    return {f: round(getattr(p, f), 6) for f in ("materialize_s", "oracle_s", "engine_s", "check_s")}
+
+
+def predicted_seconds(case: Case, device: "str | torch.device", manifest: Manifest | None = None,
+                      engine: str = "") -> float | None:
+    """The case's predicted seconds on this device for `engine` (bundlegen.cost.cost_class:
+    its own class, else the device's), with the manifest's coefficients (default: the
+    manifest of the default bundle root). None for a graph the frontend refuses: it is never
+    executed, and its sizes may not be numbers."""
     if validate.frontend_reason(case.graph) is not None:
         return None
+    if manifest is None:
+        manifest = manifest_of()
     if device_type(device) == "cpu":
-        if manifest is None:
-            manifest = manifest_of()
-        return cpu_prediction(case.graph, manifest)
-    return case.cost.predicted_s
+        return cpu_prediction(case.graph, manifest, engine)
+    probe = case.expected_rejection is not None and case.expected_rejection.by != "device"
+    return float(predict(case.graph, cost_class(GPU_CLASS, engine, manifest.cost_model), manifest.cost_model,
+                         probe=probe).predicted_s)
 
 
 # ----------------------------------------------------------------------------- one case
@@ -116,19 +141,18 @@ def sync_device(device: "torch.device") -> None:
         torch.cuda.synchronize(device)
 
 
-#: DETERMINISTIC_MODE_RUNS (bundlegen.cost, which prices them): the runs of a case whose
-#: graph asks for a deterministic backward
-
-
 def repeat_count(engine, repeat: int | None, graph: Graph | None = None) -> int:
-    """Runs per case: DETERMINISTIC_MODE_RUNS when the graph asks for a deterministic
-    backward; else 2 (one determinism re-run) for a deterministic engine, once for a
+    """Runs per case: the engine's determinism_runs() for its device (Engine; an engine
+    without one: the GPU's count, or the CPU's on a CPU): `requested` when the graph asks
+    for a deterministic backward, else `ordinary` for a deterministic engine and once for a
     nondeterministic one. `repeat` overrides either."""
+    declared = getattr(engine, "determinism_runs", None)
+    runs = declared() if declared is not None else (CPU_RUNS if engine.device.type == "cpu" else GPU_RUNS)
     if graph is not None and graph.attributes.deterministic_algorithm:
-        return DETERMINISTIC_MODE_RUNS if repeat is None else max(1, repeat)
+        return runs.requested if repeat is None else max(1, repeat)
     if not engine.deterministic:
         return 1
-    return 2 if repeat is None else max(1, repeat)
+    return runs.ordinary if repeat is None else max(1, repeat)
 
 
 def run_case(case: Case, engine, config: EngineConfig, repeat: int | None = None) -> CaseOutcome:
@@ -186,7 +210,7 @@ def judge_case(case: Case, engine, config: EngineConfig, repeat: int | None) -> 
         if config.manifest is None:
             return CaseOutcome(V.ERROR_BUNDLE, detail="field manifest: no bundle manifest loaded, "
                                                       "so no CPU cost prediction")
-        if too_large_for_cpu(graph, config.manifest):
+        if too_large_for_cpu(graph, config.manifest, getattr(engine, "name", "")):
             return CaseOutcome(V.SKIPPED, detail=V.TOO_LARGE_FOR_CPU)
     reason = decline_reason(engine, graph)
     if reason:
@@ -274,27 +298,33 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
 
     check_start = time.perf_counter()
     timing = {"tolerance": tol.to_json(), "oracle_s": m.oracle_s, "materialize_s": materialize_s,
-              "engine_s": engine_s}
+              "engine_s": engine_s, "io_reference_s": m.io_reference_s}
+    made = [1]   # engine runs so far
 
     def outcome(verdict: str, **fields) -> CaseOutcome:
-        return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, **timing, **fields)
+        return CaseOutcome(verdict, check_s=time.perf_counter() - check_start, runs=made[0], **timing, **fields)
 
     drawn_mask_problem = drawn_dropout.problem_after_run(m, engine)   # engine-drawn dropout masks
     if drawn_mask_problem is not None:
         return outcome(V.FAIL_NUMERIC, detail=drawn_mask_problem)
     # every check of the first run computed on the device, then read back at once
     guard, modified = M.guard_flags(m), M.modified_flags(m)
-    errors = checks.PendingErrors(checks.output_pairs(*M.judged_outputs(m)), tol)
-    read = checks.read_back([checks.stacked(guard), checks.stacked(modified), *errors.tensors])
+    outputs, reference = M.judged_outputs(m)
+    errors = checks.PendingErrors(checks.output_pairs(outputs, reference), tol)
+    slices = pending_slices(m, outputs, reference, tol)
+    read = checks.read_back([checks.stacked(guard), checks.stacked(modified), *errors.tensors,
+                             *(slices.tensors if slices else [])])
     memory = checks.judge_memory(checks.set_ports(guard, read[0]), checks.set_ports(modified, read[1]))
     if memory is not None:
         if device_probe:
             return outcome(V.FAIL_ESCAPED, detail=f"bad offsets ({case.expected_rejection.reason}): "
                                                   f"{memory[1]}")
         return outcome(memory[0], detail=memory[1])
-    judgement = checks.judge_errors(errors.resolve(read[2:]), tol)
-    result = dict(outputs={p: e.to_json() for p, e in judgement.outputs.items()},
-                  margin=judgement.margin)
+    n_errors = len(errors.tensors)
+    judgement = checks.judge_errors(errors.resolve(read[2:2 + n_errors]), tol,
+                                    slices.resolve(read[2 + n_errors:]) if slices else None)
+    result = dict(outputs=judgement.outputs_json(), margin=judgement.margin,
+                  statistical_margin=judgement.statistical_margin)
     if device_probe:
         if judgement.verdict != V.PASS:
             return outcome(V.FAIL_CORRUPTED, detail=f"good sequences wrong under bad offsets "
@@ -310,6 +340,7 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     for again in range(2, runs + 1):
         M.reset_outputs(m)
         run_engine(f"engine.run (repeat {again})", engine, case.graph, m.tensors)
+        made[0] = again
         # inputs and canaries are judged after every run, before its outputs are compared:
         # a write there is that fault on whichever run it happens, never nondeterminism
         memory = memory_after_run(m)
@@ -323,6 +354,19 @@ def execute_case(case: Case, engine, tol, runs: int, device_probe: bool = False)
     if runs > 1 and differ.any():
         return outcome(V.FAIL_NONDETERMINISTIC, detail=differ.describe(), **result)
     return outcome(V.PASS, **result)
+
+
+def pending_slices(m, outputs, reference, tol):
+    """The statistical judge's pending terms (harness/statistical.py), or None for a case
+    it does not judge: a device probe (no io-precision reference; its verdict is about
+    containment) or numbers without k (a hand-made Tolerance, never a plan's class)."""
+    from bundlegen.harness import statistical   # torch: see the top of this module
+    from bundlegen.harness.io_reference import judged_honest
+
+    honest = judged_honest(m)
+    if honest is None or tol.k is None:
+        return None
+    return statistical.PendingSlices(outputs, reference, honest, m.sequence_rows, tol)
 
 
 def memory_after_run(m) -> tuple[str, str] | None:

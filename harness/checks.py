@@ -4,7 +4,7 @@ oracle (CONTRACTS "Tolerance semantics"), and bitwise-equal repeated runs."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import torch
@@ -41,11 +41,25 @@ class Judgement:
     verdict: str
     detail: str
     outputs: Mapping[str, OutputError]
+    #: port -> the statistical judge's statistical.SliceVerdict (empty when not judged so)
+    statistical: Mapping = field(default_factory=dict)
 
     @property
     def margin(self) -> float | None:
+        """The least margin against the worst-case bound."""
         margins = [e.margin for e in self.outputs.values()]
         return min(margins) if margins else None
+
+    @property
+    def statistical_margin(self) -> float | None:
+        """The least margin against the statistical judge (None: not judged so)."""
+        margins = [s.margin for s in self.statistical.values()]
+        return min(margins) if margins else None
+
+    def outputs_json(self) -> dict:
+        """Per output, its worst-case error and margin, and its statistical judgement."""
+        return {p: {**e.to_json(), **(self.statistical[p].to_json() if p in self.statistical else {})}
+                for p, e in self.outputs.items()}
 
 
 #: the scalars `_error_terms` reads back, in order
@@ -167,8 +181,11 @@ def judge_outputs(outputs: Mapping[str, torch.Tensor], reference, tol: Tolerance
     return judge_errors(output_errors(output_pairs(outputs, reference), tol), tol)
 
 
-def judge_errors(errors: Mapping[str, OutputError], tol: Tolerance) -> Judgement:
-    """NaN/Inf first (fail:nan), then the tolerance (fail:numeric)."""
+def judge_errors(errors: Mapping[str, OutputError], tol: Tolerance,
+                 statistical: Mapping | None = None) -> Judgement:
+    """NaN/Inf first (fail:nan), then the worst-case bound (fail:numeric), then the
+    statistical judge (fail:statistical; `statistical`: port -> statistical.SliceVerdict)."""
+    statistical = statistical or {}
     nan_ports = [p for p, e in errors.items() if e.nonfinite]
     if nan_ports:
         counts = ", ".join(f"{p}: {errors[p].nonfinite}" for p in nan_ports)
@@ -178,8 +195,12 @@ def judge_errors(errors: Mapping[str, OutputError], tol: Tolerance) -> Judgement
         worst = ", ".join(f"{p}: margin {errors[p].margin:.3g}, max |err| {errors[p].max_abs_err:.3g}"
                           for p in bad)
         return Judgement(V.FAIL_NUMERIC, f"outside rtol={tol.rtol:g} atol={tol.atol:g} ({worst})",
-                         errors)
-    return Judgement(V.PASS, "", errors)
+                         errors, statistical)
+    unlike = [p for p, s in statistical.items() if not s.within]
+    if unlike:
+        return Judgement(V.FAIL_STATISTICAL, "; ".join(statistical[p].describe(p, tol) for p in unlike),
+                         errors, statistical)
+    return Judgement(V.PASS, "", errors, statistical)
 
 
 def judge_memory(guard_ports: list[str], modified_ports: list[str]) -> tuple[str, str] | None:

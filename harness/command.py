@@ -62,13 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or none selected); without it such a run exits 5")
     parser.add_argument("--plan", default=None, metavar="NAME",
                         help="the plan to run when the bundle root holds several")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--shuffle", nargs="?", const="draw", default=None, metavar="SEED",
                         help="run the cases in the order this seed shuffles them to (without a "
                              "seed: one drawn and printed); run.json records the seed and order")
     parser.add_argument("--run-skipped", action="store_true",
                         help="run the cases the engine config's [[test_skips]] rows skip, and report "
                              "each row whose cases all pass as stale")
+    parser.add_argument("--allow-stale-tolerances", action="store_true",
+                        help="run although the engine TOML's generated tolerance block differs from the "
+                             "tolerance TOML (every result records it)")
     parser.add_argument("--no-server", action="store_true",
                         help="start fresh workers even when a matching `bundlegen serve` is running")
 
@@ -198,7 +201,31 @@ def _plain(message) -> str:
     return escape(str(message))
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, a parent ending its children): ended as Ctrl-C is."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def main(args: argparse.Namespace) -> int:
+    """The run command; SIGTERM ends it as Ctrl-C does (what finished is recorded, one line
+    says so, the workers exit quietly), not with the silent death of the default action."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:          # not the main thread: leave the signal as it is
+        previous = None
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     # bytecode kept as a worker keeps it (workers.pycache), before the harness is imported
     pycache.keep_bytecode_in_this_process()
     # only what starts the workers is imported before run_level (rich, the results module
@@ -252,7 +279,8 @@ def main(args: argparse.Namespace) -> int:
             progress=None if args.quiet else ("bar" if sys.stderr.isatty() else "lines"),
             devices=devices, lane=args.lane or "", workers_per_device=workers_per_device,
             server=not args.no_server, allow_empty=args.allow_empty, mps=bool(args.mps), shuffle=shuffle,
-            run_skipped=bool(getattr(args, "run_skipped", False)))
+            run_skipped=bool(getattr(args, "run_skipped", False)),
+            allow_stale_tolerances=bool(getattr(args, "allow_stale_tolerances", False)))
     except NothingSelected:
         _nothing_tested("no case was selected", "; the out folder is left as it was")
         return V.EXIT_NOTHING_TESTED
@@ -273,6 +301,8 @@ def main(args: argparse.Namespace) -> int:
                   f"{served['workers_started_s_ago']:.0f} s ago)", highlight=False)
     for line in summary.bundle_errors:
         err.print(f"[red]malformed bundle:[/red] {line}", highlight=False)
+    for line in summary.dead_rows:
+        err.print(f"[yellow]warning:[/yellow] {_plain(line)}", highlight=False)
     if summary.times is not None and summary.times.prepare_problem:
         err.print(f"[yellow]engine prepare failed (cases built on use instead):[/yellow] "
                   f"{summary.times.prepare_problem}", highlight=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from bundlegen import safe_read, strict_json
+from bundlegen.engine_toml import ENGINE_TOML_KEYS, META_KEYS, OVERRIDE_KEYS
 from bundlegen.graph import Case, Graph
 from bundlegen.harness.library_versions import (LIBRARIES, SPECIFIER_PATTERN, BadSpecifier, Specifier,
                                                 parse_specifier, present_on, running_version)
@@ -28,10 +29,6 @@ FILTER_KEYS = ("plan", "tolerance_class", "dtype", "id", "group", "level", "item
 GLOB_KEYS = frozenset({"id", "item"})
 #: the keys of a [[test_skips]] row
 SKIP_KEYS = ("ticket", "reason", "archs", "seen_with", "filters")
-#: the keys of engine.toml, of its [meta] table and of a [[tolerance_overrides]] row
-ENGINE_TOML_KEYS = ("meta", "tolerance_overrides", "test_skips")
-META_KEYS = ("name",)
-OVERRIDE_KEYS = ("filters", "rtol", "atol")
 
 
 def _ports_differ_in_strides(graph: Graph, a: str, b: str) -> bool:
@@ -60,10 +57,14 @@ Filter = Mapping[str, "str | tuple[str, ...]"]
 
 @dataclass(frozen=True)
 class OverrideRow:
+    """rtol and atol replace the class's; k and floor (the statistical judge's) do when given,
+    else the class's stay."""
     filters: Filter
     rtol: float
     atol: float
     index: int
+    k: float | None = None
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class SkipRow:
         """What a case it skips carries as its result's detail: the ticket, then the reason."""
         return self.reason if self.ticket is None else f"{self.ticket}: {self.reason}"
 
-    def selects(self, case: Case, plan: str | None) -> bool:
+    def selects(self, case: Case, plan: "PlanNames") -> bool:
         return any(filters_match(f, case, plan) for f in self.filters)
 
     def in_scope(self, arch: str, version_of: Callable[[str], str | None]) -> bool:
@@ -94,11 +95,24 @@ class SkipRow:
                    for library, spec in self.seen_with.items())
 
 
-def filters_match(filters: Filter, case: Case, plan: str | None) -> bool:
+#: the names a `plan` filter may give for the run's plan: its own, and in a workspace plan
+#: that extends the built-in one, the built-in plan's too (plan_names)
+PlanNames = "str | tuple[str, ...] | None"
+
+
+def plan_names(manifest: Manifest | None) -> tuple[str, ...]:
+    """What a `plan` filter matches under `manifest`: its plan, and the plan it extends
+    (so `plan = "sdpa_bwd"`, CONTRACTS' example, still selects in an extension workspace)."""
+    if manifest is None:
+        return ()
+    return (manifest.plan,) + ((manifest.extends.plan,) if manifest.extends is not None else ())
+
+
+def filters_match(filters: Filter, case: Case, plan: PlanNames) -> bool:
     """Every key of the filter matches the case; a key given several values matches when
     any does. `id` and `item` take fnmatch globs, the rest compare exactly; `item` matches
     when any item the case traces to matches, `feature` when the case's graph has it
-    (GRAPH_FEATURES)."""
+    (GRAPH_FEATURES), `plan` when it is one of `plan`'s names (plan_names)."""
     for key, want in filters.items():
         wants = (want,) if isinstance(want, str) else want
         if not any(_value_matches(key, one, case, plan) for one in wants):
@@ -106,19 +120,21 @@ def filters_match(filters: Filter, case: Case, plan: str | None) -> bool:
     return True
 
 
-def _value_matches(key: str, want: str, case: Case, plan: str | None) -> bool:
+def _value_matches(key: str, want: str, case: Case, plan: PlanNames) -> bool:
+    if key == "plan":
+        return want in ((plan,) if isinstance(plan, str) else (plan or ()))
     if key == "item":
         return any(fnmatch.fnmatchcase(item, want) for item in case.items)
     if key == "feature":
         return GRAPH_FEATURES[want](case.graph)
-    have = _case_value(case, key, plan)
+    have = _case_value(case, key)
     if have is None:
         return False
     return fnmatch.fnmatchcase(have, want) if key in GLOB_KEYS else have == want
 
 
-def _case_value(case: Case, key: str, plan: str | None) -> str | None:
-    return {"plan": plan, "tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
+def _case_value(case: Case, key: str) -> str | None:
+    return {"tolerance_class": case.tolerance_class, "dtype": case.graph.dtype,
             "id": case.id, "group": case.group, "level": case.level,
             "purpose": case.purpose}[key]
 
@@ -130,10 +146,12 @@ class EngineConfig:
     claims: Mapping[str, frozenset[str]] = field(default_factory=dict)  # arch -> case ids
     source: str = "(none)"
     manifest: Manifest | None = None    # the run's bundle manifest: tolerance classes, cost model
+    stale_note: str = ""                # set by --allow-stale-tolerances: every tolerance records it
 
     @property
-    def plan(self) -> str | None:
-        return None if self.manifest is None else self.manifest.plan
+    def plan(self) -> tuple[str, ...]:
+        """The names a `plan` filter selects the run's cases by (plan_names)."""
+        return plan_names(self.manifest)
 
     def with_manifest(self, manifest: Manifest) -> "EngineConfig":
         return replace(self, manifest=manifest)
@@ -145,18 +163,33 @@ class EngineConfig:
         for row in self.overrides:
             if filters_match(row.filters, case, self.plan):
                 chosen = row
+        numbers = self._class_numbers(case, required=chosen is None)
         if chosen is not None:
+            inherited = (None, None) if numbers is None else (numbers.k, numbers.floor)
             return Tolerance(chosen.rtol, chosen.atol,
-                             f"{self.source} tolerance_overrides[{chosen.index}]")
+                             f"{self.source} tolerance_overrides[{chosen.index}]{self.stale_note}",
+                             k=chosen.k if chosen.k is not None else inherited[0],
+                             floor=chosen.floor if chosen.floor is not None else inherited[1])
+        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}{self.stale_note}",
+                         k=numbers.k, floor=numbers.floor)
+
+    def _class_numbers(self, case: Case, required: bool) -> Tolerance | None:
+        """The case's class in the manifest; when not `required` (an override row chose the
+        numbers), None where there is none. Raises KeyError otherwise."""
+        problem = None
         if case.tolerance_class is None:
-            raise KeyError("missing")
-        if self.manifest is None:
-            raise KeyError(f"class {case.tolerance_class!r}: no bundle manifest loaded")
-        numbers = self.manifest.tolerance_classes.get(case.tolerance_class)
-        if numbers is None:
-            raise KeyError(f"unknown tolerance class {case.tolerance_class!r} "
-                           f"(manifest of plan {self.manifest.plan!r})")
-        return Tolerance(numbers.rtol, numbers.atol, f"manifest class {case.tolerance_class}")
+            problem = "missing"
+        elif self.manifest is None:
+            problem = f"class {case.tolerance_class!r}: no bundle manifest loaded"
+        else:
+            numbers = self.manifest.tolerance_classes.get(case.tolerance_class)
+            if numbers is not None:
+                return numbers
+            problem = (f"unknown tolerance class {case.tolerance_class!r} "
+                       f"(manifest of plan {self.manifest.plan!r})")
+        if required:
+            raise KeyError(problem)
+        return None
 
     def skip_reason(self, case: Case, arch: str, versions: Mapping[str, str] | None = None) -> str | None:
         """The detail of the first row that selects the case and is in scope, else None.
@@ -175,6 +208,61 @@ class EngineConfig:
 
     def is_claimed(self, case_id: str, arch: str) -> bool:
         return case_id in self.claims.get(arch, frozenset())
+
+
+# ----------------------------------------------------------------------------- judging numbers
+def checked_for_run(config: EngineConfig, manifest: Manifest, allow_stale: bool = False) -> EngineConfig:
+    """`config` with `manifest`, once the numbers that will judge the run are the plan's
+    (bundlegen.tolerance_check): the tolerance TOML's classes against the plan's derivation
+    (when the plan imports), every class and override row under the error model's
+    ceilings, and the engine TOML's generated block against the tolerance TOML. Raises
+    EngineConfigError (one line) for the first problem; a stale block passes only with
+    `allow_stale`, and then every tolerance the run resolves records it."""
+    from bundlegen import tolerance_check as TC
+
+    file = manifest_tolerances_file(manifest)
+    derived = TC.derived_classes(manifest.plan)
+    if derived is not None:
+        mismatches = TC.derivation_mismatches(manifest.tolerance_classes, derived, file)
+        if mismatches:
+            more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+            raise EngineConfigError(mismatches[0] + more)
+    limits = TC.ceilings(derived) if derived is not None else TC.builtin_ceilings()
+    for name, tc in sorted(manifest.tolerance_classes.items()):
+        problem = TC.ceiling_problem(tc.rtol, tc.atol, tc.dtype, limits)
+        if problem:
+            raise EngineConfigError(f"{file}: class {name}: {problem}")
+    for row in config.overrides:
+        dtype = row.filters.get("dtype")
+        problem = TC.ceiling_problem(row.rtol, row.atol, dtype if isinstance(dtype, str) else None, limits)
+        if problem:
+            raise EngineConfigError(f"{config.source}: tolerance_overrides[{row.index}]: {problem}")
+    config = config.with_manifest(manifest)
+    stale = _stale_block(config, manifest)
+    if stale is None:
+        return config
+    if not allow_stale:
+        raise EngineConfigError(stale.message())
+    return replace(config, stale_note=f" (stale tolerance block allowed: {stale.recorded or 'no digest'} "
+                                      f"!= {stale.current})")
+
+
+def manifest_tolerances_file(manifest: Manifest) -> str:
+    from bundlegen.tolerances import tolerances_name
+
+    return tolerances_name(manifest.plan)
+
+
+def _stale_block(config: EngineConfig, manifest: Manifest):
+    from bundlegen.tolerance_check import stale_block
+
+    if not config.overrides or not os.path.lexists(config.source):
+        return None
+    try:
+        text = safe_read.read_text(config.source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EngineConfigError(f"{config.source}: {exc}") from None
+    return stale_block(config.source, text, manifest.plan, manifest.tolerance_classes, manifest.tolerances_digest)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -294,8 +382,9 @@ def _narrowing_filters(path: Path, where: str, row: dict) -> tuple[Filter, ...]:
 def _override_row(path: Path, i: int, row: dict) -> OverrideRow:
     where = f"tolerance_overrides[{i}]"
     _only_keys(path, f"{where}.", row, OVERRIDE_KEYS)
+    optional = {key: _number(path, where, row, key) for key in ("k", "floor") if key in row}
     return OverrideRow(filters=_filters(path, where, row), rtol=_number(path, where, row, "rtol"),
-                       atol=_number(path, where, row, "atol"), index=i)
+                       atol=_number(path, where, row, "atol"), index=i, **optional)
 
 
 def skip_row(path: Path, where: str, row: dict) -> SkipRow:

@@ -17,7 +17,7 @@ from bundlegen.graph import BundleError, Case, Graph
 from bundlegen.manifest import Manifest
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.bundles import case_file, error_location
-from bundlegen.harness.case import predicted_seconds
+from bundlegen.harness.case import predicted_phases, predicted_seconds
 from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.workers.pool import worker_spec
 from bundlegen.harness.workers.worker import InProcessRunner, IsolatedRunner, WorkerSpec, wait_exits
@@ -108,9 +108,12 @@ class CaseExecutor:
             device=str(self.device), verdict=outcome.verdict, detail=outcome.detail,
             reason=outcome.reason, tolerance_class=case.tolerance_class,
             tolerance=outcome.tolerance, outputs=dict(outcome.outputs), margin=outcome.margin,
-            predicted_s=predicted_seconds(case, self.device, self.manifest), wall_s=wall,
+            statistical_margin=outcome.statistical_margin,
+            predicted_s=predicted_seconds(case, self.device, self.manifest, self.engine_name), wall_s=wall,
             oracle_s=outcome.oracle_s, materialize_s=outcome.materialize_s,
-            engine_s=outcome.engine_s, check_s=outcome.check_s, file=file)
+            engine_s=outcome.engine_s, check_s=outcome.check_s, io_reference_s=outcome.io_reference_s,
+            file=file, runs=outcome.runs,
+            predicted_phases=predicted_phases(case, self.device, self.manifest, self.engine_name, outcome.runs))
 
     def bundle_error(self, error: BundleError) -> "CaseResult":
         from bundlegen.harness.results import CaseResult
@@ -160,10 +163,10 @@ class DeviceTally:
                 "seconds": round(self.seconds, 3)}
 
 
-def longest_first(cases: list[Case], device: str, manifest: Manifest) -> list[Case]:
+def longest_first(cases: list[Case], device: str, manifest: Manifest, engine: str = "") -> list[Case]:
     """Longest predicted first, so no worker is left with a long case at the end (a case
     with no prediction, a frontend probe, costs next to nothing). Stable for equal costs."""
-    return sorted(cases, key=lambda c: -(predicted_seconds(c, device, manifest) or 0.0))
+    return sorted(cases, key=lambda c: -(predicted_seconds(c, device, manifest, engine) or 0.0))
 
 
 def first_ready(executors: list[CaseExecutor]) -> tuple[int, dict]:

@@ -15,23 +15,24 @@ skips that each name a ticket.
         devices: all         # optional: several devices of one host (bundlegen run --devices)
         workers_per_device: 4   # optional, default 1: worker processes sharing each device
         mps: true            # optional, default false: GPU workers share a private CUDA MPS server
+        triggers: [pull_request, push]   # optional, default: pull_request, push, workflow_dispatch
+        cron: "0 3 * * *"    # optional: also on this schedule (UTC)
+        job_timeout: 60      # optional, default 60: minutes the CI job may take (timeout-minutes)
         skips:               # optional: rows shaped like engine.toml [[test_skips]]
           - filters: {item: "AX-FOO*"}
             reason: "PROJ-12: flaky on the interpreter"
 
-    install:                 # optional: the workflow's install lines, run after torch
-      - python -m pip install "bundlegen[triton]"
+    install:                 # the workflow's install lines, run after torch: where bundlegen
+      - python -m pip install "bundlegen[triton] @ git+https://example.org/bundlegen.git@v1.0"
       - python -m pip install -e .
     lock: [requirements.txt] # optional: files (globs) whose digest keys the pip cache
 
-Without `install`, the workflow installs bundlegen (with the extras its lanes need) and then
-the workspace's own package when the workspace root has one (pyproject.toml, setup.py).
+`lanes --emit` and `lanes --check` refuse install lines that cannot bring bundlegen
+(harness.lanes_install.install_problem): it is not on the public package index.
 Read with pyyaml's safe loader; every error is one line `<file>: lanes.<name>.<key>: ...`.
 bundlegen/schemas/lanes.schema.json is the JSON Schema of the file (lanes_schema())."""
 from __future__ import annotations
 
-import hashlib
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +41,12 @@ from typing import Any, Mapping
 import yaml
 
 from bundlegen import safe_read
+from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.engines.registry import EngineNotFound, registered_name
 from bundlegen.graph import BundleError
 from bundlegen.workspace import find_workspace
 from bundlegen.harness import bundles as B
-from bundlegen.harness.config import EngineConfigError, SkipRow, skip_row
+from bundlegen.harness.config import EngineConfigError, SkipRow, plan_names, skip_row
 from bundlegen.harness.workers.devices import DEVICE_RE, device_list
 from bundlegen.harness.workers.mps import mps_devices_problem
 
@@ -57,21 +59,19 @@ ALWAYS_KEPT = "run.json"
 DEFAULT_KEEP = ("results", "junit")
 DEFAULT_RUNNER = "ubuntu-latest"
 LANE_KEYS = ("engine", "device", "devices", "workers_per_device", "mps", "arch", "level", "shards",
-             "timeout", "keep", "runner", "skips", "description")
+             "timeout", "keep", "runner", "triggers", "cron", "job_timeout", "skips", "description")
+#: the GitHub events a lane may run on (`schedule` comes with `cron`)
+TRIGGERS = ("pull_request", "push", "schedule", "workflow_dispatch")
+DEFAULT_TRIGGERS = ("pull_request", "push", "workflow_dispatch")
+#: a cron line as GitHub's schedule takes it: five fields (minute hour day month weekday)
+CRON_RE = re.compile(r"^\S+( \S+){4}$")
+DEFAULT_JOB_MINUTES = 60
 REQUIRED = ("engine", "device", "level")
 #: the keys of the file's top level
 TOP_KEYS = ("lanes", "install", "lock")
 #: the files whose digest keys the pip cache when lanes.yaml names none (globs, as
 #: GitHub's hashFiles takes them; a pattern that matches nothing adds nothing)
 DEFAULT_LOCK = ("pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "*.lock")
-#: what makes a folder a Python package the default install installs (pip install -e .)
-PACKAGE_FILES = ("pyproject.toml", "setup.py")
-#: where Triton keeps compiled kernels, which the workflow caches between runs
-TRITON_CACHE = "~/.triton/cache"
-PIP_CACHE = "~/.cache/pip"
-
-
-LOG = logging.getLogger(__name__)
 
 
 class LanesError(ValueError):
@@ -96,12 +96,15 @@ class Lane:
     devices: str | None = None          # as --devices takes it: "all" or "cuda:0,cuda:1"
     workers_per_device: int = 1         # as --workers-per-device takes it
     mps: bool = False                   # as --mps takes it
+    triggers: tuple[str, ...] = DEFAULT_TRIGGERS   # the events the lane's CI job runs on
+    cron: str | None = None             # a schedule (with "schedule" among the triggers)
+    job_minutes: int = DEFAULT_JOB_MINUTES   # the CI job's timeout-minutes
     skips: tuple[SkipRow, ...] = ()
     description: str = ""
 
     def out_dir(self, shard: tuple[int, int] | None = None) -> Path:
         """Where `bundlegen run --lane` writes (the workflow uploads from here)."""
-        base = Path("out") / "lanes" / self.name
+        base = DEFAULT_OUT / "lanes" / self.name
         return base if shard is None else base / f"shard-{shard[0]}-of-{shard[1]}"
 
     def kept(self) -> tuple[str, ...]:
@@ -113,7 +116,7 @@ class Lane:
 class LanesFile:
     path: Path
     lanes: Mapping[str, Lane]
-    install: tuple[str, ...] | None = None   # None: default_install
+    install: tuple[str, ...] | None = None   # None: lanes.yaml names none (emit refuses)
     lock: tuple[str, ...] = DEFAULT_LOCK
 
     def lane(self, name: str) -> Lane:
@@ -215,12 +218,37 @@ def _lane(path: Path, name: Any, body: Any) -> Lane:
         runner = tuple(runner)
     elif not (isinstance(runner, str) and runner.strip()):
         raise LanesError(f"{where}.runner: expected a runner label or a list of labels, got {runner!r}")
+    triggers, cron, job_minutes = _schedule(where, body, timeout)
     return Lane(name=name, engine=text("engine"), device=text("device"), level=text("level"),
                 shards=shards, timeout_s=None if timeout is None else float(timeout),
                 keep=tuple(dict.fromkeys(keep)), runner=runner,
                 arch=text("arch"), devices=devices, workers_per_device=per_device, mps=mps,
+                triggers=triggers, cron=cron, job_minutes=job_minutes,
                 skips=_skips(path, name, body.get("skips", [])),
                 description=text("description") or "")
+
+
+def _schedule(where: str, body: Mapping, case_timeout: float | None) -> tuple[tuple[str, ...], str | None, int]:
+    """When the lane's CI job runs and how long it may take: its triggers (a cron adds
+    `schedule`), its cron line, its timeout-minutes (at least one case's timeout)."""
+    triggers = body.get("triggers", list(DEFAULT_TRIGGERS))
+    if (not isinstance(triggers, list) or not triggers
+            or not all(isinstance(t, str) and t in TRIGGERS for t in triggers)):
+        raise LanesError(f"{where}.triggers: expected a list of {', '.join(TRIGGERS)}, got {triggers!r}")
+    cron = body.get("cron")
+    if cron is not None and not (isinstance(cron, str) and CRON_RE.match(cron)):
+        raise LanesError(f"{where}.cron: expected five fields (minute hour day month weekday), got {cron!r}")
+    if cron is not None and "schedule" not in triggers:
+        triggers = [*triggers, "schedule"]
+    if "schedule" in triggers and cron is None:
+        raise LanesError(f"{where}.triggers: schedule needs a cron line (cron: \"0 3 * * *\")")
+    minutes = body.get("job_timeout", DEFAULT_JOB_MINUTES)
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1:
+        raise LanesError(f"{where}.job_timeout: expected whole minutes >= 1, got {minutes!r}")
+    if case_timeout is not None and minutes * 60 < case_timeout:
+        raise LanesError(f"{where}.job_timeout: {minutes} min is shorter than one case's timeout "
+                         f"({case_timeout:g} s)")
+    return tuple(dict.fromkeys(triggers)), cron, minutes
 
 
 def _skips(path: Path, name: str, rows: Any) -> tuple[SkipRow, ...]:
@@ -260,6 +288,10 @@ def lanes_schema() -> dict:
         "keep": {"type": "array", "items": {"enum": list(KEEP)}, "default": list(DEFAULT_KEEP)},
         "runner": {"oneOf": [text, lines], "default": DEFAULT_RUNNER,
                    "description": "GitHub Actions runs-on: a label, or labels all required"},
+        "triggers": {"type": "array", "minItems": 1, "items": {"enum": list(TRIGGERS)},
+                     "default": list(DEFAULT_TRIGGERS)},
+        "cron": {"type": "string", "pattern": CRON_RE.pattern, "description": "a schedule, UTC"},
+        "job_timeout": {**count, "default": DEFAULT_JOB_MINUTES, "description": "the CI job's minutes"},
         "skips": {"type": "array", "items": {"$ref": "#/$defs/skip"}},
         "description": text,
     }
@@ -270,8 +302,8 @@ def lanes_schema() -> dict:
         "lanes": {"type": "object", "minProperties": 1,
                   "propertyNames": {"pattern": LANE_NAME_RE.pattern},
                   "additionalProperties": {"$ref": "#/$defs/lane"}},
-        "install": {**lines, "description": "the workflow's install lines (default: bundlegen with the "
-                                              "extras the lanes need, then the workspace's package)"},
+        "install": {**lines, "description": "the workflow's install lines: where bundlegen comes from "
+                                              "(a pinned git URL, a wheel path or a checkout)"},
         "lock": {**lines, "default": list(DEFAULT_LOCK),
                  "description": "files (globs) whose digest keys the workflow's pip cache"},
     }
@@ -284,10 +316,16 @@ def lanes_schema() -> dict:
 
 # ----------------------------------------------------------------------------- check
 def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str]:
-    """What `bundlegen lanes --check` reports, one line each: an engine that does not
-    exist, a level the bundles do not have, a skip that matches no case of the lane's
-    levels or names no ticket."""
+    """What `bundlegen lanes --check` reports, one line each: install lines that cannot
+    bring bundlegen, an engine that does not exist, a level the bundles do not have, a skip
+    that matches no case of the lane's levels or names no ticket, an override or skip row
+    of a lane's engine.toml that selects no case of the plan."""
+    from bundlegen.harness.lanes_install import install_problem
+
     problems = []
+    install = install_problem(lanes)
+    if install:
+        problems.append(install)
     root = Path(bundles) if bundles is not None else B.default_bundle_root()
     try:
         manifest = B.manifest_of(root)
@@ -310,125 +348,27 @@ def check_lanes(lanes: LanesFile, bundles: Path | str | None = None) -> list[str
             if not names_ticket(row.detail):
                 problems.append(f"{where}.skips[{i}].reason: names no ticket ({row.detail!r}; "
                                 "expected PROJECT-123, owner/repo#123 or a URL)")
-            if not any(row.selects(c, manifest.plan) for c in cases):
+            if not any(row.selects(c, plan_names(manifest)) for c in cases):
                 problems.append(f"{where}.skips[{i}].filters: match no case of level {lane.level} "
                                 "(the cases it skipped are gone: drop the row)")
+    return problems + _engine_dead_rows(lanes, root, manifest)
+
+
+def _engine_dead_rows(lanes: LanesFile, root: Path, manifest) -> list[str]:
+    """The rows of the lanes' engines' engine.toml files that select no case of the plan."""
+    from bundlegen.harness.config import load_engine_config
+    from bundlegen.harness.dead_rows import dead_rows, plan_cases
+    from bundlegen.workspace import engine_config_dir
+
+    configs, problems = [], []
+    for engine in dict.fromkeys(lane.engine for lane in lanes.lanes.values()):
+        try:
+            configs.append(load_engine_config(engine_config_dir(registered_name(engine)), manifest))
+        except EngineNotFound:
+            continue   # reported with the lane
+        except (EngineConfigError, ValueError) as exc:
+            problems.append(str(exc))
+    if any(c.overrides or c.skips for c in configs):
+        cases = plan_cases(root, manifest)
+        problems += [f"{line} (drop or mend the row)" for config in configs for line in dead_rows(config, cases)]
     return problems
-
-
-# ----------------------------------------------------------------------------- workflow
-WORKFLOW_OUT = Path(".github") / "workflows" / "bundlegen-lanes.yml"
-CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def default_install(lanes: LanesFile) -> tuple[str, ...]:
-    """bundlegen with the extras the lanes need (triton for a triton lane, report for a lane
-    that keeps one), then the workspace's own package when its root has one."""
-    extras = sorted({"triton" for lane in lanes.lanes.values() if lane.engine == "triton"}
-                    | {"report" for lane in lanes.lanes.values() if "report" in lane.keep})
-    lines = [f'python -m pip install "bundlegen{"[" + ",".join(extras) + "]" if extras else ""}"']
-    workspace = find_workspace(lanes.path.parent)
-    root = workspace.root if workspace is not None else lanes.path.parent
-    if any((root / name).is_file() for name in PACKAGE_FILES):
-        lines.append("python -m pip install -e .")
-    return tuple(lines)
-
-
-def install_lines(lanes: LanesFile) -> tuple[str, ...]:
-    if lanes.install is not None:
-        return lanes.install
-    lines = default_install(lanes)
-    LOG.info("%s names no install lines; the workflow installs with: %s", lanes.path, "; ".join(lines))
-    return lines
-
-
-def triton_cache_key() -> str:
-    """What the Triton cache of a CI runner is keyed by: a digest of the installed Triton
-    engine's source files (bundlegen/engines/triton/*.py) and the installed Triton's version,
-    read without importing either; a change to a kernel starts a fresh cache."""
-    import importlib.util
-    from importlib import metadata
-
-    digest = hashlib.sha256()
-    spec = importlib.util.find_spec("bundlegen.engines.triton")
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
-        for source in sorted(Path(folder).glob("*.py")):
-            digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
-    try:
-        digest.update(f"triton {metadata.version('triton')}".encode())
-    except metadata.PackageNotFoundError:
-        digest.update(b"triton not installed")
-    return digest.hexdigest()[:16]
-
-
-def github_actions(lanes: LanesFile, python: str = "3.12") -> dict:
-    """A GitHub Actions workflow: one job, a matrix over lanes x shards (each entry runs on
-    its lane's runner), each installing torch and then the lanes file's install lines
-    (pip's cache kept between runs, keyed by the install lines and the lock files), keeping
-    Triton's compiled kernels between runs (keyed by triton_cache_key), running
-    `bundlegen run --lane L --shard I/N`, showing the junit in the job summary and uploading
-    what the lane keeps (and the HTML report, when it keeps one), pass or fail."""
-    include = []
-    for lane in lanes.lanes.values():
-        for index in range(1, lane.shards + 1):
-            out = lane.out_dir((index, lane.shards)).as_posix()
-            include.append({
-                "lane": lane.name, "shard": index, "shards": lane.shards,
-                "runner": list(lane.runner) if isinstance(lane.runner, tuple) else lane.runner,
-                "out": out, "report": "report" in lane.keep,
-                "torch_index": CPU_TORCH_INDEX if lane.device == "cpu" and not lane.devices else "",
-                "artifacts": "\n".join(f"{out}/{name}" for name in lane.kept())})
-    always = "${{ always() }}"
-    install = install_lines(lanes)
-    # the pip cache's key: the Python, what is installed, and the lock files' digest
-    installed = hashlib.sha256("\n".join(install).encode()).hexdigest()[:12]
-    locks = ", ".join(f"'{pattern}'" for pattern in lanes.lock)
-    pip_key = f"pip-${{{{ runner.os }}}}-py{python}-{installed}-"
-    steps = [
-        {"uses": "actions/checkout@v4"},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": python}},
-        {"name": "pip's cache", "uses": "actions/cache@v4",
-         "with": {"path": PIP_CACHE, "key": pip_key + f"${{{{ hashFiles({locks}) }}}}",
-                  "restore-keys": pip_key}},
-        {"name": "install torch",
-         "run": "python -m pip install --upgrade pip\n"
-                "if [ -n \"${{ matrix.torch_index }}\" ]; then\n"
-                "  python -m pip install torch --index-url \"${{ matrix.torch_index }}\"\n"
-                "else\n  python -m pip install torch\nfi"},
-        {"name": "install bundlegen and the workspace (lanes.yaml install)", "run": "\n".join(install)},
-        {"name": "the Triton kernels' digest", "id": "triton-key",
-         "run": 'echo "key=$(bundlegen lanes --triton-cache-key)" >> "$GITHUB_OUTPUT"'},
-        {"name": "Triton's cache", "uses": "actions/cache@v4",
-         "with": {"path": TRITON_CACHE,
-                  "key": "triton-${{ runner.os }}-${{ matrix.lane }}-${{ steps.triton-key.outputs.key }}"}},
-        {"name": "bundlegen run",
-         "run": "bundlegen run --lane ${{ matrix.lane }} --shard ${{ matrix.shard }}/${{ matrix.shards }}"},
-        {"name": "junit in the job summary", "if": always,
-         "run": 'bundlegen lanes --junit-summary ${{ matrix.out }}/junit.xml >> "$GITHUB_STEP_SUMMARY"'},
-        {"name": "HTML report", "if": "${{ always() && matrix.report }}",
-         "run": "bundlegen report ${{ matrix.out }} --html ${{ matrix.out }}/report"},
-        {"name": "keep the results", "if": always, "uses": "actions/upload-artifact@v4",
-         "with": {"name": "bundlegen-${{ matrix.lane }}-shard-${{ matrix.shard }}-of-${{ matrix.shards }}",
-                  "path": "${{ matrix.artifacts }}", "if-no-files-found": "warn"}},
-    ]
-    return {
-        "name": "bundlegen lanes",
-        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
-        "jobs": {"lane": {
-            "name": "${{ matrix.lane }} ${{ matrix.shard }}/${{ matrix.shards }}",
-            "runs-on": "${{ matrix.runner }}",
-            "strategy": {"fail-fast": False, "matrix": {"include": include}},
-            "steps": steps}},
-    }
-
-
-def workflow_yaml(lanes: LanesFile) -> str:
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    def text(dumper, value: str):   # several lines (scripts, artifact paths) as a | block
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-    Dumper.add_representer(str, text)
-    header = f"# Written by `bundlegen lanes --emit github-actions` from {lanes.path.name}; edit that, not this.\n"
-    return header + yaml.dump(github_actions(lanes), Dumper=Dumper, sort_keys=False, width=120)

@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from bundlegen.harness import verdicts as V
-    from bundlegen.harness.lanes import (LanesError, check_lanes, lanes_path, load_lanes, triton_cache_key,
-                                         workflow_yaml)
+    from bundlegen.harness.lanes import LanesError, check_lanes, lanes_path, load_lanes
+    from bundlegen.harness.workflow import triton_cache_key, workflow_yaml
 
     if args.triton_cache_key:   # these two need no lanes file: they run inside the workflow's job
         print(triton_cache_key())
@@ -61,7 +61,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"{lane.name}: {lane.engine} on {devices}, level {lane.level}, {lane.shards} shard(s), "
                   f"runs on {lane.runner if isinstance(lane.runner, str) else '+'.join(lane.runner)}, keeps {', '.join(lane.keep)}")
         return 0
-    text = workflow_yaml(lanes)
+    try:
+        text = workflow_yaml(lanes)
+    except LanesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return V.EXIT_USAGE
     if args.output is None:
         sys.stdout.write(text)
     else:

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from bundlegen.harness import bundles as B
+from bundlegen.results_file import DEFAULT_OUT
 from bundlegen.harness import verdicts as V
+from bundlegen.harness.config import EngineConfig, checked_for_run
 from bundlegen.harness.config import EngineConfig
+from bundlegen.harness.case import predicted_seconds
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
                                         longest_first, prepared_graphs, rerun_alone, run_spread)
 from bundlegen.harness.progress import Progress
@@ -60,6 +63,7 @@ class RunSummary:
     planned: int = 0            # cases this invocation set out to run
     server_note: str = ""       # why a matching `bundlegen serve` was not used, when one answered
     stale_skips: tuple[str, ...] = ()   # --run-skipped: a line per skip row whose cases all pass
+    dead_rows: tuple[str, ...] = ()     # a line per engine-config row that selects no case of the plan
 
 
     @property
@@ -98,7 +102,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
               devices: Sequence[str] | None = None, lane: str = "",
               workers_per_device: int = 1, server: bool = False,
               allow_empty: bool = True, mps: bool = False, shuffle: int | None = None,
-              run_skipped: bool = False) -> RunSummary:
+              run_skipped: bool = False, allow_stale_tolerances: bool = False) -> RunSummary:
     """Run every case of `level` and the lower levels of `plan` (default: the bundle root's
     only plan); write results.jsonl (appended per case), junit.xml and run.json; give the
     per-level summary. `devices` (two or more) or `workers_per_device` (more than one): one
@@ -112,7 +116,9 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
     cases run in the order this seed shuffles them to (selection.shuffled; run.json records
     the seed and the order), not in the bundles' order nor longest first. `run_skipped`: the
     cases the engine config's skip rows select are run too, and each row whose cases all
-    pass is reported stale (harness.stale_skips)."""
+    pass is reported stale (harness.stale_skips). Before any worker starts, the numbers that
+    will judge the run are checked (config.checked_for_run; EngineConfigError): a stale
+    generated tolerance block passes only with `allow_stale_tolerances`, recorded then."""
     started = time.perf_counter()
     before = process_age_s()
     if devices is not None and device is not None:
@@ -139,6 +145,13 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
 
             config = load_engine_config(engine_config_dir(registered_name(engine)))
         skip_config, config = config.with_manifest(manifest), without_skips(config)
+    if config is None:
+        from bundlegen.engines.registry import registered_name
+        from bundlegen.harness.config import load_engine_config
+        from bundlegen.workspace import engine_config_dir
+
+        config = load_engine_config(engine_config_dir(registered_name(engine)))
+    config = checked_for_run(config, manifest, allow_stale_tolerances)
     levels = manifest.levels_upto(level)
     session, server_note = None, ""
     if server and isolation:
@@ -183,10 +196,12 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
         cases = [c for c in loaded.cases if selected(c) and in_shard(c.id, shard)]
         if not cases and not loaded.errors and not allow_empty:
             raise NothingSelected(f"no case of level {level} was selected")
-        out = Path(out) if out else Path("out") / f"{engine_label(engine)}-{level}"
+        out = Path(out) if out else DEFAULT_OUT / f"{engine_label(engine)}-{level}"
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a folder")
         results_path, junit_path, run_path = out / R.RESULTS_NAME, out / R.JUNIT_NAME, out / R.RUN_NAME
+        # while the workers start: the config's rows that select no case of the plan
+        dead = _dead_rows(skip_config or executors[0].config, root, manifest, level, loaded)
         # the first worker ready begins the run: the others join the case loop as they
         # become ready (run_spread), so no worker idles while a slower one imports torch
         try:
@@ -237,7 +252,10 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
             graphs = prepared_graphs(todo)
             prepare_problem = executor.prepare_graphs(graphs)
             prepared = time.perf_counter()
-            with R.ResultsWriter(results_path) as writer, Progress(progress, len(todo)) as advance:
+            predicted = {c.id: predicted_seconds(c, workers[0], manifest, executor.engine_name) or 0.0
+                         for c in todo} if progress else None
+            with R.ResultsWriter(results_path) as writer, \
+                    Progress(progress, len(todo), predicted, len(workers)) as advance:
                 def record(result) -> None:
                     nonlocal last_recorded
                     writer.write(result)
@@ -262,7 +280,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                         ran += 1
                     joining = JoiningWorker(executor, starting, graphs if prepare_problem is None else [],
                                             skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
-                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest)
+                    order = todo if shuffle is not None else longest_first(todo, workers[0], manifest, executor.engine_name)
                     held = run_spread(executors, per_device, order,
                                       count, advance, hold_crashes=mps, join=joining,
                                       # a served worker is the server's to keep
@@ -300,7 +318,18 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                       results_path=results_path, junit_path=junit_path, ran=ran,
                       resumed=len(cases) - len(todo), bundle_errors=tuple(str(e) for e in loaded.errors),
                       times=times, interrupted=interrupted, planned=len(todo), server_note=server_note,
-                      stale_skips=tuple(row.line(skip_config.source) for row in stale))
+                      stale_skips=tuple(row.line(skip_config.source) for row in stale), dead_rows=dead)
+
+
+def _dead_rows(config, root: Path, manifest, level: str, loaded) -> tuple[str, ...]:
+    """The config's rows that select no case of the whole plan (harness.dead_rows); the
+    plan's cases are loaded only when there are rows to look at."""
+    if not config.overrides and not config.skips:
+        return ()
+    from bundlegen.harness.dead_rows import dead_rows, plan_cases
+
+    top = manifest.levels[-1].name
+    return dead_rows(config, loaded.cases if level == top else plan_cases(root, manifest))
 
 
 

@@ -43,6 +43,7 @@ from bundlegen.graph import (MODIFIER_OUTPUT_PORTS, OUTPUT_PORTS, Case, Graph,
                              TensorSpec)
 from bundlegen.validate import GUARD_ELEMS, frontend_finding, good_sequences, overlaps_itself
 from bundlegen.harness import oracle, oracle_ragged
+from bundlegen.harness.io_reference import io_reference
 from bundlegen.harness.checks import bit_pattern, read_flags, set_ports
 from bundlegen.harness.distributions import (do_from_o, draw_inputs, draw_modifiers, generated_shape,
                                              needs_o)
@@ -77,7 +78,7 @@ class Materialized:
     baselines: Mapping[str, torch.Tensor]    # input port -> copy of its whole storage on `device`
     reference: oracle.Backward               # float64, on the oracle device
     forward: oracle.Forward                  # float64, on the oracle device (exact O and LSE)
-    oracle_s: float                          # seconds in the oracle (forward + backward; _OracleClock)
+    oracle_s: float                          # seconds in both references (_OracleClock)
     #: a ragged graph's judged rows: output port -> row indices (on the oracle device) of
     #: the sequences the outputs are compared on (all of them; a device probe's good ones)
     judged_rows: Mapping[str, torch.Tensor] | None = None
@@ -86,6 +87,13 @@ class Materialized:
     #: the keep mask an engine that draws its own announced for this case (the oracle's
     #: dropout mask; harness/drawn_dropout.py), None otherwise
     dropout_keep: torch.Tensor | None = None
+    #: the io-precision reference (oracle.io_precision; docs/DESIGN.md), each output in its
+    #: port's dtype, on the oracle device; None for a device probe (judged by its bound only)
+    io_reference: oracle.Backward | None = None
+    io_reference_s: float = 0.0              # the part of oracle_s the io-precision reference took
+    #: a ragged graph's slices: output port -> the judged rows of each sequence (they are
+    #: back to back in judged_rows), for the statistical judge's sequence x head slices
+    sequence_rows: Mapping[str, tuple[int, ...]] | None = None
 
 
 # ----------------------------------------------------------------------------- layout
@@ -391,6 +399,7 @@ def materialize(case: Case, device: torch.device | str,
         write_input("do", do_from_o(o_drawn, do_noise))
         del o_drawn, do_noise
     do = oracle_view("do")
+    engine_forward = oracle.Forward(o=o_values, lse=fwd.lse.to(torch.float32))   # what an engine reads
     del o_values, stats_values
 
     with clock:
@@ -400,7 +409,12 @@ def materialize(case: Case, device: torch.device | str,
         else:
             bwd = oracle_ragged.backward(q, k, v, do, graph.attributes, fwd, seqs, modifiers=mods,
                                          max_block_elems=max_block_elems)
-    del q, k, v, do, mods
+    io_clock = _OracleClock(odev)
+    io_ref = None
+    if not is_device_probe(case):
+        with clock, io_clock:
+            io_ref = io_reference(graph, (q, k, v, do), engine_forward, mods, seqs, max_block_elems)
+    del q, k, v, do, mods, engine_forward
     fwd = fwd.without_operands()  # frees the float64 copies of q, k, v
 
     for port in graph.output_ports:
@@ -411,9 +425,11 @@ def materialize(case: Case, device: torch.device | str,
     # the device itself
     baselines = {port: storages[port].clone() for port in graph.input_ports}
     tensors = {port: view_of(storages[port], specs[port]) for port in graph.ports}
-    judged = silent = offsets = None
+    judged = silent = offsets = sequence_rows = None
     if seqs is not None:
         judged, silent = _ragged_rows(graph, seqs, is_device_probe(case), odev)
+        by_q, by_kv = tuple(s.q1 - s.q0 for s in seqs), tuple(s.k1 - s.k0 for s in seqs)
+        sequence_rows = {"dq": by_q, "dk": by_kv, "dv": by_kv}
         offsets = {"cu_seqlens_q": graph.ragged.cu_seqlens_q, "cu_seqlens_kv": graph.ragged.cu_seqlens_kv,
                    **{p: getattr(graph.ragged, p) for p in graph.ragged.seqused_ports}}
         for port, values in offsets.items():
@@ -428,7 +444,9 @@ def materialize(case: Case, device: torch.device | str,
         origins={port: GUARD_ELEMS for port in graph.ports},
         unaddressed=_LazyMasks({port: specs[port] for port in graph.ports}, device, silent),
         snapshots=_Snapshots(baselines), baselines=baselines, reference=bwd, forward=fwd,
-        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep)
+        oracle_s=clock.seconds(), judged_rows=judged, offsets=offsets, dropout_keep=dropout_keep,
+        io_reference=io_ref, io_reference_s=io_clock.seconds(), sequence_rows=sequence_rows)
+
 
 
 #: the input ports of each side of a ragged graph (stats, o, do: the query side)

@@ -81,23 +81,45 @@ class Modifiers:
 NO_MODIFIERS = Modifiers()
 
 
+@dataclass(frozen=True)
+class Precision:
+    """How `backward` computes: the oracle's float64 with the magnitudes the bound needs, or
+    the io-precision reference (`io_precision`; docs/DESIGN.md): fp32 arithmetic, P (after
+    dropout's scaling) and dS rounded to the io dtype before their products, no magnitudes."""
+    compute: torch.dtype
+    rounds_to: torch.dtype | None = None
+    magnitudes: bool = True
+
+    def rounded(self, t: torch.Tensor) -> torch.Tensor:
+        """t as a kernel hands it to a product: rounded to the io dtype, then widened back."""
+        return t if self.rounds_to is None else t.to(self.rounds_to).to(self.compute)
+
+
+ORACLE_PRECISION = Precision(F64)
+
+
+def io_precision(io_dtype: torch.dtype) -> Precision:
+    return Precision(torch.float32, rounds_to=io_dtype, magnitudes=False)
+
+
 @dataclass(frozen=True, eq=False)
 class Backward:
     dq: torch.Tensor      # [B, H_q, S_q, D_qk]
     dk: torch.Tensor      # [B, H_k, S_kv, D_qk]
     dv: torch.Tensor      # [B, H_v, S_kv, D_v]
-    mag_dq: torch.Tensor  # same shapes: the sums on absolute values of their terms
-    mag_dk: torch.Tensor
-    mag_dv: torch.Tensor
+    #: same shapes: the sums on absolute values of their terms (None for the io-precision
+    #: reference, which has none)
+    mag_dq: torch.Tensor | None = None
+    mag_dk: torch.Tensor | None = None
+    mag_dv: torch.Tensor | None = None
     dbias: torch.Tensor | None = None       # dbias dims, when asked for
     mag_dbias: torch.Tensor | None = None
     dsinks: torch.Tensor | None = None      # [H_q], when asked for
     mag_dsinks: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Backward":
-        return Backward(**{name: getattr(self, name).to(device) for name in GRADIENT_FIELDS},
-                        **{name: getattr(self, name).to(device) for name in MODIFIER_FIELDS
-                           if getattr(self, name) is not None})
+        return Backward(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
+                           for name in GRADIENT_FIELDS + MODIFIER_FIELDS})
 
     def gradient(self, port: str) -> torch.Tensor:
         return getattr(self, port)
@@ -200,19 +222,14 @@ def default_block_elems(device: torch.device) -> int:
 
 
 # ----------------------------------------------------------------------------- block math
-def _f64(t: torch.Tensor) -> torch.Tensor:
-    """t in float64 (a view when it already is)."""
-    return t if t.dtype == F64 else t.to(F64)
-
-
-def _per_q_head(t: torch.Tensor, H_q: int) -> torch.Tensor:
-    """A k or v tensor [B, H, S, D] as float64 [B, H_q, S, D]: q head h sees head
+def _per_q_head(t: torch.Tensor, H_q: int, dtype: torch.dtype = F64) -> torch.Tensor:
+    """A k or v tensor [B, H, S, D] as `dtype` [B, H_q, S, D]: q head h sees head
     h // (H_q // H)."""
     group = H_q // t.shape[1]
     if group == 1:
-        return _f64(t)
+        return t.to(dtype)
     B, H, S, D = t.shape
-    return t.unsqueeze(2).expand(B, H, group, S, D).to(F64).reshape(B, H_q, S, D)
+    return t.unsqueeze(2).expand(B, H, group, S, D).to(dtype).reshape(B, H_q, S, D)
 
 
 def _finite_lse(lse: torch.Tensor) -> torch.Tensor:
@@ -287,14 +304,14 @@ def _scores(qb: torch.Tensor, kb: torch.Tensor, scale: float,
 
 
 def _score_bias(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
-                attrs: Attributes) -> Callable[[Block], torch.Tensor | None]:
-    """A block's additive score term (the bias's slice plus ALiBi from the slopes), float64
+                attrs: Attributes, dtype: torch.dtype = F64) -> Callable[[Block], torch.Tensor | None]:
+    """A block's additive score term (the bias's slice plus ALiBi from the slopes), `dtype`
     [nb, nh, R, W], or None for a graph with neither. ALiBi is formed per block from the
     indices (never a whole [B, H_q, S_q, S_kv])."""
-    bias = None if modifiers.bias is None else _broadcast_f64(modifiers.bias, (B, H_q, S_q, S_kv))
+    bias = None if modifiers.bias is None else _broadcast_as(modifiers.bias, (B, H_q, S_q, S_kv), dtype)
     slopes = None
     if modifiers.alibi_slopes is not None:
-        slopes = _f64(modifiers.alibi_slopes)
+        slopes = modifiers.alibi_slopes.to(dtype)
         slopes = (slopes.view(1, H_q) if slopes.dim() == 1 else slopes).expand(B, H_q)
     if bias is None and slopes is None:
         return lambda blk: None
@@ -305,8 +322,8 @@ def _score_bias(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
         if bias is not None:
             out = bias[blk.b0:blk.b1, blk.h0:blk.h1, blk.r0:blk.r1, blk.c0:blk.c1]
         if slopes is not None:
-            i = torch.arange(blk.r0, blk.r1, dtype=F64, device=slopes.device).view(-1, 1)
-            j = torch.arange(blk.c0, blk.c1, dtype=F64, device=slopes.device).view(1, -1)
+            i = torch.arange(blk.r0, blk.r1, dtype=dtype, device=slopes.device).view(-1, 1)
+            j = torch.arange(blk.c0, blk.c1, dtype=dtype, device=slopes.device).view(1, -1)
             distance = (i - j + shift).abs_()
             alibi = -slopes[blk.b0:blk.b1, blk.h0:blk.h1, None, None] * distance
             out = alibi if out is None else out + alibi
@@ -321,25 +338,25 @@ def additive_scores(modifiers: Modifiers, B: int, H_q: int, S_q: int, S_kv: int,
     return _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)(Block(0, B, 0, H_q, 0, S_q, 0, S_kv))
 
 
-def _keep_scale(modifiers: Modifiers, attrs: Attributes,
-                shape: tuple[int, ...]) -> Callable[[tuple], torch.Tensor] | None:
-    """A block's keep / (1 - p) as float64 (the block's index tuple -> [nb, nh, R, W]), or
+def _keep_scale(modifiers: Modifiers, attrs: Attributes, shape: tuple[int, ...],
+                dtype: torch.dtype = F64) -> Callable[[tuple], torch.Tensor] | None:
+    """A block's keep / (1 - p) as `dtype` (the block's index tuple -> [nb, nh, R, W]), or
     None without a dropout mask. Only a block's slice is ever scaled (never the whole
     [B, H_q, S_q, S_kv])."""
     if modifiers.dropout_keep is None:
         return None
-    keep = _broadcast_f64(modifiers.dropout_keep, shape)
+    keep = _broadcast_as(modifiers.dropout_keep, shape, dtype)
     scale = 1.0 / (1.0 - attrs.dropout_probability)
     return lambda index: keep[index] * scale
 
 
-def _broadcast_f64(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """t (broadcastable to `shape`, zero strides allowed) as a float64 view of `shape`:
+def _broadcast_as(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """t (broadcastable to `shape`, zero strides allowed) as a `dtype` view of `shape`:
     converted at its stored size, then expanded (a broadcast axis is never copied)."""
     for axis, (d, st) in enumerate(zip(t.shape, t.stride())):
         if st == 0 and d > 1:
             t = t.narrow(axis, 0, 1)
-    return _f64(t).expand(shape)
+    return t.to(dtype).expand(shape)
 
 
 def _add_reduced(dst: torch.Tensor, part: torch.Tensor, blk: Block) -> None:
@@ -388,7 +405,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
     H_v, D_v = v.shape[1], v.shape[3]
     device = q.device
     budget = max_block_elems or default_block_elems(device)
-    q64, k64, v64 = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q)
+    q64, k64, v64 = q.to(F64), _per_q_head(k, H_q), _per_q_head(v, H_q)
     dropped = _DroppedMask(S_q, S_kv, attrs, device)
     score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)
     keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
@@ -414,17 +431,55 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
             o[rows] = torch.matmul(p, v64[kv])
             lse[rows] = row_lse
     if modifiers.sinks is not None:   # the sink joins every row's denominator, keys or none
-        sink = _f64(modifiers.sinks.to(device)).view(1, H_q, 1)
+        sink = modifiers.sinks.to(device=device, dtype=F64).view(1, H_q, 1)
         with_sink = torch.logaddexp(lse, sink)
         o = o * torch.exp(lse - with_sink).unsqueeze(-1)   # 0 for a row with no kept key
         lse = with_sink
     return Forward(o=o, lse=lse, operands=(q, k, v, q64, k64, v64, dropped))
 
 
+@dataclass(frozen=True, eq=False)
+class _Operands:
+    """What every block of a backward reads, converted once to the compute dtype."""
+    q: torch.Tensor
+    k: torch.Tensor          # per q head
+    v: torch.Tensor          # per q head
+    do: torch.Tensor
+    delta: torch.Tensor      # rowsum(dO * O), [B, H_q, S_q, 1]
+    lse: torch.Tensor        # finite LSE, [B, H_q, S_q, 1]
+    dropped: _DroppedMask
+    #: the magnitudes' operands (|Q|, |dO|, |K|, |V|, rowsum(|dO| |O|)); None without magnitudes
+    absolute: tuple | None
+
+
+def _operands(q, k, v, do, attrs: Attributes, fwd: Forward, precision: Precision) -> _Operands:
+    """The backward's whole-tensor operands, once: a block then only slices them. The
+    oracle reuses the float64 copies its forward made of the same q, k, v."""
+    B, H_q, S_q, _ = q.shape
+    device, cdt = q.device, precision.compute
+    ops = fwd.operands
+    if cdt == F64 and ops is not None and ops[0] is q and ops[1] is k and ops[2] is v:
+        qc, kc, vc, dropped = ops[3:]
+    else:
+        qc, kc, vc, dropped = q.to(cdt), _per_q_head(k, H_q, cdt), _per_q_head(v, H_q, cdt), None
+    if dropped is None or not dropped.serves(S_q, k.shape[2], attrs, device):
+        dropped = _DroppedMask(S_q, k.shape[2], attrs, device)
+    doc, oc = do.to(cdt), fwd.o.to(device=device, dtype=cdt)
+    absolute = None
+    if precision.magnitudes:
+        abs_do = doc.abs()
+        absolute = (qc.abs(), abs_do, kc.abs(), vc.abs(), (abs_do * oc.abs()).sum(-1, keepdim=True))
+    return _Operands(q=qc, k=kc, v=vc, do=doc, delta=(doc * oc).sum(-1, keepdim=True),
+                     lse=_finite_lse(fwd.lse.to(device=device, dtype=cdt)).unsqueeze(-1),
+                     dropped=dropped, absolute=absolute)
+
+
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
              attrs: Attributes, fwd: Forward, *, modifiers: Modifiers = NO_MODIFIERS,
-             max_block_elems: int | None = None) -> Backward:
-    """The true gradient (from the exact float64 O and LSE of `fwd`) and its magnitudes.
+             max_block_elems: int | None = None, precision: Precision = ORACLE_PRECISION) -> Backward:
+    """The true gradient (from the exact float64 O and LSE of `fwd`) and its magnitudes;
+    with `precision` the io-precision reference (from the O and LSE an engine reads), with
+    no magnitudes.
 
     Per block, with P = exp(S - LSE):
       dV  += P^T dO                     mag_dV  += P^T |dO|
@@ -440,90 +495,102 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
     A reduced output (dSinks; dBias over its size-1 axes) adds independent rows or copies:
     their rounding errors add in quadrature, so its magnitude does too, and a bound from it
     stays below one missing batch's, head's or key tile's share (bundlegen tolerance-power).
+    The io-precision reference rounds P (dropped and scaled) before P^T dO and dS before
+    dS K and dS^T Q (Precision.rounded); dBias and dSinks come from the unrounded float32
+    terms, as a kernel reduces them.
     """
     B, H_q, S_q, D_qk = q.shape
     H_k, S_kv = k.shape[1], k.shape[2]
     H_v, D_v = v.shape[1], v.shape[3]
-    device = q.device
+    device, cdt = q.device, precision.compute
     budget = max_block_elems or default_block_elems(device)
-    scale = attrs.attn_scale
-    # the six results as views of one zeroed buffer (one allocation, one fill)
-    shapes = [(B, H_q, S_q, D_qk), (B, H_k, S_kv, D_qk), (B, H_v, S_kv, D_v)] * 2
+    # the results as views of one zeroed buffer (one allocation, one fill)
+    shapes = [(B, H_q, S_q, D_qk), (B, H_k, S_kv, D_qk), (B, H_v, S_kv, D_v)] * (2 if precision.magnitudes else 1)
     sizes = [math.prod(shape) for shape in shapes]
-    flat = torch.zeros(sum(sizes), dtype=F64, device=device)
-    dq, dk, dv, mag_dq, mag_dk, mag_dv = (part.view(shape) for part, shape in zip(flat.split(sizes), shapes))
-
-    # Whole-tensor float64 operands, once: a block then only slices them.
-    ops = fwd.operands
-    if ops is not None and ops[0] is q and ops[1] is k and ops[2] is v:
-        q64, k64, v64, dropped = ops[3:]
-    else:
-        q64, k64, v64, dropped = _f64(q), _per_q_head(k, H_q), _per_q_head(v, H_q), None
-    if dropped is None or not dropped.serves(S_q, S_kv, attrs, device):
-        dropped = _DroppedMask(S_q, S_kv, attrs, device)
-    do64, o64 = _f64(do), _f64(fwd.o.to(device))
-    abs_q, abs_do, abs_k, abs_v = q64.abs(), do64.abs(), k64.abs(), v64.abs()
-    delta = (do64 * o64).sum(-1, keepdim=True)                 # rowsum(dO * O)
-    abs_delta = (abs_do * o64.abs()).sum(-1, keepdim=True)     # rowsum(|dO| * |O|)
-    del o64
-    lse = _finite_lse(fwd.lse.to(device)).unsqueeze(-1)
-    group_k, group_v = H_q // H_k, H_q // H_v
-    score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs)
-    keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv))
+    flat = torch.zeros(sum(sizes), dtype=cdt, device=device)
+    grads = [part.view(shape) for part, shape in zip(flat.split(sizes), shapes)]
+    dq, dk, dv = grads[:3]
+    mags = grads[3:] or [None] * 3
+    ops = _operands(q, k, v, do, attrs, fwd, precision)
+    score_bias = _score_bias(modifiers, B, H_q, S_q, S_kv, attrs, cdt)
+    keep_scale = _keep_scale(modifiers, attrs, (B, H_q, S_q, S_kv), cdt)
     dbias = mag_dbias = None
     if modifiers.dbias_dims is not None:
-        dbias = torch.zeros(modifiers.dbias_dims, dtype=F64, device=device)
-        mag_dbias = torch.zeros_like(dbias)
-
+        dbias = torch.zeros(modifiers.dbias_dims, dtype=cdt, device=device)
+        mag_dbias = torch.zeros_like(dbias) if precision.magnitudes else None
+    groups = (H_q // H_k, H_q // H_v)
     for blk in blocks(B, H_q, S_q, S_kv, attrs, budget, head_alignment(H_q, H_k, H_v)):
         if blk.empty:
             continue
-        rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
-        kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
-        qb, dob, adob = q64[rows], do64[rows], abs_do[rows]
-        kb, vb = k64[kv], v64[kv]
-        s, t = _scores(qb, kb, scale, dropped(blk), attrs.softcap, score_bias(blk))
-        p = s.sub_(lse[rows]).exp_()
-        del s
-        # d(cap * tanh(s / cap)) / ds
-        slope = None if t is None else t.square_().neg_().add_(1.0)
-        ks = None if keep_scale is None else keep_scale((*rows, slice(blk.c0, blk.c1)))
-        pt = (p if ks is None else p * ks).transpose(-1, -2)   # P_drop^T under dropout
-        _add_group_sums(dv, torch.matmul(pt, dob), blk, group_v)
-        _add_group_sums(mag_dv, torch.matmul(pt, adob), blk, group_v)
-
-        dp = torch.matmul(dob, vb.transpose(-1, -2))
-        if ks is not None:                                     # dP = dP_drop * keep / (1 - p)
-            dp.mul_(ks)
-        ds = dp.sub_(delta[rows]).mul_(p)
-        del dp
-        if dbias is not None:
-            _add_reduced(dbias, ds, blk)
-        if slope is not None:
-            ds.mul_(slope)
-        torch.mul(torch.matmul(ds, kb), scale, out=dq[rows])
-        _add_group_sums(dk, torch.matmul(ds.transpose(-1, -2), qb), blk, group_k, scale)
-        del ds
-        ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2))
-        if ks is not None:
-            ds_mag.mul_(ks)
-        ds_mag = ds_mag.add_(abs_delta[rows]).mul_(p)
-        del p, pt, ks
-        if mag_dbias is not None:   # squares: a reduced dBias adds its copies' in quadrature
-            _add_reduced(mag_dbias, ds_mag.square(), blk)
-        if slope is not None:
-            ds_mag.mul_(slope)
-        del slope
-        torch.mul(torch.matmul(ds_mag, abs_k[kv]), scale, out=mag_dq[rows])
-        _add_group_sums(mag_dk, torch.matmul(ds_mag.transpose(-1, -2), abs_q[rows]), blk, group_k, scale)
-        del ds_mag
+        ks = None if keep_scale is None else keep_scale((slice(blk.b0, blk.b1), slice(blk.h0, blk.h1),
+                                                         slice(blk.r0, blk.r1), slice(blk.c0, blk.c1)))
+        p, slope = _block_gradients(ops, blk, attrs, score_bias(blk), ks, precision, groups,
+                                    (dq, dk, dv), dbias)
+        if precision.magnitudes:
+            _block_magnitudes(ops, blk, attrs.attn_scale, p, slope, ks, groups, mags, mag_dbias)
     dsinks = mag_dsinks = None
     if modifiers.dsinks:
-        p_sink = torch.exp(_f64(modifiers.sinks.to(device)).view(1, H_q, 1, 1) - lse)
-        dsinks = -(p_sink * delta).sum(dim=(0, 2, 3))
-        # rows in quadrature (each row's worst case, rowsum(|dO| |O|), is its own)
-        mag_dsinks = (p_sink * abs_delta).square_().sum(dim=(0, 2, 3)).sqrt_()
+        p_sink = torch.exp(modifiers.sinks.to(device=device, dtype=cdt).view(1, H_q, 1, 1) - ops.lse)
+        dsinks = -(p_sink * ops.delta).sum(dim=(0, 2, 3))
+        if precision.magnitudes:   # rows in quadrature (each row's worst case, rowsum(|dO| |O|), is its own)
+            mag_dsinks = (p_sink * ops.absolute[4]).square_().sum(dim=(0, 2, 3)).sqrt_()
     if mag_dbias is not None:
         mag_dbias.sqrt_()
-    return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mag_dq, mag_dk=mag_dk, mag_dv=mag_dv,
+    return Backward(dq=dq, dk=dk, dv=dv, mag_dq=mags[0], mag_dk=mags[1], mag_dv=mags[2],
                     dbias=dbias, mag_dbias=mag_dbias, dsinks=dsinks, mag_dsinks=mag_dsinks)
+
+
+def _block_gradients(ops: _Operands, blk: Block, attrs: Attributes, bias: torch.Tensor | None,
+                     ks: torch.Tensor | None, precision: Precision, groups: tuple[int, int],
+                     out: tuple, dbias: torch.Tensor | None) -> tuple:
+    """One block's share of dQ, dK, dV (and dBias) added into `out`; (P, the softcap's
+    slope or None) for the magnitudes."""
+    rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
+    kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
+    dq, dk, dv = out
+    qb, dob, kb, vb = ops.q[rows], ops.do[rows], ops.k[kv], ops.v[kv]
+    s, t = _scores(qb, kb, attrs.attn_scale, ops.dropped(blk), attrs.softcap, bias)
+    p = s.sub_(ops.lse[rows]).exp_()
+    del s
+    # d(cap * tanh(s / cap)) / ds
+    slope = None if t is None else t.square_().neg_().add_(1.0)
+    pt = precision.rounded(p if ks is None else p * ks).transpose(-1, -2)   # P_drop^T under dropout
+    _add_group_sums(dv, torch.matmul(pt, dob), blk, groups[1])
+    del pt
+    dp = torch.matmul(dob, vb.transpose(-1, -2))
+    if ks is not None:                                     # dP = dP_drop * keep / (1 - p)
+        dp.mul_(ks)
+    ds = dp.sub_(ops.delta[rows]).mul_(p)
+    del dp
+    if dbias is not None:
+        _add_reduced(dbias, ds, blk)
+    if slope is not None:
+        ds.mul_(slope)
+    ds = precision.rounded(ds)
+    torch.mul(torch.matmul(ds, kb), attrs.attn_scale, out=dq[rows])
+    _add_group_sums(dk, torch.matmul(ds.transpose(-1, -2), qb), blk, groups[0], attrs.attn_scale)
+    return p, slope
+
+
+def _block_magnitudes(ops: _Operands, blk: Block, scale: float, p: torch.Tensor,
+                      slope: torch.Tensor | None, ks: torch.Tensor | None, groups: tuple[int, int],
+                      mags: list, mag_dbias: torch.Tensor | None) -> None:
+    """One block's share of the magnitudes (the same sums on absolute values)."""
+    rows = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.r0, blk.r1))
+    kv = (slice(blk.b0, blk.b1), slice(blk.h0, blk.h1), slice(blk.c0, blk.c1))
+    abs_q, abs_do, abs_k, abs_v, abs_delta = ops.absolute
+    mag_dq, mag_dk, mag_dv = mags
+    adob = abs_do[rows]
+    pt = (p if ks is None else p * ks).transpose(-1, -2)
+    _add_group_sums(mag_dv, torch.matmul(pt, adob), blk, groups[1])
+    del pt
+    ds_mag = torch.matmul(adob, abs_v[kv].transpose(-1, -2))
+    if ks is not None:
+        ds_mag.mul_(ks)
+    ds_mag = ds_mag.add_(abs_delta[rows]).mul_(p)
+    if mag_dbias is not None:   # squares: a reduced dBias adds its copies' in quadrature
+        _add_reduced(mag_dbias, ds_mag.square(), blk)
+    if slope is not None:
+        ds_mag.mul_(slope)
+    torch.mul(torch.matmul(ds_mag, abs_k[kv]), scale, out=mag_dq[rows])
+    _add_group_sums(mag_dk, torch.matmul(ds_mag.transpose(-1, -2), abs_q[rows]), blk, groups[0], scale)

@@ -94,23 +94,25 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attrs: Attributes
 
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
              attrs: Attributes, fwd: oracle.Forward, seqs: tuple[Sequence, ...], *,
-             modifiers: oracle.Modifiers = oracle.NO_MODIFIERS,
-             max_block_elems: int | None = None) -> oracle.Backward:
-    """dQ, dK, dV and their magnitudes in the token-major shapes of q, k, v; dBias in the
+             modifiers: oracle.Modifiers = oracle.NO_MODIFIERS, max_block_elems: int | None = None,
+             precision: oracle.Precision = oracle.ORACLE_PRECISION) -> oracle.Backward:
+    """dQ, dK, dV and their magnitudes (none with the io-precision `precision`) in the token-major shapes of q, k, v; dBias in the
     padded [B|1, H_q|1, max_seqlen_q, max_seqlen_kv] (sequence b's block at [b, :, :S_q_b,
     :S_kv_b], summed into [0] when dBias sums over the batch; 0 outside every block) and
     dSinks summed over the sequences' query rows only. Reduced magnitudes add in
     quadrature, as the padded oracle's do."""
     shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape}
-    out = {name: torch.zeros(shapes[name[-2:]], dtype=F64, device=q.device)
-           for name in oracle.GRADIENT_FIELDS}
+    cdt, fields = precision.compute, oracle.GRADIENT_FIELDS[:6 if precision.magnitudes else 3]
+    out = {name: torch.zeros(shapes[name[-2:]], dtype=cdt, device=q.device) for name in fields}
     H_q = q.shape[1]
     if modifiers.dbias_dims is not None:
-        out["dbias"] = torch.zeros(modifiers.dbias_dims, dtype=F64, device=q.device)
-        out["mag_dbias"] = torch.zeros_like(out["dbias"])
+        out["dbias"] = torch.zeros(modifiers.dbias_dims, dtype=cdt, device=q.device)
+        if precision.magnitudes:
+            out["mag_dbias"] = torch.zeros_like(out["dbias"])
     if modifiers.dsinks:
-        out["dsinks"] = torch.zeros(H_q, dtype=F64, device=q.device)
-        out["mag_dsinks"] = torch.zeros_like(out["dsinks"])
+        out["dsinks"] = torch.zeros(H_q, dtype=cdt, device=q.device)
+        if precision.magnitudes:
+            out["mag_dsinks"] = torch.zeros_like(out["dsinks"])
     done = {s: (qs, ks, vs, f) for s, qs, ks, vs, f in (fwd.operands or ())}
     for s in seqs:
         if s.q1 == s.q0 or s.k1 == s.k0:
@@ -123,18 +125,20 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
                                lse=fwd.lse[s.q0:s.q1].transpose(0, 1).unsqueeze(0))
         bwd = oracle.backward(qs, ks, vs, _cut(do, s.q0, s.q1), attrs, f,
                               modifiers=sequence_modifiers(modifiers, s),
-                              max_block_elems=max_block_elems)
-        for name in oracle.GRADIENT_FIELDS:
+                              max_block_elems=max_block_elems, precision=precision)
+        for name in fields:
             r0, r1 = (s.q0, s.q1) if name.endswith("dq") else (s.k0, s.k1)
             _paste(out[name], r0, r1, getattr(bwd, name))
         if bwd.dbias is not None:
             b = 0 if out["dbias"].shape[0] == 1 else s.b
             block = (slice(b, b + 1), slice(None), slice(0, s.q1 - s.q0), slice(0, s.k1 - s.k0))
             out["dbias"][block] += bwd.dbias
-            out["mag_dbias"][block] += bwd.mag_dbias.square()
+            if precision.magnitudes:
+                out["mag_dbias"][block] += bwd.mag_dbias.square()
         if bwd.dsinks is not None:
             out["dsinks"] += bwd.dsinks
-            out["mag_dsinks"] += bwd.mag_dsinks.square()
+            if precision.magnitudes:
+                out["mag_dsinks"] += bwd.mag_dsinks.square()
     for name in ("mag_dbias", "mag_dsinks"):
         if name in out:
             out[name].sqrt_()

@@ -10,12 +10,34 @@ from typing import Any, Iterable, Mapping
 class Progress:
     """Progress on stderr: a rich bar ("bar", for a terminal), a plain line every
     LINE_EVERY_S seconds ("lines", for a log or a pipe), or nothing (None).
-    `advance(label)` before each case; `advance(None)` after the last."""
+    `advance(label)` before each case (label: "level/group/case-id", maybe followed by
+    " [device]"); `advance(None)` after the last. With `predicted` (case id -> predicted
+    seconds, the calibrated cost model's) the time left is the predicted seconds of the
+    cases not yet finished shared by the `workers`: it falls as cases finish instead of
+    being scaled from the first cases' pace (the 50-run deterministic cases first made
+    that double mid-run)."""
     LINE_EVERY_S = 5.0
 
-    def __init__(self, mode: str | bool | None, total: int):
+    def __init__(self, mode: str | bool | None, total: int,
+                 predicted: Mapping[str, float] | None = None, workers: int = 1):
         self.mode = "bar" if mode is True else (mode or None)
         self.total, self._bar = total, None
+        self.predicted, self.workers = dict(predicted or {}), max(1, workers)
+        self._left = sum(self.predicted.values())
+        self._running: list[str] = []
+
+    def left_s(self, label: str | None) -> float | None:
+        """Seconds predicted for the cases not yet finished once `label` starts (the cases
+        started before it by a worker now free count as finished); None without predictions."""
+        if not self.predicted:
+            return None
+        if len(self._running) >= self.workers:
+            self._left -= self.predicted.get(self._running.pop(0), 0.0)
+        if label is not None:
+            self._running.append(case_of(label))
+        else:
+            self._left, self._running = 0.0, []
+        return max(0.0, self._left) / self.workers
 
     def __enter__(self):
         if self.mode == "lines":
@@ -28,19 +50,21 @@ class Progress:
                                    TimeRemainingColumn)
         from rich.progress import Progress as Bar
 
+        left = (TextColumn("{task.fields[left]}") if self.predicted else TimeRemainingColumn())
         self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TimeRemainingColumn(),
-                             console=Console(stderr=True), transient=True)
+                        TimeElapsedColumn(), left, console=Console(stderr=True), transient=True)
         self._bar.start()
-        task = self._bar.add_task("cases", total=self.total)
+        task = self._bar.add_task("cases", total=self.total, left="")
         started = [False]
 
         def advance(label):
             if started[0]:
                 self._bar.advance(task)
             started[0] = label is not None
+            eta = self.left_s(label)
             if label is not None:
-                self._bar.update(task, description=label)
+                self._bar.update(task, description=label,
+                                 left="" if eta is None else f"~{clock(eta)} left (predicted)")
         return advance
 
     def _lines(self):
@@ -51,15 +75,28 @@ class Progress:
             nonlocal last
             done[0] += 1
             now = time.monotonic()
+            eta = self.left_s(label)
             if label is None or now - last >= self.LINE_EVERY_S:
                 last = now
                 where = f" {label}" if label else " done"
-                print(f"[{done[0]}/{self.total}] {now - start:.0f} s{where}", file=sys.stderr, flush=True)
+                left = "" if eta is None or label is None else f", ~{clock(eta)} left (predicted)"
+                print(f"[{done[0]}/{self.total}] {now - start:.0f} s{left}{where}", file=sys.stderr, flush=True)
         return advance
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def case_of(label: str) -> str:
+    """The case id of a progress label ("quick/shapes/0a1b2c3d4e5f [cuda:0]")."""
+    return label.split(" ", 1)[0].rsplit("/", 1)[-1]
+
+
+def clock(seconds: float) -> str:
+    """0:42, 3:05, 1:02:09."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 #: the decline and skip reasons a summary lists; the rest are counted (all with --verbose)

@@ -24,6 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "that row is stale (the case passes now)")
 
 
+def statistical_lines(outputs) -> list[str]:
+    """Each output's least statistical margin and where it was (results' output fields)."""
+    lines = []
+    for port, out in outputs.items():
+        if isinstance(out, dict) and out.get("statistical_margin") is not None:
+            ratio = out.get("error_ratio")
+            lines.append(f"  {port}: statistical margin {out['statistical_margin']:.3g} at {out['slice']} "
+                         f"({out['measure']} {'%.3g' % ratio if ratio is not None else 'n/a'}x the "
+                         "io-precision reference's)")
+    return ["statistical judge:", *lines] if lines else []
+
+
 def report_lines(repro) -> list[str]:
     from bundlegen.describe import graph_line
 
@@ -40,7 +52,10 @@ def report_lines(repro) -> list[str]:
         lines.append(f"detail: {o.detail}")
     if repro.captured is not None:
         tol = repro.captured.tolerance
-        lines.append(f"tolerance: rtol={tol.rtol:g} atol={tol.atol:g} ({tol.source})")
+        lines.append(f"tolerance: rtol={tol.rtol:g} atol={tol.atol:g}"
+                     + (f", statistical k={tol.k:g} floor={tol.floor:g}" if tol.k is not None else "")
+                     + f" ({tol.source})")
+        lines += statistical_lines(o.outputs)
     if repro.patterns:
         lines.append("error pattern:")
         lines += [f"  {p.line()}" for p in repro.patterns]

@@ -51,14 +51,18 @@ class CaseResult:
     tolerance_class: str | None = None
     tolerance: Mapping[str, Any] | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
-    margin: float | None = None
+    margin: float | None = None              # against the worst-case bound
+    statistical_margin: float | None = None  # against the statistical judge
     predicted_s: float | None = None
     wall_s: float = 0.0            # the whole case, measured by the parent (worker round trip included)
-    oracle_s: float | None = None  # float64 oracle forward + backward only (synchronised)
+    oracle_s: float | None = None  # both references: float64 oracle and io-precision (synchronised)
     materialize_s: float | None = None  # the rest of materialize: input fill, layout, copies
     engine_s: float | None = None  # the engine's first run
     check_s: float | None = None   # guards, inputs unmodified, tolerance, determinism re-run
+    io_reference_s: float | None = None  # the part of oracle_s the io-precision reference took
     file: str = ""
+    runs: int | None = None        # engine runs the case made (None: the engine never ran)
+    predicted_phases: Mapping[str, float] | None = None   # PHASES -> the cost model's seconds
 
     def to_json(self) -> dict:
         record = asdict(self)
@@ -300,6 +304,12 @@ def phase_seconds(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return {phase: sum(r.get(phase) or 0.0 for r in records) for phase in PHASES}
 
 
+def predicted_phase_seconds(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """phase -> the cost model's seconds summed over the records that carry them."""
+    records = [r.get("predicted_phases") for r in records]
+    return {phase: sum((p or {}).get(phase) or 0.0 for p in records) for phase in PHASES}
+
+
 @dataclass(frozen=True)
 class LevelSummary:
     level: str
@@ -307,6 +317,7 @@ class LevelSummary:
     wall_s: float
     predicted_s: float | None   # None when no case of the level has a prediction
     phases: Mapping[str, float] = field(default_factory=dict)  # phase -> summed seconds (PHASES)
+    predicted_phases: Mapping[str, float] = field(default_factory=dict)  # phase -> predicted seconds
 
     @property
     def cases(self) -> int:
@@ -325,14 +336,18 @@ def summarize(records: list[Mapping[str, Any]], levels: Iterable[str]) -> list[L
         out.append(LevelSummary(level=level, counts=dict(Counter(r["verdict"] for r in rows)),
                                 wall_s=sum(r.get("wall_s") or 0.0 for r in rows),
                                 predicted_s=sum(predicted) if predicted else None,
-                                phases=phase_seconds(rows)))
+                                phases=phase_seconds(rows), predicted_phases=predicted_phase_seconds(rows)))
     return out
 
 
 def phase_line(summaries: list[LevelSummary]) -> str:
-    """The summed case phases over the levels, e.g. 'materialize 1.2 s, oracle 0.6 s, ...'."""
+    """The summed case phases over the levels, each with what the cost model predicted for
+    the same cases where the records carry it: 'materialize 1.2 s (predicted 1.0), ...'."""
     total = {p: sum(s.phases.get(p, 0.0) for s in summaries) for p in PHASES}
-    return ", ".join(f"{p.removesuffix('_s')} {total[p]:.1f} s" for p in PHASES)
+    predicted = {p: sum(s.predicted_phases.get(p, 0.0) for s in summaries) for p in PHASES}
+    shown = any(predicted.values())
+    return ", ".join(f"{p.removesuffix('_s')} {total[p]:.1f} s" + (f" (predicted {predicted[p]:.1f})" if shown else "")
+                     for p in PHASES)
 
 
 def summary_table(summaries: list[LevelSummary], title: str = "bundlegen run"):

@@ -1,4 +1,4 @@
-"""Tolerance power: can a case's bound see a lost contribution?
+"""Tolerance power: can a case's verdict see a lost contribution or a wrong gradient?
 
 Generic defect models are applied to the float64 oracle's own outputs of a case, and each
 perturbed output is judged by the case's bound (docs/CONTRACTS.md, "Tolerance semantics":
@@ -23,6 +23,26 @@ The models (each applies only where it changes something):
   query rows and group heads for dK and dV, the summed batches and heads for dBias, the
   batches' query rows for dSinks).
 
+The models of a few per cent (POWERED_MODELS), each judged by the whole verdict (the bound,
+then the statistical judge of harness/statistical.py against the case's io-precision
+reference), the perturbed output rounded to its port's dtype as an engine writes it; each
+must fail at least MIN_SHARE of the sampled cases it applies to, per output:
+- `scaled`: the whole output x (1 + e), e = SCALE_E of the io dtype (bf16 2 %, fp16 0.5 %,
+  fp32 0.05 %);
+- `slice-scaled`: one slice (the middle head of the head axis) x (1 + e), for an output the
+  statistical judge cuts into more than one slice;
+- `io-sum`: the longest sum accumulated in the io dtype (bf16 or fp16) instead of fp32, where
+  it has at least IO_SUM_MIN_TERMS terms (a shorter one errs within k of an honest kernel's
+  roundings: its error grows as the root of the terms);
+- `tf32-products`: an fp32 graph's products taken in TF32 (Q, K, V and dO rounded to 10
+  mantissa bits).
+Each applies where its relative error on what it perturbs is at least k x the io-precision
+reference's there plus the floor (k, floor: the case's class's; what the statistical judge
+grants): a defect inside that band (an output of cancelling
+terms, one that underflows the io dtype) is one the verdict grants any honest engine, so no
+verdict without false failures can see it; the report counts such cases per model ("in the
+honest band") beside the share of the others that fail.
+
 The terms are recomputed here in float64 from the case's materialized inputs (the
 oracle's forward gives O and LSE); their sums must equal the oracle's gradients
 (`TERM_RTOL`), so a model is applied to what the oracle computes, not to a copy of it.
@@ -39,13 +59,23 @@ import torch
 
 from bundlegen.graph import Case
 from bundlegen.tolerance import Tolerance
-from bundlegen.harness import oracle
+from bundlegen.dtypes import TORCH_DTYPES
+from bundlegen.harness import oracle, statistical
 from bundlegen.harness.materialize import logical_inputs, materialize
 from bundlegen.mask import keep_mask
 
 F64 = torch.float64
 OUTPUTS = ("dq", "dk", "dv", "dbias", "dsinks")
-MODELS = ("batch-dropped", "head-dropped", "key-tile-dropped", "row-shifted", "bf16-sum")
+#: models that must fail at least MIN_SHARE of the cases they apply to (the module's doc)
+POWERED_MODELS = ("scaled", "slice-scaled", "io-sum", "tf32-products")
+MODELS = ("batch-dropped", "head-dropped", "key-tile-dropped", "row-shifted", "bf16-sum") + POWERED_MODELS
+MIN_SHARE = 0.95
+#: the scale error per io dtype of `scaled` and `slice-scaled`
+SCALE_E = {"bf16": 0.02, "fp16": 0.005, "fp32": 0.0005}
+#: the fewest terms in a sum whose accumulation in the io dtype `io-sum` models
+IO_SUM_MIN_TERMS = 256
+#: fp32 cases a sample takes early (tf32-products applies to them alone)
+FP32_SAMPLED = 4
 #: key tile sizes a kernel loops by; the model drops one of the largest that leaves two
 KEY_TILES = (64, 32, 16)
 #: the recomputed terms' sums agree with the oracle's gradients to this (relative to mag)
@@ -72,12 +102,15 @@ class CasePower:
     case_id: str
     tolerance_class: str
     results: tuple[ModelSeen, ...]
+    #: (output, model) of the powered models whose defect is in the honest band here
+    banded: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Share:
     applicable: int
     seen: int
+    banded: int = 0      # cases whose defect lies in the honest band (not applicable)
 
     @property
     def share(self) -> float:
@@ -91,8 +124,10 @@ class LevelPower:
     shares: Mapping[tuple[str, str], Share] = field(default_factory=dict)   # (output, model) ->
 
     def invisible(self) -> list[tuple[str, str]]:
-        """(output, model) pairs some case applies and no case sees."""
-        return [key for key, s in self.shares.items() if s.applicable and not s.seen]
+        """(output, model) pairs some case applies and no case sees, or, for a powered
+        model, fewer than MIN_SHARE of the cases it applies to."""
+        return [key for key, s in self.shares.items()
+                if s.applicable and (not s.seen or (key[1] in POWERED_MODELS and s.share < MIN_SHARE))]
 
 
 # ----------------------------------------------------------------------------- terms
@@ -112,10 +147,15 @@ class Terms:
 
 
 def terms_of(case: Case) -> tuple[Terms, object]:
-    """(terms, reference): the case materialized on the CPU, its terms recomputed."""
+    """(terms, materialized): the case materialized on the CPU, its terms recomputed."""
     m = materialize(case, "cpu")
+    return terms_from(case, m, logical_inputs(m)), m
+
+
+def terms_from(case: Case, m, x: Mapping[str, torch.Tensor]) -> Terms:
+    """The terms of the case's inputs `x` (port -> logical tensor) with the oracle's O and
+    LSE of `m`."""
     g, attrs = case.graph, case.graph.attributes
-    x = logical_inputs(m)
     H_q = g.H_q
     group_k, group_v = H_q // g.H_k, H_q // g.H_v
     q = x["q"].to(F64)
@@ -144,7 +184,7 @@ def terms_of(case: Case) -> tuple[Terms, object]:
     if "sinks" in x:
         p_sink = torch.exp(x["sinks"].to(F64).view(1, H_q, 1, 1) - finite_lse)
         sink_terms = -(p_sink * delta).squeeze(-1)
-    return Terms(q, k, do, p, ds_pre, ds, sink_terms, attrs.attn_scale, group_k, group_v), m.reference
+    return Terms(q, k, do, p, ds_pre, ds, sink_terms, attrs.attn_scale, group_k, group_v)
 
 
 def _group_sum(t: torch.Tensor, group: int) -> torch.Tensor:
@@ -206,35 +246,34 @@ def _outputs_without(t: Terms, dbias_dims, *, batch=None, head=None, keys=None) 
     return out
 
 
-def bf16_running_sum(terms: torch.Tensor, axis: int) -> torch.Tensor:
-    """The sum over `axis`, accumulated in bf16 one term at a time (the terms in fp32)."""
+def running_sum(terms: torch.Tensor, axis: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The sum over `axis`, accumulated in `dtype` one term at a time (the terms in fp32)."""
     terms = terms.movedim(axis, 0).to(torch.float32)
-    acc = torch.zeros(terms.shape[1:], dtype=torch.bfloat16)
+    acc = torch.zeros(terms.shape[1:], dtype=dtype)
     for term in terms:
-        acc = (acc.to(torch.float32) + term).to(torch.bfloat16)
+        acc = (acc.to(torch.float32) + term).to(dtype)
     return acc.to(F64)
 
 
-def _bf16_sums(t: Terms, dbias_dims) -> dict[str, torch.Tensor]:
-    """Each output's longest sum kept in bf16 (an output with no sum is left out)."""
-    B, H_q, S_q, S_kv = t.p.shape
-    out = {"dq": bf16_running_sum(t.ds.unsqueeze(-1) * t.k.unsqueeze(2) * t.scale, 3)}
+def low_precision_sums(t: Terms, dbias_dims, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """Each output's longest sum kept in `dtype` (an output with no sum is left out)."""
+    out = {"dq": running_sum(t.ds.unsqueeze(-1) * t.k.unsqueeze(2) * t.scale, 3, dtype)}
     for name, weights, rows, group in (("dk", t.ds, t.q, t.group_k), ("dv", t.p, t.do, t.group_v)):
         terms = weights.unsqueeze(-1) * rows.unsqueeze(3)            # [B, H_q, S_q, S_kv, D]
         terms = terms.unflatten(1, (-1, group)).movedim(2, 3)          # [B, H_kv, S_q, g, S_kv, D]
         terms = terms.flatten(2, 3)                                     # rows, then the group's heads
-        out[name] = bf16_running_sum(terms, 2) * (t.scale if name == "dk" else 1.0)
+        out[name] = running_sum(terms, 2, dtype) * (t.scale if name == "dk" else 1.0)
     if dbias_dims is not None:
         summed = [axis for axis in (0, 1) if dbias_dims[axis] == 1 and t.p.shape[axis] > 1]
         if summed:
             terms = t.ds_pre.movedim(summed, list(range(len(summed))))
             terms = terms.flatten(0, len(summed) - 1)
-            acc = bf16_running_sum(terms, 0)
+            acc = running_sum(terms, 0, dtype)
             for axis in summed:
                 acc = acc.unsqueeze(axis)
             out["dbias"] = acc
     if t.sink_terms is not None:
-        out["dsinks"] = bf16_running_sum(t.sink_terms.transpose(0, 1).flatten(1).transpose(0, 1), 0)
+        out["dsinks"] = running_sum(t.sink_terms.transpose(0, 1).flatten(1).transpose(0, 1), 0, dtype)
     return out
 
 
@@ -253,7 +292,8 @@ def _outside(got: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, tol: Toler
 
 def case_power(case: Case, tol: Tolerance) -> CasePower:
     """Every applicable (output, model) of one dense case, seen or not."""
-    terms, ref = terms_of(case)
+    terms, m = terms_of(case)
+    ref = m.reference
     g = case.graph
     dbias_dims = g.tensors["dbias"].dims if "dbias" in g.tensors else None
     refs = {name: ref.gradient(name) for name in OUTPUTS if getattr(ref, name) is not None}
@@ -287,9 +327,85 @@ def case_power(case: Case, tol: Tolerance) -> CasePower:
         shifted = _row_shifted(refs[name])
         if shifted is not None and not torch.equal(shifted, refs[name]):
             results.append(ModelSeen(name, "row-shifted", _outside(shifted, refs[name], mags[name], tol)))
-    for name, value in _bf16_sums(terms, dbias_dims).items():
+    for name, value in low_precision_sums(terms, dbias_dims).items():
         results.append(ModelSeen(name, "bf16-sum", _outside(value, refs[name], mags[name], tol)))
-    return CasePower(case.id, case.tolerance_class or "", tuple(results))
+    banded: list[tuple[str, str]] = []
+    verdict = _Verdict(refs, mags, m.io_reference, tol, {p: TORCH_DTYPES[g.tensors[p].dtype] for p in refs})
+    for name, model, value in powered_variants(case, m, terms, dbias_dims, refs, tol):
+        if value is None:
+            banded.append((name, model))
+        else:
+            results.append(ModelSeen(name, model, verdict.fails(name, value)))
+    return CasePower(case.id, case.tolerance_class or "", tuple(results), tuple(banded))
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """The whole verdict on one perturbed output: outside the bound, or failing the
+    statistical judge against the io-precision reference (when the numbers have k)."""
+    refs: Mapping[str, torch.Tensor]
+    mags: Mapping[str, torch.Tensor]
+    honest: object
+    tol: Tolerance
+    dtypes: Mapping[str, torch.dtype]
+
+    def fails(self, name: str, value: torch.Tensor) -> bool:
+        written = value.to(self.dtypes[name])      # as an engine writes it
+        ref = self.refs[name]
+        if _outside(written.to(F64), ref, self.mags[name], self.tol):
+            return True
+        if self.tol.k is None or self.honest is None:
+            return False
+        how = statistical.slicing_of(name, tuple(ref.shape), None)
+        values = statistical.slice_terms(written, ref, self.honest.gradient(name), how).reshape(-1).tolist()
+        return not statistical.resolve(values, how, tuple(ref.shape), self.tol).within
+
+
+def powered_variants(case: Case, m, terms: Terms, dbias_dims, refs: Mapping[str, torch.Tensor],
+                     tol: Tolerance) -> Iterator[tuple[str, str, torch.Tensor | None]]:
+    """(output, model, perturbed output) of every POWERED_MODELS model that changes the
+    output; the perturbed output is None where its error on the part it perturbs is within k
+    x the io-precision reference's there (the honest band: the module's doc)."""
+    multiple = tol.k if tol.k is not None else 1.0
+    floor = tol.floor if tol.floor is not None else 0.0
+    for name, model, value, part in _powered_candidates(case, m, terms, dbias_dims, refs):
+        ref, honest = part(refs[name]), part(m.io_reference.gradient(name).to(F64))
+        error = (part(value) - ref).norm()
+        if ref.norm() > 0 and error > 0:
+            granted = multiple * (honest - ref).norm() + floor * ref.norm()
+            yield name, model, value if error >= granted else None
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _powered_candidates(case: Case, m, terms: Terms, dbias_dims, refs: Mapping[str, torch.Tensor]):
+    """(output, model, perturbed output, the part it perturbs) of every POWERED_MODELS model."""
+    dtype, e = case.graph.dtype, SCALE_E[case.graph.dtype]
+    for name, ref in refs.items():
+        yield name, "scaled", ref * (1 + e), _whole
+        if statistical.slicing_of(name, tuple(ref.shape), None).lead == 2 and ref.shape[1] > 1:
+            middle = ref.shape[1] // 2
+            scaled = ref.clone()
+            scaled[:, middle] *= 1 + e
+            yield name, "slice-scaled", scaled, lambda t, middle=middle: t[:, middle]
+    if dtype != "fp32":
+        for name, value in low_precision_sums(terms, dbias_dims, TORCH_DTYPES[dtype]).items():
+            if longest_sum(case, name) >= IO_SUM_MIN_TERMS:
+                yield name, "io-sum", value, _whole
+    else:
+        x = {port: tf32_values(t) if port in ("q", "k", "v", "do") else t
+             for port, t in logical_inputs(m).items()}
+        for name, value in full_outputs(terms_from(case, m, x), dbias_dims).items():
+            yield name, "tf32-products", value, _whole
+
+
+def tf32_values(t: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to TF32 (10 mantissa bits, to nearest): a new contiguous tensor."""
+    bits = t.to(torch.float32).contiguous().view(torch.int32).clone()
+    bits.add_(1 << 12).bitwise_and_(~((1 << 13) - 1))
+    return bits.view(torch.float32)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -303,7 +419,7 @@ def eligible(case: Case) -> bool:
     here have no dropout mask) small enough here."""
     return (case.expected_rejection is None and case.graph.ragged is None
             and not case.graph.attributes.dropout_probability
-            and case.graph.dtype in ("bf16", "fp16") and term_elems(case) <= MAX_TERM_ELEMS)
+            and term_elems(case) <= MAX_TERM_ELEMS)
 
 
 def longest_sum(case: Case, output: str) -> int:
@@ -327,7 +443,8 @@ def sample(cases: Iterable[Case], count: int) -> list[Case]:
     """Up to `count` eligible cases: first, per output, the case with its longest sum, and
     every case with correlated gradients (CORRELATED_DISTRIBUTIONS): a sum kept in bf16
     shows there first, and a level's reduced outputs are more than a sample holds at pr;
-    then every one with a reduced output (dSinks, or a dBias summed over batches or heads;
+    then up to FP32_SAMPLED fp32 cases (tf32-products applies to them alone), then every one
+    with a reduced output (dSinks, or a dBias summed over batches or heads;
     the reason for this check), then an even spread of the others, each in id order."""
     pool = sorted((c for c in cases if eligible(c)), key=lambda c: c.id)
     first: list[Case] = []
@@ -336,8 +453,10 @@ def sample(cases: Iterable[Case], count: int) -> list[Case]:
         if best is not None and longest_sum(best, output) and best not in first:
             first.append(best)
     first += [c for c in pool if c.data.distribution in CORRELATED_DISTRIBUTIONS and c not in first]
+    first += [c for c in pool if c not in first and c.graph.dtype == "fp32"][:FP32_SAMPLED]
     first += [c for c in pool if c not in first and ("dsinks" in c.graph.tensors
               or ("dbias" in c.graph.tensors and 1 in c.graph.tensors["dbias"].dims[:2]))]
+
     rest = [c for c in pool if c not in first]
     first = first[:count]
     room = min(len(rest), max(0, count - len(first)))
@@ -352,9 +471,11 @@ def level_power(level: str, cases: Iterable[Case], tolerance_for: Callable[[Case
         power = case_power(case, tolerance_for(case))
         judged += 1
         for r in power.results:
-            c = counts.setdefault((r.output, r.model), [0, 0])
+            c = counts.setdefault((r.output, r.model), [0, 0, 0])
             c[0] += 1
             c[1] += int(r.seen)
+        for key in power.banded:
+            counts.setdefault(key, [0, 0, 0])[2] += 1
         if progress is not None:
             progress(power)
     order = {(o, m): (OUTPUTS.index(o), MODELS.index(m)) for o, m in counts}
@@ -368,7 +489,8 @@ def report_lines(powers: Iterable[LevelPower]) -> Iterator[str]:
         yield f"level {lp.level}: {lp.cases} cases sampled"
         for (output, model), s in lp.shares.items():
             flag = "" if s.seen else "   <- no case sees it"
-            yield f"  {output:6s} {model:17s} {s.seen:4d} / {s.applicable:<4d} {100 * s.share:5.1f} %{flag}"
+            band = f"   ({s.banded} in the honest band)" if s.banded else ""
+            yield f"  {output:6s} {model:17s} {s.seen:4d} / {s.applicable:<4d} {100 * s.share:5.1f} %{flag}{band}"
         missing = [f"{o}/{m}" for o in OUTPUTS for m in MODELS if (o, m) not in lp.shares]
         if missing:
             yield f"  not applicable in the sample: {', '.join(missing)}"

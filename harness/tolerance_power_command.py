@@ -1,7 +1,8 @@
 """`bundlegen tolerance-power --level quick [--levels quick,pr] [--sample N]`: apply the generic
 defect models to the oracle's own outputs of a level's sampled cases and report, per output,
 the share of cases whose bound each model falls outside (bundlegen.harness.tolerance_power).
-Exit 1 when an output has a model that some case applies and no case sees."""
+Exit 1 when an output has a model that some case applies and no case sees, or a model of a few
+per cent (TP.POWERED_MODELS) that fewer than TP.MIN_SHARE of the cases it applies to fail."""
 from __future__ import annotations
 
 import argparse
@@ -46,5 +47,10 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     blind = [(lp.level, o, m) for lp in powers for o, m in lp.invisible()]
     for level, output, model in blind:
-        print(f"tolerance-power: {level}: no sampled case sees {model} in {output}")
+        share = next(lp for lp in powers if lp.level == level).shares[(output, model)]
+        if share.seen:
+            print(f"tolerance-power: {level}: {model} in {output} is seen by {share.seen} of {share.applicable} "
+                  f"sampled cases, under {TP.MIN_SHARE:.0%}")
+        else:
+            print(f"tolerance-power: {level}: no sampled case sees {model} in {output}")
     return 1 if blind else 0

@@ -3,7 +3,8 @@ fail a run. Nothing else in the harness spells a verdict string."""
 from __future__ import annotations
 
 PASS = "pass"
-FAIL_NUMERIC = "fail:numeric"
+FAIL_NUMERIC = "fail:numeric"           # outside the worst-case bound
+FAIL_STATISTICAL = "fail:statistical"   # error many times an honest io-precision computation's
 FAIL_GUARD = "fail:guard"
 FAIL_INPUT_MODIFIED = "fail:input-modified"
 FAIL_NAN = "fail:nan"
@@ -21,17 +22,17 @@ FAIL_ESCAPED = "fail:escaped"          # wrote outside its tensors or into an in
 FAIL_CORRUPTED = "fail:corrupted"      # a good sequence's gradients wrong or NaN
 
 #: every verdict, in the order summaries list them
-ALL = (PASS, REJECTED, CONTAINED, DECLINED, SKIPPED, FAIL_NUMERIC, FAIL_GUARD,
+ALL = (PASS, REJECTED, CONTAINED, DECLINED, SKIPPED, FAIL_NUMERIC, FAIL_STATISTICAL, FAIL_GUARD,
        FAIL_INPUT_MODIFIED, FAIL_NAN, FAIL_NONDETERMINISTIC, FAIL_ESCAPED, FAIL_CORRUPTED,
        CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED, ERROR_BUNDLE)
 
 #: a run with any of these exits 1
-FAILING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
+FAILING = frozenset({FAIL_NUMERIC, FAIL_STATISTICAL, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
                      FAIL_NONDETERMINISTIC, FAIL_ESCAPED, FAIL_CORRUPTED, CLAIM_BROKEN, REJECTION_ACCEPTED, CRASHED,
                      ERROR_BUNDLE})
 
 #: what a claimed case becomes claim-broken for (DESIGN section 5: declined or failed)
-CLAIM_BREAKING = frozenset({FAIL_NUMERIC, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
+CLAIM_BREAKING = frozenset({FAIL_NUMERIC, FAIL_STATISTICAL, FAIL_GUARD, FAIL_INPUT_MODIFIED, FAIL_NAN,
                             FAIL_NONDETERMINISTIC, DECLINED})
 
 #: verdicts that say the engine did not run the case, for a reason that is not a failure

@@ -21,13 +21,16 @@ claims apply).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
+from bundlegen.graph import Graph
 from bundlegen.mutants import conditional as C
 from bundlegen.mutants import port_forms as PF
 from bundlegen.mutants import slopes_sinks as M
 from bundlegen.mutants import ragged_layouts as RL
+from bundlegen.mutants import scale_defects as S
 from bundlegen.mutants import triton_source as T
 from bundlegen.mutants import wrappers as W
 
@@ -68,6 +71,9 @@ class Mutant:
     killed_by: str = "quick"
     #: only a case too large for the CPU can kill it (e.g. a span past 2^31 elements)
     needs_gpu: bool = False
+    #: the graphs whose outputs the defect changes (None: every graph the engine serves);
+    #: the kill fraction counts only the cases whose graph meets it
+    condition: Callable[[Graph], bool] | None = None
 
     @property
     def boundary_class(self) -> str:
@@ -231,7 +237,7 @@ CATALOG: tuple[Mutant, ...] = (
     # --- dropout (the dropout_mask port)
     Mutant("dropout-dv-unscaled", "dropout scale missing",
            "the 1 / (1 - p) scale of kept entries left out of the dV product only (dP keeps it)",
-           WRAPPER, wrap(W.DropoutDvUnscaled), ("SHP-DROPOUT",)),
+           WRAPPER, wrap(W.DropoutDvUnscaled), ("SHP-DROPOUT",), condition=W.has_dropout_mask),
     Mutant("dropout-dv-mask-missing", "dropout mask missing",
            "the dropout mask applied to dP but not to P in the dV product (dV = (P / (1 - p))^T dO)",
            WRAPPER, wrap(W.DropoutDvMaskMissing), ("SHP-DROPOUT",)),
@@ -327,6 +333,19 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("ragged-bias-head-broadcast-as-batch", "port form: ragged bias broadcast over the heads",
            "a ragged head-broadcast bias read as broadcast over the sequences too (sequence 0's bias)",
            WRAPPER, wrap(PF.RaggedBiasHeadBroadcastAsBatch), ("AX-RAGGED-MODIFIERS-BIAS-HEAD", "FOCUS-RAGGED-*")),
+    # --- defects of a few per cent (mutants/scale_defects.py): the statistical judge's
+    *(Mutant(f"{port}-scaled", "output a few per cent off",
+             f"{port} written x (1 + e): e 2 % in bf16, 0.5 % in fp16, 0.05 % in fp32",
+             WRAPPER, wrap(S.OutputScaled, port)) for port in ("dq", "dk", "dv")),
+    Mutant("dk-one-head-scaled", "one head a few per cent off",
+           "dK's middle head written x (1 + e) (a per-head constant indexed wrongly)",
+           WRAPPER, wrap(S.OutputScaled, "dk", "head")),
+    Mutant("dq-one-sequence-scaled", "one sequence a few per cent off",
+           "dQ of the middle batch (a ragged graph's middle sequence) written x (1 + e)",
+           WRAPPER, wrap(S.OutputScaled, "dq", "sequence"), condition=S.has_several_sequences),
+    Mutant("softmax-scale-off", "softmax scale a few per cent off",
+           "the backward's attn_scale 2 % too large (a scale folded with a wrong constant)",
+           WRAPPER, wrap(S.SoftmaxScaleOff)),
     # --- decline arms removed
     Mutant("accepts-zero-stride-outputs", "decline arm removed",
            "zero-stride outputs (a broadcast written to) accepted and run (ALMIOPEN-3040)",

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run each mutant in a worker process (a mutant that kills its process "
                              "costs one case); default in-process")
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
-    parser.add_argument("--quiet", action="store_true", help="no per-mutant progress lines")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no per-mutant progress lines")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -213,7 +213,11 @@ def _status_text(result) -> str:
     from bundlegen.mutants.kill import KILLED
     if result.status == KILLED:
         k = result.kill
-        return f"killed by {k.where} ({k.verdict}) after {result.cases_run} case(s), {result.wall_s:.1f} s"
+        share = ""
+        if len(result.kills) > 1 or result.exercised > 1:   # every case run (--all-kills)
+            share = (f"; killed by {result.exercised_kills} of the {result.exercised} cases meeting its "
+                     f"condition ({result.kill_fraction:.0%})")
+        return f"killed by {k.where} ({k.verdict}) after {result.cases_run} case(s), {result.wall_s:.1f} s{share}"
     return f"{result.status}{': ' + result.note if result.note else ''} ({result.cases_run} case(s))"
 
 
@@ -239,7 +243,7 @@ def matrix_table(matrix, manifest=None):
     table = Table(title=f"kill matrix: {matrix.engine} on {matrix.device} ({matrix.arch}), "
                         f"level {matrix.level}" + (f", -k {matrix.pattern}" if matrix.pattern else ""))
     for col in ("mutant", "kind", "result", "first killing case", "its items", "check: verdict",
-                "detail", "cases", "s"):
+                "detail", "cases", "s") + (() if matrix.first_kill_only else ("killed / judged",)):
         table.add_column(col, overflow="fold")
     for r in matrix.results:
         style = {KILLED: "green", SURVIVED: "bold red"}.get(r.status, "yellow")
@@ -250,7 +254,9 @@ def matrix_table(matrix, manifest=None):
             ", ".join(shown_items(k.items, manifest)) if k else "",
             f"{k.check}: {k.verdict}" if k else "",
             escape(_short(k.detail, 70)) if k else "",
-            str(r.cases_run), f"{r.wall_s:.1f}")
+            str(r.cases_run), f"{r.wall_s:.1f}",
+            *(() if matrix.first_kill_only else
+              (f"{r.exercised_kills} / {r.exercised}" + (f" ({r.kill_fraction:.0%})" if r.exercised else ""),)))
     return table
 
 

@@ -98,7 +98,9 @@ class DeltaKeptInFp8(WholeEngineWrapper):
     rowsum(|dO| |O|), which the bound allows for, and the error hides; where dO is
     correlated with O (an L2 loss) Delta is most of it and the error shows where Delta is
     summed on its own (dSinks), and where |dO| is of order 1e3 in fp16 (whose bound is
-    eight times tighter) it shows in dQ's rows that keep one or two keys."""
+    eight times tighter) it shows in dQ's rows that keep one or two keys. The statistical
+    judge sees it in dQ and dK whatever dO's distribution. (Passed through, untouched, where
+    P would need a bias or a softcap.)"""
 
     def run(self, graph, tensors):
         self.inner.run(graph, tensors)

@@ -30,6 +30,7 @@ BROKEN = "broken"          # the mutant engine could not be built
 #: the check a failing verdict names
 CHECK_OF_VERDICT = {
     V.FAIL_NUMERIC: "tolerance vs oracle",
+    V.FAIL_STATISTICAL: "statistical judge vs io-precision reference",
     V.FAIL_NAN: "no NaN/Inf",
     V.FAIL_GUARD: "guard canaries",
     V.FAIL_INPUT_MODIFIED: "inputs untouched",
@@ -86,17 +87,28 @@ class MutantResult:
     wall_s: float = 0.0
     note: str = ""                       # why n/a or broken
     baseline_failures: tuple[str, ...] = ()   # killing cases the correct engine fails too
+    #: the cases meeting the mutant's condition that the harness judged (passed or killed),
+    #: and how many of them killed it: with every case run (not first_kill_only), the kill
+    #: fraction is exercised_kills / exercised
+    exercised: int = 0
+    exercised_kills: int = 0
 
     @property
     def kill(self) -> Kill | None:
         return self.kills[0] if self.kills else None
+
+    @property
+    def kill_fraction(self) -> float | None:
+        """The share of the exercised cases that killed it (with every case run)."""
+        return self.exercised_kills / self.exercised if self.exercised else None
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "defect_class": self.defect_class,
                 "status": self.status, "kill": self.kill.to_json() if self.kill else None,
                 "kills": [k.to_json() for k in self.kills], "cases_run": self.cases_run,
                 "wall_s": round(self.wall_s, 3), "note": self.note,
-                "baseline_failures": list(self.baseline_failures)}
+                "baseline_failures": list(self.baseline_failures), "exercised": self.exercised,
+                "exercised_kills": self.exercised_kills, "kill_fraction": self.kill_fraction}
 
 
 @dataclass(frozen=True)
@@ -212,18 +224,22 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
                       wall_s=time.perf_counter() - start)
     found: list[Kill] = []
     ignored: list[str] = []
-    run = 0
+    run = exercised = exercised_kills = 0
     try:
         for case in order_cases(cases, baseline.device, mutant.prefer):
             if on_case is not None:
                 on_case(mutant.name, case)
             record = executor.execute(case)
             run += 1
+            meets = mutant.condition is None or mutant.condition(case.graph)
             if not kills(record.verdict):
+                exercised += record.verdict == V.PASS and meets
                 continue
             if baseline.fails(case):
                 ignored.append(case.id)
                 continue
+            exercised += meets
+            exercised_kills += meets
             found.append(Kill(case.id, case.level, case.group, case.purpose, tuple(case.items),
                               record.verdict, record.detail))
             if first_kill_only:
@@ -231,7 +247,8 @@ def run_mutant(mutant, engine: str, cases: Sequence[Case], baseline: Baseline,
     finally:
         executor.close()
     return result(KILLED if found else SURVIVED, kills=tuple(found), cases_run=run,
-                  wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored))
+                  wall_s=time.perf_counter() - start, baseline_failures=tuple(ignored),
+                  exercised=exercised, exercised_kills=exercised_kills)
 
 
 # ----------------------------------------------------------------------------- the matrix

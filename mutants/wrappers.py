@@ -229,6 +229,11 @@ def ones_like_view(t: torch.Tensor) -> torch.Tensor:
     return torch.ones_like(whole).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def has_dropout_mask(graph: Graph) -> bool:
+    """A graph whose dropout mask port the kernels read, with p > 0."""
+    return "dropout_mask" in graph.tensors and bool(graph.attributes.dropout_probability)
+
+
 class DropoutDvUnscaled(EngineWrapper):
     """dV = (P * keep)^T dO: the 1 / (1 - p) scale left out of the dV product only (dP, so
     dQ and dK, keep it). dV is linear in that scale, so the engine's dV times (1 - p) is
@@ -236,9 +241,8 @@ class DropoutDvUnscaled(EngineWrapper):
 
     def run(self, graph, tensors):
         self.inner.run(graph, tensors)
-        p = graph.attributes.dropout_probability
-        if p and "dropout_mask" in tensors:
-            tensors["dv"].mul_(1.0 - p)
+        if has_dropout_mask(graph):
+            tensors["dv"].mul_(1.0 - graph.attributes.dropout_probability)
 
 
 class DropoutDvMaskMissing(EngineWrapper):

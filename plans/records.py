@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
-from bundlegen.cost import CostCoefficients
+from bundlegen.cost import CostCoefficients, Measured
 from bundlegen.tolerance import Tolerance
 
 LEVEL_NAMES = ("quick", "pr", "nightly", "full")
@@ -530,6 +530,9 @@ class Plan:
     #: the dropout_form axis's values: a probability and a mask-port form at once, so each
     #: form is an axis value of its own (a mask form with dropout off would be no port at all)
     dropout_forms: Mapping[str, DropoutForm] = field(default_factory=lambda: {"off": DropoutForm()})
+    #: cost class -> what its last calibration measured per level (the dry-run report's
+    #: "last measured" column; written by `bundlegen calibrate --write`)
+    cost_measured: Mapping[str, Measured] = field(default_factory=dict)
 
     def space(self, storage: str) -> Space:
         """The axis space of `storage` (padded | ragged); KeyError when the plan has none."""

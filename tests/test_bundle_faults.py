@@ -122,6 +122,59 @@ def test_a_file_that_is_not_a_bundle_is_an_error_and_the_others_run(tmp_path, na
     assert verdicts[name]["verdict"] == V.ERROR_BUNDLE and message in verdicts[name]["detail"]
 
 
+def test_a_huge_dropout_probability_is_one_case_error_and_the_run_goes_on(tmp_path):
+    """10**400 overflows float(): one case error naming the field, never an aborted run."""
+    huge = _raw(2)
+    huge["graph"]["attributes"]["dropout_probability"] = 10 ** 400
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, "huge", [huge])
+    summary, records = _run(tmp_path)
+    verdicts = {r["group"]: r for r in records}
+    assert verdicts["a-good"]["verdict"] == V.PASS
+    assert verdicts["huge"]["verdict"] == V.ERROR_BUNDLE
+    assert "dropout_probability" in verdicts["huge"]["detail"]
+
+
+@pytest.mark.parametrize("items, message", [
+    ([], "empty: a case must trace to at least one plan item"),
+    (["AX-X"] * 100_000, "100000 entries, more than the 256"),
+    (["X" * 1000], "an item name of 1 to 128 characters"),
+])
+def test_a_case_with_no_items_or_too_many_is_a_case_error(tmp_path, items, message):
+    bad = _raw(2)
+    bad["items"] = items
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, "bad", [bad])
+    from bundlegen.harness.bundles import load_level
+    loaded = load_level(tmp_path / "bundles", "quick")
+    assert [c.group for c in loaded.cases] == ["a-good"]
+    (error,) = loaded.errors
+    assert error.field.startswith("items") and message in str(error)
+
+
+def test_a_device_probe_reaching_past_the_guard_band_is_refused_at_load(tmp_path):
+    """The generator refuses to write such a probe; the loader refuses to run one."""
+    from bundlegen.graph import ragged_graph
+    from bundlegen.harness.bundles import load_level
+    rejection = Rejection("device", R.RAGGED_NEGATIVE_OFFSET)
+    near = make_case(ragged_graph((-3, 10, 25), (0, 10, 20), H_q=2, D_qk=16, T_q=25), purpose="probe",
+                     rejection=rejection)
+    far = make_case(ragged_graph((-3000, 10, 25), (0, 10, 20), H_q=2, D_qk=16, T_q=25), purpose="probe",
+                    rejection=rejection)
+    _write(tmp_path, "probes", [near.to_json(), far.to_json()])
+    loaded = load_level(tmp_path / "bundles", "quick")
+    assert [c.id for c in loaded.cases] == [near.id]
+    (error,) = loaded.errors
+    assert error.case_id == far.id and error.field == "graph.ragged" and "guard band" in str(error)
+
+
+def test_a_dotfile_in_a_level_folder_is_not_a_bundle(tmp_path):
+    _write(tmp_path, "a-good", [_raw(1)])
+    _write(tmp_path, ".hidden", [_raw(3)])
+    summary, records = _run(tmp_path)
+    assert {r["group"] for r in records} == {"a-good"}
+
+
 def test_a_fifo_named_like_a_bundle_does_not_hang_the_loader(tmp_path):
     path = tmp_path / "quick.json"
     os.mkfifo(path)

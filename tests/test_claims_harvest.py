@@ -222,26 +222,26 @@ def test_harvest_records_its_evidence(tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     (ws / "engines").mkdir(parents=True)
     (ws / "bundlegen.toml").write_text('engines = ["engines"]\n')
-    run_dir = ws / "out" / "run1"
+    run_dir = ws / "evidence" / "run1"
     run_dir.mkdir(parents=True)
     _write_run(run_dir / "results.jsonl", [rec("a", engine="torch-flash")])
     (run_dir / "run.json").write_text(json.dumps({
         "level": "pr", "complete": True, "selection": "all",
         "versions": {"torch": "2.11.0+cu130", "triton": "3.6.0", "cudnn": "91000", "driver": "580.1"}}))
-    other = _write_run(ws / "out" / "old.results.jsonl", [rec("a", engine="torch-flash")])
+    other = _write_run(ws / "evidence" / "old.results.jsonl", [rec("a", engine="torch-flash")])
     monkeypatch.chdir(ws)
     assert harvest_command.main(_args([str(run_dir), other], None)) == 0
     held = read_claim_set(ws / "engines/torch_flash/claims.json", "torch-flash")
     evidence = held.evidence["sm90"]
     assert (evidence.min_runs, evidence.min_margin) == (2, 1.5)
     by_path = {s.path: s for s in evidence.results}
-    assert sorted(by_path) == ["out/old.results.jsonl", "out/run1/results.jsonl"]
-    fresh = by_path["out/run1/results.jsonl"]
+    assert sorted(by_path) == ["evidence/old.results.jsonl", "evidence/run1/results.jsonl"]
+    fresh = by_path["evidence/run1/results.jsonl"]
     assert (fresh.level, fresh.complete, fresh.selection) == ("pr", True, "all")
     assert fresh.versions == {"torch": "2.11.0+cu130", "triton": "3.6.0", "cudnn": "91000", "driver": "580.1"}
     import hashlib
     assert fresh.sha256 == hashlib.sha256((run_dir / "results.jsonl").read_bytes()).hexdigest()
-    old = by_path["out/old.results.jsonl"]
+    old = by_path["evidence/old.results.jsonl"]
     assert (old.level, old.complete, set(old.versions.values())) == ("", False, {"unknown"})
     raw = json.loads((ws / "engines/torch_flash/claims.json").read_text())
     assert raw["evidence"]["sm90"]["results"][1]["versions"]["cudnn"] == "91000"
@@ -469,3 +469,39 @@ def test_a_recorded_order_missing_cases_gives_way_to_the_files_order():
     assert run_sequence(records, ("a", "y", "x")) == {("triton", "sm90"): ["a", "y", "x"]}
     assert run_sequence(records, ("a", "y")) == {("triton", "sm90"): ["x", "y", "a"]}
     assert run_sequence(records + [rec("x")], None) == {("triton", "sm90"): ["y", "a", "x"]}   # its last record
+
+
+# ----------------------------------------------------------------------------- the command's defaults
+def _parsed(argv):
+    parser = argparse.ArgumentParser()
+    harvest_command.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_the_command_drops_what_its_runs_no_longer_back_unless_told_to_keep_it(tmp_path, capsys):
+    """A harvest whose runs no longer back a claim drops it by default (then `matrix --check`
+    agrees with the claims); --keep-unbacked keeps it."""
+    root = tmp_path / "engines"
+    both = _write_run(tmp_path / "both.jsonl", [rec("a", engine="torch-flash"), rec("b", engine="torch-flash")])
+    only_a = _write_run(tmp_path / "only_a.jsonl", [rec("a", engine="torch-flash"),
+                                                    rec("b", engine="torch-flash", verdict="fail:numeric")])
+    claims = lambda: json.loads((root / "torch_flash" / "claims.json").read_text())["claims"]  # noqa: E731
+    common = ["--min-runs", "1", "--claims-root", str(root)]
+    assert harvest_command.main(_parsed([both, *common])) == 0 and claims() == {"sm90": ["a", "b"]}
+    assert harvest_command.main(_parsed([only_a, *common, "--keep-unbacked"])) == 0
+    assert claims() == {"sm90": ["a", "b"]}
+    capsys.readouterr()
+    assert harvest_command.main(_parsed([only_a, *common])) == 0
+    assert claims() == {"sm90": ["a"]} and "(+0 -1)" in capsys.readouterr().out
+
+
+def test_the_command_refuses_results_under_the_default_out_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out" / "torch-flash-quick").mkdir(parents=True)
+    run = _write_run(tmp_path / "out" / "torch-flash-quick" / "results.jsonl", [rec("a", engine="torch-flash")])
+    assert harvest_command.main(_parsed([run, "--min-runs", "1", "--claims-root", str(tmp_path / "e")])) == 2
+    said = capsys.readouterr().out
+    assert len(said.strip().splitlines()) == 1 and "the next `bundlegen run` overwrites" in said
+    assert ("mkdir -p evidence/torch-flash-quick && cp out/torch-flash-quick/results.jsonl "
+            "out/torch-flash-quick/run.json evidence/torch-flash-quick/") in said
+    assert not (tmp_path / "e").exists()

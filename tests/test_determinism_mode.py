@@ -1,6 +1,7 @@
 """Cases that ask for a deterministic backward (issue 17): engines without such a mode
-decline, the others re-run DETERMINISTIC_MODE_RUNS times and every element that ever
-differs from run 1 is counted."""
+decline, the others run as often as the engine declares for its device
+(Engine.determinism_runs: a GPU's 50, a CPU engine's few, the Triton interpreter's 2) and
+every element that ever differs from run 1 is counted."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,8 @@ from bundlegen.engines.torch_math.engine import TorchMathEngine
 from bundlegen.engines.torch_sdpa_common import deterministic_algorithms
 from bundlegen.graph import Attributes, canonical_json, graph_from_json, FieldReader
 from bundlegen.harness import verdicts as V
-from bundlegen.harness.case import DETERMINISTIC_MODE_RUNS, run_case
+from bundlegen.cost import CPU_RUNS, GPU_RUNS, SERIAL_RUNS
+from bundlegen.harness.case import repeat_count, run_case
 from tests.graph_factory import make_case, make_graph
 from tests.harness_support import PLAIN, _with_class
 
@@ -26,7 +28,15 @@ def _deterministic(graph):
 GRAPH = _deterministic(make_graph(S_q=17, S_kv=33))
 
 
+DETERMINISTIC_MODE_RUNS = GPU_RUNS.requested
+
+
 class Counting(TorchMathEngine):
+    """torch-math that counts its runs and declares a GPU's runs (50 for the mode)."""
+
+    def determinism_runs(self):
+        return GPU_RUNS
+
     def __init__(self, device="cpu", flip_on=()):
         super().__init__(device)
         self.runs, self.flip_on = 0, set(flip_on)
@@ -62,6 +72,23 @@ def test_an_ordinary_case_stops_at_its_first_differing_rerun():
     outcome = run_case(_with_class(make_case(make_graph(S_q=17, S_kv=33))), engine, PLAIN)
     assert outcome.verdict == V.FAIL_NONDETERMINISTIC and engine.runs == 2
     assert "run 2 of 2" in outcome.detail
+
+
+def test_the_runs_are_the_engine_and_device_s():
+    graph, plain = GRAPH, make_graph()
+    assert CPU_RUNS.requested < GPU_RUNS.requested and SERIAL_RUNS.ordinary == 1
+    cpu_math = TorchMathEngine("cpu")
+    assert repeat_count(cpu_math, None, graph) == CPU_RUNS.requested
+    assert repeat_count(cpu_math, None, plain) == CPU_RUNS.ordinary
+    engine = Counting()
+    outcome = run_case(_with_class(make_case(graph)), engine, PLAIN)
+    assert engine.runs == outcome.runs == GPU_RUNS.requested
+    from bundlegen.engines.triton.engine import TritonEngine
+    interpreted = TritonEngine("cpu")
+    assert interpreted.determinism_runs() == SERIAL_RUNS
+    assert repeat_count(interpreted, None, graph) == SERIAL_RUNS.requested
+    assert repeat_count(interpreted, None, plain) == SERIAL_RUNS.ordinary == 1
+    assert repeat_count(interpreted, 5, plain) == 5
 
 
 def test_an_engine_without_a_deterministic_mode_declines():

@@ -347,7 +347,8 @@ def test_fingerprint_follows_the_kernel_sources(tmp_path, monkeypatch):
 
 def test_a_twin_compiles_the_variant_of_its_graph():
     """Every constexpr choice the launcher makes from the graph is the same for a bundle
-    case and its tiny twin: dtype, head-dim tiles, mask kinds, dK/dV passes, program order, VEC."""
+    case and its tiny twin: dtype, head-dim tiles, mask kinds, dK/dV passes, program order, VEC,
+    the bias and dropout mask's alignment (launch.score_vec: dense graphs)."""
     from bundlegen.engines.triton import configs, launch, warm
 
     def choices(graph):
@@ -356,7 +357,8 @@ def test_a_twin_compiles_the_variant_of_its_graph():
                 a.left_bound is not None, a.right_bound is not None, graph.H_k == graph.H_v,
                 launch.block_major(graph), warm._vec(graph), launch.modifier_flags(graph)["HAS_DROPOUT"],
                 launch.modifier_flags(graph)["DRAWN_DROPOUT"],
-                tuple(v for k, v in sorted(launch.ragged_flags(graph).items()) if k.startswith("HAS_USED")))
+                tuple(v for k, v in sorted(launch.ragged_flags(graph).items()) if k.startswith("HAS_USED")),
+                graph.ragged is None and warm._scores_aligned(graph))
 
     # graphs with score modifiers reach prepare only for an engine that lists them
     served = frozenset(getattr(engine_class("triton"), "score_modifiers", ()))

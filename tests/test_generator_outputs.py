@@ -169,7 +169,7 @@ def test_dry_run_report_writes_nothing(generated, tmp_path, capsys):
     assert command.run(_args(dry_run=True, report=True), [generated], None) == 0
     assert list(tmp_path.iterdir()) == []
     out = capsys.readouterr().out
-    assert out == report.render(generated)
+    assert out == report.render(generated, written=False)
 
 
 # ----------------------------------------------------------------------------- workspaces
@@ -217,8 +217,9 @@ def test_report_shows_what_the_issue_asks_for(generated):
     assert "0 without cases, 0 cases without items" in text
     for rule in sdpa_bwd.RULES:
         assert rule.name in text
+    flowing = " ".join(text.split())    # a line over 120 columns is folded at spaces
     for gated in sdpa_bwd.GATED:
-        assert gated.item in text and gated.gate in text
+        assert gated.item in text and gated.gate in flowing
 
 
 def test_report_predicts_each_level_run_with_its_start(generated):
@@ -236,3 +237,76 @@ def test_report_predicts_each_level_run_with_its_start(generated):
         assert run == pytest.approx(cumulative + start, abs=0.1)   # both cells rounded to 0.1
 
 
+
+
+# ----------------------------------------------------------------------------- corrupted trees, unsafe targets
+def test_check_reads_files_as_a_run_does(generated, tmp_path):
+    """A CRLF tolerance TOML (its digest the LF one's) is refused by every run: --check
+    reports it too, and a FIFO, a folder or bytes that are not UTF-8 are one drift line each,
+    with no hang and no traceback."""
+    import os
+    import signal
+    root = _copy_checked_in(tmp_path)
+    toml = root / TOLERANCES
+    toml.write_bytes(toml.read_bytes().replace(b"\n", b"\r\n"))
+    assert any(line.startswith(f"{TOLERANCES}: differs") for line in write.check(generated, root))
+    toml.unlink()
+    os.mkfifo(toml)
+    (root / MANIFEST).write_bytes(b"\xff\xfe not utf-8")
+    bundle = root / "quick/sdpa_bwd/regressions.json"
+    bundle.write_text('{"cases": [{"id": []}]}', encoding="utf-8")
+    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("--check hung")))
+    signal.alarm(20)
+    try:
+        drift = "\n".join(write.check(generated, root))
+    finally:
+        signal.alarm(0)
+    assert f"{TOLERANCES}: cannot read" in drift and "FIFO" in drift
+    assert f"{MANIFEST}: cannot read" in drift
+    assert "quick/sdpa_bwd/regressions.json: not a bundle" in drift
+
+
+def test_write_refuses_a_fifo_and_a_symlink_out_of_the_root_and_writes_atomically(generated, tmp_path):
+    import os
+    from bundlegen.safe_write import UnsafeWrite
+    root = tmp_path / "root"
+    write.write(generated, root)
+    toml = root / TOLERANCES
+    toml.write_text("stale\n", encoding="utf-8")
+    os.link(toml, tmp_path / "old")                  # an in-place write would change this one too
+    write.write(generated, root)
+    assert (tmp_path / "old").read_text(encoding="utf-8") == "stale\n"
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]     # no temporary file left
+    outside = tmp_path / "outside.toml"
+    outside.write_text("theirs\n", encoding="utf-8")
+    toml.unlink()
+    toml.symlink_to(outside)
+    with pytest.raises(UnsafeWrite, match="refusing to write outside"):
+        write.write(generated, root)
+    assert outside.read_text(encoding="utf-8") == "theirs\n"
+    toml.unlink()
+    os.mkfifo(toml)
+    with pytest.raises(UnsafeWrite, match="a FIFO, not a regular file"):
+        write.write(generated, root)
+
+
+def test_report_sets_each_cost_class_beside_its_last_measurement(generated):
+    """Per cost class and level: the level's prediction, and the last calibration's cases,
+    measured and predicted seconds from plan.cost_measured, with its source."""
+    from bundlegen.cost import predict
+
+    text = report.render(generated)
+    lines, words = text.splitlines(), " ".join(text.split())    # a long line is folded at 120 columns
+    plan = generated.plan
+    for name, measured in plan.cost_measured.items():
+        assert f" {name}: measured from {measured.source}" in words
+        for level, cases, seconds, there in measured.levels:
+            row = next(line.split() for line in lines if line.split()[:2] == [name, level])
+            own = generated.only_level(level)
+            predicted = sum(predict(c.graph, name, plan.cost_model, probe=c.purpose == "probe").predicted_s
+                            for c in own)
+            assert float(row[2]) == pytest.approx(predicted, abs=0.06)
+            assert row[3:6] == [str(cases), f"{seconds:.1f}", f"{there:.1f}"]
+            assert row[6] == f"{(there - seconds) / seconds:+.0%}"
+    unmeasured = sorted(set(plan.cost_model) - set(plan.cost_measured))
+    assert all(f"  {name}: not measured yet" in lines for name in unmeasured)

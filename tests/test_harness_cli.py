@@ -201,3 +201,17 @@ def test_verbose_lists_every_decline_reason(tmp_path, capsys, monkeypatch):
     assert "not run: ... 1 more reasons (2 cases); --verbose lists all" in out and "head-dim-not-served" not in out
     assert cli(root, S.DeclinesEverything, "-v") == 5
     assert "not run: 2 declined: head-dim-not-served" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["run", "mutate"])
+def test_quiet_has_a_short_form(command):
+    """`-q` is `--quiet`, as in pytest and pip."""
+    import argparse as A
+
+    module = {"run": "bundlegen.harness.command", "mutate": "bundlegen.mutants.command"}[command]
+    import importlib
+
+    parser = A.ArgumentParser()
+    importlib.import_module(module).add_arguments(parser)
+    required = {"run": [], "mutate": ["--engine", "triton", "--level", "quick"]}[command]
+    assert parser.parse_args([*required, "-q"]).quiet is True

@@ -147,12 +147,12 @@ def test_generator_may_use_only_the_harness_runner_and_verdicts(tmp_path):
 HARNESS_FLOORS = (
     ("front end", ("command", "lanes_command", "repro_command", "serve_command", "pytest_plugin",
                    "schema_files", "tolerance_power_command")),
-    ("level", ("level", "lanes", "repro", "repro_dump", "progress")),
+    ("level", ("level", "lanes", "lanes_install", "workflow", "repro", "repro_dump", "progress")),
     ("executor", ("executor",)),
     ("workers", ("workers",)),
     ("case", ("case",)),
-    ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "checks", "diagnose", "config", "verdicts",
-                 "results", "bundles", "selection", "stale_skips", "distributions", "library_versions", "selfcheck",
+    ("judging", ("materialize", "drawn_dropout", "oracle", "oracle_ragged", "io_reference", "checks", "statistical", "diagnose", "config", "verdicts",
+                 "results", "bundles", "selection", "stale_skips", "dead_rows", "distributions", "library_versions", "selfcheck",
                  "job_summary", "tolerance_power", "portable_traceback", "__init__")),
 )
 HARNESS = ROOT / "harness"

@@ -11,7 +11,8 @@ import yaml
 from bundlegen.cli import main
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.bundles import load_level
-from bundlegen.harness.lanes import LanesError, check_lanes, github_actions, load_lanes, names_ticket
+from bundlegen.harness.lanes import LanesError, check_lanes, load_lanes, names_ticket
+from bundlegen.harness.workflow import github_actions
 from bundlegen.harness.results import read_results, read_run_times
 from bundlegen.workspace import builtin_bundle_root
 from tests import harness_support as S
@@ -119,6 +120,7 @@ def test_what_a_ticket_looks_like(text, ticket):
 def test_check_finds_unknown_engines_levels_and_stale_or_ticketless_skips(tmp_path):
     case = load_level(builtin_bundle_root(), "quick").cases[0]
     path = write(tmp_path, f"""\
+        install: ["pip install wheels/bundlegen-1.0-py3-none-any.whl"]
         lanes:
           good:
             engine: torch-math
@@ -159,42 +161,43 @@ def test_lanes_check_exit_codes(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_the_workflow_parses_back_with_a_matrix_over_lanes_and_shards(tmp_path, capsys):
+def test_the_workflow_parses_back_with_a_job_per_lane_and_a_matrix_over_shards(tmp_path, capsys):
     out = tmp_path / "wf" / "bundlegen.yml"
     assert main(["lanes", "--emit", "github-actions", "--output", str(out),
                  "--lanes-file", str(REPO / "lanes.yaml")]) == 0
     doc = yaml.safe_load(out.read_text())
     lanes = load_lanes(REPO / "lanes.yaml")
     assert doc == github_actions(lanes)
-    assert set(doc["on"]) == {"push", "pull_request", "workflow_dispatch"}
-    (job,) = doc["jobs"].values()
-    include = job["strategy"]["matrix"]["include"]
-    assert job["strategy"]["fail-fast"] is False and job["runs-on"] == "${{ matrix.runner }}"
-    want = {(name, i, lane.shards) for name, lane in lanes.lanes.items() for i in range(1, lane.shards + 1)}
-    assert {(e["lane"], e["shard"], e["shards"]) for e in include} == want and len(include) == len(want)
-    by = {(e["lane"], e["shard"]): e for e in include}
-    assert by[("h200-full", 4)]["runner"] == ["self-hosted", "h200"]
-    assert by[("cpu-quick", 1)]["runner"] == "ubuntu-latest"
-    assert by[("cpu-quick", 1)]["torch_index"].endswith("/whl/cpu") and by[("h200-full", 1)]["torch_index"] == ""
-    assert by[("cpu-quick", 1)]["artifacts"].split("\n") == [
+    assert set(doc["on"]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
+    assert set(doc["jobs"]) == {"check"} | {f"lane-{name}" for name in lanes.lanes}
+    for name, lane in lanes.lanes.items():
+        job = doc["jobs"][f"lane-{name}"]
+        include = job["strategy"]["matrix"]["include"]
+        assert job["strategy"]["fail-fast"] is False
+        assert [e["shard"] for e in include] == list(range(1, lane.shards + 1))
+        assert job["runs-on"] == (list(lane.runner) if isinstance(lane.runner, tuple) else lane.runner)
+        # the matrix's out folder is where `run --lane L --shard I/N` writes
+        assert [e["out"] for e in include] == [lane.out_dir((i, lane.shards)).as_posix()
+                                               for i in range(1, lane.shards + 1)]
+        assert f"bundlegen run --lane {name} --shard ${{{{ matrix.shard }}}}/{lane.shards}" in [
+            s.get("run") for s in job["steps"]]
+    quick, full = doc["jobs"]["lane-cpu-quick"], doc["jobs"]["lane-h200-full"]
+    assert quick["strategy"]["matrix"]["include"][0]["artifacts"].split("\n") == [
         "out/lanes/cpu-quick/shard-1-of-1/run.json", "out/lanes/cpu-quick/shard-1-of-1/results.jsonl",
         "out/lanes/cpu-quick/shard-1-of-1/junit.xml"]
-    assert by[("h200-full", 2)]["artifacts"].split("\n")[-1] == "out/lanes/h200-full/shard-2-of-4/report"
-    assert by[("h200-full", 2)]["report"] is True and by[("cpu-quick", 1)]["report"] is False
-    steps = job["steps"]
+    assert full["strategy"]["matrix"]["include"][1]["artifacts"].split("\n")[-1] == "out/lanes/h200-full/shard-2-of-4/report"
+    runs = lambda job: [s.get("run", "") for s in job["steps"]]   # noqa: E731
+    assert any("--index-url https://download.pytorch.org/whl/cpu" in r for r in runs(quick))
+    assert not any("--index-url" in r for r in runs(full))
+    assert any("bundlegen report" in r for r in runs(full)) and not any("bundlegen report" in r for r in runs(quick))
+    steps = full["steps"]
     uses = [s.get("uses", "") for s in steps]
     assert uses[0].startswith("actions/checkout@") and uses[1].startswith("actions/setup-python@")
-    runs = [s.get("run", "") for s in steps]
-    torch = next(i for i, r in enumerate(runs) if "pip install torch" in r)
-    install = next(i for i, r in enumerate(runs) if "pip install -e" in r)
-    assert torch < install and runs[install].splitlines() == list(lanes.install)   # this repository's own
-    assert "bundlegen run --lane ${{ matrix.lane }} --shard ${{ matrix.shard }}/${{ matrix.shards }}" in runs
-    report = next(s for s in steps if "bundlegen report" in s.get("run", ""))
-    assert "matrix.report" in report["if"] and "--html ${{ matrix.out }}/report" in report["run"]
+    torch = next(i for i, r in enumerate(runs(full)) if "pip install torch" in r)
+    install = next(i for i, r in enumerate(runs(full)) if "pip install -e" in r)
+    assert torch < install and runs(full)[install].splitlines() == list(lanes.install)   # this repository's own
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["path"] == "${{ matrix.artifacts }}" and "always()" in upload["if"]
-    # the matrix's out folder is where `run --lane L --shard I/N` writes
-    assert by[("h200-full", 3)]["out"] == lanes.lane("h200-full").out_dir((3, 4)).as_posix()
 
 
 # ----------------------------------------------------------------------------- run --lane
@@ -278,3 +281,14 @@ def test_run_lane_errors_are_usage_errors(tmp_path, lane_bundles, capsys):
     assert "lanes.other: no such lane" in capsys.readouterr().err
     assert main(["run", "--engine", "torch-math"]) == V.EXIT_USAGE
     assert "--level and --engine are required (or --lane NAME)" in capsys.readouterr().err
+
+
+def test_the_readme_says_what_ci_runs():
+    """Each command .ci/run runs (the test script, the lanes check, the CPU lane) is named in
+    the README's account of CI."""
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.strip().startswith(("bash scripts/", "bundlegen "))]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "CI runs `.ci/run`" in readme and len(ci) >= 3
+    for command in ci:
+        assert command in readme, f"README does not say CI runs {command!r}"

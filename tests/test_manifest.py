@@ -58,6 +58,10 @@ def test_the_checked_in_manifest_reads_back_to_its_text():
     (lambda r: r["cost_model"]["cpu"].pop("overhead_s"), "cost_model.cpu.overhead_s", "expected a number"),
     (lambda r: r["levels"][1].update(name=3), "levels[1].name", "expected str"),
     (lambda r: r["levels"].append(dict(r["levels"][0])), "levels", "distinct level names"),
+    # a level names a folder under the bundle root, and the plan orders the levels
+    (lambda r: r["levels"][1].update(name="../escape"), "levels[1].name", "not a level name"),
+    (lambda r: r["levels"][0].update(name="/abs"), "levels[0].name", "not a level name"),
+    (lambda r: r["levels"].reverse(), "levels[1]", "levels go lowest first"),
     (lambda r: r["axes"][0]["items"].pop(), "axes[0]", "pair up"),
     (lambda r: r["sections"][0]["items"][0].pop("title"), "sections[0].items[0].title", "missing"),
     (lambda r: r.update(min_claim_margin=True), "min_claim_margin", "expected a number"),

@@ -325,3 +325,26 @@ def test_combinations_answer_which_values_an_engine_serves_together():
     for bad in ("hedas", "heads=xqa*"):
         with pytest.raises(CombinationError):
             parse_picks(bad, axes)
+
+
+def test_a_tolerance_override_is_recorded_in_the_matrix(tmp_path, monkeypatch, capsys):
+    """An engine judged with numbers other than its classes' says so in the matrix (the
+    generated rows, which carry the plan's own numbers, are not listed)."""
+    from bundlegen.cli import main
+    from bundlegen.claims.overrides import TITLE
+    (tmp_path / "bundlegen.toml").write_text('bundles = "ws-bundles"\n', encoding="utf-8")
+    folder = tmp_path / "engines" / "torch_math"
+    folder.mkdir(parents=True)
+    (folder / "engine.toml").write_text('[meta]\nname = "torch-math"\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["tolerances", "--engine-toml", str(folder / "engine.toml")]) == 0
+    assert main(["matrix"]) == 0
+    assert TITLE not in (tmp_path / "SUPPORT_MATRIX.md").read_text(encoding="utf-8")
+    with open(folder / "engine.toml", "a", encoding="utf-8") as fh:
+        fh.write('\n[[tolerance_overrides]]\nfilters = { dtype = "bf16", item = "REG-*" }\nrtol = 0.05\natol = 1e-5\n')
+    assert main(["matrix"]) == 0
+    text = (tmp_path / "SUPPORT_MATRIX.md").read_text(encoding="utf-8")
+    assert TITLE in text
+    assert "| torch-math | `engines/torch_math/engine.toml` tolerance_overrides[15] | dtype=bf16, item=REG-* " \
+           "| 0.05 | 1e-05 |" in text
+    capsys.readouterr()

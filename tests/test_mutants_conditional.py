@@ -52,7 +52,8 @@ CASES = {
                            _bshd_dk(dense_graph(B=1, H_q=2, S_q=24, D_qk=40, dtype="bf16")),
                            dense_graph(B=1, H_q=2, S_q=24, D_qk=40, dtype="bf16"), "randn", "randn", 1),
     "delta-fp8": (C.DeltaKeptInFp8, _sinks(dense_graph(B=2, H_q=2, S_q=128, D_qk=64, dtype="bf16")),
-                  _sinks(dense_graph(B=2, H_q=2, S_q=128, D_qk=64, dtype="bf16")), "l2-grad", "randn", 1),
+                  _attrs(_sinks(dense_graph(B=2, H_q=2, S_q=128, D_qk=64, dtype="bf16")), softcap=30.0),
+                  "l2-grad", "randn", 1),
     "dp-fp16": (C.DpSaturatesFp16, dense_graph(B=1, H_q=2, S_q=64, D_qk=64, dtype="fp16"),
                 dense_graph(B=1, H_q=2, S_q=64, D_qk=64, dtype="fp16"), "overflow-dp", "randn", 1),
     "dsinks-batch": (C.DsinksLastBatchLost, _sinks(dense_graph(B=2, H_q=2, S_q=32, D_qk=32, dtype="bf16")),
@@ -82,10 +83,11 @@ def test_misbehaves_only_under_its_condition(name):
     assert _verdict(wrapper, on, dist_on, runs) not in ("pass", "declined", "skipped")
 
 
-def test_delta_in_fp8_is_unseen_where_do_is_drawn_apart_from_o():
-    """The gap it models: with dO independent of O the fp8 Delta stays inside the bound."""
+def test_delta_in_fp8_is_seen_by_the_statistical_judge_where_do_is_drawn_apart_from_o():
+    """The gap it modelled: with dO independent of O the fp8 Delta stays inside the bound;
+    the statistical judge sees it there (dQ and dK many times an honest bf16 error)."""
     wrapper, on, _off, _d_on, _d_off, _runs = CASES["delta-fp8"]
-    assert _verdict(wrapper, on, "randn") == "pass"
+    assert _verdict(wrapper, on, "randn") == "fail:statistical"
 
 
 def test_every_gap_class_has_a_registered_conditional_mutant():

@@ -162,8 +162,8 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
 
     # 6. harvest and matrix of the workspace read both layers
     _cli(ws, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu",
-         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "out/tm")
-    _cli(ws, "harvest", "out/tm/results.jsonl", "--min-runs", "1")
+         "-k", f"{item} or SHP-MY-DECODE or {case}", "--out", "evidence/tm")
+    _cli(ws, "harvest", "evidence/tm/results.jsonl", "--min-runs", "1")
     claims = (ws / "bundlegen-engines" / "torch_math" / "claims.json").read_text()
     assert new_id in claims and case in claims
     _cli(ws, "matrix")
@@ -177,7 +177,7 @@ def test_an_adopter_workspace_goes_through_the_whole_loop(tmp_path):
     stale["extends"]["digest"] = "sha256:" + "0" * 64
     path.write_text(json.dumps(stale))
     for args in (("run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "-k", "SHP-MY"),
-                 ("harvest", "out/tm/results.jsonl", "--min-runs", "1"), ("matrix",)):
+                 ("harvest", "evidence/tm/results.jsonl", "--min-runs", "1"), ("matrix",)):
         done = _cli(ws, *args, want=2)
         err = (done.stdout + done.stderr).strip().splitlines()
         assert len(err) == 1 and "changed since this workspace generated" in err[0], (args, err)
@@ -327,6 +327,32 @@ def test_a_misspelt_field_is_one_line(tmp_path, monkeypatch, capsys):
     assert "(did you mean 'regressions'?)" in err
 
 
+def test_a_misspelt_declaration_name_is_an_error_with_a_guess(tmp_path, monkeypatch):
+    name = _module(tmp_path, monkeypatch, "ext_regresions", """
+        from bundlegen.plans.extension import Extension
+        from bundlegen.plans.records import Regression, Shape, Spec
+        REGRESIONS = (Regression("REG-OURS", "ours", "here", (Spec(Shape(1, 1, 1, 1, 5, 23, 16, 16)),)),)
+        MY_NOTES = "a constant of its own, spelling no declaration"
+        PLAN = Extension(name="mine")
+    """)
+    with pytest.raises(PlanError, match=r"REGRESIONS is not a plan declaration \(did you mean 'REGRESSIONS'\?\)"):
+        plan_module(name, None)
+
+
+@pytest.mark.parametrize("body, cause", [
+    ("import sys\nsys.exit(3)\n", "exits at import (SystemExit(3))"),
+    ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+])
+def test_a_module_that_exits_or_raises_at_import_is_one_line(tmp_path, monkeypatch, capsys, body, cause):
+    name = _module(tmp_path, monkeypatch, f"ext_dies_{len(body)}", body)
+    (tmp_path / "bundlegen.toml").write_text(f'plans = ["{name}"]\n')
+    monkeypatch.chdir(tmp_path)
+    from bundlegen.cli import main
+    assert main(["generate"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err and cause in err, err
+
+
 def test_the_built_in_plan_takes_every_declaration_it_defines():
     module = plan_module("bundlegen.plans.sdpa_bwd", None)
     assert extend.untaken(module, module.PLAN) == []
@@ -352,3 +378,35 @@ def test_the_declaration_lands_at_the_end_of_regressions(before):
 def test_no_place_for_the_declaration_is_one_line(source, message):
     with pytest.raises(EditError, match=message):
         inserted(source, DECLARATION, Path("m.py"))
+
+
+def test_a_module_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path):
+    """shrink --into reads and writes the plan module through the safe reader and writer."""
+    import os
+    import signal
+    from bundlegen.generator.plan_edit import write_regression
+    fifo = tmp_path / "mod.py"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("shrink --into hung")))
+    signal.alarm(20)
+    try:
+        with pytest.raises(EditError, match="a FIFO"):
+            write_regression("mod", fifo, DECLARATION, "REG-X", lambda m: None)
+    finally:
+        signal.alarm(0)
+
+
+def test_a_module_that_cannot_be_replaced_is_one_line(tmp_path, monkeypatch):
+    """A write refused (read-only, or a folder the user may not write) is an EditError, and
+    the file keeps its text."""
+    from bundlegen import safe_write
+    from bundlegen.generator import plan_edit
+    module = tmp_path / "mod.py"
+    module.write_text("REGRESSIONS = ()\n", encoding="utf-8")
+
+    def refuse(path, text, **kw):
+        raise safe_write.UnsafeWrite(f"{path}: permission denied: the file is read-only")
+    monkeypatch.setattr(plan_edit.safe_write, "write_text", refuse)
+    with pytest.raises(EditError, match="read-only"):
+        plan_edit.write_regression("mod", module, DECLARATION, "REG-X", lambda m: None)
+    assert module.read_text(encoding="utf-8") == "REGRESSIONS = ()\n"

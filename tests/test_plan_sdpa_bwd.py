@@ -184,7 +184,10 @@ def test_levels_are_declared_in_order_with_a_reserve():
     assert [lv.name for lv in sdpa_bwd.LEVELS] == ["quick", "pr", "nightly", "full"]
     assert all(lv.reserve == 0.05 for lv in sdpa_bwd.LEVELS)
     assert sdpa_bwd.LEVELS[0].budget_seconds <= 30 and sdpa_bwd.LEVELS[1].budget_seconds <= 120
-    assert set(sdpa_bwd.COST_MODEL) == {"h200", "cpu"} and sdpa_bwd.CPU_CASE_LIMIT_S > 0
+    assert {"h200", "cpu"} <= set(sdpa_bwd.COST_MODEL) and sdpa_bwd.CPU_CASE_LIMIT_S > 0
+    # every other class is one engine's on a device class; each measured class is one of them
+    assert all(name.split("/")[0] in ("h200", "cpu") for name in sdpa_bwd.COST_MODEL)
+    assert set(sdpa_bwd.COST_MEASURED) <= set(sdpa_bwd.COST_MODEL)
 
 
 # ----------------------------------------------------------------------------- bad plan input

@@ -226,3 +226,44 @@ def test_a_released_served_worker_is_stopped_and_starts_again_for_its_next_case(
         runner.close()
     finally:
         session.close()
+
+
+class FreezesItsServer(S.TorchMathEngine):
+    """At its case of S_q 7, once, stops the process whose pid `freeze.pid` (in the current
+    folder) names with SIGSTOP: the served run's server freezes mid-run."""
+    name = "freezes-its-server"
+
+    def run(self, graph, tensors):
+        pid, done = Path("freeze.pid"), Path("frozen")
+        if graph.S_q == 7 and pid.is_file() and not done.exists():
+            done.write_text("1")
+            os.kill(int(pid.read_text()), signal.SIGSTOP)
+        super().run(graph, tensors)
+
+
+def test_a_server_that_stops_answering_is_abandoned_and_nothing_is_lost(ws, monkeypatch, caplog):
+    """A real server stopped (SIGSTOP) while a case is in flight: the run waits the case's
+    deadline, says so in one line, and runs that case and the rest in a fresh worker."""
+    from bundlegen.harness.workers import serve_client
+    root, _ = ws
+    cases = [S.case_of(1), S.case_of(2, S_q=7), S.case_of(3), S.case_of(4)]
+    bundle(root, cases)
+    engine = f"{__name__}:{FreezesItsServer.__qualname__}"
+    proc, _ = start_server(ws, engine)
+    (root / "freeze.pid").write_text(str(proc.pid))
+    monkeypatch.setattr(serve_client, "ANSWER_SLACK_S", 2.0, raising=False)
+    import threading
+    thaw = threading.Timer(75, proc.send_signal, (signal.SIGCONT,))   # bounds the test without deadlines
+    thaw.start()
+    started = time.monotonic()
+    try:
+        _, served, times = run(root, engine, "served", server=True, timeout_s=8, repeat=1)
+    finally:
+        thaw.cancel()
+        proc.send_signal(signal.SIGCONT)
+    assert time.monotonic() - started < 70, "the run waited for the frozen server"
+    assert (root / "frozen").exists() and times.served_by is not None
+    assert [r["case_id"] for r in served] == [c.id for c in cases]
+    assert all(r["verdict"] == V.PASS for r in served), [r["detail"] for r in served]
+    lines = [r.getMessage() for r in caplog.records if "stopped answering" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and "fresh workers" in lines[0]

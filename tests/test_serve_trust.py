@@ -160,6 +160,16 @@ def test_a_socket_folder_that_is_a_symbolic_link_is_refused(ws, fake, tmp_path):
     assert server.hellos == 0
 
 
+def test_a_per_user_folder_that_is_a_link_gets_nothing_made_through_it(tmp_path):
+    from bundlegen.harness.workers.serve_trust import make_private_folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / f"bundlegen-{os.getuid()}").symlink_to(elsewhere)
+    why = make_private_folder(tmp_path / f"bundlegen-{os.getuid()}" / "0123abcd" / "serve-x.sock")
+    assert why and "symbolic link" in why
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_a_socket_that_is_a_symbolic_link_is_refused(ws, fake, tmp_path):
     key, path = key_and_path()
     real = path.parent / "real.sock"
@@ -258,3 +268,51 @@ def test_a_run_refuses_an_untrusted_server_and_goes_on_with_fresh_workers(ws, fa
     assert "refused" in summary.server_note and "has mode 0755" in summary.server_note
     assert read_run_times(ws / "out").served_by is None and server.hellos == 0
     assert [r["verdict"] for r in read_results(summary.results_path)] == [V.PASS, V.PASS]
+
+
+class Scripted:
+    """A listener answering each message of a connection with the next reply of `replies`
+    (raw bytes), then holding the connection."""
+
+    def __init__(self, path: Path, replies: list[bytes]):
+        self.replies = list(replies)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn = Connection(self.sock.accept()[0].detach())
+        try:
+            for reply in self.replies:
+                conn.recv_bytes()
+                conn.send_bytes(reply)
+            conn.recv_bytes()
+        except (EOFError, OSError):
+            pass
+
+
+@pytest.mark.parametrize("case_reply", [
+    b'["outcome", "not an outcome"]',
+    b'["outcome", {"~r": "Tolerance", "f": {"rtol": 1, "atol": 1}}]',
+    b'["error", null]',
+])
+def test_a_served_slot_answering_badly_goes_local_without_a_traceback(ws, monkeypatch, case_reply):
+    """A same-user server that grants a session and then answers a case with something that
+    is not an outcome: the case, and the slot's later ones, run in a fresh local worker."""
+    from bundlegen.harness.workers import serve_client
+    from bundlegen.harness.workers.pool import worker_spec
+
+    class Local:
+        def __init__(self, spec):
+            self.ran = []
+
+        def run(self, case):
+            self.ran.append(case)
+            return "local outcome"
+    monkeypatch.setattr(serve_client, "IsolatedRunner", Local)
+    key, path = key_and_path()
+    Scripted(path, [b'["attached", null]', b'["configured", null]', case_reply])
+    session = serve_client.Session(path, None, grant(path), 0.0)
+    runner = serve_client.RemoteRunner(session, 0, worker_spec(ENGINE, "cpu"))
+    assert runner.run("a case") == "local outcome" and runner._local.ran == ["a case"]

@@ -79,10 +79,10 @@ def test_models_act_on_what_the_oracle_computes(monkeypatch):
         TP.case_power(make_case(graph), BF16_R256)
 
 
-def testbf16_running_sum_stagnates():
+def test_a_bf16_running_sum_stagnates():
     """The bf16 accumulator (8 significant bits) stagnates: 128 + 0.5 rounds back to 128."""
     terms = torch.full((1024,), 0.5, dtype=torch.float64)
-    assert float(TP.bf16_running_sum(terms.view(-1, 1), 0)) == 128.0
+    assert float(TP.running_sum(terms.view(-1, 1), 0)) == 128.0
 
 
 def test_quick_level_sample_sees_every_lost_contribution():

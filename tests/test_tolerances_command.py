@@ -46,6 +46,15 @@ atol = 9.0
 """
 
 
+@pytest.fixture(autouse=True)
+def workspace(tmp_path, monkeypatch):
+    """Every test runs in a workspace of its own (the writer writes only inside one); its
+    bundle root is absent, so the built-in bundles are read."""
+    (tmp_path / "bundlegen.toml").write_text('bundles = "ws-bundles"\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def _run(*argv: str) -> int:
     return main(["tolerances", *argv])
 
@@ -174,6 +183,9 @@ def test_check_exits_1_on_drift_and_writes_nothing(tmp_path, capsys):
     ('[meta]\nname = "torch-math"\n' + STALE_BLOCK + 'loose = "a plain key after END joins the last row"\n',
      ["--engine-toml", "{path}"], "does not read back as its own rows"),
     (SAMPLE, ["--engine-toml", "{path}", "--bundles", "{dir}/nowhere"], "not a generated bundle root"),
+    # what `bundlegen run` refuses, tolerances refuses too (harness.config reads the same keys)
+    (SAMPLE + "\n[extra]\nx = 1\n", ["--engine-toml", "{path}"], "extra: unknown key"),
+    ('[meta]\nname = "torch-math"\nowner = "me"\n', ["--engine-toml", "{path}"], "meta.owner: unknown key"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, argv, message):
     path = tmp_path / "engine.toml"
@@ -189,6 +201,19 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, argv, message)
         assert path.read_bytes() == before
 
 
+def test_what_tolerances_writes_the_run_reads(tmp_path):
+    """The file the command writes loads in the harness (an unknown table is refused by both)."""
+    from bundlegen.harness.config import EngineConfigError, load_engine_config
+
+    path = _engine_toml(tmp_path, SAMPLE)
+    assert _run("--engine-toml", str(path)) == 0
+    assert len(load_engine_config(tmp_path).overrides) > 0
+    path.write_text(path.read_text(encoding="utf-8") + "\n[extra]\nx = 1\n", encoding="utf-8")
+    with pytest.raises(EngineConfigError, match="extra: unknown key"):
+        load_engine_config(tmp_path)
+    assert _run("--engine-toml", str(path)) == 2
+
+
 def test_the_engine_name_alone_finds_its_engine_toml(tmp_path, capsys):
     """--engine without --engine-toml checks that engine's own engine.toml (the built-in one
     here, which carries no generated block: --check says so and changes nothing)."""
@@ -199,3 +224,104 @@ def test_the_engine_name_alone_finds_its_engine_toml(tmp_path, capsys):
     copy = tmp_path / "engine.toml"
     shutil.copy(builtin, copy)
     assert _run("--engine-toml", str(copy), "--engine", "torch-math") == 0
+
+
+# ----------------------------------------------------------------------------- writer safety
+@pytest.fixture
+def alarm():
+    """A hang (a FIFO opened for reading) fails the test instead of the suite."""
+    import signal
+
+    def _hung(signum, frame):
+        raise TimeoutError("the writer hung")
+    old = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _one_error(capsys, *words):
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def test_a_fifo_target_is_refused_without_hanging(tmp_path, capsys, alarm):
+    import os
+    fifo = tmp_path / "engine.toml"
+    os.mkfifo(fifo)
+    assert _run("--engine-toml", str(fifo)) == 2
+    _one_error(capsys, "a FIFO")
+    assert _run("--engine-toml", str(fifo), "--check") == 2
+    _one_error(capsys, "a FIFO")
+
+
+def test_a_read_only_target_is_one_line_and_left_as_it_was(tmp_path, capsys):
+    import os
+    path = _engine_toml(tmp_path, SAMPLE)
+    os.chmod(path, 0o444)
+    if os.access(path, os.W_OK):
+        pytest.skip("running as a user who writes read-only files (root)")
+    assert _run("--engine-toml", str(path)) == 2
+    _one_error(capsys, "read-only", str(path))
+    assert path.read_text(encoding="utf-8") == SAMPLE
+
+
+def test_a_symlink_out_of_the_workspace_is_refused(tmp_path, capsys):
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.toml"
+    outside.write_text(SAMPLE, encoding="utf-8")
+    try:
+        link = tmp_path / "engine.toml"
+        link.symlink_to(outside)
+        assert _run("--engine-toml", str(link)) == 2
+        _one_error(capsys, "outside", "symlink")
+        assert outside.read_text(encoding="utf-8") == SAMPLE
+    finally:
+        outside.unlink()
+
+
+def test_outside_a_workspace_nothing_is_written(tmp_path, tmp_path_factory, capsys, monkeypatch):
+    """--check reads only; writing needs a workspace, and the engine TOML inside it
+    (`--engine NAME` from an empty folder would otherwise rewrite the installed package's)."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("empty"))
+    builtin = builtin_bundle_root().parent / "engines" / "torch_math" / "engine.toml"
+    before = builtin.read_bytes()
+    assert _run("--engine", "torch-math") == 2
+    _one_error(capsys, "is not inside one")
+    assert builtin.read_bytes() == before
+    assert _run("--engine", "torch-math", "--check") == 1
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)            # a workspace, but the file lies outside it
+    assert _run("--engine", "torch-math") == 2
+    _one_error(capsys, "refusing to write outside")
+    assert builtin.read_bytes() == before
+
+
+def test_the_write_replaces_the_file_atomically(tmp_path, capsys):
+    """A temporary file renamed over the old one: a second link to the old file keeps the old
+    text (an in-place write would change both), and no temporary file is left."""
+    import os
+    path = _engine_toml(tmp_path, SAMPLE)
+    os.link(path, tmp_path / "old-link.toml")
+    assert _run("--engine-toml", str(path)) == 0
+    assert (tmp_path / "old-link.toml").read_text(encoding="utf-8") == SAMPLE
+    assert BEGIN in path.read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundlegen.toml", "engine.toml", "old-link.toml"]
+
+
+@pytest.mark.parametrize("near", [BEGIN + " ", "  " + BEGIN, END + "\t", "  " + END,
+                                  BEGIN.replace("BEGIN", "Begin")])
+def test_a_near_miss_marker_is_an_error_naming_its_line(tmp_path, capsys, near):
+    text = SAMPLE + "\n" + STALE_BLOCK
+    lines = text.split("\n")
+    marker = BEGIN if BEGIN.casefold() in near.casefold() else END
+    number = lines.index(marker) + 1
+    lines[number - 1] = near
+    path = _engine_toml(tmp_path, "\n".join(lines))
+    before = path.read_bytes()
+    assert _run("--engine-toml", str(path)) == 2
+    _one_error(capsys, f"line {number}:", "not exactly the marker")
+    assert path.read_bytes() == before

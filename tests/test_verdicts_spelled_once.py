@@ -13,6 +13,7 @@ FOLDERS = ("bundlegen", "plans", "generator", "claims", "mutants", "engines")
 OTHER_MEANINGS = {
     ("claims/matrix.py", "DECLINED"): "a support-matrix cell status",
     ("claims/harvest.py", "WHY_SKIPPED"): "a kind of reason a case is not claimed",
+    ("claims/hipdnn_gtest.py", "JUNIT_SKIPPED"): "the junit element of a skipped GTest test",
 }
 
 

@@ -142,3 +142,100 @@ def test_without_the_extras_the_triton_engine_and_the_plots_say_what_to_install(
     assert ran.returncode == 0 and refused.returncode == V.EXIT_USAGE
     message = (refused.stdout + refused.stderr).strip()
     assert len(message.splitlines()) == 1 and "pip install 'bundlegen[report]'" in message, message
+
+
+def test_every_writer_refuses_outside_a_workspace_with_the_package_read_only(installed, tmp_path):
+    """The installed package made read-only, every writer run from an empty folder: each
+    refuses in one line (exit 2) and site-packages is left as it was. `tolerances --engine`
+    would otherwise rewrite the installed engine.toml; an explicit path into the package
+    is refused the same way."""
+    site, env, bundlegen = installed["site"], installed["env"], installed["bundlegen"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.jsonl").write_text("")
+    package = site / "bundlegen"
+    engine_toml = package / "engines" / "torch_math" / "engine.toml"
+    before = _snapshot(site)
+    modes = {p: p.stat().st_mode for p in [package, *package.rglob("*")]}
+    for path in modes:
+        path.chmod(modes[path] & ~0o222)
+    try:
+        for writer in (["generate"], ["matrix"], ["tolerances", "--engine", "torch-math"],
+                       ["tolerances", "--engine-toml", str(engine_toml)],
+                       ["harvest", str(tmp_path / "results")],
+                       ["calibrate", str(tmp_path / "results"), "--write"]):
+            refused = _run([bundlegen, *writer], cwd=empty, env=env, check=False)
+            message = (refused.stdout + refused.stderr).strip()
+            assert refused.returncode == 2, (writer, message)
+            assert len(message.splitlines()) == 1 and "workspace" in message, (writer, message)
+    finally:
+        for path, mode in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
+            path.chmod(mode)
+    assert _snapshot(site) == before and list(empty.iterdir()) == []
+def _written_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_outside_out_a_run_writes_only_what_adopting_says(installed, tmp_path):
+    """ADOPTING's claim about where a run writes, checked: with a home of its own and
+    PYTHONDONTWRITEBYTECODE set (as container images do), a quick run writes its results
+    into out/ and, outside it, only bytecode under the cache folder ADOPTING names."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {k: v for k, v in installed["env"].items() if k not in ("XDG_CACHE_HOME", "BUNDLEGEN_PYCACHE",
+                                                                   "PYTHONPYCACHEPREFIX")}
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
+    _run([installed["bundlegen"], "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "-q",
+          "-k", "AX-DTYPE-BF16", "--no-server"], cwd=work, env=env)
+    assert sorted(p.name for p in work.iterdir()) == ["out"]
+    written = _written_under(home)
+    adopting = (REPO / "docs" / "ADOPTING.md").read_text(encoding="utf-8")
+    places = {"~/.cache/bundlegen/pycache": ".cache/bundlegen/pycache/"}
+    assert written, "the bytecode cache is the one place the run writes outside out/ here"
+    for name in written:
+        place = next((claim for claim, prefix in places.items() if name.startswith(prefix)), None)
+        assert place is not None, f"the run wrote {name} under its home"
+        assert f"`{place}`" in adopting, f"ADOPTING does not say a run writes under {place}"
+
+
+ADOPTER_ENGINE_TOML = """\
+[[tolerance_overrides]]
+filters = { plan = "sdpa_bwd", item = "AX-DTYPE-BF16" }
+rtol = 0.03125
+atol = 0.03125
+
+[[tolerance_overrides]]
+filters = { item = "AX-NO-SUCH-ITEM" }
+rtol = 0.25
+atol = 0.25
+"""
+
+
+def test_an_adopter_loop_from_the_wheel(installed, tmp_path):
+    """A kernel project on the installed wheel: a dead override row is reported by run, the
+    harvest of a result under out/ is refused with the commands that keep it, and after
+    the documented evidence step the claims, matrix and `matrix --check` agree."""
+    env, bundlegen = installed["env"], installed["bundlegen"]
+    ws = tmp_path / "kernelproj"
+    (ws / "bundlegen-engines" / "torch_math").mkdir(parents=True)
+    (ws / "bundlegen.toml").write_text('engines = ["bundlegen-engines"]\nmatrix = "SUPPORT_MATRIX.md"\n')
+    (ws / "bundlegen-engines" / "torch_math" / "engine.toml").write_text(ADOPTER_ENGINE_TOML)
+    ran = _run([bundlegen, "run", "--level", "quick", "--engine", "torch-math", "--device", "cpu", "-q",
+                "-k", "AX-DTYPE-BF16", "--out", "out/quick", "--no-server"], cwd=ws, env=env)
+    warnings = [line for line in ran.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "tolerance_overrides[1]" in warnings[0] and "AX-NO-SUCH-ITEM" in warnings[0], \
+        ran.stderr
+    refused = _run([bundlegen, "harvest", "out/quick/results.jsonl", "--min-runs", "1"], cwd=ws, env=env,
+                   check=False)
+    assert refused.returncode == 2 and "keep it as evidence first: " in refused.stdout, refused.stdout
+    keep, harvest = refused.stdout.split("keep it as evidence first: ")[1].strip().split(" and harvest ")
+    subprocess.run(["bash", "-e", "-c", keep], cwd=ws, check=True, timeout=60)
+    _run([bundlegen, "harvest", harvest, "--min-runs", "1"], cwd=ws, env=env)
+    _run([bundlegen, "matrix"], cwd=ws, env=env)
+    _run([bundlegen, "matrix", "--check"], cwd=ws, env=env)
+    claims = json.loads((ws / "bundlegen-engines" / "torch_math" / "claims.json").read_text())
+    passed = sorted(json.loads(line)["case_id"] for line in (ws / harvest).read_text().splitlines()
+                    if json.loads(line)["verdict"] == V.PASS)
+    assert claims["claims"]["cpu"] == passed and passed

@@ -105,7 +105,16 @@ def test_a_kernel_project_runs_harvests_and_renders_its_matrix_in_its_own_worksp
     verdicts = {r["verdict"] for r in records}
     assert "pass" in verdicts and "declined" in verdicts and not verdicts - {"pass", "declined"}
 
-    _bundlegen(["harvest", "out/quick/results.jsonl", "--min-runs", "1"], cwd=tmp_path)
+    # out/ is what the next run overwrites: harvest refuses to cite it and says how to keep it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    refused = subprocess.run(["bundlegen", "harvest", "out/quick/results.jsonl", "--min-runs", "1"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and not (tmp_path / "bundlegen-engines").exists(), refused.stdout
+    keep = refused.stdout.split("keep it as evidence first: ")[1].split(" and harvest ")[0]
+    assert keep == ("mkdir -p evidence/quick && cp out/quick/results.jsonl out/quick/run.json "
+                    "evidence/quick/"), refused.stdout
+    subprocess.run(["bash", "-e", "-c", keep], cwd=tmp_path, check=True, timeout=60)
+    _bundlegen(["harvest", "evidence/quick/results.jsonl", "--min-runs", "1"], cwd=tmp_path)
     claims = json.loads((tmp_path / "bundlegen-engines/my_engine/claims.json").read_text())
     passed = sorted(r["case_id"] for r in records if r["verdict"] == "pass")
     assert claims["engine"] == "my-engine" and claims["claims"]["cpu"] == passed

@@ -105,7 +105,7 @@ def compile_all(arch: str, d_qk: int, d_v: int, io: str = "bf16",
                  BLOCK_DV2=0)
     masks = dict(HAS_LEFT=True, HAS_RIGHT=True, UPCAST=False, WIDE=False,
                  EVEN=False, VEC=vec, HAS_BIAS=False, SOFTCAP=False, HAS_DROPOUT=False, DRAWN_DROPOUT=False,
-                 HAS_ALIBI=False, **{a: None for a in MODIFIER_ARGS}, **NO_USED)
+                 HAS_ALIBI=False, SCORE_VEC=1, **{a: None for a in MODIFIER_ARGS}, **NO_USED)
     variants = {
         "preprocess": (kernels.bwd_preprocess, dict(BLOCK_M=cfg.block_m2, WIDE=False, VEC=vec,
                                                     HAS_USED_Q=False, USED_Q=None,

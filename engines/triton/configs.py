@@ -57,6 +57,12 @@ class BlockConfig:
     #: (kernels.bwd_dkdv DP_FIRST), not after them: faster with some tiles, slower with others
     #: (never with score modifiers: launch.dp_first)
     dp_first: bool = False
+    #: the bias and dropout-mask tiles read row by row in 16-byte vectors where their rows are
+    #: aligned (kernels' SCORE_VEC, launch.score_vec), not element by element: sm90's D 128
+    #: modifier dK/dV kernel spilled 536 bytes reading S^T's bias tile along its rows, 192 so
+    #: (`python bench/speed_batch.py --resources`); on sm90 and the interpreter only: the
+    #: other archs' variants were not compiled so
+    score_rows: bool = False
 
     @property
     def most_rows(self) -> int:
@@ -102,7 +108,7 @@ def _amd(m1, n1, m2, n2, waves_per_eu=1, **kw) -> BlockConfig:
 
 #: the fastest atomic-dQ tiles measured at D 128 on an H200 (`python bench/tune_triton.py
 #: --atomic-dq` times them); a dK pass that reloads V per query head has room for one stage
-_SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1)
+_SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1, score_rows=True)
 
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels and their shared memory;
@@ -137,31 +143,31 @@ ARCHS: dict[str, ArchConfigs] = {
     # in 5.62; under a band it is slower (2.74 against 2.52 ms), left off. D 256 (split): within 2 %
     # either way, off.
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
-        (64, BlockConfig(32, 128, 64, 64, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
+        (64, BlockConfig(32, 128, 64, 64, score_rows=True, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
                          dp_first=True,
-                         banded=BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=3, tma=True,
+                         banded=BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, tma=True,
                                             dp_first=True))),
-        (128, BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
+        (128, BlockConfig(64, 128, 128, 64, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
                           dp_first=True,
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,
-                          pointer_loads=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
+                          pointer_loads=BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=4, num_stages=3,
                                                     num_warps_dq=8),
                           # under a band 32 x 64 tiles; 3 stages and dp_first, which with
                           # the select-only edge branch ran 1.03x 4 stages without dp_first
                           # at D 128 causal
-                          banded=BlockConfig(32, 64, 128, 64, num_warps=4, num_stages=3,
+                          banded=BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=4, num_stages=3,
                                              num_warps_dq=8, num_stages_dq=3, tma=True,
                                              dp_first=True, atomic_dq=_SM90_ATOMIC_D128),
                           atomic_dq=_SM90_ATOMIC_D128)),
-        (192, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2, num_warps_dq=8,
+        (192, BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
                           num_stages_dq=3, two_chunks=True, dp_first=True,
                           dv_pass=(64, 128, 8, 2), unshared_stages=1, tma=True,
-                          banded=BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=2,
+                          banded=BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=2,
                                              num_warps_dq=8, num_stages_dq=3, two_chunks=True,
                                              unshared_stages=1, tma=True))),
-        (256, BlockConfig(32, 128, 128, 32, num_warps=8, num_stages=3, num_warps_dq=8,
+        (256, BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8,
                           num_stages_dq=3, split_dkdv=True, dv_pass=(64, 128, 8, 2),
                           unshared_stages=1, tma=True)),
     )),
@@ -204,10 +210,10 @@ ARCHS: dict[str, ArchConfigs] = {
     # aligned padded graphs through descriptors, the others through pointers. dp_first at
     # D <= 128 only, so that they run both orders of the dK pass's products.
     "cpu": ArchConfigs("cpu", 1 << 40, atomic_dq=True, tiers=(
-        (128, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True, dp_first=True)),
-        (192, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, two_chunks=True,
+        (128, BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=1, tma=True, dp_first=True)),
+        (192, BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=1, two_chunks=True,
                           tma=True)),
-        (256, BlockConfig(64, 64, 64, 64, num_warps=4, num_stages=1, tma=True)),
+        (256, BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=1, tma=True)),
     )),
 }
 

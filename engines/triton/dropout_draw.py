@@ -36,10 +36,12 @@ def drawn_keep(seed, offset, bh, i, j, p):
 
 
 @triton.jit
-def dropout_scale_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
-                       TRANS: tl.constexpr, DRAWN: tl.constexpr, seed, offset, H_q, p):
+def dropout_scale_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, VEC: tl.constexpr,
+                       EVEN: tl.constexpr, drop_scale, TRANS: tl.constexpr, DRAWN: tl.constexpr, seed,
+                       offset, H_q, p):
     """keep * drop_scale (1 / (1 - p)), fp32, 0 where not ok: a [len(ri), len(rj)] tile, or
-    its transpose when TRANS (the dK/dV kernel's), of rows i0 + ri and columns j0 + rj. DRAWN:
+    its transpose when TRANS (the dK/dV kernel's), of rows i0 + ri and columns j0 + rj (VEC,
+    EVEN: the mask port's addressing, tile_ops.score_tile). DRAWN:
     the mask drawn here (drawn_keep, for query head h of batch b); else read from the
     dropout_mask port (tile_ops.keep_scaled_tile)."""
     if DRAWN:
@@ -50,8 +52,8 @@ def dropout_scale_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, 
             keep = drawn_keep(seed, offset, bh, (i0 + ri)[:, None], (j0 + rj)[None, :], p)
         x = tl.where(ok & keep, drop_scale, 0.0)
     else:
-        x = keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
-                             TRANS)
+        x = keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, VEC, EVEN,
+                             drop_scale, TRANS)
     return x
 
 

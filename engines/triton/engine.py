@@ -24,6 +24,7 @@ from typing import Mapping
 import torch
 
 from bundlegen import reasons as R
+from bundlegen.cost import SERIAL_RUNS, DeterminismRuns
 from bundlegen.extras import require
 from bundlegen.validate import launch_reason
 from bundlegen.graph import MODIFIERS, Graph
@@ -118,6 +119,11 @@ class TritonEngine(Engine):
 
     def archs(self) -> tuple[str, ...]:
         return tuple(ROWS)
+
+    def determinism_runs(self) -> DeterminismRuns:
+        """Off a GPU the kernels run in the Triton interpreter, one program at a time
+        (bundlegen.cost.SERIAL_RUNS); on a GPU, the GPU's count."""
+        return SERIAL_RUNS if self.device.type != "cuda" else super().determinism_runs()
 
     def is_applicable(self, graph: Graph) -> str | None:
         if self.device.type != "cuda":

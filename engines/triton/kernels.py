@@ -153,13 +153,15 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
              SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, DRAWN_DROPOUT: tl.constexpr,
              BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr,
              TMA: tl.constexpr, DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False,
-             HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None):
+             HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None,
+             SCORE_VEC: tl.constexpr = 1):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
     (H_grp = H_v); both at once only when H_k == H_v. The program loops over the
     H_q / H_grp query heads of its group and their Q blocks, accumulating in registers:
-    no atomics, so dK and dV are deterministic. KV_SHARED (H_k == H_v): every query head of
+    no atomics, so dK and dV are deterministic. SCORE_VEC: the bias and dropout-mask tiles'
+    addressing (tile_ops.score_tile; launch.score_vec). KV_SHARED (H_k == H_v): every query head of
     the group has the group's K and V head, so a dK-only or dV-only pass (the launcher's
     split passes, BlockConfig.split_dkdv) loads both once, not per query head.
     BLOCK_DQK2 / BLOCK_DV2 > 0: the head dims in two column chunks (names ending in 2: the
@@ -297,7 +299,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
             s2T = tT * (softcap * LOG2E)
         if HAS_BIAS:   # bias[b, h, i, j] of query head h, as S^T
             s2T += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                             rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True)
+                             rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], True, SCORE_VEC, EVEN)
         if HAS_ALIBI:  # query head h's slope (not its K head's), as S^T
             s2T += alibi_tile(ALIBI, alibi_off, b, salibi_b, h, salibi_h, offs_m[None, :], offs_n[:, None], shift)
         if HAS_LEFT or HAS_RIGHT:
@@ -311,7 +313,7 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
         pdT = pT
         if HAS_DROPOUT:   # keep / (1 - p), as P^T's transpose (the port's, or drawn here)
             kT = dropout_scale_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i, col0,
-                                    sdrop_j, rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :],
+                                    sdrop_j, rm, rn, (offs_n[:, None] < n_kv) & m_ok[None, :], SCORE_VEC, EVEN,
                                     drop_scale, True, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)
             pdT = pT * kT
         if COMPUTE_DV:
@@ -382,10 +384,10 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
            SOFTCAP: tl.constexpr, HAS_DROPOUT: tl.constexpr, DRAWN_DROPOUT: tl.constexpr,
            BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
            HAS_ALIBI: tl.constexpr = False, HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False,
-           USED_Q=None, USED_KV=None):
+           USED_Q=None, USED_KV=None, SCORE_VEC: tl.constexpr = 1):
     """One program per (batch, query head, Q block): dQ = scale * sum_j dS K, fp32 in
-    registers. BLOCK_DQK2 / BLOCK_DV2, EVEN: as bwd_dkdv's; TMA: K and V through the
-    descriptors KD and VD."""
+    registers. BLOCK_DQK2 / BLOCK_DV2, EVEN, SCORE_VEC: as bwd_dkdv's; TMA: K and V through
+    the descriptors KD and VD."""
     # under a right bound alone (causal) the last Q blocks keep the most keys: they go first
     pid_m, b, h = block_batch_head(tl.cdiv(S_q, BLOCK_M), H_q, block_major,
                                    lone_bound == 2, HAS_LEFT or HAS_RIGHT)
@@ -473,7 +475,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
             s2 = t * (softcap * LOG2E)
         if HAS_BIAS:   # bias[b, h, i, j]
             s2 += bias_tile(BIAS, bias_off, b, sbias_b, h, sbias_h, row0, sbias_i, col0, sbias_j,
-                            rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False)
+                            rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv), False, SCORE_VEC, EVEN)
         if HAS_ALIBI:  # -slope[b, h] |i - j + shift|
             s2 += alibi_tile(ALIBI, alibi_off, b, salibi_b, h, salibi_h, offs_m[:, None], offs_n[None, :], shift)
         # With every block whole (EVEN, no band) the loop has no branch (one never taken slows it)
@@ -489,7 +491,7 @@ def bwd_dq(Q, K, V, DO, LSE, Delta, DQ, CU_Q, CU_KV, q_off, sq_b, sq_h, sq_s, sq
         if HAS_DROPOUT:                                      # dP = dP_drop keep / (1 - p)
             dp = dp * dropout_scale_tile(DROP, drop_off, b, sdrop_b, h, sdrop_h, row0, sdrop_i,
                                          col0, sdrop_j, rm, rn, m_ok[:, None] & (offs_n[None, :] < n_kv),
-                                         drop_scale, False, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)
+                                         SCORE_VEC, EVEN, drop_scale, False, DRAWN_DROPOUT, drop_seed, drop_offset, H_q, drop_p)
         ds = p * (dp - delta[:, None])                       # dS = P (dP - Delta)
         if SOFTCAP:                                          # d(cap tanh(S / cap)) / dS
             ds = ds * (1.0 - t * t)

@@ -10,8 +10,9 @@ its offsets as the int32 device tensors `cu_seqlens_q` / `cu_seqlens_kv`, never 
 the kernels read and bound them. S_q / S_kv are then the max_seqlen bounds (grids, Delta).
 
 Score modifiers: the bias, dbias, sinks, dsinks and alibi_slopes ports are addressed
-the same way (base, offset, strides; never scaled by VEC, bias strides 0 where it
-broadcasts); a launch without one passes None for its arguments (Triton makes them
+the same way (base, offset, strides; bias strides 0 where it broadcasts; the dK/dV and dQ
+kernels get the bias's and the dropout mask's divided by SCORE_VEC, score_vec); a launch
+without one passes None for its arguments (Triton makes them
 constexprs, so the kernels compile as they did without modifiers). dBias and dSinks have
 kernels of their own, run after dQ (kernels.bwd_dbias, bwd_dsinks).
 """
@@ -32,15 +33,16 @@ from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
+from bundlegen.engines.triton.tile_plan import ALIGN_BYTES, rows_aligned, score_vec
 from bundlegen.engines.triton.tile_plan import (STREAMED_PORTS, TILE_OFFSET_LIMIT, VEC,  # noqa: F401
                                                 descriptor_loads, head_tiles, needs_wide,
                                                 streams_take_descriptors, tile_span, whole_tiles)
 
-ALIGN_BYTES = 16
 IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
 PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
 DROPOUT_PORTS = ("dropout_mask",)   # [B|1, H_q|1, S_q, S_kv], io dtype, keep 1 / drop 0
+SCORE_TILE_PORTS = ("bias", "dropout_mask")   # the kernels read tiles of these (score_vec)
 SINK_PORTS = ("sinks", "dsinks")    # [H_q] fp32
 ALIBI_PORTS = ("alibi_slopes",)     # [H_q] or [B, H_q] fp32
 DSINKS_BLOCK = 256                  # rows per step of the dSinks kernel
@@ -75,6 +77,9 @@ def kernels_module(name: str = KERNELS):
             importlib.reload(part)
         kernels = importlib.reload(kernels)
     assert isinstance(kernels.bwd_dq, InterpretedFunction) == interpret_enabled()
+    if interpret_enabled():
+        from bundlegen.engines.triton import interpreter_patch
+        interpreter_patch.install()
     return kernels
 
 
@@ -96,14 +101,6 @@ def _base(t: torch.Tensor) -> torch.Tensor:
     pointer (always allocation-aligned, so one compiled variant) and t's offset separately.
     Nothing is copied."""
     return t.as_strided((1,), (1,), 0)
-
-
-def rows_aligned(dims, strides, offset: int) -> bool:
-    """A tensor whose rows start and step in whole 16-byte groups (given an aligned base):
-    offset and batch/head/sequence strides multiples of VEC, head-dim stride 1, head dim a
-    multiple of VEC."""
-    return (dims[3] % VEC == 0 and strides[3] == 1 and offset % VEC == 0
-            and all(s % VEC == 0 for s in strides[:3]))
 
 
 def vec_for(tensors: Mapping[str, torch.Tensor]) -> int:
@@ -258,14 +255,20 @@ class Launch:
         drop_scale, drop_seed, drop_offset, drop_p, ALIBI, alibi_off, 2 slope strides) of the
         dK/dV and dQ kernels; None for a modifier the graph does not have (the mask port's or
         the draw's, without dropout)."""
-        bias = self.mods.get("bias") or (None,) * 6
+        bias = self._score_addr("bias") or (None,) * 6
         cap = self.graph.attributes.softcap
-        port = self.mods.get("dropout_mask")
+        port = self._score_addr("dropout_mask")
         p = self.graph.attributes.dropout_probability
         scale = (1.0 / (1.0 - p),) if p else (None,)
         drawn = (*self.draw, float(p)) if self.flags["DRAWN_DROPOUT"] else (None,) * 3
         return (*bias, None if cap is None else float(cap), *(port or (None,) * 6), *scale, *drawn,
                 *self.alibi_args)
+
+    def _score_addr(self, port: str) -> tuple | None:
+        """A bias or dropout mask port's address for the dK/dV and dQ kernels: offset and
+        strides divided by SCORE_VEC (tile_ops.score_tile multiplies them back)."""
+        addr, vec = self.mods.get(port), self.flags.get("SCORE_VEC", 1)
+        return addr if addr is None or vec == 1 else (addr[0], *(x // vec for x in addr[1:]))
 
     @property
     def alibi_args(self) -> tuple:
@@ -333,6 +336,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     ragged, used = offsets(graph, tensors), used_lengths(graph, tensors)
     mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
+    read = [tensors[p] for p in SCORE_TILE_PORTS if p in tensors]
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
     tiles = head_tiles(graph, cfg)
@@ -348,6 +352,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                  WIDE=needs_wide(tensors, cfg, scores), VEC=vec, **ragged_flags(graph),
                  **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
     flags["TMA"] = descriptors
+    flags["SCORE_VEC"] = score_vec(cfg, flags, read)
     ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
     ports["stats"] = _stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,

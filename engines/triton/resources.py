@@ -52,6 +52,7 @@ SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_
                    "HAS_DROPOUT", "DRAWN_DROPOUT",   # the dropout_mask port, or a drawn mask
                    "RAGGED_DB", "RAGGED_DS",         # the dBias and dSinks kernels on a ragged batch
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA", "DP_FIRST",
+                   "SCORE_VEC",   # the bias / dropout-mask tiles read in vectors (launch.score_vec)
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
                    # None without TMA, runtime (tensor descriptors) with it
@@ -73,7 +74,7 @@ ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: compiled (added_off), so the earlier variants' keys and entries stand
 ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
              "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS}, "RAGGED_DB": False,
-             "RAGGED_DS": False, **aot.NO_USED}
+             "RAGGED_DS": False, **aot.NO_USED, "SCORE_VEC": 1}
 
 
 def added_off(cons: Mapping[str, Any]) -> dict:
@@ -312,12 +313,12 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
           banded: bool = False, atomic_config: bool = False) -> str:
     """The report's name of a variant:
     kernel/d<tier>[/banded][/atomic-config]/vec<n>/<offsets>/<dense|ragged>[/used][/mods]
-    [/alibi][/drop|/drawn][/atomic-dq][/tma] (banded, atomic-config: from the tier's config
-    for graphs with a band, for atomic-dQ launches, configs.config_for; used: reading the
+    [/alibi][/drop|/drawn][/rows][/atomic-dq][/tma] (banded, atomic-config: from the tier's
+    config for graphs with a band, for atomic-dQ launches, configs.config_for; used: reading the
     sequences' used lengths; mods: with the score modifiers (and so every dropout variant);
     alibi: and ALiBi slopes; drop, drawn: with dropout through the mask port, or drawn by the
-    kernels; atomic-dq: the dK pass adds dQ with atomics; tma: streamed tiles through tensor
-    descriptors); the dSinks kernel, the same at every tier, dsinks/d<tier>[/ragged][/used]."""
+    kernels; rows: the bias and dropout-mask tiles read in vectors (SCORE_VEC); atomic-dq:
+    the dK pass adds dQ with atomics; tma: streamed tiles through tensor descriptors); the dSinks kernel, the same at every tier, dsinks/d<tier>[/ragged][/used]."""
     if kernel == "bwd_dsinks":
         return "/".join([f"dsinks/d{tier}"] + (["ragged"] if cons.get("RAGGED_DS") else [])
                         + (["used"] if cons.get("HAS_USED_Q") else []))
@@ -342,6 +343,8 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
         parts.append("alibi")
     if cons.get("HAS_DROPOUT"):
         parts.append("drawn" if cons.get("DRAWN_DROPOUT") else "drop")
+    if cons.get("SCORE_VEC", 1) > 1:
+        parts.append("rows")
     if cons.get("ATOMIC_DQ"):
         parts.append("atomic-dq")
     if cons.get("TMA"):

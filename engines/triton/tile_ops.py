@@ -115,16 +115,42 @@ def tanh_exp2(x):
 
 
 @triton.jit
-def bias_tile(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.constexpr):
-    """bias[b, h, i0 + ri, j0 + rj] in log2 units, fp32, 0 where not ok; a [len(ri), len(rj)]
-    tile, or its transpose [len(rj), len(ri)] when TRANS (the dK/dV kernel's S^T). The tile
-    base is 64-bit (b, h, i0, j0 are int64)."""
-    base = BIAS + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
-    if TRANS:
-        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
+def score_tile(X, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.constexpr,
+               VEC: tl.constexpr, EVEN: tl.constexpr):
+    """X[b, h, i0 + ri, j0 + rj] of a [B, H, S_q, S_kv] port (the bias, the dropout mask) in
+    its own dtype, 0 where not ok; a [len(ri), len(rj)] tile, or its transpose [len(rj),
+    len(ri)] when TRANS (the dK/dV kernel's S^T; ok is in the tile's orientation). The tile
+    base is 64-bit (b, h, i0, j0 are int64).
+    VEC > 1 (the kernels' SCORE_VEC, launch.score_vec: the port's rows VEC-aligned, j stride
+    1; its offset and strides come divided by VEC): read row by row along j, the contiguous axis, whatever TRANS, in
+    16-byte vectors, and transposed in registers; EVEN (launch.whole_tiles) drops the mask.
+    Read along i, as the transposed pointer tile below does, each element is a 2-byte load
+    of its own with a 64-bit pointer of its own (sm90's D 128 modifier dK/dV kernel spilled
+    536 bytes that way, 192 this way; its dQ kernel 48 and 0). VEC = 1: any strides, element
+    by element in the orientation asked, always masked."""
+    if VEC > 1:   # j0, a tile's first column, is a multiple of VEC; s_j is 1 (passed as 0)
+        base = X + (off + b * s_b + h * s_h + i0 * s_i) * VEC + (j0 // VEC) * VEC
+        ij_ok = ok
+        if TRANS and not EVEN:
+            ij_ok = tl.trans(ok.to(tl.int8)) != 0
+        x = load_tile(base + ri[:, None] * (s_i * VEC) + rj[None, :], ij_ok, EVEN)
+        if TRANS:   # in the port's dtype: half the bytes through shared memory of an fp32 tile
+            x = tl.trans(x)
     else:
-        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
-    return x.to(tl.float32) * LOG2E
+        base = X + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
+        if TRANS:
+            x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
+        else:
+            x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
+    return x
+
+
+@triton.jit
+def bias_tile(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS: tl.constexpr,
+              VEC: tl.constexpr = 1, EVEN: tl.constexpr = False):
+    """The bias tile (score_tile) in log2 units, fp32."""
+    return score_tile(BIAS, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS, VEC,
+                      EVEN).to(tl.float32) * LOG2E
 
 
 @triton.jit
@@ -137,16 +163,12 @@ def alibi_tile(ALIBI, off, b, s_b, h, s_h, i, j, shift):
 
 
 @triton.jit
-def keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, drop_scale,
-                     TRANS: tl.constexpr):
+def keep_scaled_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, VEC: tl.constexpr,
+                     EVEN: tl.constexpr, drop_scale, TRANS: tl.constexpr):
     """keep[b, h, i0 + ri, j0 + rj] * drop_scale, fp32, 0 where not ok: a tile of the dropout
-    mask, addressed as bias_tile addresses the bias (TRANS: the dK/dV kernel's transpose)."""
-    base = DROP + (off + b * s_b + h * s_h + i0 * s_i + j0 * s_j)
-    if TRANS:
-        x = tl.load(base + rj[:, None] * s_j + ri[None, :] * s_i, mask=ok, other=0.0)
-    else:
-        x = tl.load(base + ri[:, None] * s_i + rj[None, :] * s_j, mask=ok, other=0.0)
-    return x.to(tl.float32) * drop_scale
+    mask (score_tile, as the bias's; TRANS: the dK/dV kernel's transpose)."""
+    return score_tile(DROP, off, b, s_b, h, s_h, i0, s_i, j0, s_j, ri, rj, ok, TRANS, VEC,
+                      EVEN).to(tl.float32) * drop_scale
 
 
 @triton.jit

@@ -5,7 +5,7 @@ bits (WIDE). Pure functions of sizes and strides; launch.py turns them into flag
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -101,3 +101,30 @@ def streams_take_descriptors(dims_and_strides) -> bool:
     """The streamed ports' part of descriptor_loads, from their (dims, strides) as the
     kernels address them: every dim and stride positive (no empty axis, no broadcast)."""
     return all(min(dims) > 0 and min(strides) > 0 for dims, strides in dims_and_strides)
+
+
+#: the alignment of a storage base every allocation gives (16-byte vector loads need it)
+ALIGN_BYTES = 16
+
+
+def rows_aligned(dims, strides, offset: int) -> bool:
+    """A tensor whose rows start and step in whole 16-byte groups (given an aligned base):
+    offset and batch/head/sequence strides multiples of VEC, head-dim stride 1, head dim a
+    multiple of VEC."""
+    return (dims[3] % VEC == 0 and strides[3] == 1 and offset % VEC == 0
+            and all(s % VEC == 0 for s in strides[:3]))
+
+
+def score_vec(cfg: BlockConfig, flags: Mapping[str, Any], read: list[torch.Tensor]) -> int:
+    """SCORE_VEC of the dK/dV and dQ kernels: VEC where the config reads the bias and dropout
+    mask tiles row by row (BlockConfig.score_rows), the launch is VEC-aligned, dense and
+    narrow, and the ports it reads tiles of (`read`) have rows that start and step in whole
+    16-byte groups like the io tensors' (rows_aligned, on an aligned storage): then
+    tile_ops.score_tile reads them in vectors, their offset and strides divided by VEC
+    (score_args). Else 1 (element by element, any strides; also every launch without such a
+    port, whose kernels compile as before)."""
+    if not (read and cfg.score_rows and flags["VEC"] > 1 and not flags["WIDE"] and not flags["RAGGED"]):
+        return 1
+    aligned = all(t.untyped_storage().data_ptr() % ALIGN_BYTES == 0
+                  and rows_aligned(t.shape, t.stride(), t.storage_offset()) for t in read)
+    return flags["VEC"] if aligned else 1

@@ -50,12 +50,22 @@ MARKER_DIR = "bundlegen-variants"
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
     view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
-    from bundlegen.engines.triton.launch import IO_PORTS, VEC, rows_aligned
+    from bundlegen.engines.triton.launch import IO_PORTS, VEC
+    from bundlegen.engines.triton.tile_plan import rows_aligned
     from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
     return VEC if all(rows_aligned(*launched_view(t, ragged), GUARD_ELEMS + t.offset)
                       for t in specs) else 1
+
+
+def _scores_aligned(graph: Graph) -> bool:
+    """Whether the graph's bias and dropout mask (launch.SCORE_TILE_PORTS) have rows aligned
+    as launch.score_vec asks, on the harness's storages (as _vec)."""
+    from bundlegen.engines.triton.launch import SCORE_TILE_PORTS
+    from bundlegen.engines.triton.tile_plan import rows_aligned
+    return all(rows_aligned(t.dims, t.strides, GUARD_ELEMS + t.offset)
+               for p, t in graph.tensors.items() if p in SCORE_TILE_PORTS)
 
 
 def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | None:
@@ -84,13 +94,14 @@ def twin(graph: Graph, arch: str = "sm90", atomic_dq: bool = False) -> tuple | N
     return (graph.dtype, graph.D_qk, graph.D_v, a.left_bound is not None,
             a.right_bound is not None, (flags["HAS_LEFT"], flags["HAS_RIGHT"]),
             graph.H_k == graph.H_v, graph.H_q > min(graph.H_k, graph.H_v), _vec(graph), ragged,
-            graph.ragged.seqused_ports if ragged else (), bottom_right, mods, whole_tiles(graph, cfg, tiles), streams, atomic)
+            graph.ragged.seqused_ports if ragged else (), bottom_right, mods, whole_tiles(graph, cfg, tiles), streams,
+            _scores_aligned(graph) and not ragged, atomic)
 
 
 def twin_graph(key: tuple) -> Graph:
     """The tiny graph of a twin key (launch.block_major follows the head grouping)."""
     (dtype, d_qk, d_v, has_left, has_right, _, same_kv_heads, grouped, vec, ragged, used, br,
-     mods, even, streams, _) = key
+     mods, even, streams, scores_aligned, _) = key
     sizes = dict(H_q=4 if grouped else 2, H_k=2, H_v=2 if same_kv_heads else 1, D_qk=d_qk,
                  D_v=d_v, dtype=dtype, left=4 if has_left else None,
                  right=0 if has_right else None, offsets={} if vec > 1 else {"q": 1})
@@ -105,8 +116,14 @@ def twin_graph(key: tuple) -> Graph:
         lengths = {p: (7, 3) for p in used}   # within both sides' sequences (9, 7 and 12, 4)
         return with_modifiers(ragged_graph((0, 9, 16), (0, 12, 16), **sizes, **lengths,
                                            alignment="BOTTOM_RIGHT" if br else "TOP_LEFT"), **modifiers)
-    # every tile whole at 256 rows (tiles have at most 128); none at 17
-    return with_modifiers(dense_graph(B=1, S_q=256 if even else 17, **sizes), **modifiers)
+    # every tile whole at 256 rows (tiles have at most 128); none at 24 (tiles have at least
+    # 16), whose bias and dropout mask rows are still 16-byte aligned (launch.score_vec),
+    # unless the twin's graph has them unaligned (offset 1)
+    graph = with_modifiers(dense_graph(B=1, S_q=256 if even else 24, **sizes), **modifiers)
+    if scores_aligned:
+        return graph
+    return dataclasses.replace(graph, tensors={p: dataclasses.replace(t, offset=1) if p in ("bias", "dropout_mask")
+                                               else t for p, t in graph.tensors.items()})
 
 
 def variant_of(key: tuple) -> tuple:

@@ -34,6 +34,8 @@ def make_private_folder(socket_file: Path) -> str | None:
     mode is narrowed, never one of another user's or a link); why they cannot be trusted,
     or None."""
     for folder in private_folders(socket_file):
+        if os.path.islink(folder):     # refused below: nothing is made through it
+            break
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             folder.mkdir(mode=0o700)

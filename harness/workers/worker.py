@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -489,9 +490,22 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+#: numpy's wording of a floating-point error warning (np.errstate's "warn")
+NUMPY_FLOAT_WARNING = r"(overflow|underflow|invalid value|divide by zero) encountered"
+
+
+def quiet_numpy_float_warnings() -> None:
+    """numpy's floating-point RuntimeWarnings (the Triton interpreter casts and divides in
+    numpy as it runs a kernel on the CPU) are not printed: a worker's stderr is the run's
+    terminal, so they would land inside the progress bar, and the case's verdict already
+    judges the numbers. Other warnings still print."""
+    warnings.filterwarnings("ignore", message=NUMPY_FLOAT_WARNING, category=RuntimeWarning)
+
+
 def worker_main(fd: int) -> None:
     """The worker process: build the engine once, then run cases until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    quiet_numpy_float_warnings()
     gc.disable()   # until the engine is built: see collector_on
     conn = Connection(fd)
     try:
@@ -504,13 +518,13 @@ def worker_main(fd: int) -> None:
         engine = construct_engine(spec)
     except BaseException as exc:
         summary = f"--device {exc}" if isinstance(exc, DeviceUnavailable) else f"{type(exc).__name__}: {exc}"
-        conn.send(("error", (summary, traceback.format_exc())))
+        _send(conn, ("error", (summary, traceback.format_exc())))
         return
-    conn.send(("built", None))
+    _send(conn, ("built", None))
     collector_on()
     warm_up(engine)
-    conn.send(("ready", (engine.name, engine.arch, software_versions(engine.device, driver),
-                         bool(getattr(engine, "prepare_shared", False)))))
+    _send(conn, ("ready", (engine.name, engine.arch, software_versions(engine.device, driver),
+                          bool(getattr(engine, "prepare_shared", False)))))
     while True:
         try:
             kind, payload = conn.recv()
@@ -519,12 +533,12 @@ def worker_main(fd: int) -> None:
         if kind == "stop":
             _exit_now(conn)
         if kind == "prepare":
-            conn.send(("prepared", prepare_engine(engine, payload)))
+            _send(conn, ("prepared", prepare_engine(engine, payload)))
             continue
         if kind == "configure":   # a served worker takes each run's configuration (workers.serve)
             config, repeat = payload
             spec = dataclasses.replace(spec, config=config, repeat=repeat)
-            conn.send(("configured", None))
+            _send(conn, ("configured", None))
             continue
         if warming is not None:   # the first case waits for the warm-up
             warming.join()
@@ -533,7 +547,7 @@ def worker_main(fd: int) -> None:
             outcome = run_case(payload, engine, spec.config, spec.repeat)
         except Exception:  # a harness fault: record it on the case, keep the worker
             outcome = CaseOutcome(V.CRASHED, detail=f"harness error: {portable_traceback()}")
-        conn.send(("outcome", outcome))
+        _send(conn, ("outcome", outcome))
 
 
 def collector_on() -> None:
@@ -544,6 +558,15 @@ def collector_on() -> None:
     tensors), so they run without it (gc.disable in worker_main)."""
     gc.freeze()
     gc.enable()
+
+
+def _send(conn: Connection, message) -> None:
+    """Send to the parent; a parent that is gone (killed, or ended by SIGTERM) ends the worker
+    quietly: a BrokenPipeError traceback in the run's stderr would tell the user nothing."""
+    try:
+        conn.send(message)
+    except OSError:          # BrokenPipeError, ConnectionResetError: no one is left to read it
+        _exit_now(conn)
 
 
 def _exit_now(conn: Connection) -> None:

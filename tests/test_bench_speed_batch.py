@@ -1,0 +1,62 @@
+"""bench/speed_batch.py without a GPU: its plan and arguments, the ratios and the best
+candidate it reports, a record that is never half-written, and a budget that stops it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench import speed_batch as SB  # noqa: E402
+
+
+def test_every_candidate_names_known_cases_and_changes_one_kernel():
+    assert set(SB.CASES) >= {"d128-full", "d128-causal", "d128-bias-dbias", "ragged-d128-full"}
+    for cand in SB.CANDIDATES:
+        assert cand.cases and set(cand.cases) <= set(SB.CASES), cand.label
+        table = SB.table_config(SB.CASES[cand.cases[0]], SB.graph_for(SB.CASES[cand.cases[0]]))
+        cfg = cand.config(table)
+        other = ("block_m2", "block_n2") if cand.kernel == "dkdv" else ("block_m1", "block_n1")
+        assert all(getattr(cfg, f) == getattr(table, f) for f in other), cand.label
+
+
+def test_ratios_are_peer_time_over_triton_time():
+    row = {"cells": {"triton": {"ms": 2.0}, "torch-cudnn": {"ms": 1.0}, "flex": {"ms": 3.0},
+                     "torch-flash": {"note": "declined"}}}
+    assert SB.ratios(row) == {"torch-cudnn": 0.5, "flex": 1.5}
+
+
+def test_summary_names_the_fastest_candidate_per_case_and_kernel(tmp_path):
+    rec = SB.Record(tmp_path / "r.json", {}, {}, None)
+    for label, ms in (("a", 2.0), ("b", 1.0)):
+        rec.put("candidates", f"d128-full/{label}", {"kernel": "dq", "ms": ms, "table_ms": 2.0,
+                                                     "speedup": 2.0 / ms, "max_rel_diff": 0.0})
+    rec.put("candidates", "d128-full/c", {"error": "precompile failed"})
+    (line,) = SB.summary(rec)
+    assert line.startswith("best dq for d128-full: b 1.000 ms, 2.00x")
+    assert json.loads((tmp_path / "r.json").read_text())["candidates"]["d128-full/c"]["error"]
+    assert not (tmp_path / "r.tmp").exists()
+
+
+def test_budget_stops_before_the_margin():
+    b = SB.Budget(10.0, 4.0, start=0.0)
+    assert SB.Budget(10.0, 4.0, start=__import__("time").monotonic()).allows()
+    assert not b.allows()   # started long ago: nothing left
+
+
+@pytest.mark.parametrize("args", [["--cases", "nope"], ["--budget-s", "5", "--margin-s", "10"]])
+def test_bad_arguments_exit_2(args):
+    out = subprocess.run([sys.executable, "bench/speed_batch.py", *args], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "speed_batch.py: error:" in out.stderr
+
+
+def test_list_prints_every_row():
+    out = subprocess.run([sys.executable, "bench/speed_batch.py", "--list"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, check=True)
+    assert [line.split()[0] for line in out.stdout.splitlines()] == list(SB.CASES)
