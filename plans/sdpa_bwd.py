@@ -405,6 +405,13 @@ SWEEPS = (
 # slice and the largest fits one H200 (~140 GB) with the engine's own buffers beside it.
 # Nightly's all stay under its 8 GiB per case; larger ones are full's (GPU-only levels).
 _PEER_DTYPES = AXIS_DTYPES
+#: the batch of each peer length at nightly: about 16k tokens (B 4 to 32), a training batch,
+#: whose largest case (D 256, S_q = 1.5 S) stays under nightly's 8 GiB
+_PEER_TOKENS, _PEER_BATCH_RANGE = 16384, (4, 32)
+_PEER_BATCH = {S: min(max(_PEER_TOKENS // S, _PEER_BATCH_RANGE[0]), _PEER_BATCH_RANGE[1]) for S in PEER_SEQLENS}
+#: the long lengths whose B 2 cases stay under nightly's 8 GiB run there; the rest at full
+_NIGHTLY_LONG_SEQLENS = tuple(S for S in PEER_LONG_SEQLENS if S <= 8192)
+_FULL_LONG_SEQLENS = tuple(S for S in PEER_LONG_SEQLENS if S > 8192)
 
 
 def _peer_shapes(S: int, B: int) -> tuple[Shape, ...]:
@@ -413,21 +420,30 @@ def _peer_shapes(S: int, B: int) -> tuple[Shape, ...]:
             _shape(B=B, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=B, H=12, H_k=4, S=S + S // 2, S_kv=S, D=256))
 
 
+def _peer_long_shapes(lengths: tuple[int, ...]) -> tuple[Shape, ...]:
+    return tuple(sh for S in lengths for sh in (
+        _shape(B=2, H=16, S=S, D=128), _shape(B=2, H=16, H_k=4, S=S, D=128), _shape(B=2, H=16, H_k=1, S=S, D=64),
+        _shape(B=2, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=2, H=8, H_k=2, S=S, D=256)))
+
+
 SWEEPS += (
-    Sweep("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128) x MHA / GQA / MQA / S_q != S_kv x every "
-          "layout, mask and dtype (the peers' long tests)",
+    Sweep("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128; about 16k tokens, B 4-32) x MHA / GQA / MQA / "
+          "S_q != S_kv x every layout, mask and dtype (the peers' long tests)",
           Spec(_shape(B=4, H=16, S=256, D=128)),
-          (("shape", tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, 4))), ("layout", PEER_SWEEP_LAYOUTS),
+          (("shape", tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, _PEER_BATCH[S]))),
+           ("layout", PEER_SWEEP_LAYOUTS),
            ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
     Sweep("SWP-PEER-SEQS-QKV-PACKED", "S 256-4096 with Q, K, V packed (MHA, S_q = S_kv) x every mask and dtype",
           Spec(_shape(B=4, H=16, S=256, D=128), layout="qkv-interleaved"),
           (("shape", tuple(_shape(B=4, H=16, S=S, D=128) for S in PEER_SEQLENS)), ("mask", PEER_SWEEP_MASKS),
            ("dtype", _PEER_DTYPES)), level="nightly"),
-    Sweep("SWP-PEER-LONG-SEQS", "S 6k-16k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
+    Sweep("SWP-PEER-LONG-SEQS-8K", "S 6k-8k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
           Spec(_shape(B=2, H=16, S=8192, D=128)),
-          (("shape", tuple(sh for S in PEER_LONG_SEQLENS for sh in (
-              _shape(B=2, H=16, S=S, D=128), _shape(B=2, H=16, H_k=4, S=S, D=128), _shape(B=2, H=16, H_k=1, S=S, D=64),
-              _shape(B=2, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=2, H=8, H_k=2, S=S, D=256)))),
+          (("shape", _peer_long_shapes(_NIGHTLY_LONG_SEQLENS)),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-LONG-SEQS", "S 12k-16k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
+          Spec(_shape(B=2, H=16, S=16384, D=128)),
+          (("shape", _peer_long_shapes(_FULL_LONG_SEQLENS)),
            ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
     Sweep("SWP-TRAINING-SHAPES", "training shapes: B x S 16k-64k tokens, H 8-64, D 64-256, GQA 4-8 x every "
           "layout, mask and dtype",
