@@ -11,6 +11,6 @@ bundlegen generate --dry-run --report
 if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   bundlegen run --level quick --engine triton --device cuda "$@"
 else
-  workers=$(python -c 'import os; print(max(1, min(8, len(os.sched_getaffinity(0)))))')
+  workers=$(python -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(); print(max(1, min(8, n or 1)))')
   bundlegen run --level quick --engine triton --device cpu --workers-per-device "$workers" "$@"
 fi
