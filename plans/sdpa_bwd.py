@@ -1029,7 +1029,19 @@ _RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
 _SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
 
 _MANY_SEQUENCES = tuple(n for n, ln in RAGGED_LENGTHS.items() if len(ln.q) > 1)
+_USED_PAD = RAGGED_SEQUSED["both"]
+#: lengths where some sequence keeps a key (a query row) past the used lengths' padding
+_KEEPS_A_KEY = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > _USED_PAD.kv_pad)
+_KEEPS_A_QUERY = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.q) > _USED_PAD.q_pad)
 RAGGED_RULES = (
+    Rule("ragged-used-keys-need-a-kept-key",
+         "used key lengths over sequences no longer than their padding use no key at all: every "
+         "gradient is zero, and each pair the case holds is held only vacuously",
+         when={"seqused": ("kv", "both")}, require={"lengths": _KEEPS_A_KEY}),
+    Rule("ragged-used-queries-need-a-kept-query",
+         "used query lengths over sequences no longer than their padding use no query row: every "
+         "gradient is zero, and each pair the case holds is held only vacuously",
+         when={"seqused": ("q", "both")}, require={"lengths": _KEEPS_A_QUERY}),
     Rule("ragged-dropout-batch-broadcast-needs-sequences",
          "a zero batch stride on the dropout mask over one sequence broadcasts nothing",
          when={"dropout_form": _BATCH_BROADCAST_DROPOUT}, require={"lengths": _MANY_SEQUENCES}),
@@ -1347,9 +1359,10 @@ CPU_QUICK_BUDGET_S = 100.0
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
     # them), every boundary class and the ragged space once, through the Triton interpreter
-    # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S)
+    # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S), one worker per core as the
+    # main job and the CPU lanes run it
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, pair_scope="values"),
+          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, cpu_workers=2, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
