@@ -191,6 +191,14 @@ def modifier_flags(graph: Graph) -> dict:
                 HAS_ALIBI="alibi_slopes" in graph.tensors)
 
 
+def dropout_form(graph: Graph) -> str | None:
+    """The graph's dropout: "port" (the dropout_mask port), "drawn" (the kernels draw the
+    mask), or None (no dropout)."""
+    if not graph.attributes.dropout_probability:
+        return None
+    return "drawn" if graph.asks_drawn_dropout else "port"
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything the three kernels of one backward are launched with; the stages below
@@ -329,7 +337,9 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     `kernels` names the kernels module (the engine's); `atomic_dq`: dQ from the dK pass with
     atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel; `tma` False keeps the
     pointer loads where descriptor_loads would allow descriptors (bench/compare_kernels.py).
-    A launch without descriptors runs cfg.pointer_loads where the config has one. `draw`:
+    A launch with score modifiers or dropout runs the config's own for them
+    (BlockConfig.for_scores), and one without descriptors then its pointer_loads where it
+    has one. `draw`:
     the (seed, offset) a graph with dropout and no mask port draws its mask from."""
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
@@ -339,6 +349,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     read = [tensors[p] for p in SCORE_TILE_PORTS if p in tensors]
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
+    cfg = cfg.for_scores(modified(modifier_flags(graph)), dropout_form(graph))
     tiles = head_tiles(graph, cfg)
     # (the atomic-dQ launches keep the pointer loads they were measured with)
     descriptors = (descriptor_loads(graph, cfg, tiles, vec, tensors) and tma is not False
