@@ -44,7 +44,7 @@ SPEED_CASES = ("d128-full", "d128-causal", "d64-full", "d64-causal", "d128-bias"
                "d128-alibi", "d128-softcap", "d128-drop-port", "d128-drop-drawn", "d64-drop-port",
                "d64-drop-drawn", "d128-causal-drop-port", "d128-causal-drop-drawn",
                "d64-causal-drop-port", "d64-causal-drop-drawn")
-SPEED_CANDIDATES = ("previous*", "drop *", "mods dkdv 32x64*")
+SPEED_CANDIDATES = ("previous*", "drop *", "mods dkdv 32x64*", "mods dq 64x64*")
 
 
 def changed(case) -> bool:

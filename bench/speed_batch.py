@@ -187,7 +187,9 @@ CANDIDATES = (
     # the tiles they ran before (spilling; `previous`), and tiles around them. Zero-spill
     # in the aligned dense variants (`--resources --only drop`): D 128 dK/dV 32 x 64 on 8 warps
     # with the mask port (the table's; drawn 96 bytes), 16 x 64 and 32 x 32 on 8 warps drawn
-    # (16 x 64 is the table's); D 64 32 x 64 on 4 warps (the table's)
+    # (16 x 64 is the table's); D 64 32 x 64 on 4 warps (the table's); the dQ kernel's 64 x 32
+    # on 4 warps with the mask port at D 128 (the table's: 128 x 64 on 8 warps spilled 536-792
+    # bytes reading the mask element by element), 128 x 32 on 8 warps drawn (the table's)
     Candidate(f"{PREVIOUS} drop dkdv", "dkdv", None, cases=DROP + DROP_BANDED),
     Candidate(f"{PREVIOUS} drop dq", "dq", None, cases=DROP + DROP_BANDED),
     Candidate("drop dkdv 32x64 w8 s3", "dkdv", (32, 64, 8, 3), cases=DROP),
@@ -197,6 +199,7 @@ CANDIDATES = (
     Candidate("drop dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=DROP),
     Candidate("drop dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=DROP),
     Candidate("drop dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=DROP),
+    Candidate("drop dq 64x32 w4 s1", "dq", (64, 32, 4, 1), cases=DROP),
     # D 64 plain: around the table's 32 x 128 (4 warps, 4 stages) and 64 x 64 dQ
     Candidate("d64 dkdv 64x128 w8 s3", "dkdv", (64, 128, 8, 3), cases=("d64-full", "d64-causal")),
     Candidate("d64 dkdv 64x64 w4 s4", "dkdv", (64, 64, 4, 4), cases=("d64-full", "d64-causal")),

@@ -90,3 +90,23 @@ def test_sm90_score_tiles_pass_on_the_interpreter(d, mod, causal):
     case = dataclasses.replace(make_case(graph, seed=5), tolerance_class=P.tolerance_class_for(graph))
     out = run_case(case, Sm90TilesEngine("cpu"), S.PLAIN)
     assert out.verdict == V.PASS, out
+
+
+def test_the_preprocess_kernel_runs_the_given_config():
+    """One preprocess variant per tier: its Q tile and options are the table config's, not the
+    modifier or dropout config's the other kernels switch to (whose dQ tiles differ)."""
+    table = configs.config_for("sm90", 128, 128)
+    seen, switched = set(), set()
+
+    class Kernels:   # records the preprocess launch's compile-time arguments
+        class bwd_preprocess:
+            def __class_getitem__(cls, grid):
+                return lambda *args, **kw: seen.add(tuple(sorted((k, v) for k, v in kw.items()
+                                                                 if k.isupper() or k.startswith("num_"))))
+
+    for mod in ("plain", "port", "drawn", "bias"):
+        graph = _graph(128, mod)
+        L = launch.prepare(graph, launch.meta_tensors(graph), table)
+        launch.run_preprocess(dataclasses.replace(L, kernels=Kernels))
+        switched.add((L.cfg.block_m2, L.cfg.num_warps_dq))
+    assert len(seen) == 1 and len(switched) > 1, (seen, switched)

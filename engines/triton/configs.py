@@ -137,20 +137,22 @@ def _amd(m1, n1, m2, n2, waves_per_eu=1, **kw) -> BlockConfig:
 _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1, score_rows=True)
 
 #: sm90's dropout configs (BlockConfig.dropout, drawn_dropout), chosen from the compiled
-#: kernels' sm90 resources (`python bench/speed_batch.py --resources --only drop`): the tuned
-#: tiles with dropout spilled (dK/dV at D 128, 64 x 128 on 8 warps: 392 bytes with the mask
-#: port, 896 drawn; the drawn dQ's 128 x 64: 240; D 64's dK/dV 32 x 128: 816 drawn). These
-#: spill nothing in the aligned dense variants: D 64 dK/dV 32 x 64 on 4 warps (216 / 255
-#: registers) with the tier's dQ; D 128 with the mask port dK/dV 32 x 64 on 8 warps (241; on 4
-#: warps 8 bytes) with the tier's dQ (128 x 64, 8 warps), drawn dK/dV 16 x 64 on 8 warps (244;
-#: 32 x 64 spilled 96 on 8 warps, 232 on 4) and dQ 128 x 32 on 8 warps (246). The dQ kernel
-#: runs one stage with dropout (launch.DQ_MODIFIER_STAGES); its Q tile, warps and stages are the
-#: tier's, which the preprocess kernel runs with (one preprocess variant per tier).
-_SM90_DROP_D64 = BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, num_stages_dq=3, tma=True)
-_SM90_DROP_D128 = BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8,
-                              tma=True)
+#: kernels' sm90 resources (`python bench/speed_batch.py --resources --only drop`, and
+#: `python bench/triton_resources.py --arch sm90` for every variant): the tuned tiles with
+#: dropout spilled (dK/dV at D 128, 64 x 128 on 8 warps: 392 bytes with the mask port, 896
+#: drawn; the drawn dQ's 128 x 64: 240, the mask port's 536-792 where it reads the mask element
+#: by element (rows not 16-byte aligned) or with 64-bit offsets; D 64's dK/dV 32 x 128: 816
+#: drawn). These spill nothing in the aligned dense variants: D 64 dK/dV 32 x 64 on 4 warps
+#: (216 / 255 registers) with the tier's dQ; D 128 with the mask port dK/dV 32 x 64 on 8 warps
+#: (241; on 4 warps 8 bytes) and dQ 64 x 32 on 4 warps (16 bytes where it reads the mask element
+#: by element; 128 x 32 on 8 warps 40, 64 x 64 on 8 warps 288 there), drawn dK/dV 16 x 64 on 8
+#: warps (244; 32 x 64 spilled 96 on 8 warps, 232 on 4) and dQ 128 x 32 on 8 warps (246). The
+#: dQ kernel runs one stage with dropout (launch.DQ_MODIFIER_STAGES).
+_SM90_DROP_D64 = BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, num_stages_dq=1, tma=True)
+_SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=4,
+                              num_stages_dq=1, tma=True)
 _SM90_DRAWN_D128 = BlockConfig(16, 64, 128, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8,
-                               tma=True)
+                               num_stages_dq=1, tma=True)
 _SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
                  128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DRAWN_D128)}
 
@@ -196,11 +198,11 @@ ARCHS: dict[str, ArchConfigs] = {
                           # score modifiers (no dropout): dK/dV 32 x 64 on 4 warps, 1.02-1.13x
                           # the tiles above with a bias, dBias, ALiBi slopes or a softcap on an
                           # H100 (`python bench/speed_batch.py`, B4 H16 S4096 bf16 non-causal),
-                          # no spill where they spilled 192 bytes with the bias. dQ as above:
-                          # 64 x 64 on 4 warps ran 1.14-1.20x there, but the preprocess kernel
-                          # runs with the dQ tiles (one variant per tier)
+                          # no spill where they spilled 192 bytes with the bias. dQ as above
+                          # (64 x 64 on 4 warps ran 1.14-1.20x there: not yet resource-checked
+                          # in every modifier variant)
                           modifiers=BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=4, num_stages=3,
-                                                num_warps_dq=8, num_stages_dq=3, tma=True),
+                                                num_warps_dq=8, num_stages_dq=1, tma=True),
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,
