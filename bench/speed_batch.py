@@ -19,6 +19,7 @@ config does not), and the call itself
   backward (the profile that says what bounds a row).
 
     python bench/speed_batch.py --device cuda --budget-s 500          # the device call
+    python bench/speed_batch.py --cases d128-bias --candidates 'previous*'   # the table against what it replaced
     python bench/speed_batch.py --list                                 # the plan, no GPU
     python bench/speed_batch.py --resources [--jobs 2]                 # CPU: sm90 resources
     python bench/speed_batch.py --device cpu --budget-s 120            # smoke test (interpreter)
