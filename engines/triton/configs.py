@@ -142,7 +142,9 @@ _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, uns
 #: dropout spilled (dK/dV at D 128, 64 x 128 on 8 warps: 392 bytes with the mask port, 896
 #: drawn; the drawn dQ's 128 x 64: 240, the mask port's 536-792 where it reads the mask element
 #: by element (rows not 16-byte aligned) or with 64-bit offsets; D 64's dK/dV 32 x 128: 816
-#: drawn). These spill nothing in the aligned dense variants: D 64 dK/dV 32 x 64 on 4 warps
+#: drawn). These spill nothing in the dense variants that read the mask tile in vectors (rows
+#: 16-byte aligned, 32-bit offsets; 8-128 bytes in the others: engines/triton/resources.json,
+#: within the aligned layouts' known spills): D 64 dK/dV 32 x 64 on 4 warps
 #: (216 / 255 registers) with the tier's dQ; D 128 with the mask port dK/dV 32 x 64 on 8 warps
 #: (241; on 4 warps 8 bytes) and dQ 64 x 32 on 4 warps (16 bytes where it reads the mask element
 #: by element; 128 x 32 on 8 warps 40, 64 x 64 on 8 warps 288 there), drawn dK/dV 16 x 64 on 8
