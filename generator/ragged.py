@@ -219,7 +219,7 @@ def check_spec(plan: Plan, spec: Spec, entry: str) -> None:
     plain = Spec(spec.shape, dtype=spec.dtype, layout=spec.layout, mask=spec.mask, scale=spec.scale,
                  distribution=spec.distribution, bias=spec.bias, dbias=spec.dbias, sinks=spec.sinks,
                  softcap=spec.softcap, alibi_slopes=spec.alibi_slopes, seqused=spec.seqused,
-                 dropout=spec.dropout, dropout_mask=spec.dropout_mask,
+                 dropout=spec.dropout, dropout_mask=spec.dropout_mask, deterministic=spec.deterministic,
                  mutations=tuple(m for m in spec.mutations if m.target in expand.MODIFIER_PORTS))
     if spec.seqused not in plan.ragged.seqused and spec.seqused != "off":
         raise PlanError(f"{entry}: unknown seqused {spec.seqused!r}")

@@ -367,9 +367,8 @@ def every_case():
 WIDENED = {"torch_cudnn": ("BUNDLEGEN-F2", {"feature": "do-strides-differ-from-o"})}
 # Cases seen failing since the recording (new plan cases): folder -> {case id: the ticket of
 # the row that now skips it}.
-FOUND_SINCE = {"torch_cudnn": {"9aa0d4321c5c": "BUNDLEGEN-F1", "45bb11dc8b7b": "BUNDLEGEN-F1"},
-               "torch_efficient": {"13c37b39466f": "BUNDLEGEN-F4"},
-               "triton": {"adbec6ff9186": "BUNDLEGEN-F5"}}
+FOUND_SINCE = {"torch_cudnn": {"45bb11dc8b7b": "BUNDLEGEN-F1"},
+               "torch_efficient": {"13c37b39466f": "BUNDLEGEN-F4"}}
 
 
 def _found_since(folder: str, config, recorded: dict) -> dict:
