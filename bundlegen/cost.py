@@ -159,21 +159,38 @@ def blocks(n: int) -> int:
     return -(-n // TILE)
 
 
+#: the dBias reduction's tile edge (the Triton engine's launch.DBIAS_TILE: the dQ kernel's
+#: tiles, at most this), which `tiles` counts its pass in
+DBIAS_TILE = 32
+
+
 def passes(graph: Graph) -> tuple[int, int]:
     """(tile passes, kernel launches) of one engine run: dK/dV and dQ each visit every tile
-    pair; a dBias reduction visits them again; dSinks walks the rows (counted in tiles by
-    tiles()); a preprocessing launch forms Delta."""
+    pair; a dBias reduction visits its own tiles (tiles()); dSinks walks the rows (counted
+    in tiles by tiles()); a preprocessing launch forms Delta."""
     dbias = "dbias" in graph.tensors
     dsinks = "dsinks" in graph.tensors
-    return 2 + int(dbias), 3 + int(dbias) + int(dsinks)
+    return 2, 3 + int(dbias) + int(dsinks)
+
+
+def dbias_tiles(graph: Graph) -> int:
+    """Tiles the dBias reduction visits, per query head: its DBIAS_TILE tiles of every
+    batch's [S_q, S_kv] block (a ragged graph's padded max_seqlen block: the kernel walks
+    each sequence's whole padded block), each summed over the heads and batches the bias
+    broadcasts over; 0 without a dBias port."""
+    if "dbias" not in graph.tensors:
+        return 0
+    edge = lambda n: -(-n // DBIAS_TILE)   # noqa: E731
+    return graph.B * edge(graph.S_q) * edge(graph.S_kv)
 
 
 def tiles(graph: Graph) -> int:
     """Tile pairs one engine run visits: per query head, per sequence, the (query block, key
-    block) pairs times the passes, plus one per query block for a dSinks reduction."""
+    block) pairs times the passes, the dBias reduction's tiles, plus one per query block for
+    a dSinks reduction."""
     pairs = sum(blocks(q) * blocks(kv) for q, kv in sequence_lengths(graph))
     rows = sum(blocks(q) for q, _ in sequence_lengths(graph)) if "dsinks" in graph.tensors else 0
-    return graph.H_q * (passes(graph)[0] * pairs + rows)
+    return graph.H_q * (passes(graph)[0] * pairs + dbias_tiles(graph) + rows)
 
 
 def terms(graph: Graph) -> CostTerms:

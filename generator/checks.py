@@ -8,7 +8,7 @@ import re
 from bundlegen import reasons as R
 from bundlegen.graph import ALIGNMENTS, DTYPES, PURPOSES, Attributes
 from bundlegen.validate import frontend_reason, output_layout_reason
-from bundlegen.generator import boundaries, layouts, ragged, risks
+from bundlegen.generator import boundaries, focus, layouts, ragged, risks
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import (KNOWN_AXES, MODIFIER_PORTS, OPTIONAL_AXES, PORTS, SPEC_AXES, axis_item,
                                         axis_table)
@@ -20,7 +20,7 @@ ITEM_ID = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$")
 SPEC_FIELDS = {"dtype": "dtypes", "layout": "layouts", "stats_layout": "stats_layouts", "mask": "masks",
                "scale": "scales", "distribution": "distributions", "bias": "biases", "dbias": "switches",
                "sinks": "switches", "softcap": "softcaps", "dropout": "dropouts",
-               "dropout_mask": "dropout_masks", "deterministic": "switches"}
+               "dropout_mask": "dropout_masks", "deterministic": "switches", "alibi_slopes": "alibi_slopes"}
 MUTATION_KINDS = ("dims", "stride", "dtype", "attr", "reshape", "drop")
 ATTRIBUTES = tuple(f.name for f in dataclasses.fields(Attributes))
 ENGINE_LAYOUT_CODES = (R.ZERO_STRIDE_OUTPUT, R.OVERLAPPING_OUTPUT)
@@ -46,6 +46,8 @@ def declared_items(plan: Plan) -> dict[str, str]:
         add(s.item, s.title, f"pair suite '{s.item}'")
     if plan.risks is not None:
         add(plan.risks.item, plan.risks.title, f"risks '{plan.risks.item}'")
+    for f in plan.focus:
+        add(f.item, f.title, f"focus '{f.item}'")
     r = plan.ragged
     if r is not None:
         for a in r.axes:
@@ -143,6 +145,7 @@ def check_plan(plan: Plan) -> None:
             _check_level(plan, e.level, f"ragged entry '{e.item}'")
     if plan.risks is not None:
         risks.check_plan(plan)
+    focus.check_plan(plan)
     if plan.distinct_layouts_by is not None:
         _check_level(plan, plan.distinct_layouts_by, "distinct_layouts_by")
     declared_items(plan)

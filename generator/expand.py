@@ -23,9 +23,12 @@ from bundlegen.plans.records import PADDED, Plan, Shape, Space, Spec
 
 SHAPE_AXES = ("batch", "heads", "seq", "head_dims")
 MODIFIER_AXES = ("bias", "dbias", "sinks", "softcap")
-SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution") + MODIFIER_AXES + ("deterministic",)
-KNOWN_AXES = SHAPE_AXES + SPEC_AXES
-OPTIONAL_AXES = ("deterministic",)
+SPEC_AXES = ("dtype", "layout", "stats_layout", "mask", "scale", "distribution") + MODIFIER_AXES + (
+    "deterministic", "alibi_slopes")
+#: an axis naming two Spec fields at once (Plan.dropout_forms: dropout and dropout_mask)
+FORM_AXES = ("dropout_form",)
+KNOWN_AXES = SHAPE_AXES + SPEC_AXES + FORM_AXES
+OPTIONAL_AXES = ("deterministic", "alibi_slopes", "dropout_form")
 PORTS = INPUT_PORTS + OUTPUT_PORTS
 MODIFIER_PORTS = MODIFIER_INPUT_PORTS + MODIFIER_OUTPUT_PORTS
 
@@ -36,7 +39,8 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
             "dtype": plan.dtypes, "layout": plan.layouts, "stats_layout": plan.stats_layouts,
             "mask": plan.masks, "scale": plan.scales, "distribution": plan.distributions,
             "bias": plan.biases, "dbias": plan.switches, "sinks": plan.switches,
-            "softcap": plan.softcaps, "deterministic": plan.switches}[axis]
+            "softcap": plan.softcaps, "deterministic": plan.switches, "alibi_slopes": plan.alibi_slopes,
+            "dropout_form": plan.dropout_forms}[axis]
 
 
 def axis_item(axis: str, value: str) -> str:
@@ -65,7 +69,21 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     v = dict(zip((a.name for a in plan.padded.axes), combo))
     h, s, d = plan.heads[v["heads"]], plan.seqs[v["seq"]], plan.head_dims[v["head_dims"]]
     shape = Shape(plan.batches[v["batch"]], h.H_q, h.H_k, h.H_v, s.S_q, s.S_kv, d.D_qk, d.D_v)
-    return Spec(shape, **{field: v[field] for field in SPEC_AXES if field in v})
+    return Spec(shape, **{field: v[field] for field in SPEC_AXES if field in v}, **form_fields(plan, v))
+
+
+def form_fields(plan: Plan, values) -> dict[str, str]:
+    """The Spec fields a combination's dropout_form names (none when the space has no such axis)."""
+    if "dropout_form" not in values:
+        return {}
+    form = plan.dropout_forms[values["dropout_form"]]
+    return {"dropout": form.dropout, "dropout_mask": form.dropout_mask}
+
+
+def form_of(plan: Plan, spec: Spec) -> str | None:
+    """The dropout_form value a spec's dropout and mask form are (any mask form when off)."""
+    return next((n for n, f in plan.dropout_forms.items() if f.dropout == spec.dropout
+                 and (spec.dropout == "off" or f.dropout_mask == spec.dropout_mask)), None)
 
 
 def graph_of(plan: Plan, spec: Spec) -> Graph:
@@ -156,7 +174,8 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     found = {"dtype": spec.dtype, "layout": spec.layout, "stats_layout": spec.stats_layout,
              "mask": spec.mask, "scale": spec.scale, "distribution": spec.distribution,
              "bias": spec.bias, "dbias": spec.dbias, "sinks": spec.sinks, "softcap": spec.softcap,
-             "deterministic": spec.deterministic}
+             "deterministic": spec.deterministic, "alibi_slopes": spec.alibi_slopes,
+             "dropout_form": form_of(plan, spec)}
     found["heads"] = next((n for n, h in plan.heads.items() if (h.H_q, h.H_k, h.H_v) == (s.H_q, s.H_k, s.H_v)), None)
     found["seq"] = next((n for n, q in plan.seqs.items() if (q.S_q, q.S_kv) == (s.S_q, s.S_kv)), None)
     found["head_dims"] = next((n for n, d in plan.head_dims.items() if (d.D_qk, d.D_v) == (s.D_qk, s.D_v)), None)

@@ -16,7 +16,7 @@ from functools import lru_cache
 from bundlegen import cost as cost_model
 from bundlegen.graph import Case, DataSpec
 from bundlegen import ids
-from bundlegen.generator import boundaries, layout_distinct, levels, pairs, ragged, risks
+from bundlegen.generator import boundaries, focus, layout_distinct, levels, pairs, ragged, risks
 from bundlegen.generator.checks import check_draft, check_plan, declared_items
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.expand import (declared_drafts, graph_of, pair_drafts, repair_drafts, spec_of,
@@ -99,6 +99,10 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
             check_draft(plan, spaces[PADDED], d)
         drafts += risk_sets[3]
 
+    focus_sets = focus_suites(plan, spaces, drafts)
+    drafts += [d for _f, _wanted, ds in focus_sets for d in ds]
+    drafts = without_values_focus_holds(plan, spaces, drafts, focus_sets)
+
     for _round in range(REPAIR_ROUNDS):
         cases, combos_by_space, entries, cpu = _cases(plan, spaces, drafts, risk_sets)
         proofs = {space: _proofs(plan, legality, cases, combos_by_space[space], space)
@@ -133,7 +137,82 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
                          boundary_proofs=boundaries.prove(plan, cases),
                          risk_proofs=() if risk_sets is None else risk_proofs(plan, spaces[PADDED], cases,
                                                                               combos_by_space[PADDED], risk_sets),
-                         layout_proof=layout_distinct.prove(plan, cases, level_names, plan.distinct_layouts_by))
+                         layout_proof=layout_distinct.prove(plan, cases, level_names, plan.distinct_layouts_by),
+                         focus_proofs=focus_proofs(plan, spaces, cases, combos_by_space, focus_sets))
+
+
+def _combo_graph(plan: Plan, space: str, combo: Combo):
+    if space == ragged.SPACE:
+        return ragged.graph_of(plan, ragged.spec_of(plan, combo))
+    return graph_of(plan, spec_of(plan, combo))
+
+
+def focus_suites(plan: Plan, spaces: dict[str, Legality], drafts: list[Draft]):
+    """(focus, its units, the drafts of its rows) per Plan.focus entry: rows for the units no
+    draft of the focus's level or below holds yet (their levels as declared: the proof after
+    levelling says what the cases hold)."""
+    level_names = [lv.name for lv in plan.levels]
+    out = []
+    for f in plan.focus:
+        legality = spaces[f.storage]
+        wanted = focus.universe(legality, f)
+        upto = level_names.index(f.level)
+        have: set = set()
+        for d in drafts:    # value-suite drafts aside: the rows may stand in for them
+            if (d.space == f.storage and d.combo is not None and level_names.index(d.min_level) <= upto
+                    and legality.space.value_suite_item not in d.items):
+                have |= focus.held(legality, d.combo)
+
+        def cpu(combo, space=f.storage) -> float:
+            return cost_model.predict(_combo_graph(plan, space, combo), "cpu", plan.cost_model).predicted_s
+        rows = focus.rows(legality, wanted - have, cpu)
+        label = f"focus {f.item} "
+        made = (ragged.repair_drafts(plan, f.item, f.level, rows, label=label, group=f"ragged-{f.group}")
+                if f.storage == ragged.SPACE else
+                repair_drafts(plan, f.item, f.level, rows, label=label, group=f.group))
+        for d in made:
+            check_draft(plan, legality, d)
+        out.append((f, wanted, made))
+    return out
+
+
+def without_values_focus_holds(plan: Plan, spaces, drafts: list[Draft], focus_sets) -> list[Draft]:
+    """The drafts less each value-suite draft whose values other than its axes' defaults are
+    all subjects of a focused-pair entry of the value suite's level and held by one of its
+    rows (that row is the value's case there: the axis-value proof still holds, the CPU budget
+    pays for the pairs instead; a partner value, an older risky one, keeps its case and id)."""
+    level = plan.levels[0].name
+    held: dict[str, set] = {}
+    for f, _wanted, made in focus_sets:
+        if f.level == level:
+            subjects = {(a, v) for a, values in f.subjects.items() for v in values}
+            held.setdefault(f.storage, set()).update(
+                cell for d in made for cell in zip(spaces[f.storage].axes, d.combo) if cell in subjects)
+    suites = {plan.padded.value_suite_item} | ({plan.ragged.value_suite_item} if plan.ragged is not None else set())
+
+    def redundant(d: Draft) -> bool:
+        if d.combo is None or d.min_level != level or not suites & set(d.items):
+            return False
+        axes = spaces[d.space].space.axes
+        cells = {(a.name, v) for a, v in zip(axes, d.combo) if v != a.default}
+        return bool(cells) and cells <= held.get(d.space, set())
+    return [d for d in drafts if not redundant(d)]
+
+
+def focus_proofs(plan: Plan, spaces, cases, combos_by_space, focus_sets) -> tuple:
+    level_names = [lv.name for lv in plan.levels]
+    out: list = []
+    for f, wanted, _drafts in focus_sets:
+        legality, combos = spaces[f.storage], combos_by_space[f.storage]
+        per_level = [set() for _ in level_names]
+        for c in cases:
+            for combo in combos.get(c.id, ()):
+                per_level[level_names.index(c.level)] |= focus.held(legality, combo) & wanted
+
+        def held_at(level: str, per_level=per_level) -> set:
+            return set().union(*per_level[: level_names.index(level) + 1])
+        out += focus.prove(f, level_names, wanted, held_at)
+    return tuple(out)
 
 
 def risk_suites(plan: Plan, legality: Legality):
@@ -193,11 +272,12 @@ def _repair_drafts(plan: Plan, space: str, suite_item: str, level: str, rows: li
 
 
 def cpu_run_seconds(plan: Plan, level: str, cases, cpu: dict[str, float]) -> float:
-    """A whole `bundlegen run --level` on the cpu class: the level's cases and lower ones,
-    and the run's start."""
-    upto = [lv.name for lv in plan.levels]
-    upto = set(upto[: upto.index(level) + 1])
-    return sum(cpu[c.id] for c in cases if c.level in upto) + plan.cost_model["cpu"].run_start_s
+    """A whole `bundlegen run --level` on the cpu class: the level's cases and lower ones over
+    its workers, and the run's start (levels.cpu_run_wall)."""
+    names = [lv.name for lv in plan.levels]
+    upto = set(names[: names.index(level) + 1])
+    return levels.cpu_run_wall([cpu[c.id] for c in cases if c.level in upto], plan.levels[names.index(level)],
+                               plan.cost_model["cpu"].run_start_s)
 
 
 def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:

@@ -163,6 +163,28 @@ def prove(legality: Legality, level: str, scope: str, combos: Iterable[Combo]) -
     return PairProof(level=level, scope=scope, total=len(legal), covered=len(covered), missing=missing)
 
 
+def pack_rows(legality: Legality, missing: Iterable[tuple], held_by, label: str) -> list[Combo]:
+    """Rows for missing units of several values each (pairs, triples): each row starts from
+    the first unit left and takes every later one that agrees with it and keeps it legal;
+    `held_by(combo)` is the set of units a row holds."""
+    left = sorted(missing)
+    rows: list[Combo] = []
+    while left:
+        fixed = dict(left[0])
+        for u in left[1:]:
+            if all(fixed.get(a, v) == v for a, v in u) and not all(a in fixed for a, _ in u):
+                trial = {**fixed, **dict(u)}
+                if legality.complete(trial) is not None:
+                    fixed = trial
+        combo = legality.complete(fixed)
+        if combo is None:   # cannot happen for a unit of the legal universe
+            raise PlanError(f"{label} {left[0]}: no legal combination holds it")
+        rows.append(combo)
+        covered = held_by(combo)
+        left = [u for u in left if u not in covered]
+    return rows
+
+
 def repair_rows(legality: Legality, missing: Iterable[tuple], scope: str) -> list[Combo]:
     """One cheapest legal completion per missing unit, skipping units an earlier repair covers."""
     rows: list[Combo] = []

@@ -2,7 +2,7 @@
 and declared entries become drafts, and the checks only ragged graphs need (the plan's
 ragged tables, device probes and how far their stray rows reach).
 
-Axis names of the ragged space: the six below that name a table of the plan (shared with
+Axis names of the ragged space: the eight shared axes below that name a table of the plan (shared with
 the padded space) and the two of its own (lengths, storage). Its items are
 AX-RAGGED-<AXIS>-<VALUE>; its drafts carry space "ragged", so their combinations are
 proved against the ragged axes only."""
@@ -23,10 +23,10 @@ from bundlegen.generator.records import Combo, Draft
 from bundlegen.plans.records import RAGGED, Offsets, Plan, RaggedShape, Spec
 
 SPACE = RAGGED
-SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic")
+SHARED_AXES = ("dtype", "heads", "head_dims", "mask", "scale", "distribution", "deterministic", "dropout_form")
 OWN_AXES = ("lengths", "storage", "modifiers", "seqused")
 KNOWN_AXES = SHARED_AXES + OWN_AXES
-OPTIONAL_AXES = ("deterministic", "modifiers", "seqused")
+OPTIONAL_AXES = ("deterministic", "modifiers", "seqused", "dropout_form")
 PROBE_LAYERS = {"frontend": R.FRONTEND, "device": R.DEVICE}
 
 
@@ -34,7 +34,7 @@ def axis_table(plan: Plan, axis: str) -> Collection[str]:
     r = plan.ragged
     return {"dtype": plan.dtypes, "heads": plan.heads, "head_dims": plan.head_dims, "mask": plan.masks,
             "scale": plan.scales, "distribution": plan.distributions, "deterministic": plan.switches,
-            "lengths": r.lengths,
+            "dropout_form": plan.dropout_forms, "lengths": r.lengths,
             "storage": r.storages, "modifiers": r.modifiers, "seqused": r.seqused}[axis]
 
 
@@ -54,7 +54,7 @@ def spec_of(plan: Plan, combo: Combo) -> Spec:
     mods = plan.ragged.modifiers[v["modifiers"]].fields() if "modifiers" in v else {}
     return Spec(shape, dtype=v["dtype"], layout=v["storage"], mask=v["mask"], scale=v["scale"],
                 distribution=v["distribution"], deterministic=v.get("deterministic", "off"),
-                seqused=v.get("seqused", "off"), **mods)
+                seqused=v.get("seqused", "off"), **mods, **expand.form_fields(plan, v))
 
 
 def offsets_of(plan: Plan, spec: Spec) -> Offsets:
@@ -117,6 +117,7 @@ def spec_items(plan: Plan, spec: Spec) -> tuple[str, ...]:
     shape = spec.shape
     found = {"dtype": spec.dtype, "storage": spec.layout, "mask": spec.mask, "scale": spec.scale,
              "distribution": spec.distribution, "deterministic": spec.deterministic, "seqused": spec.seqused,
+             "dropout_form": expand.form_of(plan, spec),
              "heads": next((n for n, h in plan.heads.items() if h == shape.heads), None),
              "head_dims": next((n for n, d in plan.head_dims.items() if d == shape.head_dims), None),
              "lengths": next((n for n, ln in plan.ragged.lengths.items() if ln == shape.lengths), None),
@@ -144,9 +145,10 @@ def pair_drafts(plan: Plan, legality: Legality) -> list[Draft]:
                               label="ragged ")
 
 
-def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo]) -> list[Draft]:
+def repair_drafts(plan: Plan, suite_item: str, level: str, combos: list[Combo], *, label: str = "ragged ",
+                  group: str = "ragged-pairs-repair") -> list[Draft]:
     return expand.repair_drafts(plan, suite_item, level, combos, combo_draft=_combo_draft,
-                                label="ragged ", group="ragged-pairs-repair")
+                                label=label, group=group)
 
 
 def declared_drafts(plan: Plan) -> list[Draft]:

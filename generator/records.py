@@ -110,6 +110,7 @@ class GeneratedPlan:
     boundary_proofs: tuple[BoundaryProof, ...] = ()    # plan.boundaries: per level and class
     risk_proofs: tuple[RiskProof, ...] = ()            # plan.risks: per level
     layout_proof: "object | None" = None               # generator/layout_distinct.py: LayoutProof
+    focus_proofs: tuple = ()                           # plan.focus: per entry and level (generator/focus.py)
     # a workspace plan that extends the built-in one (generator/extend.py): what its manifest
     # records of the built-in bundles, and their manifest (its axes, sections and gates)
     extends: Extends | None = None

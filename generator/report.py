@@ -5,6 +5,7 @@ from collections import Counter
 
 from bundlegen import cost as cost_model
 from bundlegen.cost import size_text
+from bundlegen.generator import focus, port_forms
 from bundlegen.generator.pass_report import later_value_lines
 from bundlegen.generator import peer_coverage
 from bundlegen.generator import boundaries, layout_distinct
@@ -104,6 +105,8 @@ def _render(g: GeneratedPlan, written: bool) -> str:
     out += later_value_lines(g)
 
     out += _risk_lines(g)
+    out += focus.report_lines(g.plan, g.focus_proofs)
+    out += port_forms.report_lines(g.plan)
     out += _layout_lines(g)
 
     # ---- peers

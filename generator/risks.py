@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 from bundlegen.generator.errors import PlanError
 from bundlegen.generator.legality import Legality
-from bundlegen.generator.pairs import propose
+from bundlegen.generator.pairs import pack_rows, propose
 from bundlegen.generator.records import Combo, RiskProof
 from bundlegen.plans.records import LEVEL_NAMES, Plan, RiskPlan
 
@@ -87,24 +87,8 @@ def suite_rows(legality: Legality, risks: RiskPlan, max_rank: int | None, wanted
 
 
 def repair_rows(legality: Legality, risks: RiskPlan, missing: Iterable[tuple]) -> list[Combo]:
-    """Rows for the missing triples: each row starts from the first triple left and takes
-    every later one that agrees with it and keeps it legal."""
-    left = sorted(missing)
-    rows: list[Combo] = []
-    while left:
-        fixed = dict(left[0])
-        for t in left[1:]:
-            if all(fixed.get(a, v) == v for a, v in t) and not all(a in fixed for a, _ in t):
-                trial = {**fixed, **dict(t)}
-                if legality.complete(trial) is not None:
-                    fixed = trial
-        combo = legality.complete(fixed)
-        if combo is None:   # cannot happen for a unit of the legal universe
-            raise PlanError(f"risk triple {left[0]}: no legal combination holds it")
-        rows.append(combo)
-        covered = triples(legality, risks, combo)
-        left = [t for t in left if t not in covered]
-    return rows
+    """Rows for the missing triples, several compatible triples packed into each."""
+    return pack_rows(legality, missing, lambda combo: triples(legality, risks, combo), "risk triple")
 
 
 def sample_rows(rows: list[Combo], cpu_seconds: Callable[[Combo], float], count: int) -> list[Combo]:

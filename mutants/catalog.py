@@ -27,6 +27,7 @@ from bundlegen import reasons as R
 from bundlegen.engines.base import Engine
 from bundlegen.graph import Graph
 from bundlegen.mutants import conditional as C
+from bundlegen.mutants import port_forms as PF
 from bundlegen.mutants import slopes_sinks as M
 from bundlegen.mutants import ragged_layouts as RL
 from bundlegen.mutants import scale_defects as S
@@ -298,6 +299,40 @@ CATALOG: tuple[Mutant, ...] = (
            "seqused_q / seqused_kv ignored: each sequence attended over its whole cu_seqlens "
            "range, so its padding rows (NaN canaries) are read and their output rows written",
            WRAPPER, wrap(RL.SequsedIgnored), ("AX-RAGGED-SEQUSED-KV", "AX-RAGGED-SEQUSED-BOTH")),
+    # --- port forms and the newest features met together (mutants/port_forms.py, issue 58)
+    Mutant("dropout-batch-only-read-as-both", "port form: dropout mask broadcast over the batch only",
+           "a dropout mask with batch stride 0 (head stride kept) read as broadcast over the heads too",
+           WRAPPER, wrap(PF.DropoutBatchOnlyReadAsBoth), ("AX-DROPOUT-FORM-P0-5-BATCH", "FOCUS-*")),
+    Mutant("dropout-mask-head-of-kv-head", "port form: dropout mask x GQA",
+           "a per-head dropout mask indexed by the K/V head under GQA / MQA",
+           WRAPPER, wrap(PF.DropoutMaskHeadOfKvHead), ("FOCUS-NEWEST-QUICK", "AX-DROPOUT-FORM-*")),
+    Mutant("dropout-scale-bf16-in-fp32", "new-feature pair: dropout x fp32",
+           "fp32 io with dropout p 0.1: the keep scale 1 / (1 - p) formed in bf16 (dV off by 0.16 %)",
+           WRAPPER, wrap(PF.DropoutScaleRoundedInFp32), ("FOCUS-NEWEST-QUICK", "SHP-DROPOUT*")),
+    Mutant("alibi-batch-slopes-first-row", "port form: [B, H_q] ALiBi slopes",
+           "[B, H_q] ALiBi slopes read as [H_q]: every batch gets batch 0's slopes",
+           WRAPPER, wrap(PF.AlibiBatchSlopesFirstRow), ("AX-ALIBI-SLOPES-BATCH", "FOCUS-*")),
+    Mutant("softcap-dropped-with-alibi", "new-feature pair: ALiBi slopes x softcap",
+           "with ALiBi slopes the softcap is not applied (a kernel variant without the branch)",
+           WRAPPER, wrap(PF.SoftcapDroppedWithAlibi), ("FOCUS-NEWEST-QUICK", "SHP-ALIBI-SLOPES*")),
+    Mutant("alibi-slopes-wrap-past-power-of-two", "new-feature pair: ALiBi slopes x heads not a power of two",
+           "query heads past the largest power of two read the slopes from the start again",
+           WRAPPER, wrap(PF.AlibiSlopesWrapPastPowerOfTwo), ("FOCUS-NEWEST-QUICK", "FOCUS-PORT-FORMS")),
+    Mutant("ragged-fp32-last-sequence-dk-stale", "new-feature pair: ragged x fp32",
+           "a ragged graph in fp32 never stores the last sequence's dK rows",
+           WRAPPER, wrap(PF.RaggedFp32LastSequenceDkStale), ("AX-RAGGED-DTYPE-FP32", "FOCUS-RAGGED-*")),
+    Mutant("ragged-qkv-packed-dq-last-head-lost", "port form: packed varlen QKV x heads other than 2",
+           "Q, K, V in one packed varlen buffer with H != 2: dQ's last head never stored",
+           WRAPPER, wrap(PF.RaggedQkvPackedDqLastHeadLost), ("FOCUS-RAGGED-*", "AX-RAGGED-STORAGE-QKV-PACKED")),
+    Mutant("seqused-q-alone-ignored", "port form: seqused_q without seqused_kv",
+           "seqused_q ignored unless seqused_kv is given too",
+           WRAPPER, wrap(PF.SequsedQAloneIgnored), ("AX-RAGGED-SEQUSED-Q", "FOCUS-RAGGED-*")),
+    Mutant("dsinks-over-used-padding", "new-feature pair: dSinks x used lengths",
+           "ragged dSinks with seqused_q sums the padding rows past each used length too",
+           WRAPPER, wrap(PF.DsinksOverUsedPadding), ("FOCUS-RAGGED-*", "AX-RAGGED-SEQUSED-*")),
+    Mutant("ragged-bias-head-broadcast-as-batch", "port form: ragged bias broadcast over the heads",
+           "a ragged head-broadcast bias read as broadcast over the sequences too (sequence 0's bias)",
+           WRAPPER, wrap(PF.RaggedBiasHeadBroadcastAsBatch), ("AX-RAGGED-MODIFIERS-BIAS-HEAD", "FOCUS-RAGGED-*")),
     # --- defects of a few per cent (mutants/scale_defects.py): the statistical judge's
     *(Mutant(f"{port}-scaled", "output a few per cent off",
              f"{port} written x (1 + e): e 2 % in bf16, 0.5 % in fp16, 0.05 % in fp32",

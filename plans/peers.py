@@ -374,6 +374,34 @@ TRANSFORMER_ENGINE = PeerGrid(
              "bias values (post_scale_bias in its shapes, ALiBi slopes): our bias axis, not paired here"),
 )
 
+# ============================================================================ GPU-sized value classes
+# The sizes the peers' long tests run and our nightly and full levels sweep (plans/sdpa_bwd.py,
+# SWP-PEER-*): every class crossed with every layout, mask, dtype and head configuration there.
+#: sequence lengths, multiples of 64 and 128 from 256 to 4096: FlashAttention 2's race and
+#: qkvpacked lengths (384, 512, 768, 1024, 2048), PyTorch's (256 to 2048), TransformerEngine's
+#: (2048, 4096) and FlashAttention 3's (4096); 1536 and 3072 fill the multiples of 512 between
+PEER_SEQLENS = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+#: past 4096 to 16k: FlashAttention 2's split-KV test draws 20000 and 100000 keys for 16
+#: queries; these are the long self-attention lengths long-context training runs at, each
+#: a multiple of 2048 (the peers' largest tile)
+PEER_LONG_SEQLENS = (6144, 8192, 12288, 16384)
+#: training shapes (B, S, H_q, H_k, D_qk, D_v): B x S from 16k to 64k tokens, 8 to 64 query
+#: heads, head dims 64 to 256, GQA ratios 4 to 8 (TransformerEngine's 24-head, 128-dim
+#: configs at S 2048-4096; Llama- and Mistral-like GQA 32/8, 64/8; D 192 with 24 heads)
+PEER_TRAINING_SHAPES = (
+    (4, 4096, 32, 8, 128, 128), (8, 4096, 32, 4, 128, 128), (2, 16384, 16, 4, 128, 128),
+    (4, 8192, 64, 8, 128, 128), (16, 2048, 32, 8, 64, 64), (8, 8192, 16, 2, 256, 256),
+    (4, 4096, 8, 2, 256, 256), (16, 4096, 16, 4, 128, 128), (32, 2048, 32, 4, 64, 64),
+    (1, 16384, 64, 8, 128, 128), (8, 4096, 40, 8, 128, 128), (4, 4096, 24, 6, 192, 192),
+    (8, 8192, 32, 4, 128, 128), (16, 4096, 64, 8, 64, 64),
+)
+#: the storage orders of those tests: BSHD (FlashAttention), SBHD (Megatron, TransformerEngine),
+#: BHSD (PyTorch), K and V packed (TransformerEngine's bs2hd / FlashAttention's kvpacked)
+PEER_SWEEP_LAYOUTS = ("bhsd", "bshd", "sbhd", "kv-packed")
+#: their masks: none, causal both ways, a sliding window and a band (bottom-right as
+#: FlashAttention aligns them)
+PEER_SWEEP_MASKS = ("none", "causal-tl", "causal-br", "window-br", "band-br")
+
 PEER_GRIDS = (FLASH_ATTENTION_2, FLASH_ATTENTION_3, PYTORCH, CUDNN_FRONTEND, FLEX_ATTENTION,
               TRANSFORMER_ENGINE)
 

@@ -99,6 +99,15 @@ class BiasKind:
     values: str = "randn"
 
 
+@dataclass(frozen=True)
+class DropoutForm:
+    """A value of the dropout_form axis: names from Plan.dropouts (p) and Plan.dropout_masks
+    (the mask port's broadcast kind, or the engine's own drawn mask); Spec's fields of the
+    same names."""
+    dropout: str = "off"
+    dropout_mask: str = "full"
+
+
 # ----------------------------------------------------------------------------- concrete cases
 @dataclass(frozen=True)
 class Shape:
@@ -439,13 +448,33 @@ class RiskPlan:
     group: str = "risks"
 
 
+# ----------------------------------------------------------------------------- focused pairs
+@dataclass(frozen=True)
+class FocusPairs:
+    """Pairs a level must hold beyond its pair scope, in one axis space (`storage`): every
+    legal pair of two `subjects` values of different axes, and of a subject value with a
+    `partners` value of another axis, by `level` (generator/focus.py proposes and proves
+    them). Subjects are the values under test (the newest, or a port's forms); partners the
+    risky values of the other axes they must meet. `left_out` names subject values
+    deliberately not paired at this level, each with why."""
+    item: str
+    title: str
+    storage: str
+    subjects: Mapping[str, tuple[str, ...]]
+    partners: Mapping[str, tuple[str, ...]]
+    level: str
+    left_out: Mapping[str, str] = field(default_factory=dict)    # "axis=value" -> why
+    group: str = "focus"
+
+
 # ----------------------------------------------------------------------------- levels, cost, tolerance
 @dataclass(frozen=True)
 class Level:
     """Per-case ceilings (h200 prediction) and the cumulative budget of this level and every
     lower one, of which `reserve` is kept free. `per_case_cpu_seconds` and
     `cpu_budget_seconds` (quick only) keep the level runnable by CI on a CPU: each case, and
-    the whole `bundlegen run` of the level (its cases and the run's start), on the cpu class."""
+    the whole `bundlegen run` of the level (its cases spread over `cpu_workers` workers, and
+    the run's start), on the cpu class."""
     name: str
     per_case_seconds: float
     per_case_bytes: int
@@ -453,6 +482,7 @@ class Level:
     reserve: float = 0.05
     per_case_cpu_seconds: float | None = None
     cpu_budget_seconds: float | None = None
+    cpu_workers: int = 1          # the workers a CPU run of the level spreads its cases over
     pair_scope: str = "all"       # values | core | all: the coverage this level must prove
 
 
@@ -482,6 +512,10 @@ class Plan:
     peers: "PeerPlan | None" = None        # peer suites' grids: reference data for the peer coverage
     boundaries: BoundaryPlan | None = None # values around the tile sizes, proved per level
     risks: RiskPlan | None = None          # risky values whose 3-way combinations are proved per level
+    focus: tuple[FocusPairs, ...] = ()     # pairs of chosen values proved by a level (generator/focus.py)
+    #: contract port forms deliberately not drawn as axis values by pr: form -> why
+    #: (generator/port_forms.py names the forms)
+    port_forms_left_out: Mapping[str, str] = field(default_factory=dict)
     #: by this level every layout value has a case that is no other layout's memory with
     #: B, H and S >= 2, and head-dim tails at every gradient port (generator/layout_distinct.py)
     distinct_layouts_by: str | None = None
@@ -495,6 +529,9 @@ class Plan:
     dropout_masks: Mapping[str, str | None] = field(default_factory=lambda: {"full": "full"})
     #: ALiBi slopes port forms (bundlegen.graph.ALIBI_SLOPES_DIMS; None: no slopes)
     alibi_slopes: Mapping[str, str | None] = field(default_factory=lambda: {"off": None})
+    #: the dropout_form axis's values: a probability and a mask-port form at once, so each
+    #: form is an axis value of its own (a mask form with dropout off would be no port at all)
+    dropout_forms: Mapping[str, DropoutForm] = field(default_factory=lambda: {"off": DropoutForm()})
     #: cost class -> what its last calibration measured per level (the dry-run report's
     #: "last measured" column; written by `bundlegen calibrate --write`)
     cost_measured: Mapping[str, Measured] = field(default_factory=dict)

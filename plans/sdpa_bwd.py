@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 
 from bundlegen.plans.records import (
-    Axis, BiasKind, BoundaryClass, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, Measured, HeadConfig, HeadDims, Layout, Lengths, Level,
+    Axis, BiasKind, BoundaryClass, DropoutForm, FocusPairs, BoundaryPlan, BoundarySet, CatalogEntry, CostCoefficients, Gated, Measured, HeadConfig, HeadDims, Layout, Lengths, Level,
     MaskSpec, ModifierSet, Offsets, PairSuite, Plan, Probe, RaggedShape, Regression, RiskPlan, Rule, SeqPair, SeqUsed,
     Shape, Space,
     Spec, Sweep, TokenStorage, Tolerance, attr, dims, drop, dtype, reshape, stride,
     PADDED as PADDED_STORAGE, RAGGED as RAGGED_STORAGE,
 )
 
-from bundlegen.plans.peers import PEERS
+from bundlegen.plans.peers import (PEER_LONG_SEQLENS, PEER_SEQLENS, PEER_SWEEP_LAYOUTS, PEER_SWEEP_MASKS,
+                                   PEER_TRAINING_SHAPES, PEERS)
 from bundlegen.tolerance_rule import class_for, longest_reduction  # noqa: F401 (the plan's rule)
 
 PLAN_NAME = "sdpa_bwd"
@@ -182,12 +183,24 @@ DROPOUTS = {"off": None, "p0.1": 0.1, "p0.5": 0.5, "p0.9": 0.9}
 DROPOUT_MASKS = {"full": "full", "batch": "batch", "head": "head", "both": "both", "drawn": None}
 # ALiBi as slopes (docs/CONTRACTS.md, "Score modifiers"): the alibi_slopes port, [H_q] or [B, H_q]
 ALIBI_SLOPES = {"off": None, "head": "head", "batch": "batch"}
+# the dropout_form axis: p small and close to 1 with a full mask port, and p 0.5 with every
+# other form the port takes (broadcast over the batch, the heads, both; no port: the engine draws)
+DROPOUT_FORMS = {
+    "off": DropoutForm(),
+    **{p: DropoutForm(p, "full") for p in ("p0.1", "p0.9")},
+    **{f"p0.5-{m}": DropoutForm("p0.5", m) for m in ("batch", "head", "both", "drawn")},
+}
+_BATCH_BROADCAST_DROPOUT = ("p0.5-batch", "p0.5-both")
 
 # ============================================================================ axes
 # Pair-suite passes (Axis.joined, Axis.values_joined): 0 the first axes, 1 the score
 # modifiers, 2 the deterministic flag and the gradient distributions. Each
 # later pass only adds rows, so every earlier case keeps its id.
 RISK_VALUES_PASS = 2
+#: pass 3: every port form as an axis value (ALiBi slopes, dropout forms) and fp32 io, so
+#: each meets every other axis's values by pr (the form vocabulary: tests/test_port_forms.py)
+PORT_FORMS_PASS = 3
+AXIS_DTYPES = DTYPES + ("fp32",)
 #: the values the suites' first two passes knew; any other value of these axes joins pass 2
 FIRST_VALUES = {
     "heads": ("mha", "gqa2", "gqa4", "gqa8", "mqa", "hk2-hv1", "hk1-hv2", "hk4-hv2", "gqa3", "mqa5", "mqa6",
@@ -204,7 +217,7 @@ def _joined_later(axis: str, values) -> dict[str, int]:
 
 
 AXES = (
-    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
+    Axis("dtype", "io dtype", AXIS_DTYPES, "bf16", core=True, values_joined={"fp32": PORT_FORMS_PASS}),
     Axis("heads", "head configuration (MHA, GQA, MQA, H_k != H_v)", tuple(HEADS), "mha", core=True,
          values_joined=_joined_later("heads", HEADS)),
     Axis("seq", "sequence pair S_q, S_kv", tuple(SEQS), "eq-64", core=True),
@@ -226,6 +239,10 @@ AXES = (
     # core: paired by pr with MHA/GQA, every head-dim tier up to 256, masks and modifiers
     Axis("deterministic", "the deterministic backward asked for (re-run, compared bitwise)", tuple(SWITCHES),
          "off", core=True, joined=RISK_VALUES_PASS),
+    Axis("alibi_slopes", "ALiBi slopes port: [H_q] or [B, H_q]", tuple(ALIBI_SLOPES), "off", core=True,
+         extension=True, joined=PORT_FORMS_PASS),
+    Axis("dropout_form", "dropout: p with the mask port's form (full, broadcast, drawn by the engine)",
+         tuple(DROPOUT_FORMS), "off", core=True, extension=True, joined=PORT_FORMS_PASS),
 )
 
 # ============================================================================ legality
@@ -266,12 +283,19 @@ RULES = (
          "overflow-dp's dP is past fp16's range; dS = P (dP - Delta) stays inside it only where "
          "P is spread over many keys (no mask or bias, enough keys)",
          when={"distribution": ("overflow-dp",)},
-         require={"mask": ("none",), "bias": ("none",),
+         require={"mask": ("none",), "bias": ("none",), "alibi_slopes": ("off",), "dropout_form": ("off",),
                   "seq": tuple(n for n, s in SEQS.items() if s.S_kv >= OVERFLOW_DP_MIN_KEYS)}),
     Rule("batch-broadcast-stats-needs-batch-broadcast-bias",
          "stats broadcast over the batch hold one LSE for every batch: a bias that differs "
          "per batch would give each batch its own",
          when={"layout": ("bcast-all-batch",)}, require={"bias": ("none", "batch", "both", "alibi")}),
+    Rule("batch-broadcast-stats-needs-batch-invariant-ports",
+         "stats broadcast over the batch hold one LSE for every batch: slopes or a dropout mask "
+         "that differ per batch would give each batch its own",
+         when={"layout": ("bcast-all-batch",)},
+         require={"alibi_slopes": ("off", "head"), "dropout_form": ("off",) + _BATCH_BROADCAST_DROPOUT}),
+    Rule("dropout-batch-broadcast-needs-batch", "a zero batch stride on the dropout mask at B = 1 broadcasts nothing",
+         when={"dropout_form": _BATCH_BROADCAST_DROPOUT}, require={"batch": ("b2", "b3")}),
 )
 
 # ============================================================================ suites
@@ -370,6 +394,62 @@ SWEEPS = (
           (("shape", tuple(_shape(B=1, H=4, S=1536, D=d.D_qk, D_v=d.D_v) for d in HEAD_DIMS.values())),
            ("dtype", DTYPES)),
           level="nightly"),
+)
+
+# The GPU levels' share of the peers' sizes (plans/peers.py, "GPU-sized value classes"): each
+# length with MHA, GQA 4, GQA 8 (D 96), MQA (D 64), S_q < S_kv and S_q > S_kv (D 256),
+# crossed with every layout, mask and io dtype. Sizes: no case's predicted bytes (io storages
+# plus the oracle's float64 copy of every port and its score blocks, bundlegen/cost.py) pass
+# 29 GiB; the oracle never holds an S_q x S_kv matrix whole (its score blocks are 2^24
+# float64 elements, 128 MiB, whatever S is), so a 16k x 16k case needs no 2 GiB per head
+# slice and the largest fits one H200 (~140 GB) with the engine's own buffers beside it.
+# Nightly's all stay under its 8 GiB per case; larger ones are full's (GPU-only levels).
+_PEER_DTYPES = AXIS_DTYPES
+#: the batch of each peer length at nightly: about 16k tokens (B 4 to 32), a training batch,
+#: whose largest case (D 256, S_q = 1.5 S) stays under nightly's 8 GiB
+_PEER_TOKENS, _PEER_BATCH_RANGE = 16384, (4, 32)
+_PEER_BATCH = {S: min(max(_PEER_TOKENS // S, _PEER_BATCH_RANGE[0]), _PEER_BATCH_RANGE[1]) for S in PEER_SEQLENS}
+#: the long lengths whose B 2 cases stay under nightly's 8 GiB run there; the rest at full
+_NIGHTLY_LONG_SEQLENS = tuple(S for S in PEER_LONG_SEQLENS if S <= 8192)
+_FULL_LONG_SEQLENS = tuple(S for S in PEER_LONG_SEQLENS if S > 8192)
+
+
+def _peer_shapes(S: int, B: int) -> tuple[Shape, ...]:
+    return (_shape(B=B, H=16, S=S, D=128), _shape(B=B, H=16, H_k=4, S=S, D=128), _shape(B=B, H=16, H_k=2, S=S, D=96),
+            _shape(B=B, H=16, H_k=1, S=S, D=64),
+            _shape(B=B, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=B, H=12, H_k=4, S=S + S // 2, S_kv=S, D=256))
+
+
+def _peer_long_shapes(lengths: tuple[int, ...]) -> tuple[Shape, ...]:
+    return tuple(sh for S in lengths for sh in (
+        _shape(B=2, H=16, S=S, D=128), _shape(B=2, H=16, H_k=4, S=S, D=128), _shape(B=2, H=16, H_k=1, S=S, D=64),
+        _shape(B=2, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=2, H=8, H_k=2, S=S, D=256)))
+
+
+SWEEPS += (
+    Sweep("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128; about 16k tokens, B 4-32) x MHA / GQA / MQA / "
+          "S_q != S_kv x every layout, mask and dtype (the peers' long tests)",
+          Spec(_shape(B=4, H=16, S=256, D=128)),
+          (("shape", tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, _PEER_BATCH[S]))),
+           ("layout", PEER_SWEEP_LAYOUTS),
+           ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-SEQS-QKV-PACKED", "S 256-4096 with Q, K, V packed (MHA, S_q = S_kv) x every mask and dtype",
+          Spec(_shape(B=4, H=16, S=256, D=128), layout="qkv-interleaved"),
+          (("shape", tuple(_shape(B=4, H=16, S=S, D=128) for S in PEER_SEQLENS)), ("mask", PEER_SWEEP_MASKS),
+           ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-LONG-SEQS-8K", "S 6k-8k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
+          Spec(_shape(B=2, H=16, S=8192, D=128)),
+          (("shape", _peer_long_shapes(_NIGHTLY_LONG_SEQLENS)),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
+    Sweep("SWP-PEER-LONG-SEQS", "S 12k-16k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
+          Spec(_shape(B=2, H=16, S=16384, D=128)),
+          (("shape", _peer_long_shapes(_FULL_LONG_SEQLENS)),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
+    Sweep("SWP-TRAINING-SHAPES", "training shapes: B x S 16k-64k tokens, H 8-64, D 64-256, GQA 4-8 x every "
+          "layout, mask and dtype",
+          Spec(_shape(B=4, H=32, H_k=8, S=4096, D=128)),
+          (("shape", tuple(_shape(B=b, H=h, H_k=hk, S=s, D=d, D_v=dv) for b, s, h, hk, d, dv in PEER_TRAINING_SHAPES)),
+           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
 )
 
 # ============================================================================ regressions
@@ -876,6 +956,7 @@ RAGGED_SEQUSED = {
     "off": None,
     "kv": SeqUsed(kv_pad=7),               # keys padded (FA3's seqused_k alone)
     "both": SeqUsed(q_pad=7, kv_pad=7),
+    "q": SeqUsed(q_pad=7),                 # query rows padded alone (the port's third form)
 }
 
 RAGGED_MASKS = ("none", "causal-tl", "causal-br", "strict-causal-br", "window-tl", "window-br", "band-br")
@@ -893,6 +974,9 @@ RAGGED_MODIFIER_SETS = {
     "bias-batch-dbias": ModifierSet(bias="batch", dbias="on"),
     "alibi-slopes": ModifierSet(alibi_slopes="head"),
     "alibi-slopes-batch": ModifierSet(alibi_slopes="batch"),
+    # the bias's other broadcasts (pass 3: every port form an axis value)
+    "bias-head": ModifierSet(bias="head"),
+    "bias-both-dbias": ModifierSet(bias="both", dbias="on"),
 }
 #: the ragged suites' pass the modifiers axis joined: after pass 1 (deterministic, l2-grad)
 RAGGED_MODIFIERS_PASS = 2
@@ -903,11 +987,17 @@ RAGGED_MODIFIERS_PASS = 2
 RAGGED_BREADTH_PASS = 2
 RAGGED_LATER_HEADS = ("gqa3",)
 RAGGED_LATER_HEAD_DIMS = ("d256",)
+#: heads only the ragged space draws: three equal heads, so Q, K and V can share one packed
+#: buffer with a head count other than two (pass 3)
+RAGGED_ONLY_HEADS = {"mha3": HeadConfig(3, 3, 3)}
+#: the ragged suites' fourth pass: fp32 io, the dropout forms and seqused_q alone
+RAGGED_PORT_FORMS_PASS = 3
 
 RAGGED_AXES = (
-    Axis("dtype", "io dtype", DTYPES, "bf16", core=True),
-    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS, "mha", core=True,
-         values_joined=dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS)),
+    Axis("dtype", "io dtype", AXIS_DTYPES, "bf16", core=True, values_joined={"fp32": RAGGED_PORT_FORMS_PASS}),
+    Axis("heads", "head configuration", ("mha", "gqa2", "mqa", "hk2-hv1") + RAGGED_LATER_HEADS + tuple(RAGGED_ONLY_HEADS),
+         "mha", core=True, values_joined={**dict.fromkeys(RAGGED_LATER_HEADS, RAGGED_BREADTH_PASS),
+                                          **dict.fromkeys(RAGGED_ONLY_HEADS, RAGGED_PORT_FORMS_PASS)}),
     Axis("lengths", "sequence lengths (q, kv) per sequence", tuple(RAGGED_LENGTHS), "mixed", core=True),
     Axis("head_dims", "head dims D_qk, D_v", ("d64", "d128", "d72", "d192-128") + RAGGED_LATER_HEAD_DIMS, "d64",
          core=True, values_joined=dict.fromkeys(RAGGED_LATER_HEAD_DIMS, RAGGED_BREADTH_PASS)),
@@ -920,9 +1010,12 @@ RAGGED_AXES = (
     # the ragged suites' second pass: the deterministic backward of ragged graphs
     Axis("deterministic", "the deterministic backward asked for", tuple(SWITCHES), "off", core=True, joined=1),
     Axis("modifiers", "score modifiers per sequence (bias, dBias, sinks, softcap, ALiBi slopes)",
-         tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS),
+         tuple(RAGGED_MODIFIER_SETS), "none", core=True, joined=RAGGED_MODIFIERS_PASS,
+         values_joined={"bias-head": RAGGED_PORT_FORMS_PASS, "bias-both-dbias": RAGGED_PORT_FORMS_PASS}),
     Axis("seqused", "per-sequence used lengths (padded varlen)", tuple(RAGGED_SEQUSED), "off", core=True,
-         joined=RAGGED_BREADTH_PASS),
+         joined=RAGGED_BREADTH_PASS, values_joined={"q": RAGGED_PORT_FORMS_PASS}),
+    Axis("dropout_form", "dropout: p with the mask port's form (padded to the max lengths, or drawn)",
+         tuple(DROPOUT_FORMS), "off", core=True, joined=RAGGED_PORT_FORMS_PASS),
 )
 
 _BR_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].alignment == "BOTTOM_RIGHT")
@@ -931,10 +1024,27 @@ _WINDOW_MASKS = tuple(n for n in RAGGED_MASKS if MASKS[n].left_bound is not None
 _PAST_WINDOW = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > WINDOW)
 
 _RAGGED_HEADS = next(a for a in RAGGED_AXES if a.name == "heads").values
+_RAGGED_HEAD_CONFIGS = {**HEADS, **RAGGED_ONLY_HEADS}
 _RAGGED_HEAD_DIMS = next(a for a in RAGGED_AXES if a.name == "head_dims").values
 _SAME_LENGTHS = tuple(n for n, ln in RAGGED_LENGTHS.items() if ln.q == ln.kv_lengths)
 
+_MANY_SEQUENCES = tuple(n for n, ln in RAGGED_LENGTHS.items() if len(ln.q) > 1)
+_USED_PAD = RAGGED_SEQUSED["both"]
+#: lengths where some sequence keeps a key (a query row) past the used lengths' padding
+_KEEPS_A_KEY = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.kv_lengths) > _USED_PAD.kv_pad)
+_KEEPS_A_QUERY = tuple(n for n, ln in RAGGED_LENGTHS.items() if max(ln.q) > _USED_PAD.q_pad)
 RAGGED_RULES = (
+    Rule("ragged-used-keys-need-a-kept-key",
+         "used key lengths over sequences no longer than their padding use no key at all: every "
+         "gradient is zero, and each pair the case holds is held only vacuously",
+         when={"seqused": ("kv", "both")}, require={"lengths": _KEEPS_A_KEY}),
+    Rule("ragged-used-queries-need-a-kept-query",
+         "used query lengths over sequences no longer than their padding use no query row: every "
+         "gradient is zero, and each pair the case holds is held only vacuously",
+         when={"seqused": ("q", "both")}, require={"lengths": _KEEPS_A_QUERY}),
+    Rule("ragged-dropout-batch-broadcast-needs-sequences",
+         "a zero batch stride on the dropout mask over one sequence broadcasts nothing",
+         when={"dropout_form": _BATCH_BROADCAST_DROPOUT}, require={"lengths": _MANY_SEQUENCES}),
     Rule("ragged-bottom-right-needs-unequal-lengths",
          "BOTTOM_RIGHT aligns each sequence's own lengths: where every S_q_b = S_kv_b it is "
          "TOP_LEFT, and the case would test the TOP_LEFT mask again",
@@ -946,13 +1056,14 @@ RAGGED_RULES = (
          "Q, K and V are the slots of one [T, 3, H, D] buffer: they share T (so every sequence "
          "has as many keys as queries), H and D",
          when={"storage": ("qkv-packed",)},
-         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _EQUAL_HEADS),
+         require={"heads": tuple(n for n in _RAGGED_HEADS
+                                 if _RAGGED_HEAD_CONFIGS[n].H_q == _RAGGED_HEAD_CONFIGS[n].H_k == _RAGGED_HEAD_CONFIGS[n].H_v),
                   "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS),
                   "lengths": _SAME_LENGTHS}),
     Rule("ragged-kv-packed-needs-equal-kv-heads-and-dims",
          "K and V are the slots of one [T, 2, H, D] buffer: they share H and D",
          when={"storage": ("kv-packed",)},
-         require={"heads": tuple(n for n in _RAGGED_HEADS if n in _KV_EQUAL_HEADS),
+         require={"heads": tuple(n for n in _RAGGED_HEADS if _RAGGED_HEAD_CONFIGS[n].H_k == _RAGGED_HEAD_CONFIGS[n].H_v),
                   "head_dims": tuple(n for n in _RAGGED_HEAD_DIMS if n in _EQUAL_HEAD_DIMS)}),
 )
 
@@ -1127,7 +1238,7 @@ _RISKY_DISTRIBUTIONS = {"shifted-logits": 1, "l2-grad": 1, "large-do": 1, "overf
 RISKS = RiskPlan(
     "RISK-TRIPLES", "every legal triple of risky values of three axes",
     values={
-        "dtype": {"fp16": 1},
+        "dtype": {"fp16": 1, "fp32": 2},
         "heads": {"gqa3": 1, "gqa4": 2, "mqa": 2, "hk2-hv1": 3, "mqa7": 3},
         "seq": {"lt-64-192": 1, "gt-129-64": 1, "lt-1-128": 1, "lt-17-129": 2, "eq-65": 2, "gt-192-64": 2,
                 "lt-16-65": 3, "eq-129": 3, "gt-65-16": 3, "lt-32-400": 3, "gt-217-128": 3},
@@ -1141,10 +1252,96 @@ RISKS = RiskPlan(
         "batch": {"b2": 1, "b3": 2},
         "sinks": {"on": 1},
         "dbias": {"on": 2},
+        # the newest features (pass 3) and the modifiers they meet: modifiers x masks x
+        # alignment (ALiBi slopes, softcap, an ALiBi bias with bottom-right masks and S_q !=
+        # S_kv), dropout form x heads x mask (a batch-only mask broadcast, a drawn mask)
+        "softcap": {"cap5": 1},
+        "bias": {"alibi": 2, "batch": 3},
+        "alibi_slopes": {"batch": 1, "head": 2},
+        "dropout_form": {"p0.5-batch": 1, "p0.5-drawn": 2, "p0.1": 3},
     },
     ranking="1: a value a public report's smallest reproducer needed; 2: its neighbour in the same "
             "class (other alignment or tail side); 3: the class's further values",
     top_rank=1, every_by="nightly", top_by="pr", sample_at="quick", sample=6)
+
+# ============================================================================ focused pairs
+# Every port form (docs/CONTRACTS.md: the bias's broadcasts and ALiBi values, the dropout
+# mask's forms, the ALiBi slopes' two forms, sinks, dBias; packed and broadcast storages) meets
+# the other axes' risky values by pr: GQA / MQA and head counts that are not powers of two,
+# each head-dim tier, fp16 and fp32, bottom-right masks with S_q != S_kv. The contract's
+# vocabulary is checked against these subjects (tests/test_port_forms.py).
+_RISKY_HEADS = ("gqa3", "gqa4", "mqa", "mqa5", "mqa7", "hk2-hv1", "hk1-hv2")
+_RISKY_TIERS = ("d40", "d128", "d192-128", "d256")
+_RISKY_MASKS = ("causal-br", "band-br", "window-br", "strict-causal-br")
+_UNEQUAL_SEQS = ("lt-17-129", "gt-129-64")
+_NEW_DROPOUT_FORMS = tuple(n for n in DROPOUT_FORMS if n != "off")
+PORT_FORM_FOCUS = FocusPairs(
+    "FOCUS-PORT-FORMS", "every port form with every risky value of the other axes", PADDED_STORAGE,
+    subjects={"bias": tuple(n for n in BIASES if n != "none"), "dbias": ("on",), "sinks": ("on",),
+              "alibi_slopes": ("head", "batch"), "dropout_form": _NEW_DROPOUT_FORMS,
+              "layout": ("qkv-interleaved", "kv-packed", "bcast-kv-batch", "bcast-kv-head", "bcast-all-batch")},
+    partners={"heads": _RISKY_HEADS, "head_dims": _RISKY_TIERS, "dtype": ("fp16", "fp32"), "mask": _RISKY_MASKS,
+              "seq": _UNEQUAL_SEQS, "batch": ("b2",)},
+    level="pr")
+RAGGED_PORT_FORM_FOCUS = FocusPairs(
+    "FOCUS-RAGGED-PORT-FORMS", "every ragged port form (storages, used lengths, modifiers, dropout forms) "
+    "with every risky value of the other ragged axes", RAGGED_STORAGE,
+    subjects={"storage": ("htd", "qkv-packed", "kv-packed", "thd-offset24", "spare-rows", "stats-th"),
+              "seqused": ("kv", "both", "q"), "modifiers": tuple(n for n in RAGGED_MODIFIER_SETS if n != "none"),
+              "dropout_form": _NEW_DROPOUT_FORMS},
+    partners={"heads": ("mqa", "gqa2", "gqa3", "hk2-hv1", "mha3"), "head_dims": ("d128", "d192-128", "d256"),
+              "dtype": ("fp16", "fp32"), "mask": ("causal-br", "band-br", "window-br"),
+              "lengths": ("zero-kv", "q-longer", "tile-tails", "equal")},
+    level="pr")
+# The newest values (the last two passes of each space) with each other and with the core
+# axes' risky values at quick, on small graphs: a bug in one new feature that shows only
+# beside another, or beside GQA, a D % 16 tail, fp16 or a bottom-right mask, is caught on the CPU.
+_QUICK_LEFT_OUT = {
+    "deterministic=on": "priced at its 50 re-runs on the cpu class: its pairs are pr's (PAIR-CORE)",
+    "heads=mqa24": "24 query heads cost the quick CPU budget a case per pair: its pairs are pr's",
+    "head_dims=d256-128": "D 256 costs the quick CPU budget a case per pair: its pairs are pr's",
+}
+NEWEST_QUICK_FOCUS = FocusPairs(
+    "FOCUS-NEWEST-QUICK", "the newest values (passes 2 and 3) pairwise with each other and with the core "
+    "axes' risky values, at quick", PADDED_STORAGE,
+    subjects={"dtype": ("fp32",), "alibi_slopes": ("head", "batch"), "dropout_form": _NEW_DROPOUT_FORMS,
+              "distribution": ("l2-grad", "large-do", "overflow-dp")},
+    partners={"heads": ("gqa3", "mqa"), "head_dims": ("d40", "d48"), "dtype": ("fp16",),
+              "mask": ("causal-br", "band-br"), "seq": ("lt-17-129", "gt-65-16"), "bias": ("alibi", "head"),
+              "softcap": ("cap5",), "sinks": ("on",), "batch": ("b2",)},
+    level="quick", left_out=_QUICK_LEFT_OUT)
+# a ragged row holds one modifiers value and one dropout form: every pair of the two would be
+# 63 rows (~0.24 s each on the cpu class), past quick's CPU budget; quick keeps one value of
+# each kind (sinks, a batch-broadcast bias with dBias, [B, H_q] slopes, a head-broadcast bias;
+# a full mask, a batch-only broadcast, a drawn mask), the others pair by pr
+_RAGGED_QUICK_MODIFIERS = ("sinks", "bias-batch-dbias", "alibi-slopes-batch", "bias-head")
+_RAGGED_QUICK_DROPOUT_FORMS = ("p0.1", "p0.5-batch", "p0.5-drawn")
+_RAGGED_QUICK_WHY = ("one ragged row per modifiers x dropout-form pair is past quick's CPU budget: its pairs are "
+                     "pr's (RAGGED-PAIR-CORE, FOCUS-RAGGED-PORT-FORMS)")
+RAGGED_NEWEST_QUICK_FOCUS = FocusPairs(
+    "FOCUS-RAGGED-NEWEST-QUICK", "the newest ragged values (passes 2 and 3) pairwise with each other and "
+    "with the core axes' risky values, at quick", RAGGED_STORAGE,
+    subjects={"dtype": ("fp32",), "heads": RAGGED_LATER_HEADS + tuple(RAGGED_ONLY_HEADS), "storage": RAGGED_PACKED_STORAGES,
+              "modifiers": _RAGGED_QUICK_MODIFIERS, "seqused": ("kv", "both", "q"),
+              "dropout_form": _RAGGED_QUICK_DROPOUT_FORMS},
+    # short lengths among the partners keep the rows small (decode, a leading empty sequence, length 1)
+    partners={"heads": ("mqa",), "dtype": ("fp16",), "mask": ("causal-br",),
+              "lengths": ("q-longer", "zero-kv", "decode", "zero-first", "len-1")},
+    level="quick", left_out={
+        "head_dims=d256": "D 256 costs the quick CPU budget a case per pair: its pairs are pr's",
+        **{f"modifiers={m}": _RAGGED_QUICK_WHY for m in RAGGED_MODIFIER_SETS
+           if m != "none" and m not in _RAGGED_QUICK_MODIFIERS},
+        **{f"dropout_form={d}": _RAGGED_QUICK_WHY for d in _NEW_DROPOUT_FORMS if d not in _RAGGED_QUICK_DROPOUT_FORMS}})
+PORT_FORMS_LEFT_OUT = {
+    "padded sinks: without dsinks": "a frozen sink differs from a trained one only in an output left unwritten: "
+                                    "SHP-SINKS-FROZEN holds it at pr, GQA with two KV heads",
+    "ragged sinks: without dsinks": "as the padded one: a frozen sink is the same graph without its dsinks "
+                                    "output (SHP-SINKS-FROZEN)",
+    "ragged bias values: alibi": "ALiBi on ragged batches is the alibi_slopes port's (each sequence's own "
+                                 "diagonal, modifiers alibi-slopes*): a padded bias of ALiBi values has no "
+                                 "per-sequence diagonal to hold",
+}
+FOCUS = (PORT_FORM_FOCUS, RAGGED_PORT_FORM_FOCUS, NEWEST_QUICK_FOCUS, RAGGED_NEWEST_QUICK_FOCUS)
 
 # ============================================================================ gated
 GATED = (
@@ -1162,9 +1359,10 @@ CPU_QUICK_BUDGET_S = 100.0
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
     # them), every boundary class and the ragged space once, through the Triton interpreter
-    # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S)
+    # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S), one worker per core as the
+    # main job and the CPU lanes run it
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, pair_scope="values"),
+          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, cpu_workers=2, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
@@ -1349,7 +1547,7 @@ PADDED = Space(
 )
 
 PLAN = Plan(
-    name=PLAN_NAME, padded=PADDED, heads=HEADS, seqs=SEQS, head_dims=HEAD_DIMS,
+    name=PLAN_NAME, padded=PADDED, heads={**HEADS, **RAGGED_ONLY_HEADS}, seqs=SEQS, head_dims=HEAD_DIMS,
     batches=BATCHES, layouts=LAYOUTS, stats_layouts=STATS_LAYOUTS, masks=MASKS, scales=SCALES,
     distributions=DISTRIBUTIONS, dtypes=IO_DTYPES, gated=GATED,
     levels=LEVELS, cost_model=COST_MODEL, cost_measured=COST_MEASURED,
@@ -1358,5 +1556,6 @@ PLAN = Plan(
     peers=PEERS,
     boundaries=BOUNDARIES,
     biases=BIASES, switches=SWITCHES, softcaps=SOFTCAPS, dropouts=DROPOUTS, dropout_masks=DROPOUT_MASKS,
-    alibi_slopes=ALIBI_SLOPES, risks=RISKS, distinct_layouts_by="pr",
+    alibi_slopes=ALIBI_SLOPES, dropout_forms=DROPOUT_FORMS, risks=RISKS, focus=FOCUS,
+    port_forms_left_out=PORT_FORMS_LEFT_OUT, distinct_layouts_by="pr",
 )

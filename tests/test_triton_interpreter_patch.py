@@ -1,6 +1,8 @@
 """The interpreter's language patching runs once per launch (engines/triton/interpreter_patch.py):
 a kernel whose nested @triton.jit helper is called many times walks triton.language as often
 as one that calls it once, and computes the same values."""
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -48,3 +50,71 @@ def test_patches_are_restored_after_a_launch():
     before = tl.arange
     _nested_kernel[(1,)](torch.zeros(16), TRIPS=2)
     assert tl.arange is before and not interpreter_patch._launches
+
+
+@triton.jit
+def _offsets_kernel(out_ptr, stride, n):
+    offs = tl.arange(0, 16)
+    tl.store(out_ptr + offs, offs * stride + n - 1, mask=offs < n)
+
+
+class _Builder:
+    def __init__(self, options):
+        self.options = options
+
+
+def test_overflow_checks_whose_finding_is_dropped_are_skipped(monkeypatch):
+    """With debug off the sanitizer's int64 recomputation feeds a device_assert that does
+    nothing: install() turns it off, and an int add, sub or mul then runs no int64 cast."""
+    assert interpreter_patch.install()
+    assert not I.interpreter_builder.options.debug
+    assert not I.interpreter_builder.options.sanitize_overflow
+    casts = []
+    real = I.interpreter_builder.create_int_cast
+    monkeypatch.setattr(I.interpreter_builder, "create_int_cast",
+                        lambda *a, **k: casts.append(1) or real(*a, **k))
+    out = torch.zeros(16, dtype=torch.int32)
+    _offsets_kernel[(1,)](out, 3, 10)
+    assert not casts
+    assert torch.equal(out[:10], torch.arange(10, dtype=torch.int32) * 3 + 9)
+
+
+def test_overflow_checks_kept_where_they_would_assert():
+    """A builder with debug on keeps its sanitizer; options of another shape are left alone."""
+    checked = _Builder(I.InterpreterOptions(debug=True, sanitize_overflow=True))
+    assert not interpreter_patch.skip_dead_overflow_checks(checked)
+    assert checked.options.sanitize_overflow
+    unchecked = _Builder(I.InterpreterOptions(debug=False, sanitize_overflow=True))
+    assert interpreter_patch.skip_dead_overflow_checks(unchecked)
+    assert not unchecked.options.sanitize_overflow
+    odd = _Builder({"debug": False, "sanitize_overflow": True})
+    assert not interpreter_patch.skip_dead_overflow_checks(odd)
+    assert odd.options["sanitize_overflow"]
+
+
+def test_kernels_compute_the_same_bits_without_the_dead_checks(monkeypatch):
+    """The Triton engine's gradients (bias and dBias, GQA, a band, bf16) are bitwise equal
+    with the sanitizer on and off."""
+    from bundlegen.graph import dense_graph, with_modifiers
+    from tests.triton_reference import prepare
+    from tests.triton_tiles import SmallTileEngine
+
+    graph = with_modifiers(dense_graph(B=2, H_q=4, H_k=2, S_q=33, S_kv=47, D_qk=16, right=0, dtype="bf16"),
+                           bias="batch", dbias=True)
+    engine = SmallTileEngine("cpu")
+    outputs = []
+    builder = I.interpreter_builder
+    off = builder.options
+    try:
+        for sanitize in (True, False):
+            builder.options = dataclasses.replace(off, sanitize_overflow=sanitize)
+            # the launch's install() would turn the sanitizer off again
+            monkeypatch.setattr(interpreter_patch, "skip_dead_overflow_checks", lambda b: not sanitize)
+            prep = prepare(graph, seed=3)
+            engine.run(prep.graph, prep.views)
+            assert builder.options.sanitize_overflow == sanitize
+            outputs.append({p: prep.views[p].clone() for p in ("dq", "dk", "dv", "dbias")})
+    finally:
+        builder.options = off
+    for port, bits in outputs[0].items():
+        assert torch.equal(bits, outputs[1][port]), port
