@@ -84,8 +84,11 @@ def test_an_extensions_report_covers_the_whole_plan(builtin, bundled, capsys):
     kept = [c for c in cases if REMOVED not in c.items]
     assert out.splitlines()[0].startswith(f"plan my_attention: {len(kept) + 1} cases over {len(levels)} levels: "
                                           f"{len(kept)} built-in")
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if line.split()[:1] and line.split()[0] in levels and line.split()[1].isdigit()}
+    rows = {}   # the levels table's row of each level: the first line naming it with a count
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] and words[0] in levels and words[1].isdigit():
+            rows.setdefault(words[0], words)
     want = Counter(c.level for c in kept) + Counter({"quick": 1})
     running = 0
     for level in levels:
