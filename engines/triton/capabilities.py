@@ -180,8 +180,8 @@ ROWS: dict[str, Capabilities] = {
     # sm90 with dropout and aligned io rows: the H200-tuned tiles with the dropout tile on top
     # spilled 552-1432 bytes (past the known spills of engines/triton/resource_limits.py) at
     # D > 128 with the mask port and at D 129..192 with a drawn mask; at D <= 128 dropout runs
-    # tiles of its own (configs.py, sm90's BlockConfig.dropout / drawn_dropout): nothing spills
-    # where the mask tile is read in vectors, 8-128 bytes elsewhere (within the aligned layouts'
+    # tiles of its own (configs.py, sm90's BlockConfig.dropout / drawn_dropout): at most 8 bytes
+    # spill where the mask tile is read in vectors, 448 elsewhere (within the aligned layouts'
     # known spills); the unaligned (VEC 1) variants stay within the unaligned layouts' known spills
     # sm90 ragged dropout: its variants compile and pass the resource check, but no H200 run
     # has served them yet (the support matrix shows what the runs saw): off until one does

@@ -138,25 +138,27 @@ _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, uns
 
 #: sm90's dropout configs (BlockConfig.dropout, drawn_dropout), chosen from the compiled
 #: kernels' sm90 resources (`python bench/speed_batch.py --resources --only drop`, and
-#: `python bench/triton_resources.py --arch sm90` for every variant): the tuned tiles with
+#: `python bench/triton_resources.py --arch sm90` for every variant) and their speed on an
+#: H100 (`python bench/device_check.py`: bf16, B4 H16 S4096 non-causal). The tuned tiles with
 #: dropout spilled (dK/dV at D 128, 64 x 128 on 8 warps: 392 bytes with the mask port, 896
 #: drawn; the drawn dQ's 128 x 64: 240, the mask port's 536-792 where it reads the mask element
 #: by element (rows not 16-byte aligned) or with 64-bit offsets; D 64's dK/dV 32 x 128: 816
-#: drawn). These spill nothing in the dense variants that read the mask tile in vectors (rows
-#: 16-byte aligned, 32-bit offsets; 8-128 bytes in the others: engines/triton/resources.json,
-#: within the aligned layouts' known spills): D 64 dK/dV 32 x 64 on 4 warps
-#: (216 / 255 registers) with the tier's dQ; D 128 with the mask port dK/dV 32 x 64 on 8 warps
-#: (241; on 4 warps 8 bytes) and dQ 64 x 32 on 4 warps (16 bytes where it reads the mask element
-#: by element; 128 x 32 on 8 warps 40, 64 x 64 on 8 warps 288 there), drawn dK/dV 16 x 64 on 8
-#: warps (244; 32 x 64 spilled 96 on 8 warps, 232 on 4) and dQ 128 x 32 on 8 warps (246). The
-#: dQ kernel runs one stage with dropout (launch.DQ_MODIFIER_STAGES).
+#: drawn). D 64: dK/dV 32 x 64 on 4 warps (216 / 255 registers, no spill where the mask tile is
+#: read in vectors) with the tier's dQ. D 128, mask port and drawn alike: dK/dV 32 x 64 on 4
+#: warps, 3.320 ms with the mask port and 5.270 drawn against 7.638 for 32 x 64 on 8 warps and
+#: 15.027 for the drawn 16 x 64 on 8 warps (the zero-spill tiles: 2.30x and 2.85x), though it
+#: spills where those did not: 8 bytes with the mask port read in vectors, 232-448 in the other
+#: aligned variants (drawn, 64-bit offsets, the mask read element by element; up to 272 in the
+#: dK-only and dV-only passes), within the aligned layouts' known spills (resources.KNOWN_SPILLS,
+#: engines/triton/resources.json; 272-776 unaligned); dQ 64 x 32 on 4 warps, drawn 5.820 ms
+#: against 6.529 for 128 x 32 on 8 warps (16 bytes where it reads the mask element by element;
+#: 64 x 64 on 8 warps spilled 288 there). The dQ kernel runs one stage with dropout
+#: (launch.DQ_MODIFIER_STAGES).
 _SM90_DROP_D64 = BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, num_stages_dq=1, tma=True)
-_SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=4,
+_SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=4, num_stages=3, num_warps_dq=4,
                               num_stages_dq=1, tma=True)
-_SM90_DRAWN_D128 = BlockConfig(16, 64, 128, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8,
-                               num_stages_dq=1, tma=True)
 _SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
-                 128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DRAWN_D128)}
+                 128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128)}
 
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels and their shared memory;
@@ -200,11 +202,15 @@ ARCHS: dict[str, ArchConfigs] = {
                           # score modifiers (no dropout): dK/dV 32 x 64 on 4 warps, 1.02-1.13x
                           # the tiles above with a bias, dBias, ALiBi slopes or a softcap on an
                           # H100 (`python bench/speed_batch.py`, B4 H16 S4096 bf16 non-causal),
-                          # no spill where they spilled 192 bytes with the bias. dQ as above
-                          # (64 x 64 on 4 warps ran 1.14-1.20x there: not yet resource-checked
-                          # in every modifier variant)
-                          modifiers=BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=4, num_stages=3,
-                                                num_warps_dq=8, num_stages_dq=1, tma=True),
+                          # no spill where they spilled 192 bytes with the bias. dQ 64 x 64 on
+                          # 4 warps, 1.14-1.19x the tiles above (128 x 64 on 8 warps) on every
+                          # modifier row there (`python bench/device_check.py`: 2.948 against
+                          # 3.401 ms with a bias, 2.013 against 2.392 with ALiBi slopes, 2.420
+                          # against 2.882 with a softcap); it spills nothing with the bias read
+                          # in vectors, 104-472 bytes in the other aligned variants (ALiBi, 64-bit
+                          # offsets), within their known spills
+                          modifiers=BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3,
+                                                num_warps_dq=4, num_stages_dq=1, tma=True),
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,
