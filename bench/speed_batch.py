@@ -19,6 +19,7 @@ config does not), and the call itself
   backward (the profile that says what bounds a row).
 
     python bench/speed_batch.py --device cuda --budget-s 500          # the device call
+    python bench/speed_batch.py --cases d128-bias --candidates 'previous*'   # the table against what it replaced
     python bench/speed_batch.py --list                                 # the plan, no GPU
     python bench/speed_batch.py --resources [--jobs 2]                 # CPU: sm90 resources
     python bench/speed_batch.py --device cpu --budget-s 120            # smoke test (interpreter)
@@ -33,6 +34,7 @@ H_q S_q S_kv D, halved for causal); ragged rows count each sequence's own S_q_b 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -94,6 +96,7 @@ def _rows() -> list[Case]:
     rows += [Case(f"ragged-d{d}-{'causal' if c else 'full'}", D=d, causal=c, ragged=True, B=len(RAGGED_LENGTHS))
              for d in (128, 64) for c in (False, True)]
     rows += [Case(f"d{d}-{m}", D=d, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
+    rows += [Case(f"d{d}-causal-{m}", D=d, causal=True, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
     rows += [Case(f"d128-causal-{m}", causal=True, mod=m) for m in ("bias", "alibi", "softcap")]
     rows += [Case(f"d64-{m}", D=64, mod=m) for m in ("bias", "bias-dbias", "alibi", "softcap")]
     return rows
@@ -103,21 +106,32 @@ CASES = {c.name: c for c in _rows()}
 
 
 # ----------------------------------------------------------------------------- candidates
+def bare(cfg: BlockConfig) -> BlockConfig:
+    """cfg without the configs a launch may switch to (banded, atomic dQ, pointer loads, the
+    score modifiers' and dropout's: BlockConfig.switches): what a candidate changes."""
+    return replace(cfg, banded=None, pointer_loads=None, atomic_dq=None, modifiers=None, dropout=None,
+                   drawn_dropout=None)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A block configuration to time on some cases, as a change of the table's config: the
-    dK/dV kernel's or the dQ kernel's (M, N, warps, stages), flags."""
+    """A block configuration to time on some cases, as a change of the table's config (its
+    own tiles, not those of the score modifiers' or dropout's config it switches to): the
+    dK/dV kernel's or the dQ kernel's (M, N, warps, stages), flags; tiles None: that config
+    unchanged (the one modifier and dropout launches ran before they had configs of their
+    own, BlockConfig.modifiers / dropout / drawn_dropout)."""
     label: str
     kernel: str                       # dkdv | dq
-    tiles: tuple[int, int, int, int]
+    tiles: tuple[int, int, int, int] | None
     dp_first: bool | None = None      # None: the table's
     split: bool = False               # dK and dV in two passes (BlockConfig.split_dkdv)
     tma: bool | None = None           # None: the table's
     cases: tuple[str, ...] = ()
 
     def config(self, table: BlockConfig) -> BlockConfig:
-        base = replace(table, banded=None, pointer_loads=None, atomic_dq=None)
-        cfg = with_tiles(base, dkdv=self.tiles) if self.kernel == "dkdv" else with_tiles(base, dq=self.tiles)
+        base = bare(table)
+        cfg = base if self.tiles is None else (
+            with_tiles(base, dkdv=self.tiles) if self.kernel == "dkdv" else with_tiles(base, dq=self.tiles))
         if self.dp_first is not None:
             cfg = replace(cfg, dp_first=self.dp_first)
         if self.tma is not None:
@@ -128,6 +142,10 @@ class Candidate:
 PLAIN_128 = ("d128-full", "d128-causal")
 MODS_128 = ("d128-bias", "d128-bias-dbias", "d128-alibi", "d128-softcap")
 DROP = ("d64-drop-port", "d64-drop-drawn", "d128-drop-port", "d128-drop-drawn")
+DROP_BANDED = ("d64-causal-drop-port", "d64-causal-drop-drawn", "d128-causal-drop-port", "d128-causal-drop-drawn")
+#: the label prefix of the candidates that are the config a launch ran before (tiles None)
+PREVIOUS = "previous"
+
 #: Chosen on the CPU (`--resources`: sm90 registers / spills / shared memory, the docstring
 #: of each group says what was kept and why); the table's own config is always timed too.
 CANDIDATES = (
@@ -151,6 +169,9 @@ CANDIDATES = (
     # the bias read in vectors): the table's dK/dV 192 bytes, dQ 0; dK/dV 32 x 64 (4 warps,
     # 3 stages) 0, 64 x 64 and 64 x 128 (2 stages) 192; every dQ candidate 0. Left out:
     # dK/dV 32 x 128 (4 warps, 3 stages), 1168
+    # the tiles modifier launches ran before sm90's D 128 tier had a modifiers config (32 x 64
+    # dK/dV on 4 warps: the table timed against them); dQ is unchanged
+    Candidate(f"{PREVIOUS} mods dkdv", "dkdv", None, cases=MODS_128),
     Candidate("mods dkdv 64x64 w4 s3", "dkdv", (64, 64, 4, 3), cases=MODS_128),
     Candidate("mods dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=MODS_128),
     Candidate("mods dkdv 64x128 w8 s2", "dkdv", (64, 128, 8, 2), cases=MODS_128),
@@ -163,10 +184,23 @@ CANDIDATES = (
     # 0 / 0). Left out, spilling as much as the table or more: dK/dV 64 x 64 (2 stages: 384 /
     # 888), 32 x 128 (2 stages: 1424 / 1744); dQ 64 x 64 (1 stage: drawn 304). D 64 (drawn):
     # the table's dK/dV 816, dQ 0; dK/dV 32 x 32, 16 x 64 and 32 x 64 0; dQ 128 x 32 0
+    # The table's dropout configs now (sm90 dropout / drawn_dropout, D 64 and 128) against
+    # the tiles they ran before (spilling; `previous`), and tiles around them. Zero-spill
+    # in the aligned dense variants (`--resources --only drop`): D 128 dK/dV 32 x 64 on 8 warps
+    # with the mask port (the table's; drawn 96 bytes), 16 x 64 and 32 x 32 on 8 warps drawn
+    # (16 x 64 is the table's); D 64 32 x 64 on 4 warps (the table's); the dQ kernel's 64 x 32
+    # on 4 warps with the mask port at D 128 (the table's: 128 x 64 on 8 warps spilled 536-792
+    # bytes reading the mask element by element), 128 x 32 on 8 warps drawn (the table's)
+    Candidate(f"{PREVIOUS} drop dkdv", "dkdv", None, cases=DROP + DROP_BANDED),
+    Candidate(f"{PREVIOUS} drop dq", "dq", None, cases=DROP + DROP_BANDED),
+    Candidate("drop dkdv 32x64 w8 s3", "dkdv", (32, 64, 8, 3), cases=DROP),
+    Candidate("drop dkdv 16x64 w8 s3", "dkdv", (16, 64, 8, 3), cases=DROP),
+    Candidate("drop dkdv 32x32 w8 s3", "dkdv", (32, 32, 8, 3), cases=DROP),
     Candidate("drop dkdv 32x32 w4 s3", "dkdv", (32, 32, 4, 3), cases=DROP),
     Candidate("drop dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=DROP),
     Candidate("drop dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=DROP),
     Candidate("drop dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=DROP),
+    Candidate("drop dq 64x32 w4 s1", "dq", (64, 32, 4, 1), cases=DROP),
     # D 64 plain: around the table's 32 x 128 (4 warps, 4 stages) and 64 x 64 dQ
     Candidate("d64 dkdv 64x128 w8 s3", "dkdv", (64, 128, 8, 3), cases=("d64-full", "d64-causal")),
     Candidate("d64 dkdv 64x64 w4 s4", "dkdv", (64, 64, 4, 4), cases=("d64-full", "d64-causal")),
@@ -458,8 +492,8 @@ def time_row(case: Case, engines: dict, timer, device, record: Record, budget: B
     tensors = tensors_for(case, graph, device)
     row = {"case": asdict(case), "tflop": case.flops / 1e12, "cells": {}, "stages_ms": {}}
     cfg = table_config(case, graph)
-    row["table_config"] = asdict(cfg)
-    _, stages = triton_stages(graph, tensors, cfg)
+    prepared, stages = triton_stages(graph, tensors, cfg)
+    row["table_config"] = asdict(prepared.cfg)   # the one the launch runs (BlockConfig.switches)
     calls: dict[str, Callable] = {"triton": stages["backward"]}
     for name in PEERS:
         if name == "flex":
@@ -538,7 +572,7 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
     base["backward"]()
     ref = _outputs(tensors)
     table_ms = {k: timer(base[k]) for k in ("dkdv", "dq")}
-    record.put("candidates", f"{case.name}/table", {"config": asdict(table), "ms": table_ms})
+    record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms})
     for cand in (c for c in CANDIDATES if case.name in c.cases):
         key = f"{case.name}/{cand.label}"
         if record.done("candidates", key) or not budget.allows():
@@ -570,9 +604,20 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
             print(f"  {key:50s} {entry['error']}", flush=True)
 
 
+def wanted(cand: Candidate, globs: tuple[str, ...] | None) -> bool:
+    """The candidate's label matches one of `globs` (--candidates; None: every candidate)."""
+    return globs is None or any(fnmatch.fnmatchcase(cand.label, g) for g in globs)
+
+
 def summary(record: Record) -> list[str]:
-    """Per case and kernel: the best candidate against the table's config."""
+    """Per case and kernel: the table's config against the one it replaced (the PREVIOUS
+    candidates: above 1 the table is faster), and the best candidate against the table's."""
     lines = []
+    for key, e in sorted(record.data["candidates"].items()):
+        case, label = key.split("/", 1)
+        if label.startswith(PREVIOUS) and "ms" in e:
+            lines.append(f"table for {case} {e['kernel']}: {e['table_ms']:.3f} ms against {e['ms']:.3f} ms "
+                         f"before ({e['ms'] / e['table_ms']:.2f}x; max rel diff {e['max_rel_diff']:.1e})")
     best: dict = {}
     for key, e in record.data["candidates"].items():
         case, label = key.split("/", 1)
@@ -663,6 +708,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "2 with --resources)")
     parser.add_argument("--cases", nargs="+", default=None, help=f"rows to run (default all: {' '.join(CASES)})")
     parser.add_argument("--no-candidates", action="store_true", help="the rows only")
+    parser.add_argument("--candidates", nargs="+", default=None, metavar="GLOB",
+                        help="only the candidates whose label matches one of these globs "
+                             f"(e.g. '{PREVIOUS}*' 'drop*'; default every one)")
     parser.add_argument("--resume", type=Path, default=None, help="a JSON of an earlier call: skip what it has")
     parser.add_argument("--warmup-ms", type=int, default=10)
     parser.add_argument("--rep-ms", type=int, default=40)
@@ -674,6 +722,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = sorted(set(args.cases or ()) - set(CASES))
     if unknown:
         parser.error(f"--cases: unknown {', '.join(unknown)} (known: {' '.join(CASES)})")
+    unmatched = [g for g in args.candidates or () if not any(wanted(c, (g,)) for c in CANDIDATES)]
+    if unmatched:
+        parser.error(f"--candidates: {', '.join(unmatched)} match no candidate's label")
     if args.budget_s <= args.margin_s:
         parser.error(f"--budget-s {args.budget_s:g} must exceed --margin-s {args.margin_s:g}")
     return args
@@ -692,6 +743,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     args = parse_args(argv)
     cases = [CASES[n] for n in args.cases] if args.cases else list(CASES.values())
+    global CANDIDATES
+    CANDIDATES = tuple(c for c in CANDIDATES if wanted(c, args.candidates and tuple(args.candidates)))
     if args.list:
         print("\n".join(plan_lines(cases)))
         return 0

@@ -49,7 +49,8 @@ def test_budget_stops_before_the_margin():
     assert not b.allows()   # started long ago: nothing left
 
 
-@pytest.mark.parametrize("args", [["--cases", "nope"], ["--budget-s", "5", "--margin-s", "10"]])
+@pytest.mark.parametrize("args", [["--cases", "nope"], ["--budget-s", "5", "--margin-s", "10"],
+                                  ["--candidates", "no such label*"]])
 def test_bad_arguments_exit_2(args):
     out = subprocess.run([sys.executable, "bench/speed_batch.py", *args], cwd=REPO_ROOT,
                          capture_output=True, text=True)
@@ -60,3 +61,31 @@ def test_list_prints_every_row():
     out = subprocess.run([sys.executable, "bench/speed_batch.py", "--list"], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=True)
     assert [line.split()[0] for line in out.stdout.splitlines()] == list(SB.CASES)
+
+
+def test_previous_candidates_are_the_config_before_the_score_configs():
+    """A `previous` candidate runs the table config without its modifiers / dropout configs
+    (what those launches ran before), and every candidate changes that config, never the
+    one the launch switches to."""
+    previous = [c for c in SB.CANDIDATES if c.label.startswith(SB.PREVIOUS)]
+    assert {c.kernel for c in previous} == {"dkdv", "dq"}
+    for cand in previous:
+        for name in cand.cases:
+            case = SB.CASES[name]
+            table = SB.table_config(case, SB.graph_for(case))
+            cfg = cand.config(table)
+            assert cfg.switches() == (cfg,) and cfg == SB.bare(table) != table, (cand.label, name)
+
+
+def test_summary_puts_the_table_against_the_config_it_replaced(tmp_path):
+    rec = SB.Record(tmp_path / "r.json", {}, {}, None)
+    rec.put("candidates", "d128-bias/previous mods dkdv", {"kernel": "dkdv", "ms": 3.0, "table_ms": 2.0,
+                                                           "speedup": 2 / 3, "max_rel_diff": 0.0})
+    lines = SB.summary(rec)
+    assert lines[0] == "table for d128-bias dkdv: 2.000 ms against 3.000 ms before (1.50x; max rel diff 0.0e+00)"
+
+
+def test_candidates_globs_keep_the_matching_labels():
+    out = subprocess.run([sys.executable, "bench/speed_batch.py", "--list", "--cases", "d128-drop-port",
+                          "--candidates", "previous*"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "2"    # previous drop dkdv, previous drop dq

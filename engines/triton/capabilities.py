@@ -179,15 +179,15 @@ def _io_rows_aligned(graph: Graph) -> bool:
 ROWS: dict[str, Capabilities] = {
     # sm90 with dropout and aligned io rows: the H200-tuned tiles with the dropout tile on top
     # spilled 552-1432 bytes (past the known spills of engines/triton/resource_limits.py) at
-    # every tier with the mask port and at D <= 192 with a drawn mask; the unaligned (VEC 1)
-    # variants stay within the unaligned layouts' known spills
+    # D > 128 with the mask port and at D 129..192 with a drawn mask; at D <= 128 dropout runs
+    # tiles of its own (configs.py, sm90's BlockConfig.dropout / drawn_dropout): at most 8 bytes
+    # spill where the mask tile is read in vectors, 448 elsewhere (within the aligned layouts'
+    # known spills); the unaligned (VEC 1) variants stay within the unaligned layouts' known spills
     # sm90 ragged dropout: its variants compile and pass the resource check, but no H200 run
     # has served them yet (the support matrix shows what the runs saw): off until one does
     "sm90": Capabilities("sm90", fp32_max_head_dim=128, dropout=True,
                          drawn_dropout=True, dropout_spills=frozenset({
-                             ("port", 64, "aligned"), ("port", 128, "aligned"), ("port", 192, "aligned"),
-                             ("port", 256, "aligned"), ("drawn", 64, "aligned"),
-                             ("drawn", 128, "aligned"), ("drawn", 192, "aligned")})),
+                             ("port", 192, "aligned"), ("port", 256, "aligned"), ("drawn", 192, "aligned")})),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
     # sm120 with dropout: the mask port's variants spilled 8-64 bytes at D > 64 (dK passes, the

@@ -63,6 +63,32 @@ class BlockConfig:
     #: (`python bench/speed_batch.py --resources`); on sm90 and the interpreter only: the
     #: other archs' variants were not compiled so
     score_rows: bool = False
+    #: the config of a launch with score modifiers (a bias, a softcap, ALiBi slopes) and no
+    #: dropout, when it differs (launch.prepare switches to it, for_scores): the modifiers'
+    #: tiles take registers the plain kernels' larger tiles need
+    modifiers: "BlockConfig | None" = None
+    #: the config of a launch with dropout through the dropout_mask port, and of one whose
+    #: kernels draw the mask (drawn_dropout), when they differ: the mask tile (or the draw's
+    #: Philox state) on top of the modifiers' made the plain tiles spill (for_scores)
+    dropout: "BlockConfig | None" = None
+    drawn_dropout: "BlockConfig | None" = None
+
+    def for_scores(self, modified: bool, dropout: str | None) -> "BlockConfig":
+        """The config a launch runs: its dropout form's ("port" | "drawn") where it has one,
+        else, with score modifiers and no dropout, `modifiers` where it has one, else this."""
+        if dropout is not None:
+            sub = self.dropout if dropout == "port" else self.drawn_dropout
+        else:
+            sub = self.modifiers if modified else None
+        return self if sub is None else sub
+
+    def switches(self) -> tuple["BlockConfig", ...]:
+        """This config and every one launch.prepare may switch to from it (for_scores, then
+        pointer_loads): what a launch with this table config runs without shrinking."""
+        subs = (self, self.modifiers, self.dropout, self.drawn_dropout)
+        out = [c for c in subs if c is not None]
+        out += [c.pointer_loads for c in out if c.pointer_loads is not None]
+        return tuple(dict.fromkeys(out))
 
     @property
     def most_rows(self) -> int:
@@ -110,6 +136,30 @@ def _amd(m1, n1, m2, n2, waves_per_eu=1, **kw) -> BlockConfig:
 #: --atomic-dq` times them); a dK pass that reloads V per query head has room for one stage
 _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, unshared_stages=1, score_rows=True)
 
+#: sm90's dropout configs (BlockConfig.dropout, drawn_dropout), chosen from the compiled
+#: kernels' sm90 resources (`python bench/speed_batch.py --resources --only drop`, and
+#: `python bench/triton_resources.py --arch sm90` for every variant) and their speed on an
+#: H100 (`python bench/device_check.py`: bf16, B4 H16 S4096 non-causal). The tuned tiles with
+#: dropout spilled (dK/dV at D 128, 64 x 128 on 8 warps: 392 bytes with the mask port, 896
+#: drawn; the drawn dQ's 128 x 64: 240, the mask port's 536-792 where it reads the mask element
+#: by element (rows not 16-byte aligned) or with 64-bit offsets; D 64's dK/dV 32 x 128: 816
+#: drawn). D 64: dK/dV 32 x 64 on 4 warps (216 / 255 registers, no spill where the mask tile is
+#: read in vectors) with the tier's dQ. D 128, mask port and drawn alike: dK/dV 32 x 64 on 4
+#: warps, 3.320 ms with the mask port and 5.270 drawn against 7.638 for 32 x 64 on 8 warps and
+#: 15.027 for the drawn 16 x 64 on 8 warps (the zero-spill tiles: 2.30x and 2.85x), though it
+#: spills where those did not: 8 bytes with the mask port read in vectors, 232-448 in the other
+#: aligned variants (drawn, 64-bit offsets, the mask read element by element; up to 272 in the
+#: dK-only and dV-only passes), within the aligned layouts' known spills (resources.KNOWN_SPILLS,
+#: engines/triton/resources.json; 272-776 unaligned); dQ 64 x 32 on 4 warps, drawn 5.820 ms
+#: against 6.529 for 128 x 32 on 8 warps (16 bytes where it reads the mask element by element;
+#: 64 x 64 on 8 warps spilled 288 there). The dQ kernel runs one stage with dropout
+#: (launch.DQ_MODIFIER_STAGES).
+_SM90_DROP_D64 = BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, num_stages_dq=1, tma=True)
+_SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=4, num_stages=3, num_warps_dq=4,
+                              num_stages_dq=1, tma=True)
+_SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
+                 128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128)}
+
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels and their shared memory;
     # engines/triton/resources.json has every variant's (sm90 spills in its unaligned and
@@ -144,11 +194,23 @@ ARCHS: dict[str, ArchConfigs] = {
     # either way, off.
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
         (64, BlockConfig(32, 128, 64, 64, score_rows=True, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
-                         dp_first=True,
+                         dp_first=True, **_SM90_DROPOUT[64],
                          banded=BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, tma=True,
-                                            dp_first=True))),
+                                            dp_first=True, **_SM90_DROPOUT[64]))),
         (128, BlockConfig(64, 128, 128, 64, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
-                          dp_first=True,
+                          dp_first=True, **_SM90_DROPOUT[128],
+                          # score modifiers (no dropout): dK/dV 32 x 64 on 4 warps, 1.02-1.13x
+                          # the tiles above with a bias, dBias, ALiBi slopes or a softcap on an
+                          # H100 (`python bench/speed_batch.py`, B4 H16 S4096 bf16 non-causal),
+                          # no spill where they spilled 192 bytes with the bias. dQ 64 x 64 on
+                          # 4 warps, 1.14-1.19x the tiles above (128 x 64 on 8 warps) on every
+                          # modifier row there (`python bench/device_check.py`: 2.948 against
+                          # 3.401 ms with a bias, 2.013 against 2.392 with ALiBi slopes, 2.420
+                          # against 2.882 with a softcap); it spills nothing with the bias read
+                          # in vectors, 104-472 bytes in the other aligned variants (ALiBi, 64-bit
+                          # offsets), within their known spills
+                          modifiers=BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3,
+                                                num_warps_dq=4, num_stages_dq=1, tma=True),
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,
@@ -159,7 +221,8 @@ ARCHS: dict[str, ArchConfigs] = {
                           # at D 128 causal
                           banded=BlockConfig(32, 64, 128, 64, score_rows=True, num_warps=4, num_stages=3,
                                              num_warps_dq=8, num_stages_dq=3, tma=True,
-                                             dp_first=True, atomic_dq=_SM90_ATOMIC_D128),
+                                             dp_first=True, atomic_dq=_SM90_ATOMIC_D128,
+                                             **_SM90_DROPOUT[128]),
                           atomic_dq=_SM90_ATOMIC_D128)),
         (192, BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
                           num_stages_dq=3, two_chunks=True, dp_first=True,
@@ -260,9 +323,10 @@ def shrink(cfg: BlockConfig) -> BlockConfig | None:
     """The next smaller config to try when a launch runs out of resources, or None."""
     if (cfg.num_stages > 1 or (cfg.num_stages_dq or 1) > 1 or cfg.dv_pass is not None
             or cfg.banded is not None or cfg.atomic_dq is not None
-            or cfg.pointer_loads is not None):
+            or cfg.pointer_loads is not None or cfg.switches() != (cfg,)):
         return replace(cfg, num_stages=1, num_stages_dq=None, dv_pass=None, banded=None,
-                       atomic_dq=None, pointer_loads=None)
+                       atomic_dq=None, pointer_loads=None, modifiers=None, dropout=None,
+                       drawn_dropout=None)
     blocks = (cfg.block_m1, cfg.block_n1, cfg.block_m2, cfg.block_n2)
     if max(blocks) <= MIN_BLOCK:
         return None

@@ -224,7 +224,7 @@ class TritonEngine(Engine):
                       f"{_tiles(L.cfg)}; this variant runs {_tiles(smaller)}", file=sys.stderr)
                 L = self._prepare(launcher, graph, tensors, smaller)
                 continue
-            if L.cfg not in (table, table.pointer_loads):   # (prepare's own switch)
+            if L.cfg not in table.switches():   # (prepare's own switches)
                 self._fitted[variant] = L.cfg
             return
 

@@ -191,6 +191,14 @@ def modifier_flags(graph: Graph) -> dict:
                 HAS_ALIBI="alibi_slopes" in graph.tensors)
 
 
+def dropout_form(graph: Graph) -> str | None:
+    """The graph's dropout: "port" (the dropout_mask port), "drawn" (the kernels draw the
+    mask), or None (no dropout)."""
+    if not graph.attributes.dropout_probability:
+        return None
+    return "drawn" if graph.asks_drawn_dropout else "port"
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything the three kernels of one backward are launched with; the stages below
@@ -213,6 +221,10 @@ class Launch:
     used: tuple = (None, None)   # used_lengths(): (seqused_q, seqused_kv) device tensors or None
     #: (seed, Philox offset) a DRAWN_DROPOUT launch draws its mask from (dropout_draw.py)
     draw: tuple[int, int] = (DEFAULT_SEED, DEFAULT_OFFSET)
+    #: the config the preprocess kernel runs with: the one prepare was given, before its
+    #: switches (BlockConfig.switches), so that a tier compiles one preprocess variant
+    #: whatever dQ tiles its modifier and dropout configs have; None: cfg's
+    preprocess_cfg: BlockConfig | None = None
 
     @property
     def variant(self) -> tuple:
@@ -329,7 +341,9 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     `kernels` names the kernels module (the engine's); `atomic_dq`: dQ from the dK pass with
     atomics (kernels.bwd_dkdv ATOMIC_DQ) instead of the dQ kernel; `tma` False keeps the
     pointer loads where descriptor_loads would allow descriptors (bench/compare_kernels.py).
-    A launch without descriptors runs cfg.pointer_loads where the config has one. `draw`:
+    A launch with score modifiers or dropout runs the config's own for them
+    (BlockConfig.for_scores), and one without descriptors then its pointer_loads where it
+    has one. `draw`:
     the (seed, offset) a graph with dropout and no mask port draws its mask from."""
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
@@ -339,6 +353,8 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     read = [tensors[p] for p in SCORE_TILE_PORTS if p in tensors]
     tensors = kernel_views(graph, tensors)
     vec = vec_for(tensors)
+    given = cfg
+    cfg = cfg.for_scores(modified(modifier_flags(graph)), dropout_form(graph))
     tiles = head_tiles(graph, cfg)
     # (the atomic-dQ launches keep the pointer loads they were measured with)
     descriptors = (descriptor_loads(graph, cfg, tiles, vec, tensors) and tma is not False
@@ -359,7 +375,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                         device=tensors["q"].device)
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
     return Launch(kernels_module(kernels), graph, cfg, vec, flags, tiles, ports, delta, ragged,
-                  mods, scratch, streamed, used, draw)
+                  mods, scratch, streamed, used, draw, preprocess_cfg=given)
 
 
 def band_flags(graph: Graph, tiles: Mapping[str, int]) -> dict:
@@ -420,9 +436,10 @@ def used_lengths(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
 
 
 def run_preprocess(L: Launch) -> None:
-    """Delta, over the dQ kernel's Q tiles with its options (the same with and without
-    descriptors: the pointer_loads configs differ in the dK/dV kernel only)."""
-    g, cfg, o, do = L.graph, L.cfg, L.ports["o"], L.ports["do"]
+    """Delta, over the dQ kernel's Q tiles with its options, those of the config prepare was
+    given (Launch.preprocess_cfg: the same with and without descriptors, the pointer_loads
+    configs differ in the dK/dV kernel only; and before the modifiers' or dropout's)."""
+    g, cfg, o, do = L.graph, L.preprocess_cfg or L.cfg, L.ports["o"], L.ports["do"]
     grid = math.ceil(g.S_q / cfg.block_m2) * g.B * g.H_q
     if grid == 0:   # a ragged batch whose q sequences are all empty
         return
