@@ -208,9 +208,11 @@ class ReportsItsThreads(S.TorchMathEngine):
         raise RuntimeError(f"threads={torch.get_num_threads()} omp={os.environ.get('OMP_NUM_THREADS')}")
 
 
-def test_workers_side_by_side_share_the_cores(tmp_path):
+def test_workers_side_by_side_share_the_cores(tmp_path, monkeypatch):
     """Two workers on one host each get half the cores (oversubscribed OpenMP threads spin
-    against each other: the float64 oracle ran 30x slower)."""
+    against each other: the float64 oracle ran 30x slower). The session's OMP_NUM_THREADS
+    (conftest) is left out, so a worker given no share would report torch's default."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     S.write_bundle(tmp_path / "bundles", "quick", "a", [S.case_of(n) for n in range(1, 5)])
     summary = run_level("quick", S.engine_ref(ReportsItsThreads), devices=["cpu", "cpu"],
                         bundles=tmp_path / "bundles", out=tmp_path / "out", config=S.LOOSE, repeat=1)
