@@ -227,17 +227,26 @@ def pid_exists(pid: int) -> bool:
 
 def start_cli(args: list[str], cwd: Path) -> "subprocess.Popen[str]":
     """`python -m bundlegen ARGS` as a terminal starts a foreground command, so a Ctrl-C
-    test's SIGINT reaches it. A process started with SIGINT ignored keeps ignoring it (a
-    shell starts its background jobs so, and Python then installs no KeyboardInterrupt
-    handler); the child would inherit that from a pytest launched so. A handled signal is
-    reset to its default across exec, so SIGINT is handled here while the child starts."""
+    test's SIGINT reaches it (popen_hearing_sigint)."""
     import subprocess
     import sys
 
+    return popen_hearing_sigint([sys.executable, "-m", "bundlegen", *args], cwd=cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def popen_hearing_sigint(argv: list[str], **kwargs) -> "subprocess.Popen":
+    """subprocess.Popen of a child that hears SIGINT, however this pytest was started. A
+    process started with SIGINT ignored keeps ignoring it (a shell starts its background
+    jobs so, and Python then installs no KeyboardInterrupt handler); the child would
+    inherit that from a pytest launched so, and a test's Ctrl-C (or a fixture stopping a
+    server with one) would wait out its timeout. A handled signal is reset to its default
+    across exec, so SIGINT is handled here while the child starts."""
+    import subprocess
+
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen([sys.executable, "-m", "bundlegen", *args], cwd=cwd,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(argv, **kwargs)
     finally:
         if before is not None:   # None: a handler set outside Python, which stays
             signal.signal(signal.SIGINT, before)

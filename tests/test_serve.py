@@ -57,9 +57,9 @@ def ws(tmp_path, monkeypatch):
 
 def start_server(ws, engine: str, *extra: str) -> tuple[subprocess.Popen, Path]:
     root, servers = ws
-    proc = subprocess.Popen([sys.executable, "-m", "bundlegen", "serve", "--engine", engine,
-                             "--device", "cpu", *extra], cwd=root, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = S.popen_hearing_sigint([sys.executable, "-m", "bundlegen", "serve", "--engine", engine,
+                                   "--device", "cpu", *extra], cwd=root, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
     servers.append(proc)
     line = proc.stdout.readline()   # printed once the workers are ready and the socket listens
     assert "listening on " in line, line + proc.stdout.read()
@@ -257,7 +257,7 @@ def test_a_server_that_stops_answering_is_abandoned_and_nothing_is_lost(ws, monk
     thaw.start()
     started = time.monotonic()
     try:
-        _, served, times = run(root, engine, "served", server=True, timeout_s=8, repeat=1)
+        _, served, times = run(root, engine, "served", server=True, timeout_s=3, repeat=1)
     finally:
         thaw.cancel()
         proc.send_signal(signal.SIGCONT)
