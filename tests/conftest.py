@@ -11,8 +11,8 @@ started with `bundlegen.engines.triton.aot.compile_env()`, which leaves it out.
 Every process of the session runs one OpenMP thread unless OMP_NUM_THREADS says
 otherwise: the suite runs many processes side by side (pytest-xdist's workers, the runs
 and servers tests start, their workers), each on small tensors, and OpenMP threads that
-outnumber the cores spin against each other (a quick torch-math run's cases took 90 s
-with two threads per process on a busy 2-core host, 6 s with one). torch reads it when
+outnumber the cores spin against each other (the 75 ragged cases of a quick torch-math
+run took 90 s with two threads on a busy 2-core host, 5 s with one). torch reads it when
 it is first imported, which is after this file; children inherit it. A run's workers
 side by side still get their share of the cores from the run itself (cpu_threads).
 """
