@@ -27,7 +27,7 @@ NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "out", "build", "dist", "*.
 #: `pip install bundlegen` without extras leaves it
 NOT_LENT = ("__editable__", "bundlegen", "_bundlegen", "__pycache__",
             "triton", "matplotlib", "mpl_toolkits", "pylab")
-#: a few of quick's bf16 cases (one shard of 16 of its 210): enough for the runs below, which
+#: a few of quick's bf16 cases (one shard of 16 of some 200): enough for the runs below, which
 #: show where a run writes and what an adopter's loop does; more cases would show nothing more
 A_FEW_BF16 = ["-k", "AX-DTYPE-BF16", "--shard", "1/16"]
 
