@@ -19,7 +19,7 @@ from bundlegen.claims.integrity import verify
 from bundlegen.claims.matrix import (compile_reports, default_columns, load_claim_sets, support_matrix_text,
                                      workspace_engines)
 from bundlegen.claims.overrides import override_section
-from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, read_claim_set
+from bundlegen.claims.store import CLAIMS_NAME, ClaimsError, claims_path, read_claim_set, write_claim_set
 from bundlegen.harness.config import EngineConfigError, load_engine_config
 
 DIFF_LINES = 40
@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--claims-root", type=Path, default=None,
                         help="directory holding <engine dir>/claims.json (default: the workspace's "
                              "engine config folders)")
+    parser.add_argument("--drop-retired", action="store_true",
+                        help="first drop from each engine's claims.json the claims, declines and notes of "
+                             "cases the bundles no longer hold (a changed plan retired them; case ids are "
+                             "content hashes, so every other claim still names the case its evidence ran)")
     parser.add_argument("--combinations", default=None, metavar="AXIS[=GLOB],...",
                         help="print, instead of writing the matrix, whether each engine serves the chosen "
                              "axes' values together, e.g. heads=gqa*,mask=window*,dtype (one row per "
@@ -64,6 +68,23 @@ def engine_toml_links(folders: dict[str, Path], output: Path, root: Path) -> dic
     return links
 
 
+def drop_retired(claim_sets: dict, folders: dict[str, Path], claims_root: Path | None, cases,
+                 root: Path) -> dict:
+    """The claim sets without the cases the bundles no longer hold, each changed one written
+    back to its claims.json (a line per engine says how many went)."""
+    known = lambda case_id: cases.level_of(case_id) is not None  # noqa: E731
+    kept = {}
+    for name, claim_set in sorted(claim_sets.items()):
+        kept[name] = held = claim_set.held_in(known)
+        if held == claim_set:
+            continue
+        gone = sum(len(ids) for ids in claim_set.claims.values()) - sum(len(ids) for ids in held.claims.values())
+        path = claims_path(name, claims_root) if claims_root is not None else folders[name] / CLAIMS_NAME
+        write_claim_set(path, held, inside=root)
+        print(f"matrix: {name}: dropped {gone} claims of retired cases from {path}")
+    return kept
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         workspace = require_workspace("matrix")
@@ -75,6 +96,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             claim_sets = {name: read_claim_set(folder / CLAIMS_NAME, name) for name, folder in folders.items()}
         cases = bundle_cases(bundles, manifest.plan, manifest.level_names)
+        if getattr(args, "drop_retired", False):
+            claim_sets = drop_retired(claim_sets, folders, args.claims_root, cases, workspace.root)
         configs = {name: load_engine_config(folder) for name, folder in folders.items()}
         combos = getattr(args, "combinations", None)    # callers building a Namespace may leave it out
         if combos is not None:
@@ -89,7 +112,8 @@ def main(args: argparse.Namespace) -> int:
                                            skip_rows={name: configs[name].skips for name in configs})
         text = text.rstrip("\n") + "\n" + override_section(configs, manifest, workspace.root) \
             if any(configs[name].overrides for name in configs) else text
-    except (ClaimsError, BundleError, WorkspaceError, EngineConfigError, CombinationError) as exc:
+    except (ClaimsError, BundleError, WorkspaceError, EngineConfigError, CombinationError,
+            safe_write.UnsafeWrite) as exc:
         print(f"matrix: {exc}")
         return 2
     output = workspace.matrix
@@ -108,7 +132,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"matrix: claims: {problem}")
         if problems:
             print("matrix: claims are not backed by the results they cite; harvest again "
-                  "(`bundlegen harvest RESULTS... --prune`) from complete runs")
+                  "(`bundlegen harvest RESULTS... --prune`) from complete runs, or, where the plan "
+                  "retired the cases they name, `bundlegen matrix --drop-retired`")
             failed = True
         if failed:
             return 1

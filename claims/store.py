@@ -21,7 +21,7 @@ their order: such evidence was harvested with 1 and is checked with 1 (LEGACY_MI
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -93,6 +93,15 @@ class ClaimSet:
 
     def not_claimed(self, arch: str) -> Mapping[str, str]:
         return self.unclaimed.get(arch, {})
+
+    def held_in(self, known) -> ClaimSet:
+        """This claim set without the claims, declines and unclaimed notes of cases for which
+        `known(case_id)` is false (cases a changed plan retired: ids are content hashes, so a
+        case still in the bundles is the case its evidence ran)."""
+        def keep(by_arch):
+            return {arch: {c: v for c, v in by_id.items() if known(c)} for arch, by_id in by_arch.items()}
+        return replace(self, claims={arch: frozenset(c for c in ids if known(c)) for arch, ids in self.claims.items()},
+                       declines=keep(self.declines), unclaimed=keep(self.unclaimed))
 
     def to_json(self) -> dict:
         out = {"version": CLAIMS_VERSION, "engine": self.engine,

@@ -219,3 +219,27 @@ def test_a_bundle_root_with_several_plans_needs_plan(tmp_path, capsys, monkeypat
     out = capsys.readouterr().out
     assert "several plans (other, sdpa_bwd): choose one with --plan" in out and len(out.splitlines()) == 1
     assert matrix_command.main(argparse.Namespace(check=False, bundles=None, plan="sdpa_bwd", claims_root=None)) == 0
+
+
+def test_drop_retired_removes_only_the_claims_of_cases_the_bundles_no_longer_hold(tmp_path, capsys, monkeypatch):
+    workspace(tmp_path, monkeypatch)
+    results, claimable = quick_run(tmp_path / "runs" / "flash.results.jsonl.gz")
+    _harvest([results])
+    path = claims_path("torch-flash")
+    held = read_claim_set(path, "torch-flash")
+    retired = "0123456789ab"    # a case a changed plan retired: in no bundle
+    claims = {"sm90": held.claims["sm90"] | {retired}}
+    unclaimed = {"sm90": {**held.unclaimed.get("sm90", {}), retired: "margin under the harvest rule"}}
+    write_claim_set(path, type(held)(held.engine, claims, held.declines, unclaimed, held.evidence))
+    matrix_command.main(_args())
+    rc, out = _check(capsys)
+    assert rc == 1 and f"1 claims name cases not in the bundles: {retired}" in out
+    assert "--drop-retired" in out
+
+    capsys.readouterr()
+    assert matrix_command.main(argparse.Namespace(**vars(_args()), drop_retired=True)) == 0
+    assert f"torch-flash: dropped 1 claims of retired cases from {path}" in capsys.readouterr().out
+    after = read_claim_set(path, "torch-flash")
+    assert after.claims["sm90"] == held.claims["sm90"] and len(held.claims["sm90"]) == len(claimable)
+    assert retired not in after.not_claimed("sm90")
+    assert _check(capsys)[0] == 0
