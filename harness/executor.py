@@ -212,16 +212,27 @@ class JoiningWorker:
 
 
 
+def crashed(result) -> bool:
+    """Any crash: under MPS a neighbour's fault ends every client's case."""
+    return result.verdict == V.CRASHED
+
+
+def out_of_device_memory(result) -> bool:
+    """A crash for want of device memory: beside other workers on the device, the memory
+    they held may be what was missing (a case that fits the device alone)."""
+    return result.verdict == V.CRASHED and "out of memory" in (result.detail or "").lower()
+
+
 def run_spread(executors: list[CaseExecutor], tallies: list[DeviceTally], cases: list[Case],
-                record: Callable, advance: Callable, hold_crashes: bool = False,
+                record: Callable, advance: Callable, hold_crashes: Callable | None = None,
                 join: Callable[[CaseExecutor], None] | None = None,
                 release_idle: bool = False) -> list[Case]:
     """One thread per executor (each drives its own worker process) takes the next case
     from the shared queue; results are recorded in the order they finish, under one lock
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
-    (their workers are killed when the executors close). `hold_crashes`: a crashed case is
-    not recorded but returned, in the order the crashes came (under MPS a neighbour's fault
-    crashes it too). `join`: what each executor does before its first case (one may still be
+    (their workers are killed when the executors close). `hold_crashes`: a result it holds
+    (`crashed`, `out_of_device_memory`) is not recorded but its case returned, in the order
+    they came, to run again alone (rerun_alone). `join`: what each executor does before its first case (one may still be
     starting). `release_idle`: a worker is stopped as soon as no case is left to hand it, so
     that its exit (a GPU context's teardown) overlaps the others' last cases instead of
     following them; a case held for a rerun starts a fresh one."""
@@ -249,7 +260,7 @@ def run_spread(executors: list[CaseExecutor], tallies: list[DeviceTally], cases:
                 with lock:
                     if stop.is_set():
                         return
-                    if hold_crashes and result.verdict == V.CRASHED:
+                    if hold_crashes is not None and hold_crashes(result):
                         held.append(case)
                     else:
                         record(result)
@@ -278,7 +289,7 @@ def run_spread(executors: list[CaseExecutor], tallies: list[DeviceTally], cases:
 def rerun_alone(executors: list[CaseExecutor], tallies: list[DeviceTally], cases: list[Case],
                  record: Callable, advance: Callable) -> None:
     """Run each of `cases` again in the first worker with every other worker stopped, and
-    record that result. Under MPS a fatal fault in one worker ends the cases of all the
+    record that result. Out of device memory beside other workers, a case may fit alone. Under MPS a fatal fault in one worker ends the cases of all the
     workers of that GPU, the server does not say whose fault it was, and it takes no new
     client until every client it served has gone: alone, a case that crashes again crashed
     by itself, and one that passes was only a neighbour's victim."""

@@ -17,7 +17,8 @@ from bundlegen.harness.config import EngineConfig, checked_for_run
 from bundlegen.harness.config import EngineConfig
 from bundlegen.harness.case import predicted_seconds
 from bundlegen.harness.executor import (CaseExecutor, DeviceTally, JoiningWorker, first_ready,
-                                        longest_first, prepared_graphs, rerun_alone, run_spread)
+                                        crashed, longest_first, out_of_device_memory, prepared_graphs, rerun_alone,
+                                        run_spread)
 from bundlegen.harness.progress import Progress
 from bundlegen.harness.selection import in_shard, selection, shuffled
 from bundlegen.harness.stale_skips import stale_skips, without_skips
@@ -91,6 +92,15 @@ class RunSummary:
             for verdict, n in s.counts.items():
                 total[verdict] = total.get(verdict, 0) + n
         return total
+
+
+def crash_hold(mps: bool, workers: list[str]):
+    """Which crashed cases a spread run holds back to run again alone: under MPS every crash
+    (a neighbour's fault ends them all); where workers share a device, those out of device
+    memory (what the neighbours held may be what was missing); else none."""
+    if mps:
+        return crashed
+    return out_of_device_memory if len(set(workers)) < len(workers) else None
 
 
 def run_level(level: str, engine: str, *, device: str | None = None, out: Path | str | None = None,
@@ -282,7 +292,7 @@ def run_level(level: str, engine: str, *, device: str | None = None, out: Path |
                                             skip_shared=not switches.turned_off(SHARED_PREPARE_SWITCH))
                     order = todo if shuffle is not None else longest_first(todo, workers[0], manifest, executor.engine_name)
                     held = run_spread(executors, per_device, order,
-                                      count, advance, hold_crashes=mps, join=joining,
+                                      count, advance, hold_crashes=crash_hold(mps, workers), join=joining,
                                       # a served worker is the server's to keep
                                       release_idle=session is None and early_exits)
                     prepare_problem = prepare_problem or joining.problem

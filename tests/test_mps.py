@@ -19,8 +19,8 @@ from bundlegen.cli import main
 from bundlegen.harness.workers import mps
 from bundlegen.harness import verdicts as V
 from bundlegen.harness.results import read_results, read_run_times
-from bundlegen.harness.executor import DeviceTally, rerun_alone, run_spread
-from bundlegen.harness.level import run_level
+from bundlegen.harness.executor import DeviceTally, crashed, rerun_alone, run_spread
+from bundlegen.harness.level import crash_hold, run_level
 from tests import harness_support as S
 
 #: where CrashesOnce keeps its state (the workers inherit the test's environment)
@@ -216,7 +216,7 @@ def test_a_held_crash_runs_again_in_the_first_worker_once_the_others_are_stopped
     assert tallies[0].cases == 2 and tallies[1].cases == tallies[2].cases == 0
 
 
-@pytest.mark.parametrize("hold", [True, False])
+@pytest.mark.parametrize("hold", [crashed, None])
 def test_the_spread_holds_back_crashes_only_when_asked(hold):
     log, recorded = [], []
     crashes = {"b": V.CRASHED}
@@ -226,6 +226,14 @@ def test_the_spread_holds_back_crashes_only_when_asked(hold):
                        [_case(c) for c in "abc"], recorded.append, lambda label: None, hold_crashes=hold)
     assert sorted(r.case for r in recorded) == (["a", "c"] if hold else ["a", "b", "c"])
     assert [c.id for c in held] == (["b"] if hold else [])
+
+
+def test_workers_sharing_a_device_hold_back_only_the_crashes_out_of_device_memory():
+    oom = SimpleNamespace(verdict=V.CRASHED, detail="materialize raised OutOfMemoryError: CUDA out of memory.")
+    other = SimpleNamespace(verdict=V.CRASHED, detail="engine.run raised ValueError: bad stride")
+    assert crash_hold(False, ["cuda:0", "cuda:0"])(oom) and not crash_hold(False, ["cuda:0", "cuda:0"])(other)
+    assert crash_hold(False, ["cuda:0", "cuda:1"]) is None and crash_hold(False, ["cuda:0"]) is None
+    assert crash_hold(True, ["cuda:0", "cuda:0"])(other)
 
 
 def test_a_worker_that_cannot_start_under_mps_says_what_the_daemon_logged(tmp_path, monkeypatch, control):
