@@ -245,11 +245,11 @@ def _check_cpu_budget(plan: Plan, kept_base: list[Case], added_quick: list[L.Cos
     lowest = plan.levels[0]
     if lowest.cpu_budget_seconds is None:
         return
-    base = sum(cost_model.predict_terms(cost_model.terms(c.graph), "cpu", plan.cost_model,
-                                        probe=c.expected_rejection is not None
-                                        and c.expected_rejection.by != "device").predicted_s
-               for c in kept_base if c.level == lowest.name)
-    total = base + sum(c.cpu_seconds for c in added_quick) + plan.cost_model["cpu"].run_start_s
+    base = [cost_model.predict_terms(cost_model.terms(c.graph), "cpu", plan.cost_model,
+                                     probe=c.expected_rejection is not None
+                                     and c.expected_rejection.by != "device").predicted_s
+            for c in kept_base if c.level == lowest.name]
+    total = L.cpu_run_wall(base + [c.cpu_seconds for c in added_quick], lowest, plan.cost_model["cpu"].run_start_s)
     if total > lowest.cpu_budget_seconds:
         raise PlanError(f"plan {plan.name!r}: level '{lowest.name}' with the added cases is predicted at "
                         f"{total:.1f} s on the cpu class, over its cpu budget of {lowest.cpu_budget_seconds:g} s: "

@@ -193,11 +193,12 @@ def _repair_drafts(plan: Plan, space: str, suite_item: str, level: str, rows: li
 
 
 def cpu_run_seconds(plan: Plan, level: str, cases, cpu: dict[str, float]) -> float:
-    """A whole `bundlegen run --level` on the cpu class: the level's cases and lower ones,
-    and the run's start."""
-    upto = [lv.name for lv in plan.levels]
-    upto = set(upto[: upto.index(level) + 1])
-    return sum(cpu[c.id] for c in cases if c.level in upto) + plan.cost_model["cpu"].run_start_s
+    """A whole `bundlegen run --level` on the cpu class: the level's cases and lower ones over
+    its workers, and the run's start (levels.cpu_run_wall)."""
+    names = [lv.name for lv in plan.levels]
+    upto = set(names[: names.index(level) + 1])
+    return levels.cpu_run_wall([cpu[c.id] for c in cases if c.level in upto], plan.levels[names.index(level)],
+                               plan.cost_model["cpu"].run_start_s)
 
 
 def _check_cpu_budgets(plan: Plan, cases, cpu: dict[str, float]) -> None:

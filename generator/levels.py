@@ -46,6 +46,12 @@ def costed(case_id: str, entry: str, min_level: str, graph, probe: bool,
                   predict("cpu", 1).predicted_s, predict("h200", 1).predicted_s), h200
 
 
+def cpu_run_wall(seconds: list[float], level: Level, start_s: float) -> float:
+    """The wall time of a CPU run of these case seconds: spread over the level's workers
+    (no shorter than its longest case), plus the run's start."""
+    return max(sum(seconds) / level.cpu_workers, max(seconds, default=0.0)) + start_s
+
+
 def fits(level: Level, c: Costed) -> bool:
     """The per-case ceilings bound a case's size: one engine run of it (a deterministic-mode
     case's re-runs count in the level's budgets instead)."""

@@ -445,7 +445,8 @@ class Level:
     """Per-case ceilings (h200 prediction) and the cumulative budget of this level and every
     lower one, of which `reserve` is kept free. `per_case_cpu_seconds` and
     `cpu_budget_seconds` (quick only) keep the level runnable by CI on a CPU: each case, and
-    the whole `bundlegen run` of the level (its cases and the run's start), on the cpu class."""
+    the whole `bundlegen run` of the level (its cases spread over `cpu_workers` workers, and
+    the run's start), on the cpu class."""
     name: str
     per_case_seconds: float
     per_case_bytes: int
@@ -453,6 +454,7 @@ class Level:
     reserve: float = 0.05
     per_case_cpu_seconds: float | None = None
     cpu_budget_seconds: float | None = None
+    cpu_workers: int = 1          # the workers a CPU run of the level spreads its cases over
     pair_scope: str = "all"       # values | core | all: the coverage this level must prove
 
 
