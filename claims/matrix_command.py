@@ -68,6 +68,10 @@ def engine_toml_links(folders: dict[str, Path], output: Path, root: Path) -> dic
     return links
 
 
+def _entries(by_arch) -> int:
+    return sum(len(ids) for ids in by_arch.values())
+
+
 def drop_retired(claim_sets: dict, folders: dict[str, Path], claims_root: Path | None, cases,
                  root: Path) -> dict:
     """The claim sets without the cases the bundles no longer hold, each changed one written
@@ -78,10 +82,11 @@ def drop_retired(claim_sets: dict, folders: dict[str, Path], claims_root: Path |
         kept[name] = held = claim_set.held_in(known)
         if held == claim_set:
             continue
-        gone = sum(len(ids) for ids in claim_set.claims.values()) - sum(len(ids) for ids in held.claims.values())
         path = claims_path(name, claims_root) if claims_root is not None else folders[name] / CLAIMS_NAME
         write_claim_set(path, held, inside=root)
-        print(f"matrix: {name}: dropped {gone} claims of retired cases from {path}")
+        print(f"matrix: {name}: dropped {_entries(claim_set.claims) - _entries(held.claims)} claims and "
+              f"{_entries(claim_set.declines) + _entries(claim_set.unclaimed) - _entries(held.declines) - _entries(held.unclaimed)} "
+              f"declines and notes of retired cases from {path}")
     return kept
 
 

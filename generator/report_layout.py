@@ -105,7 +105,8 @@ def cpu_line(g: GeneratedPlan) -> str:
     run = cpu_run_seconds(plan, first.name, g.cases, g.cpu_seconds)
     budget = "" if first.cpu_budget_seconds is None else f" of its {first.cpu_budget_seconds:g} s budget"
     return (f"{first.name} on the cpu class: a run predicted at {run:.1f} s{budget} (cases "
-            f"{sum(g.cpu_seconds[c.id] for c in quick):.1f} s over {first.cpu_workers} worker(s), start {plan.cost_model['cpu'].run_start_s:.1f} s); "
+            f"{sum(g.cpu_seconds[c.id] for c in quick):.1f} s over {first.cpu_workers} worker(s), "
+            f"start {plan.cost_model['cpu'].run_start_s:.1f} s); "
             f"largest case {worst:.2f} s (ceiling {first.per_case_cpu_seconds:g} s, one run); {len(repeated)} "
             f"deterministic-mode cases {sum(g.cpu_seconds[c.id] for c in repeated):.1f} s with their re-runs")
 

@@ -232,8 +232,8 @@ def run_spread(executors: list[CaseExecutor], tallies: list[DeviceTally], cases:
     (one writer). Ctrl-C: no further case is handed out, the cases in flight are dropped
     (their workers are killed when the executors close). `hold_crashes`: a result it holds
     (`crashed`, `out_of_device_memory`) is not recorded but its case returned, in the order
-    they came, to run again alone (rerun_alone). `join`: what each executor does before its first case (one may still be
-    starting). `release_idle`: a worker is stopped as soon as no case is left to hand it, so
+    they came, to run again alone (rerun_alone). `join`: what each executor does before its
+    first case (one may still be starting). `release_idle`: a worker is stopped as soon as no case is left to hand it, so
     that its exit (a GPU context's teardown) overlaps the others' last cases instead of
     following them; a case held for a rerun starts a fresh one."""
     lock = threading.Lock()
@@ -289,8 +289,8 @@ def run_spread(executors: list[CaseExecutor], tallies: list[DeviceTally], cases:
 def rerun_alone(executors: list[CaseExecutor], tallies: list[DeviceTally], cases: list[Case],
                  record: Callable, advance: Callable) -> None:
     """Run each of `cases` again in the first worker with every other worker stopped, and
-    record that result. Out of device memory beside other workers, a case may fit alone. Under MPS a fatal fault in one worker ends the cases of all the
-    workers of that GPU, the server does not say whose fault it was, and it takes no new
+    record that result. Out of device memory beside other workers, a case may fit alone.
+    Under MPS a fatal fault in one worker ends the cases of all the workers of that GPU, the server does not say whose fault it was, and it takes no new
     client until every client it served has gone: alone, a case that crashes again crashed
     by itself, and one that passes was only a neighbour's victim."""
     first = executors[0]

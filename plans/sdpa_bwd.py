@@ -1362,7 +1362,7 @@ LEVELS = (
     # on a 2-core CPU in under two minutes (CPU_QUICK_BUDGET_S), one worker per core as the
     # main job and the CPU lanes run it
     Level("quick", per_case_seconds=0.25, per_case_bytes=16 * MiB, budget_seconds=20.0,
-          per_case_cpu_seconds=1.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, cpu_workers=2, pair_scope="values"),
+          per_case_cpu_seconds=10.0, cpu_budget_seconds=CPU_QUICK_BUDGET_S, cpu_workers=2, pair_scope="values"),
     Level("pr", per_case_seconds=1.0, per_case_bytes=256 * MiB, budget_seconds=120.0, pair_scope="core"),
     Level("nightly", per_case_seconds=10.0, per_case_bytes=8 * GiB, budget_seconds=900.0, pair_scope="all"),
     Level("full", per_case_seconds=120.0, per_case_bytes=64 * GiB, budget_seconds=3600.0, pair_scope="all"),
@@ -1389,12 +1389,18 @@ COST_MODEL = {
                              launch_s=778e-6, check_bytes_per_s=1e12, rerun_s=88.1e-6,
                              check_s=0.00277, ordinary_runs=2, requested_runs=50,
                              program_s=0.0),
-    "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=274e6,
-                            bytes_per_s=4.93e6, overhead_s=0.12,
-                            run_start_s=2.62, ordinary_runs=1, requested_runs=2),
-    "cpu/torch-math": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=274e6,
-                                       bytes_per_s=4.93e6, overhead_s=0.12,
-                                       run_start_s=2.62, ordinary_runs=2, requested_runs=3),
+    "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=21.6e9,
+                            bytes_per_s=769e6, overhead_s=0.00153,
+                            run_start_s=4.2, ordinary_runs=1, requested_runs=2,
+                            materialize_s=0.00125, oracle_s=0.00288, tile_s=0.00901,
+                            launch_s=0.0, program_s=0.0131, check_bytes_per_s=105e6,
+                            rerun_s=0.015, check_s=0.00126),
+    "cpu/torch-math": CostCoefficients(engine_flops_per_s=26.1e9, oracle_flops_per_s=13.3e9,
+                                       bytes_per_s=309e6, overhead_s=0.00186,
+                                       run_start_s=1.88, ordinary_runs=2, requested_runs=3,
+                                       materialize_s=0.00118, oracle_s=0.00412, tile_s=0.0,
+                                       launch_s=460e-6, program_s=12.8e-6, check_bytes_per_s=112e6,
+                                       rerun_s=699e-6, check_s=0.00135),
     "h200/torch-flash": CostCoefficients(engine_flops_per_s=331e12, oracle_flops_per_s=20.8e12,
                                          bytes_per_s=57.1e9, overhead_s=0.00179,
                                          run_start_s=3.9, ordinary_runs=1,
@@ -1455,6 +1461,12 @@ COST_MEASURED = {
          ("pr", 506, 29.04, 25.81),
          ("nightly", 273, 13.22, 14.15),
          ("full", 20, 1.94, 1.83))),
+    "cpu": Measured(
+        "out/cal-cpu-1 out/cal-cpu-2",
+        (("quick", 352, 69.22, 80.96),)),
+    "cpu/torch-math": Measured(
+        "out/cal-tm",
+        (("quick", 351, 5.55, 5.51),)),
 }
 CPU_CASE_LIMIT_S = 30.0     # the harness skips a case on CPU when predict(graph, "cpu") exceeds it
 

@@ -144,6 +144,14 @@ def test_trim_rule_keeps_the_only_cover_of_a_unit():
     assert got == {"a": "quick", "b": "pr", "c": "quick", "d": "quick"}
 
 
+def test_a_cpu_run_spreads_its_cases_over_the_levels_workers():
+    two = dataclasses.replace(sdpa_bwd.LEVELS[0], cpu_workers=2)
+    assert levels.cpu_run_wall([1.0, 1.0, 1.0, 1.0], two, 0.5) == 2.5            # 4 s over 2 workers
+    assert levels.cpu_run_wall([3.0, 0.5, 0.5], two, 0.5) == 3.5                  # its longest case bounds it
+    assert levels.cpu_run_wall([1.0, 1.0], dataclasses.replace(two, cpu_workers=1), 0.0) == 2.0
+    assert levels.cpu_run_wall([], two, 0.5) == 0.5
+
+
 def test_a_case_that_fits_no_level_names_its_entry():
     with pytest.raises(PlanError, match="entry huge: fits no level"):
         levels.assign([_costed("huge", 1000.0)], LEVELS)

@@ -238,7 +238,8 @@ def test_drop_retired_removes_only_the_claims_of_cases_the_bundles_no_longer_hol
 
     capsys.readouterr()
     assert matrix_command.main(argparse.Namespace(**vars(_args()), drop_retired=True)) == 0
-    assert f"torch-flash: dropped 1 claims of retired cases from {path}" in capsys.readouterr().out
+    assert f"torch-flash: dropped 1 claims and 1 declines and notes of retired cases from {path}" \
+        in capsys.readouterr().out
     after = read_claim_set(path, "torch-flash")
     assert after.claims["sm90"] == held.claims["sm90"] and len(held.claims["sm90"]) == len(claimable)
     assert retired not in after.not_claimed("sm90")

@@ -118,3 +118,27 @@ def test_kernels_compute_the_same_bits_without_the_dead_checks(monkeypatch):
         builder.options = off
     for port, bits in outputs[0].items():
         assert torch.equal(bits, outputs[1][port]), port
+
+
+class _Handle:
+    def __init__(self, data):
+        self.data = data
+
+
+def test_a_scalar_held_as_a_one_element_array_is_an_index():
+    """A Triton whose interpreter holds scalars as one-element 1-D arrays (3.6) failed every
+    `range()` over a computed bound under numpy 2.4; the patch scope's `__index__` reads the
+    element, and the scope's restore puts Triton's own back."""
+    import numpy as np
+
+    scope = I._LangPatchScope()
+    before = tl.core.tensor.__dict__.get("__index__")
+    assert interpreter_patch.index_from_one_element(scope)
+    scalar = tl.core.tensor.__new__(tl.core.tensor)
+    scalar.handle = _Handle(np.array([7], dtype=np.int32))
+    assert range(scalar) == range(7)
+    scalar.handle = _Handle(np.array(5, dtype=np.int64))
+    assert list(range(1, scalar)) == [1, 2, 3, 4]
+    scope.restore()
+    assert tl.core.tensor.__dict__.get("__index__") is before
+    assert not interpreter_patch.index_from_one_element(object())

@@ -22,6 +22,12 @@ goes to `device_assert`, which does nothing unless `debug` is on; the interprete
 never turn it on. A compiled kernel drops those dead operations; the interpreter ran them
 all (28 % of the engine's CPU seconds on eight of the quick level's slowest cases). The
 kernels' own values are computed by the same operations either way.
+
+Each patch also reads a scalar tensor's index from its one element (index_from_one_element):
+the interpreter holds a kernel's scalars as one-element 1-D arrays, and a Triton that turns
+them into a Python int with `int(array)` (3.6) fails under numpy 2.4, which converts only
+0-d arrays; every `range()` over a computed bound then raised. Later Triton squeezes the
+array first, which is what this does.
 """
 from __future__ import annotations
 
@@ -52,6 +58,23 @@ def _languages(fn) -> frozenset[int]:
         wanted = {id(tl), id(tl.core)}
         found = _seen[id(space)] = frozenset(id(v) for v in space.values() if id(v) in wanted)
     return found
+
+
+def _one_element_index(self) -> int:
+    data = self.handle.data
+    return int(data.reshape(()) if getattr(data, "size", 0) == 1 else data)
+
+
+def index_from_one_element(scope) -> bool:
+    """Set, through Triton's patch scope (so its restore undoes it), the tensor's `__index__`
+    to read a one-element array's element (the module docstring); False where the scope is
+    not the kind this expects."""
+    import triton.language as tl
+
+    if not callable(getattr(scope, "set_attr", None)):
+        return False
+    scope.set_attr(tl.core.tensor, "__index__", _one_element_index)
+    return True
 
 
 def skip_dead_overflow_checks(builder) -> bool:
@@ -91,6 +114,7 @@ def install() -> bool:
         if _launches and langs and langs <= _launches[-1]:
             return _NoScope()
         scope = patch(fn)
+        index_from_one_element(scope)
         if _launches:
             _launches[-1].update(langs)
         return scope
