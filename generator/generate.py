@@ -110,10 +110,7 @@ def build(plan: Plan | None = None) -> GeneratedPlan:
         gaps = [p for ps in proofs.values() for p in ps if not p.complete]
         if not gaps:
             break
-        for proof in gaps:   # the trim rule had to move a needed case up: repair at that level
-            rows = pairs.repair_rows(spaces[proof.space], proof.missing, proof.scope)
-            drafts += _repair_drafts(plan, proof.space, _coverage_item(plan, proof.scope, proof.space),
-                                     proof.level, rows)
+        drafts += _gap_repairs(plan, spaces, gaps)
 
     _check_cpu_budgets(plan, cases, cpu)
     illegal = {space: pairs.illegal_units(legality, "all") for space, legality in spaces.items()}
@@ -262,6 +259,21 @@ def _suites(plan: Plan):
     out = [(PADDED, s) for s in plan.padded.pair_suites]
     if plan.ragged is not None:
         out += [(ragged.SPACE, s) for s in plan.ragged.pair_suites]
+    return out
+
+
+def _gap_repairs(plan: Plan, spaces: dict, gaps: list) -> list[Draft]:
+    """The trim rule had to move a needed case up: repair each gap at its level. The gaps come
+    in level order; a unit a lower level's repair row holds is no gap above it (a level
+    includes every lower one), so no two repairs draft the same row."""
+    out: list[Draft] = []
+    rows_of: dict[str, list] = {}       # this round's repair rows per space
+    for proof in gaps:
+        legality, earlier = spaces[proof.space], rows_of.setdefault(proof.space, [])
+        held = pairs.covered_units(legality, earlier, proof.scope)
+        rows = pairs.repair_rows(legality, [u for u in proof.missing if u not in held], proof.scope)
+        earlier += rows
+        out += _repair_drafts(plan, proof.space, _coverage_item(plan, proof.scope, proof.space), proof.level, rows)
     return out
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from bundlegen.generator import build, build_default
 from bundlegen.generator.expand import graph_of
+from bundlegen.generator.ragged import item as ragged_item
 from bundlegen.generator.report import render as render_report
 from bundlegen.generator.spec_recover import spec_of_graph
 from bundlegen.graph import dense_graph, with_modifiers
@@ -45,12 +46,35 @@ def test_each_modifier_has_claim_cases_at_each_level(generated, level, modifier)
     assert cases, (level, modifier)
 
 
+def _longest(focus, axis) -> int:
+    """The longest sequence of the lengths a focused-pairs declaration names (or the axis default)."""
+    names = {axis.default, *focus.subjects.get(axis.name, ()), *focus.partners.get(axis.name, ())}
+    if axis.name == "seq":
+        return max(max(sdpa_bwd.SEQS[n].S_q, sdpa_bwd.SEQS[n].S_kv) for n in names)
+    return max(max(*sdpa_bwd.RAGGED_LENGTHS[n].q, *sdpa_bwd.RAGGED_LENGTHS[n].kv_lengths) for n in names)
+
+
 def test_quick_modifier_cases_are_small(generated):
+    """Quick's modifier cases of the value suites and shapes are few and small; the focused
+    rows at quick (issue 58: the newest values pairwise) are no longer than the lengths their
+    declaration names (a rule may complete a row with other, legal lengths), and D stays within 64."""
     quick = [c for c in generated.cases if c.level == "quick" and c.purpose != "probe" and c.graph.modifiers]
-    padded = [c for c in quick if c.graph.ragged is None]
-    assert 5 <= len(padded) <= 20 and len(quick) - len(padded) <= 8   # ragged: one per modifiers value
+    focus = {f.item: f for f in sdpa_bwd.FOCUS if f.level == "quick"}
+    rows = [c for c in quick if set(c.items) & set(focus)]
+    others = [c for c in quick if c not in rows]
+    padded = [c for c in others if c.graph.ragged is None]
+    # ragged: one per modifiers value
+    assert 5 <= len(padded) <= 20 and len(others) - len(padded) <= len(sdpa_bwd.RAGGED_MODIFIER_SETS)
+    for c in others:
+        assert c.graph.S_q <= 128 and c.graph.S_kv <= 128, c.id
+    assert rows
+    lengths = {False: next(a for a in sdpa_bwd.AXES if a.name == "seq"),
+               True: next(a for a in sdpa_bwd.RAGGED_AXES if a.name == "lengths")}
+    for c in rows:
+        f, = (focus[i] for i in c.items if i in focus)
+        assert max(c.graph.S_q, c.graph.S_kv) <= _longest(f, lengths[c.graph.ragged is not None]), c.id
     for c in quick:
-        assert c.graph.S_q <= 128 and c.graph.S_kv <= 128 and c.graph.D_qk <= 64, c.id
+        assert c.graph.D_qk <= 64, c.id
 
 
 def test_alibi_cases_carry_their_bias_values(generated):
@@ -105,13 +129,19 @@ def test_a_modifier_case_spec_is_recovered_from_its_graph(generated):
 
 
 def test_the_report_names_the_values_later_passes_added(generated):
-    """The ragged modifiers axis joined a later pass: the dry-run report lists its values
-    under that pass, below the pair proofs that hold them."""
+    """The ragged modifiers axis joined a later pass, two of its values a pass after it: the
+    dry-run report lists each value under the pass it joined, below the pair proofs that hold them."""
     lines = render_report(generated).splitlines()
-    later = [ln for ln in lines if ln.startswith("  ragged pass 2 added: ")]
-    at = lines.index(later[0]) if later else 0
-    folded = [later[0], *(ln for ln in lines[at + 1:at + 6] if ln.startswith("      "))] if later else []
-    assert later and "modifiers=" + ", ".join(sdpa_bwd.RAGGED_MODIFIER_SETS) in " ".join(" ".join(folded).split())
+    axis = next(a for a in sdpa_bwd.RAGGED_AXES if a.name == "modifiers")
+    passes = sorted({axis.value_pass(v) for v in axis.values})
+    assert len(passes) > 1
+    for joined in passes:
+        later = [ln for ln in lines if ln.startswith(f"  ragged pass {joined} added: ")]
+        at = lines.index(later[0]) if later else 0
+        folded = [later[0], *(ln for ln in lines[at + 1:at + 6] if ln.startswith("      "))] if later else []
+        named = [part.strip() for part in " ".join(" ".join(folded).split()).split(";")]
+        values = ", ".join(v for v in axis.values if axis.value_pass(v) == joined)
+        assert later and "modifiers=" + values in [p.split(": ", 1)[-1] for p in named], (joined, named)
     proof = [ln for ln in lines if ln.startswith("  pr: ragged all-pairs (core axes): ")]
     assert proof and "MISSING" not in proof[0]
 
@@ -121,9 +151,9 @@ def test_ragged_modifier_cases_pair_with_every_core_value(generated):
     core = [a for a in sdpa_bwd.RAGGED_AXES if a.core and a.name != "modifiers"]
     pr = [c for c in generated.cases if c.level in ("quick", "pr") and c.graph.ragged is not None]
     for value in sdpa_bwd.RAGGED_MODIFIER_SETS:
-        item = f"AX-RAGGED-MODIFIERS-{value.upper()}"
+        item = ragged_item("modifiers", value)
         held = {i for c in pr if item in c.items for i in c.items}
         for axis in core:
             for v in axis.values:
-                other = "AX-RAGGED-" + f"{axis.name}-{v}".upper().replace("_", "-")
+                other = ragged_item(axis.name, v)
                 assert other in held, (item, other)

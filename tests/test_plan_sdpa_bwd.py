@@ -92,7 +92,9 @@ def test_every_value_of_every_axis_appears_at_quick(generated):
 
 def test_axes_cover_the_issue_values():
     axes = {a.name: a for a in sdpa_bwd.AXES}
-    assert set(axes["dtype"].values) == {"bf16", "fp16"}
+    # fp32 io joined with the port forms (issue 58), after the pair suites' first rows
+    assert set(axes["dtype"].values) == {"bf16", "fp16", "fp32"}
+    assert {v for v in axes["dtype"].values if axes["dtype"].value_pass(v) == 0} == {"bf16", "fp16"}
     seqs = [sdpa_bwd.SEQS[v] for v in axes["seq"].values]
     lengths = {s.S_q for s in seqs} | {s.S_kv for s in seqs}
     assert {1, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256} <= lengths
