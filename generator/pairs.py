@@ -65,11 +65,28 @@ def unit_pass(legality: Legality, unit: tuple) -> int:
     return max(axes[legality.position[a]].value_pass(v) for a, v in unit)
 
 
+#: propose()'s rows by what they depend on (the space's axes and rules, the allowed values,
+#: the rows already tested, n): a process that builds plans differing only in their levels,
+#: costs or entries (a calibration, the tests) asks allpairspy, most of a build's time, once
+_PROPOSED: dict[tuple, tuple[Combo, ...]] = {}
+_PROPOSED_KEPT = 32
+
+
 def propose(legality: Legality, label: str, allowed: dict[int, list[int]], tested: list[Combo] = (),
             n: int = 2) -> list[Combo]:
     """allpairspy's rows covering the n-way combinations of the `allowed` value indices
     (axis position -> indices), every other axis at its default, legal rows only (its
     coverage is not trusted: callers prove it)."""
+    key = (repr(legality.space.axes), repr(legality.space.rules),
+           tuple((p, tuple(v)) for p, v in allowed.items()), tuple(tested), n)
+    if key not in _PROPOSED:
+        if len(_PROPOSED) >= _PROPOSED_KEPT:
+            _PROPOSED.pop(next(iter(_PROPOSED)))
+        _PROPOSED[key] = tuple(_propose(legality, label, allowed, tested, n))
+    return list(_PROPOSED[key])
+
+
+def _propose(legality: Legality, label: str, allowed: dict[int, list[int]], tested, n: int) -> list[Combo]:
     # largest axes first: allpairspy re-weighs every value of an axis against the values
     # already chosen in the row, so this order does the least work (and gives fewer rows)
     positions = list(allowed)

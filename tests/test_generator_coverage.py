@@ -14,7 +14,7 @@ from bundlegen.generator.generate import _proofs
 from bundlegen.generator.legality import Legality
 from bundlegen.workspace import builtin_bundle_root
 from bundlegen.plans import sdpa_bwd
-from bundlegen.plans.records import Level
+from bundlegen.plans.records import Axis, Level, Rule, Space
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,23 @@ def test_repair_rows_cover_every_missing_pair(generated, legality):
     repaired = pairs.repair_rows(legality, missing, suite.scope)
     assert all(legality.is_legal(r) for r in repaired)
     assert pairs.prove(legality, suite.level, suite.scope, thinned + repaired).complete
+
+
+def test_proposed_rows_are_reused_only_for_the_same_space():
+    """propose() remembers its rows (a build with other levels or costs reuses them): a space
+    with a rule more, or another value, is proposed afresh and its rows follow it."""
+    axes = tuple(Axis(n, n, ("a", "b", "c"), "a", core=True) for n in ("x", "y", "z"))
+    free = Space("padded", axes, (), "AXIS-VALUES", ())
+    ruled = dataclasses.replace(free, rules=(Rule("no-bb", "x b needs y a or c", when={"x": ("b",)},
+                                                  require={"y": ("a", "c")}),))
+    allowed = {p: [0, 1, 2] for p in range(3)}
+    first = pairs.propose(Legality(free), "t", allowed)
+    assert ("b", "b") in {r[:2] for r in first}
+    assert pairs.propose(Legality(free), "t", allowed) == first
+    kept = pairs.propose(Legality(ruled), "t", allowed)
+    assert kept and ("b", "b") not in {r[:2] for r in kept}
+    renamed = dataclasses.replace(free, axes=(dataclasses.replace(axes[0], values=("a", "b", "e")),) + axes[1:])
+    assert {r[0] for r in pairs.propose(Legality(renamed), "t", allowed)} == {"a", "b", "e"}
 
 
 def test_the_universe_is_exactly_the_pairs_some_legal_combination_holds(legality):
