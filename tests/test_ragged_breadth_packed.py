@@ -33,20 +33,28 @@ def _spec(layout, H=2, H_k=2, H_v=2, D=16, D_v=16, lengths=Lengths((5, 9), (5, 9
 
 
 # ----------------------------------------------------------------------------- breadth
+def _rules_of(axes) -> tuple:
+    """The ragged rules an earlier plan of these axes had: every axis they read is there and
+    their condition names a value it has."""
+    values = {a.name: set(a.values) for a in axes}
+    return tuple(r for r in sdpa_bwd.RAGGED_RULES if set(r.axes) <= set(values)
+                 and all(set(vals) & values[ax] for ax, vals in r.when.items()))
+
+
 def test_later_ragged_values_keep_every_earlier_case_id(generated):
     """The breadth values join the ragged suites in a later pass: the plan without them
     gives case ids that all stay in the plan with them."""
-    later = {"heads": sdpa_bwd.RAGGED_LATER_HEADS, "head_dims": sdpa_bwd.RAGGED_LATER_HEAD_DIMS,
-             "storage": sdpa_bwd.RAGGED_PACKED_STORAGES}
-    axes = tuple(dataclasses.replace(a, values=tuple(v for v in a.values if v not in later.get(a.name, ())),
-                                     values_joined={k: p for k, p in a.values_joined.items()
-                                                    if k not in later.get(a.name, ())})
-                 for a in sdpa_bwd.RAGGED_AXES
-                 if a.name not in ("seqused", "modifiers"))   # the axes that joined in the same pass
+    # the plan before the breadth pass: the axes and values of the passes before it
+    # (the seqused and modifiers axes joined with the breadth values; fp32, the dropout forms
+    # and the rest of the port forms a pass later)
+    breadth = sdpa_bwd.RAGGED_BREADTH_PASS
+    axes = tuple(dataclasses.replace(a, values=tuple(v for v in a.values if a.value_pass(v) < breadth),
+                                     values_joined={k: p for k, p in a.values_joined.items() if p < breadth})
+                 for a in sdpa_bwd.RAGGED_AXES if a.pass_joined < breadth)
     space = dataclasses.replace(sdpa_bwd.RAGGED, axes=axes,
                                 storages={k: s for k, s in sdpa_bwd.RAGGED_STORAGES.items() if not s.packed},
-                                rules=sdpa_bwd.RAGGED_RULES[:2])
-    before = build(dataclasses.replace(sdpa_bwd.PLAN, ragged=space))
+                                rules=_rules_of(axes))
+    before = build(dataclasses.replace(sdpa_bwd.PLAN, ragged=space, focus=()))   # focus rows came later
     old = {c.id for c in before.cases if c.graph.ragged is not None and c.group.startswith("ragged-pairs-")
            and "repair" not in c.group}
     assert old and old <= {c.id for c in generated.cases}
