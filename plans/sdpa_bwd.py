@@ -1185,14 +1185,14 @@ LEVELS = (
 # phases were modelled (34.9 s then on an idle 2-core machine); recalibrate both from an idle
 # run (`bundlegen calibrate out/triton-quick --device-class cpu --write`).
 COST_MODEL = {
-    "h200": CostCoefficients(engine_flops_per_s=31.8e12, oracle_flops_per_s=21.2e12,
-                             bytes_per_s=984e9, overhead_s=0.00322,
-                             run_start_s=4.88,
-                             materialize_s=0.00211, oracle_s=0.00229, tile_s=0.0,
-                             launch_s=776e-6, check_bytes_per_s=1e12, rerun_s=203e-6,
-                             check_s=0.00271, ordinary_runs=2, requested_runs=50,
+    "h200": CostCoefficients(engine_flops_per_s=31.8e12, oracle_flops_per_s=9.95e12,
+                             bytes_per_s=984e9, overhead_s=0.00227,
+                             run_start_s=65.3,
+                             materialize_s=0.00274, oracle_s=0.003, tile_s=0.0,
+                             launch_s=723e-6, check_bytes_per_s=1e12, rerun_s=835e-6,
+                             check_s=0.00323, ordinary_runs=2, requested_runs=50,
                              program_s=0.0,
-                             drawn_bytes_per_s=1.65e9, dbias_tile_s=0.0, deterministic_s=0.00208),
+                             drawn_bytes_per_s=1.44e9, dbias_tile_s=0.0, deterministic_s=0.00221),
     "cpu": CostCoefficients(engine_flops_per_s=5e9, oracle_flops_per_s=21.6e9,
                             bytes_per_s=769e6, overhead_s=0.00153,
                             run_start_s=4.2, ordinary_runs=1, requested_runs=2,
@@ -1243,10 +1243,10 @@ COST_MODEL = {
 COST_MEASURED = {
     "h200": Measured(
         "evidence/h200/triton-full-1.results.jsonl.gz evidence/h200/triton-full-2.results.jsonl.gz",
-        (("quick", 346, 4.48, 4.78),
-         ("pr", 1763, 40.04, 39.48),
-         ("nightly", 2411, 48.64, 47.85),
-         ("full", 85, 2.53, 2.74))),
+        (("quick", 351, 5.2, 5.27),
+         ("pr", 1772, 44.12, 44),
+         ("nightly", 2412, 53.28, 52.57),
+         ("full", 85, 3.13, 3.57))),
     "h200/torch-math": Measured(
         "evidence/h200/torch-math-full-1.results.jsonl.gz evidence/h200/torch-math-full-2.results.jsonl.gz",
         (("quick", 351, 5.86, 5.55),
