@@ -52,6 +52,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.tune_triton import describe, with_tiles  # noqa: E402
+from bench import kernel_profile as KP  # noqa: E402
 from bundlegen.engines.triton.configs import BlockConfig, config_for  # noqa: E402
 
 ARCH = "sm90"
@@ -368,6 +369,8 @@ class Record:
     def __init__(self, path: Path, env: dict, settings: dict, resumed: dict | None):
         self.path = path
         self.data = resumed or {"rows": {}, "candidates": {}, "notes": []}
+        for section in ("profiles", "best"):
+            self.data.setdefault(section, {})
         self.data.update(environment=env, settings=settings)
 
     def done(self, section: str, key: str) -> bool:
@@ -538,6 +541,38 @@ def time_row(case: Case, engines: dict, timer, device, record: Record, budget: B
     row["ratios"] = ratios(row)
     record.put("rows", case.name, row)
     print(row_line(case, row), flush=True)
+    if budget.allows():
+        profile_row(case, prepared, device, record)
+
+
+def work_of(case: Case) -> "KP.Work":
+    """The row's work for its profile (kernel_profile.Work): its visible pairs from its FLOP
+    count (2.5 x 4 x pairs x D), its query rows, its bias elements."""
+    rows = sum(RAGGED_LENGTHS) if case.ragged else case.B * case.S
+    bias = {"bias": case.B * case.H_q * case.S ** 2, "bias-dbias": case.B * case.H_q * case.S ** 2,
+            "bias-bcast-dbias": case.S ** 2}.get(case.mod, 0)
+    return KP.Work(pairs=case.flops / (10 * case.D), D_qk=case.D, D_v=case.D, q_elems=rows * case.H_q,
+                   bias_elems=bias)
+
+
+def profile_row(case: Case, prepared, device, record: Record) -> None:
+    """The row's table config, launch by launch (kernel_profile): written as soon as measured."""
+    try:
+        launches = KP.profile_launch(prepared, work_of(case), device, ARCH)
+        prof = KP.profile_record(launches, record.data["environment"].get("gpu", ""))
+    except Exception as exc:  # noqa: BLE001 - recorded, the batch goes on
+        prof = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    record.put("profiles", case.name, prof)
+    print(profile_line(case.name, prof), flush=True)
+
+
+def profile_line(name: str, prof: dict) -> str:
+    if "error" in prof:
+        return f"  profile {name}: {prof['error']}"
+    split = ", ".join(f"{p['kernel']} {p['ms']:.3f} ms" + (f" {p['registers']} reg {p['ctas_per_sm']} CTA/SM"
+                                                           if p.get("registers") is not None else "")
+                      for p in prof["launches"])
+    return f"  profile {name}: {split}\n    bound: {prof['bound']}"
 
 
 def ratios(row: dict) -> dict:
@@ -572,7 +607,8 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
     base["backward"]()
     ref = _outputs(tensors)
     table_ms = {k: timer(base[k]) for k in ("dkdv", "dq")}
-    record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms})
+    record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms,
+                                                    "describe": {k: describe(prepared.cfg, k) for k in table_ms}})
     for cand in (c for c in CANDIDATES if case.name in c.cases):
         key = f"{case.name}/{cand.label}"
         if record.done("candidates", key) or not budget.allows():
@@ -618,6 +654,15 @@ def summary(record: Record) -> list[str]:
         if label.startswith(PREVIOUS) and "ms" in e:
             lines.append(f"table for {case} {e['kernel']}: {e['table_ms']:.3f} ms against {e['ms']:.3f} ms "
                          f"before ({e['ms'] / e['table_ms']:.2f}x; max rel diff {e['max_rel_diff']:.1e})")
+    for (case, kernel), (label, e) in sorted(best_candidates(record).items()):
+        lines.append(f"best {kernel} for {case}: {label} {e['ms']:.3f} ms, {e['speedup']:.2f}x the table's "
+                     f"{e['table_ms']:.3f} ms (max rel diff {e['max_rel_diff']:.1e})")
+    return lines
+
+
+def best_candidates(record: Record) -> dict:
+    """(case, kernel) -> (label, entry) of the fastest candidate measured (the table's config
+    not among them)."""
     best: dict = {}
     for key, e in record.data["candidates"].items():
         case, label = key.split("/", 1)
@@ -626,10 +671,23 @@ def summary(record: Record) -> list[str]:
         k = (case, e["kernel"])
         if k not in best or e["ms"] < best[k][1]["ms"]:
             best[k] = (label, e)
-    for (case, kernel), (label, e) in sorted(best.items()):
-        lines.append(f"best {kernel} for {case}: {label} {e['ms']:.3f} ms, {e['speedup']:.2f}x the table's "
-                     f"{e['table_ms']:.3f} ms (max rel diff {e['max_rel_diff']:.1e})")
-    return lines
+    return best
+
+
+def best_config(record: Record, case: str) -> dict:
+    """Per kernel of the row, the fastest configuration tried, the table's included: its
+    label ("table" where no candidate beat it), ms and tiles (the row's `best` in the JSON)."""
+    table = record.data["candidates"].get(f"{case}/table")
+    if table is None:
+        return {}
+    out = {}
+    for kernel, ms in table["ms"].items():
+        out[kernel] = {"label": "table", "ms": ms, "describe": table["describe"][kernel]}
+    for (c, kernel), (label, e) in best_candidates(record).items():
+        if c == case and kernel in out and e["ms"] < out[kernel]["ms"]:
+            out[kernel] = {"label": label, "ms": e["ms"], "describe": e["describe"],
+                           "speedup": e["speedup"]}
+    return out
 
 
 # ----------------------------------------------------------------------------- CPU: resources
@@ -800,6 +858,8 @@ def main(argv=None) -> int:
                 time_candidates(case, timer, device, record, budget, failed)
             except Exception as exc:  # noqa: BLE001
                 record.note(f"{case.name} candidates: {type(exc).__name__}: {str(exc)[:300]}")
+            if record.done("candidates", f"{case.name}/table"):
+                record.put("best", case.name, best_config(record, case.name))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     signal.alarm(0)
