@@ -53,6 +53,7 @@ class LaunchProfile:
     limited_by: tuple[str, ...] = ()
     tflops: float | None = None
     gbps: float | None = None
+    note: str = ""        # why a compiled kernel has no resource figures
 
 
 def flops(kernel: str, work: Work) -> float | None:
@@ -152,7 +153,7 @@ def profile_launch(prepared, work: Work, device, arch: str = "sm90", repeats: in
         f, b = flops(name, work), bytes_moved(name, work)
         out.append(LaunchProfile(
             kernel=name, ms=round(ms, 4), grid=grid,
-            **{k: v for k, v in res.items() if k != "error"},
+            **{k: v for k, v in res.items() if k != "error"}, note=res.get("error", ""),
             tflops=None if f is None or ms <= 0 else round(f / ms / 1e9, 1),
             gbps=None if b is None or ms <= 0 else round(b / ms / 1e6, 1)))
     return out

@@ -657,6 +657,11 @@ def summary(record: Record) -> list[str]:
     for (case, kernel), (label, e) in sorted(best_candidates(record).items()):
         lines.append(f"best {kernel} for {case}: {label} {e['ms']:.3f} ms, {e['speedup']:.2f}x the table's "
                      f"{e['table_ms']:.3f} ms (max rel diff {e['max_rel_diff']:.1e})")
+    for case, prof in record.data["profiles"].items():
+        best = record.data["best"].get(case, {})
+        picked = "; ".join(f"{k} {b['label']} {b['describe']} {b['ms']:.3f} ms" for k, b in sorted(best.items()))
+        lines.append(f"row {case}: bound: {prof.get('bound', prof.get('error'))}"
+                     + (f" | best: {picked}" if picked else ""))
     return lines
 
 

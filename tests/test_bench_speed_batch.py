@@ -89,3 +89,19 @@ def test_candidates_globs_keep_the_matching_labels():
     out = subprocess.run([sys.executable, "bench/speed_batch.py", "--list", "--cases", "d128-drop-port",
                           "--candidates", "previous*"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split()[-1] == "2"    # previous drop dkdv, previous drop dq
+
+
+def test_best_config_keeps_the_table_unless_a_candidate_beats_it(tmp_path):
+    rec = SB.Record(tmp_path / "r.json", {}, {}, None)
+    rec.put("candidates", "d128-full/table", {"config": {}, "ms": {"dkdv": 2.0, "dq": 1.0},
+                                              "describe": {"dkdv": "T1", "dq": "T2"}})
+    for label, kernel, ms in (("a", "dkdv", 1.5), ("b", "dq", 1.2), ("c", "dkdv", 1.8)):
+        rec.put("candidates", f"d128-full/{label}", {"kernel": kernel, "ms": ms, "table_ms": 2.0, "speedup": 2.0 / ms,
+                                                     "max_rel_diff": 0.0, "describe": label.upper()})
+    best = SB.best_config(rec, "d128-full")
+    assert best["dkdv"]["label"] == "a" and best["dkdv"]["describe"] == "A"
+    assert best["dq"] == {"label": "table", "ms": 1.0, "describe": "T2"}
+    rec.put("best", "d128-full", best)
+    rec.put("profiles", "d128-full", {"bound": "bwd_dkdv 60 % of the time"})
+    assert SB.summary(rec)[-1] == ("row d128-full: bound: bwd_dkdv 60 % of the time | best: dkdv a A 1.500 ms; "
+                                   "dq table T2 1.000 ms")
