@@ -798,7 +798,8 @@ def plan_lines(cases: list[Case]) -> list[str]:
     for case in cases:
         cands = [c.label for c in CANDIDATES if case.name in c.cases]
         peers = [p for p in PEERS if p != "flex" or flex_serves(case) is None]
-        out.append(f"{case.name:26s} vs {', '.join(peers):36s} candidates: {len(cands)}")
+        out.append(f"{case.name:26s} vs {', '.join(peers):36s} candidates: {len(cands)}"
+                   + (f" ({', '.join(cands)})" if cands else ""))
     return out
 
 
