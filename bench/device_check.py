@@ -15,9 +15,17 @@ writing under --out as it goes, so a call cut short keeps what it did:
 OUT/device_check.json records each step's command, exit status and seconds (written after
 each step). Exit status: 0 when both steps ran and exited 0, else 1.
 
+`--speed-profile` runs two other steps instead, on one new Triton cache, within --total-s:
+the four levels' prepare from that empty cache (bench/cold_start.py: OUT/cold_start.json),
+then speed_batch over PROFILE_CASES, the rows whose targets were not met, each with its
+launch-by-launch profile and bound (bench/kernel_profile.py) and the best configuration of
+its candidates (OUT/speed_batch.json); a compact summary is printed at the end.
+
     python bench/device_check.py                       # the device call (about 8 minutes at most)
     python bench/device_check.py --dry-run             # the selection and the commands, nothing run
     python bench/device_check.py --device cpu --max-cases 2 --levels-s 300 --speed-s 200   # CPU smoke
+    timeout 540 python bench/device_check.py --speed-profile   # cold start + profiled rows (about 9 minutes)
+    python bench/device_check.py --speed-profile --dry-run     # its commands, rows and candidates
 """
 from __future__ import annotations
 
@@ -51,7 +59,7 @@ SPEED_CANDIDATES = ("previous*", "drop *", "mods dkdv 32x64*", "mods dq 64x64*")
 #: it replaced), each profiled launch by launch, with the candidates around its config
 PROFILE_CASES = ("d128-full", "d128-causal", "d128-bias-dbias", "d128-bias", "d128-alibi",
                  "d64-causal-drop-port", "d64-full", "d64-causal", "d128-gqa-full", "d64-bias")
-PROFILE_CANDIDATES = ("dkdv *", "dq *", "previous*", "mods *", "d64 *")
+PROFILE_CANDIDATES = ("dkdv *", "dq *", "previous*", "mods *", "d64 *", "dbias *")
 
 
 def changed(case) -> bool:

@@ -122,8 +122,8 @@ class Candidate:
     unchanged (the one modifier and dropout launches ran before they had configs of their
     own, BlockConfig.modifiers / dropout / drawn_dropout)."""
     label: str
-    kernel: str                       # dkdv | dq
-    tiles: tuple[int, int, int, int] | None
+    kernel: str                       # dkdv | dq | dbias
+    tiles: tuple[int, ...] | None     # dbias: (M, N, warps)
     dp_first: bool | None = None      # None: the table's
     split: bool = False               # dK and dV in two passes (BlockConfig.split_dkdv)
     tma: bool | None = None           # None: the table's
@@ -131,6 +131,8 @@ class Candidate:
 
     def config(self, table: BlockConfig) -> BlockConfig:
         base = bare(table)
+        if self.kernel == "dbias":   # (M, N, warps): the dBias kernel alone (launch.dbias_tiles)
+            return replace(base, dbias_tiles=self.tiles)
         cfg = base if self.tiles is None else (
             with_tiles(base, dkdv=self.tiles) if self.kernel == "dkdv" else with_tiles(base, dq=self.tiles))
         if self.dp_first is not None:
@@ -142,6 +144,7 @@ class Candidate:
 
 PLAIN_128 = ("d128-full", "d128-causal")
 MODS_128 = ("d128-bias", "d128-bias-dbias", "d128-alibi", "d128-softcap")
+DBIAS_128 = ("d128-bias-dbias",)
 DROP = ("d64-drop-port", "d64-drop-drawn", "d128-drop-port", "d128-drop-drawn")
 DROP_BANDED = ("d64-causal-drop-port", "d64-causal-drop-drawn", "d128-causal-drop-port", "d128-causal-drop-drawn")
 #: the label prefix of the candidates that are the config a launch ran before (tiles None)
@@ -178,6 +181,16 @@ CANDIDATES = (
     Candidate("mods dkdv 64x128 w8 s2", "dkdv", (64, 128, 8, 2), cases=MODS_128),
     Candidate("mods dq 64x64 w4 s1", "dq", (64, 64, 4, 1), cases=MODS_128),
     Candidate("mods dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=MODS_128),
+    # the dBias kernel (a pass of its own recomputing S and dP per dBias tile, reloading Q, K,
+    # dO and V per tile): the table's 32 x 32 tiles on 4 warps (151 registers, 4 KB shared)
+    # read those operands for each 32 x 32 output tile; larger tiles read them fewer times.
+    # sm90 (`--resources --only d128-bias-dbias --candidates 'dbias*'`): 64 x 64 on 4 warps 255
+    # registers, on 8 warps 218; 128 x 64 and 64 x 128 on 8 warps 255 / 254; none spills (one
+    # stage: 8-16 KB shared). Left out: 128 x 128 on 8 warps, 632 bytes spilled
+    Candidate("dbias 64x64 w4", "dbias", (64, 64, 4), cases=DBIAS_128),
+    Candidate("dbias 64x64 w8", "dbias", (64, 64, 8), cases=DBIAS_128),
+    Candidate("dbias 128x64 w8", "dbias", (128, 64, 8), cases=DBIAS_128),
+    Candidate("dbias 64x128 w8", "dbias", (64, 128, 8), cases=DBIAS_128),
     # dropout (declined on sm90 at D 64 / 128: the table's tiles spill). sm90, D 128
     # (`--resources --only d128-drop`, the mask port's tiles read in vectors), spill bytes
     # port / drawn: the table's dK/dV 392 / 896, dQ 0 / 240. Kept: dK/dV 32 x 32 (4 warps, 3
@@ -606,7 +619,7 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
     prepared, base = triton_stages(graph, tensors, table)
     base["backward"]()
     ref = _outputs(tensors)
-    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq")}
+    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq", "dbias") if k in base}
     record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms,
                                                     "describe": {k: describe(prepared.cfg, k) for k in table_ms}})
     for cand in (c for c in CANDIDATES if case.name in c.cases):
@@ -724,7 +737,7 @@ def resources(jobs: int, only: str | None) -> int:
         cands = [("table", table)] + [(c.label, c.config(table)) for c in CANDIDATES if case.name in c.cases]
         for label, cfg in cands:
             for name, var in candidate_variants(case, cfg).items():
-                if label != "table" and name.split("/")[0] not in ("dkdv", "dk", "dv", "dq"):
+                if label != "table" and name.split("/")[0] not in ("dkdv", "dk", "dv", "dq", "dbias"):
                     continue
                 work.append((case.name, label, name, var))
     seen: dict = {}

@@ -119,6 +119,9 @@ def candidates(d: int, kernel: str) -> list[BlockConfig]:
 
 
 def describe(cfg: BlockConfig, kernel: str) -> str:
+    if kernel == "dbias":
+        from bundlegen.engines.triton.launch import dbias_tiles
+        return f"(M, N, warps) = {dbias_tiles(cfg)}"
     c = asdict(cfg)
     tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk", "atomic")
              else tuple(c["dv_pass"]) if kernel == "dv"

@@ -105,3 +105,39 @@ def test_best_config_keeps_the_table_unless_a_candidate_beats_it(tmp_path):
     rec.put("profiles", "d128-full", {"bound": "bwd_dkdv 60 % of the time"})
     assert SB.summary(rec)[-1] == ("row d128-full: bound: bwd_dkdv 60 % of the time | best: dkdv a A 1.500 ms; "
                                    "dq table T2 1.000 ms")
+
+
+def test_a_dbias_candidate_changes_the_dbias_kernel_alone_and_its_dbias_is_the_tables(monkeypatch):
+    """launch.dbias_tiles: the candidate's (M, N, warps) reach the dBias launch (and no other
+    launch changes); on the interpreter its dBias equals the table config's."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import torch
+
+    from bundlegen.engines.triton import launch as L
+    from bundlegen.engines.triton import warm
+    cand = next(c for c in SB.CANDIDATES if c.label == "dbias 64x64 w8")
+    case = SB.Case("d64-bias-dbias", D=64, mod="bias-dbias", B=1, H_q=2, H_kv=2, S=128)
+    graph = SB.graph_for(case)
+    table = SB.table_config(case, graph)
+    launches = {}
+    for name, cfg in (("table", SB.bare(table)), ("cand", cand.config(table))):
+        rec = warm._Launches()
+        L.run(replace(L.prepare(graph.as_launched(), L.meta_tensors(graph), cfg), kernels=rec))
+        launches[name] = {n: kw for n, _, kw in rec.calls}
+    assert {k: launches["cand"]["bwd_dbias"][k] for k in ("BLOCK_M", "BLOCK_N", "num_warps")} == {
+        "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8}
+    assert launches["table"]["bwd_dbias"]["BLOCK_M"] == 32
+    assert {n: kw for n, kw in launches["cand"].items() if n != "bwd_dbias"} == {
+        n: kw for n, kw in launches["table"].items() if n != "bwd_dbias"}
+    tensors = SB.tensors_for(case, graph, torch.device("cpu"))
+    out = {}
+    for name, cfg in (("table", SB.bare(table)), ("cand", cand.config(table))):
+        for p in ("dq", "dk", "dv", "dbias"):
+            tensors[p].zero_()
+        _, stages = SB.triton_stages(graph, tensors, cfg)
+        stages["backward"]()   # the dBias kernel reads the preprocess's Delta
+        out[name] = tensors["dbias"].float().clone()
+    assert out["table"].abs().max() > 0
+    torch.testing.assert_close(out["cand"], out["table"], rtol=2e-2, atol=2e-2)

@@ -536,7 +536,7 @@ def run_dbias(L: Launch) -> None:
         return
     g, cfg, f = L.graph, L.cfg, L.flags
     B_db, H_db = g.tensors["dbias"].dims[:2]
-    block_m, block_n = min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE)
+    block_m, block_n, warps = dbias_tiles(cfg)
     grid = B_db * H_db * math.ceil(g.S_q / block_m) * math.ceil(g.S_kv / block_n)
     shift, left, right = _bounds(g)
     L.kernels.bwd_dbias[(grid,)](
@@ -550,7 +550,15 @@ def run_dbias(L: Launch) -> None:
         CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
         **dict(zip(("ALIBI", "alibi_off", "salibi_b", "salibi_h"), L.alibi_args)),
         HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right", "USED_Q", "USED_KV", "HAS_USED_Q", "HAS_USED_KV"), "RAGGED_DB"),
-        **dict(cfg.launch_kwargs(dq=True), num_stages=1))
+        **dict(cfg.launch_kwargs(dq=True), num_stages=1, num_warps=warps))
+
+
+def dbias_tiles(cfg: BlockConfig) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) of the dBias kernel: the config's dbias_tiles, else the dQ
+    kernel's tiles at most DBIAS_TILE on the dQ kernel's warps."""
+    if cfg.dbias_tiles is not None:
+        return cfg.dbias_tiles
+    return min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE), cfg.launch_kwargs(dq=True)["num_warps"]
 
 
 def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:
