@@ -78,18 +78,34 @@ def kernel_name(name: str, kwargs: dict) -> str:
 
 def resources_of(compiled, arch: str) -> dict:
     """Registers, spills, shared memory and occupancy of the kernel a launch returned
-    (resource_measure.measure reads them from its cubin); {} without one (the interpreter)."""
+    (resource_measure.measure reads them from its cubin, as resources.json has them; where
+    that fails, the driver's figures of the loaded kernel); {} without one (the interpreter)."""
     if compiled is None or not hasattr(compiled, "asm"):
         return {}
     from bundlegen.engines.triton.resource_measure import measure
     try:
         e = measure(arch, {}, kernel=compiled)
     except Exception as exc:  # noqa: BLE001 - the time still counts; say why there are no figures
-        return {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        e = driver_resources(compiled, arch)
+        e["error"] = f"cubin not read ({type(exc).__name__}: {str(exc)[:100]}); the driver's figures"
     occ = e.get("occupancy", {})
     return {"registers": e.get("registers"), "spill_bytes": e.get("spill_bytes"),
             "shared_bytes": e.get("shared_bytes"), "num_warps": e.get("num_warps"),
-            "ctas_per_sm": occ.get("blocks_per_sm"), "limited_by": tuple(occ.get("limited_by", ()))}
+            "ctas_per_sm": occ.get("blocks_per_sm"), "limited_by": tuple(occ.get("limited_by", ())),
+            **({"error": e["error"]} if "error" in e else {})}
+
+
+def driver_resources(compiled, arch: str) -> dict:
+    """measure's fields from what Triton's launch read from the driver (n_regs, n_spills: local
+    bytes per thread) and the kernel's metadata; {} where it has none."""
+    from bundlegen.engines.triton.resource_limits import LIMITS, nvidia_occupancy
+    regs, spills = getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None)
+    meta = getattr(compiled, "metadata", None)
+    if regs is None or meta is None:
+        return {}
+    shared, warps = int(meta.shared), int(meta.num_warps)
+    return {"registers": int(regs), "spill_bytes": spills, "shared_bytes": shared, "num_warps": warps,
+            "occupancy": nvidia_occupancy(LIMITS[arch], int(regs), shared, warps)}
 
 
 class TimedKernels:

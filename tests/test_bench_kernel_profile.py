@@ -108,3 +108,21 @@ def test_a_row_profile_on_the_interpreter_splits_the_backward(tmp_path, monkeypa
     assert [p["kernel"] for p in saved["launches"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq", "bwd_dbias"]
     assert all(p["ms"] > 0 and p["registers"] is None for p in saved["launches"])
     assert saved["bound"].split()[0] in {"bwd_dkdv", "bwd_dq", "bwd_dbias", "bwd_preprocess"}
+
+
+class _Compiled:
+    """A compiled kernel as Triton's launch returns it, without a cubin to read."""
+    asm: dict = {}
+    n_regs, n_spills = 168, 0
+
+    class metadata:  # noqa: N801 - Triton's attribute name
+        shared, num_warps = 73728, 8
+
+
+def test_without_a_readable_cubin_the_drivers_figures_give_the_occupancy():
+    res = KP.resources_of(_Compiled(), "sm90")
+    # 168 registers x 32 lanes on 8 warps: 43008 of 65536 registers, one CTA (shared: 3)
+    assert {k: res[k] for k in ("registers", "spill_bytes", "ctas_per_sm", "limited_by")} == {
+        "registers": 168, "spill_bytes": 0, "ctas_per_sm": 1, "limited_by": ("registers",)}
+    assert res["error"].startswith("cubin not read")
+    assert KP.resources_of(None, "sm90") == {}
