@@ -14,9 +14,11 @@ config does not), and the call itself
   call cut short returns what it measured; `--resume FILE` skips what FILE already has;
 * stops itself before `--budget-s` (default 500) seconds: no new step starts past
   budget - `--margin-s`, and an alarm ends the process at the budget with the JSON written;
-* prints each row's ratios (triton / peer: above 1 is faster) and at the end the best
-  candidate per kernel and case against the table's config, with each kernel's share of the
-  backward (the profile that says what bounds a row).
+* prints each row's ratios (triton / peer: above 1 is faster) and its profile
+  (bench/kernel_profile.py: each launch's time, registers, spills, shared memory, CTAs per
+  SM and TFLOP/s or GB/s, and the `bound` line; JSON `profiles`), and at the end the best
+  candidate per kernel and case against the table's config and each row's bound and best
+  configuration (JSON `best`, the table's own included).
 
     python bench/speed_batch.py --device cuda --budget-s 500          # the device call
     python bench/speed_batch.py --cases d128-bias --candidates 'previous*'   # the table against what it replaced
