@@ -128,10 +128,16 @@ class Candidate:
     tiles: tuple[int, ...] | None     # dbias: (M, N, warps)
     dp_first: bool | None = None      # None: the table's
     split: bool = False               # dK and dV in two passes (BlockConfig.split_dkdv)
+    #: kernel "backward": the table's config (its modifiers' included) with dBias stored by the
+    #: dK pass (BlockConfig.fused_dbias), timed whole against the table's whole backward
+    fused_dbias: bool = False
     tma: bool | None = None           # None: the table's
     cases: tuple[str, ...] = ()
 
     def config(self, table: BlockConfig) -> BlockConfig:
+        if self.fused_dbias:   # on the config the launch switches to (BlockConfig.switches)
+            return replace(table, fused_dbias=True, **({"modifiers": replace(table.modifiers, fused_dbias=True)}
+                                                       if table.modifiers is not None else {}))
         base = bare(table)
         if self.kernel == "dbias":   # (M, N, warps): the dBias kernel alone (launch.dbias_tiles)
             return replace(base, dbias_tiles=self.tiles)
@@ -189,6 +195,8 @@ CANDIDATES = (
     # sm90 (`--resources --only d128-bias-dbias --candidates 'dbias*'`): 64 x 64 on 4 warps 255
     # registers, on 8 warps 218; 128 x 64 and 64 x 128 on 8 warps 255 / 254; none spills (one
     # stage: 8-16 KB shared). Left out: 128 x 128 on 8 warps, 632 bytes spilled
+    # dBias stored by the dK pass as it forms dS (no second pass): the whole backward
+    Candidate("fused dbias", "backward", None, fused_dbias=True, cases=DBIAS_128),
     Candidate("dbias 64x64 w4", "dbias", (64, 64, 4), cases=DBIAS_128),
     Candidate("dbias 64x64 w8", "dbias", (64, 64, 8), cases=DBIAS_128),
     Candidate("dbias 128x64 w8", "dbias", (128, 64, 8), cases=DBIAS_128),
@@ -621,7 +629,7 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
     prepared, base = triton_stages(graph, tensors, table)
     base["backward"]()
     ref = _outputs(tensors)
-    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq", "dbias") if k in base}
+    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq", "dbias", "backward") if k in base}
     record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms,
                                                     "describe": {k: describe(prepared.cfg, k) for k in table_ms}})
     for cand in (c for c in CANDIDATES if case.name in c.cases):

@@ -119,6 +119,8 @@ def candidates(d: int, kernel: str) -> list[BlockConfig]:
 
 
 def describe(cfg: BlockConfig, kernel: str) -> str:
+    if kernel == "backward":
+        return f"dK/dV {describe(cfg, 'dkdv')}; dQ {describe(cfg, 'dq')}" + (" fused dBias" if cfg.fused_dbias else "")
     if kernel == "dbias":
         from bundlegen.engines.triton.launch import dbias_tiles
         return f"(M, N, warps) = {dbias_tiles(cfg)}"
