@@ -73,9 +73,16 @@ def main(argv=None) -> int:
           f"cache {cache}", flush=True)
     if args.dry_run:
         return 0
+    write(args.out, record)   # the load, should the prepare not finish
     engine = TritonEngine(args.device)
     made = time.perf_counter()
-    engine.prepare(graphs)
+    try:
+        engine.prepare(graphs)
+    except Exception as exc:  # noqa: BLE001 - recorded with its seconds, then the exit says it
+        record.update(error=f"{type(exc).__name__}: {str(exc)[:500]}", prepare_s=round(time.perf_counter() - made, 2))
+        write(args.out, record)
+        print(f"cold start: the prepare failed after {record['prepare_s']:.1f} s: {record['error']}", file=sys.stderr)
+        return 1
     record["prepare_s"] = round(time.perf_counter() - made, 2)
     record["engine_s"] = round(made - started - load_s, 2)
     record["total_s"] = round(time.perf_counter() - started, 2)
