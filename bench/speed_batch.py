@@ -195,7 +195,9 @@ CANDIDATES = (
     # sm90 (`--resources --only d128-bias-dbias --candidates 'dbias*'`): 64 x 64 on 4 warps 255
     # registers, on 8 warps 218; 128 x 64 and 64 x 128 on 8 warps 255 / 254; none spills (one
     # stage: 8-16 KB shared). Left out: 128 x 128 on 8 warps, 632 bytes spilled
-    # dBias stored by the dK pass as it forms dS (no second pass): the whole backward
+    # dBias stored by the dK pass as it forms dS (no second pass): the whole backward. sm90
+    # (`--resources --only d128-bias-dbias --candidates 'fused*'`): its dK/dV kernel on the
+    # modifiers' 32 x 64 tiles (4 warps) 255 registers, 208 bytes spilled (without: 251, none)
     Candidate("fused dbias", "backward", None, fused_dbias=True, cases=DBIAS_128),
     Candidate("dbias 64x64 w4", "dbias", (64, 64, 4), cases=DBIAS_128),
     Candidate("dbias 64x64 w8", "dbias", (64, 64, 8), cases=DBIAS_128),
