@@ -175,6 +175,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="--speed-profile: seconds both steps may take together (the speed step gets "
                              "what the cold start leaves)")
     parser.add_argument("--cold-s", type=float, default=150.0, help="--speed-profile: seconds the cold start may take")
+    parser.add_argument("--resources", action="store_true",
+                        help="--speed-profile --dry-run: compile the rows' table configs and candidates for "
+                             "sm90 on the CPU (speed_batch --resources: registers, spills, the candidates to drop)")
     args = parser.parse_args(argv)
     if args.device not in ("cuda", "cpu") and not args.device.startswith("cuda:"):
         parser.error(f"--device {args.device!r}: expected cuda, cuda:N or cpu")
@@ -219,8 +222,8 @@ def speed_profile(args) -> int:
     least = args.total_s - args.cold_s - SPEED_GRACE_S   # its budget when the cold start takes all it may
     print(f"speed (what is left of {args.total_s:g} s; at least {least:g}): "
           f"{' '.join(speed_command(args, least))}", flush=True)
-    if args.dry_run:
-        listing = [*speed_command(args, least)[1:], "--list"]
+    if args.dry_run:   # the plan; with --resources also each candidate compiled for sm90 here
+        listing = [*speed_command(args, least)[1:], "--resources" if args.resources else "--list"]
         return subprocess.run([sys.executable, *listing], cwd=REPO_ROOT).returncode
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"device": args.device, "mode": "speed-profile", "triton_cache": str(cache), "steps": {}}

@@ -735,14 +735,41 @@ def candidate_variants(case: Case, cfg: BlockConfig) -> dict:
             if not name.startswith(("preprocess", "dsinks"))}
 
 
-def resources(jobs: int, only: str | None) -> int:
+#: variant label prefixes (resources.label) of the kernels a candidate of each kind changes
+CHANGED_KERNELS = {"dkdv": ("dkdv", "dk", "dv"), "dq": ("dq",), "dbias": ("dbias",),
+                   "backward": ("dkdv", "dk", "dv", "dq", "dbias")}
+
+
+def drop_lines(rows: list[tuple[str, str, str, dict]], kinds: dict[str, str]) -> list[str]:
+    """The candidates to drop before the device call, from (case, label, variant, resources)
+    rows: a kernel the candidate changes that fails to compile for sm90, fails the project's
+    resource check (resources.check: spills past the known ones, shared memory, occupancy)
+    or spills more than the table's same kernel. `kinds`: label -> Candidate.kernel."""
+    from bundlegen.engines.triton import resources as R
+    table = {(c, n.split("/")[0]): e.get("spill_bytes") for c, label, n, e in rows if label == "table"}
+    out = []
+    for case, label, name, e in rows:
+        if label == "table" or name.split("/")[0] not in CHANGED_KERNELS[kinds[label]]:
+            continue
+        base = table.get((case, name.split("/")[0]))
+        why = ("does not compile: " + e["error"][-80:] if "error" in e
+               else "; ".join(R.check(ARCH, name, e)) or (
+                   f"spills {e['spill_bytes']} bytes, the table's {base}" if base is not None
+                   and e["spill_bytes"] > base else ""))
+        if why:
+            out.append(f"drop {case} / {label}: {name} {why}")
+    return out
+
+
+def resources(jobs: int, only: str | None, cases: list[Case]) -> int:
     """Compile the table config and every candidate of each case for sm90 on the CPU and
-    print registers, spills and shared memory per kernel (the evidence CANDIDATES rests on)."""
+    print registers, spills and shared memory per kernel (the evidence CANDIDATES rests on),
+    then the candidates to drop (drop_lines)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bundlegen.engines.triton import resources as R
     work = []
-    for case in CASES.values():
+    for case in cases:
         if only and only not in case.name:
             continue
         table = table_config(case, graph_for(case))
@@ -777,6 +804,9 @@ def resources(jobs: int, only: str | None) -> int:
         else:
             print(f"{case:22s} {label:28s} {name:50s} reg {e['registers']:3d} spill {e['spill_bytes']:5d} "
                   f"smem {e['shared_bytes']:6d}", flush=True)
+    rows = [(case, label, name, seen[json.dumps(var, sort_keys=True, default=str)]) for case, label, name, var in work]
+    drops = drop_lines(rows, {c.label: c.kernel for c in CANDIDATES})
+    print("\n".join(drops) if drops else "no candidate to drop", flush=True)
     return 0
 
 
@@ -839,7 +869,7 @@ def main(argv=None) -> int:
         return 0
     if args.resources:
         os.environ.pop("TRITON_INTERPRET", None)
-        return resources(max(1, 2 if args.jobs is None else args.jobs), args.only)
+        return resources(max(1, 2 if args.jobs is None else args.jobs), args.only, cases)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     import torch

@@ -141,3 +141,24 @@ def test_a_dbias_candidate_changes_the_dbias_kernel_alone_and_its_dbias_is_the_t
         out[name] = tensors["dbias"].float().clone()
     assert out["table"].abs().max() > 0
     torch.testing.assert_close(out["cand"], out["table"], rtol=2e-2, atol=2e-2)
+
+
+def _res(spill, shared=1000, warps=4, blocks=2):
+    return {"registers": 200, "spill_bytes": spill, "shared_bytes": shared, "num_warps": warps,
+            "occupancy": {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps, "limited_by": ["registers"]}}
+
+
+def test_drop_lines_name_the_candidates_whose_own_kernel_spills_or_cannot_fit():
+    rows = [("c", "table", "dkdv/d128/vec8/narrow/dense", _res(0)),
+            ("c", "table", "dq/d128/vec8/narrow/dense", _res(0)),
+            ("c", "a", "dkdv/d128/vec8/narrow/dense", _res(0)),
+            ("c", "a", "dq/d128/vec8/narrow/dense", _res(64)),       # not the kernel a changes
+            ("c", "b", "dq/d128/vec8/narrow/dense", _res(0, shared=300_000)),
+            ("c", "d", "dbias/d128/vec8/narrow/dense", {"error": "out of resources"})]
+    lines = SB.drop_lines(rows, {"a": "dkdv", "b": "dq", "d": "dbias"})
+    assert lines == ["drop c / b: dq/d128/vec8/narrow/dense shared memory 300000 > 232448",
+                     "drop c / d: dbias/d128/vec8/narrow/dense does not compile: out of resources"]
+    # a spill the table's kernel does not have (known to the check or not) drops it
+    rows[2] = ("c", "a", "dkdv/d128/vec8/narrow/dense", _res(192))
+    assert SB.drop_lines(rows, {"a": "dkdv", "b": "dq", "d": "dbias"})[0].startswith(
+        "drop c / a: dkdv/d128/vec8/narrow/dense")
