@@ -59,7 +59,7 @@ SPEED_CANDIDATES = ("previous*", "drop *", "mods dkdv 32x64*", "mods dq 64x64*")
 #: it replaced), each profiled launch by launch, with the candidates around its config
 PROFILE_CASES = ("d128-full", "d128-causal", "d128-bias-dbias", "d128-bias", "d128-alibi",
                  "d64-causal-drop-port", "d64-full", "d64-causal", "d128-gqa-full", "d64-bias")
-PROFILE_CANDIDATES = ("dkdv *", "dq *", "previous*", "mods *", "d64 *", "dbias *")
+PROFILE_CANDIDATES = ("dkdv *", "dq *", "previous*", "mods *", "d64 *", "dbias *", "fused *")
 
 
 def changed(case) -> bool:

@@ -101,3 +101,12 @@ def test_speed_profile_gives_the_speed_step_what_the_cold_start_left(tmp_path, m
                      "d128-full: /torch-cudnn 0.80", "  split: bwd_dkdv 60 %; bound: bwd_dkdv 60 % of the time",
                      "  best dq: table T 1.000 ms"]
     Path(env["TRITON_CACHE_DIR"]).rmdir()
+
+
+def test_speed_profile_tries_every_candidate_of_its_rows():
+    """A candidate made for a profiled row that the globs leave out would never reach the
+    device (the fused dBias one did, before "fused *" was in the globs)."""
+    from bench import speed_batch as SB
+    left_out = [c.label for c in SB.CANDIDATES if set(c.cases) & set(DC.PROFILE_CASES)
+                and not SB.wanted(c, DC.PROFILE_CANDIDATES)]
+    assert left_out == []
