@@ -60,7 +60,7 @@ def test_speed_profile_names_known_rows_and_matching_candidates():
     cases = cmd[cmd.index("--cases") + 1:cmd.index("--candidates")]
     assert set(cases) == set(DC.PROFILE_CASES) <= set(SB.CASES)
     assert cmd[cmd.index("--budget-s") + 1] == "300"
-    assert SB.parse_args(cmd[2:]).candidates == list(DC.PROFILE_CANDIDATES)
+    assert SB.parse_args(cmd[2:]).candidates == DC.profile_candidates()
 
 
 def test_speed_profile_leaves_the_speed_step_room():
@@ -103,10 +103,13 @@ def test_speed_profile_gives_the_speed_step_what_the_cold_start_left(tmp_path, m
     Path(env["TRITON_CACHE_DIR"]).rmdir()
 
 
-def test_speed_profile_tries_every_candidate_of_its_rows():
-    """A candidate made for a profiled row that the globs leave out would never reach the
-    device (the fused dBias one did, before "fused *" was in the globs)."""
+def test_speed_profile_tries_every_candidate_of_its_rows_but_the_dropped():
+    """A candidate made for a profiled row that the selection leaves out would never reach
+    the device (the fused dBias one did, while the selection was globs without "fused *"):
+    only PROFILE_DROPPED's, each with its reason, stay off; each of those names a candidate."""
     from bench import speed_batch as SB
-    left_out = [c.label for c in SB.CANDIDATES if set(c.cases) & set(DC.PROFILE_CASES)
-                and not SB.wanted(c, DC.PROFILE_CANDIDATES)]
-    assert left_out == []
+    picked = DC.profile_candidates()
+    left_out = {c.label for c in SB.CANDIDATES if set(c.cases) & set(DC.PROFILE_CASES)
+                and not SB.wanted(c, tuple(picked))}
+    assert left_out == set(DC.PROFILE_DROPPED) and all(DC.PROFILE_DROPPED.values())
+    assert "fused dbias" in picked and "previous drop dkdv" in picked
