@@ -195,6 +195,11 @@ CANDIDATES = (
     # sm90 (`--resources --only d128-bias-dbias --candidates 'dbias*'`): 64 x 64 on 4 warps 255
     # registers, on 8 warps 218; 128 x 64 and 64 x 128 on 8 warps 255 / 254; none spills (one
     # stage: 8-16 KB shared). Left out: 128 x 128 on 8 warps, 632 bytes spilled
+    # ALiBi slopes: the table's dK/dV (32 x 64, 4 warps) spills 120 bytes with them (255
+    # registers); sm90 (`--resources --only d128-alibi --candidates 'alibi*'`): 32 x 32 on 4
+    # warps 242 registers, 16 x 64 250, neither spills
+    Candidate("alibi dkdv 32x32 w4 s3", "dkdv", (32, 32, 4, 3), cases=("d128-alibi",)),
+    Candidate("alibi dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=("d128-alibi",)),
     # dBias stored by the dK pass as it forms dS (no second pass): the whole backward. sm90
     # (`--resources --only d128-bias-dbias --candidates 'fused*'`): its dK/dV kernel on the
     # modifiers' 32 x 64 tiles (4 warps) 255 registers, 208 bytes spilled (without: 251, none)
