@@ -132,7 +132,11 @@ class _InlinePool:
 
 
 class _InlineContext:
-    def Pool(self, jobs):  # noqa: N802 - multiprocessing's name
+    #: (jobs, initializer, initargs) of each pool made, in order (what a test checks)
+    pools: list = []
+
+    def Pool(self, jobs, initializer=None, initargs=()):  # noqa: N802 - multiprocessing's name
+        self.pools.append((jobs, initializer, initargs))
         return _InlinePool(jobs)
 
 
@@ -246,6 +250,39 @@ def test_a_long_compile_says_how_far_it_is(warm, monkeypatch, capsys):
     groups = len(warm.compile_groups(warm.compiled))
     assert lines[0].startswith("triton: compiling 3 kernel variant(s), 8 distinct kernel launches")
     assert [line.split()[1] for line in lines[1:]] == [f"{i}/{groups}" for i in range(1, groups + 1)]
+
+
+def test_the_compile_processes_start_before_the_launches_are_recorded(warm, monkeypatch):
+    """So their imports and device contexts overlap the parent's recording on a cold run:
+    the pool exists, with every core's process and the start-up step, when twin_launches
+    runs; the jobs asked for are kept."""
+    events = []
+    recorded = warm.twin_launches
+    monkeypatch.setattr(_InlineContext, "pools", [])
+    monkeypatch.setattr(warm.os, "cpu_count", lambda: 16)
+
+    def recording(keys, arch):
+        events.append(("record", len(_InlineContext.pools)))
+        return recorded(keys, arch)
+
+    monkeypatch.setattr(warm, "twin_launches", recording)
+    warm.compile_missing("cuda:1", "sm90", _graphs(), announce=False)
+    assert events == [("record", 1)]
+    assert _InlineContext.pools == [(16, warm._start_compiler, ("cuda:1",))]
+    warm.compile_missing("cuda", "sm90", _graphs() + [dense_graph(S_q=16, D_qk=32)], jobs=3, announce=False)
+    assert _InlineContext.pools[-1][0] == 3
+
+
+def test_a_compile_process_start_never_raises(monkeypatch):
+    """A pool whose initializer raises starts processes without end: the start-up step
+    swallows its error (the compile repeats the step and raises it)."""
+    from bundlegen.engines.triton import launch, warm
+
+    def broken():
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(launch, "kernels_module", broken)
+    assert warm._start_compiler("cpu") is None
 
 
 def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):

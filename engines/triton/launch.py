@@ -476,6 +476,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return
         atomic = L.dq_scratch is not None and do_dk   # dS exists in the dK pass only
+        fused = fused_dbias_args(L, do_dk and fuses_dbias(L))
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
@@ -483,7 +484,30 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             *L.descriptors(("q", "do"), cfg.block_m1), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, DP_FIRST=dp_first(cfg, L.flags), **L.flags, **L.tiles,
-            USED_Q=L.used[0], USED_KV=L.used[1], **cfg.launch_kwargs())
+            USED_Q=L.used[0], USED_KV=L.used[1], **fused, **cfg.launch_kwargs())
+
+
+def fuses_dbias(L: Launch) -> bool:
+    """Whether the dK pass stores dBias (BlockConfig.fused_dbias): where every dBias entry is
+    one (query head, Q block, KV block) tile of that pass, visited once: dBias not broadcast
+    over batch or heads (a sum), a padded batch without used lengths, no band (the blocks it
+    skips would be left unwritten) and no dropout (bwd_dbias's dS has no dropout factor)."""
+    g, f = L.graph, L.flags
+    return (L.cfg.fused_dbias and L.mods.get("dbias") is not None
+            and tuple(g.tensors["dbias"].dims[:2]) == (g.B, g.H_q) and g.ragged is None
+            and not (f["HAS_LEFT"] or f["HAS_RIGHT"] or f["HAS_DROPOUT"] or f.get("HAS_USED_Q")
+                     or f.get("HAS_USED_KV")))
+
+
+#: the dK/dV kernel's dBias arguments (FUSED_DBIAS): None (constexprs) where it is off
+FUSED_DBIAS_ARGS = ("DBS", "dbs_off", "sdbs_b", "sdbs_h", "sdbs_i", "sdbs_j")
+
+
+def fused_dbias_args(L: Launch, on: bool) -> dict:
+    """The dK/dV kernel's FUSED_DBIAS and its arguments: dBias's address, or all None (every
+    constexpr is passed: resources.py records them)."""
+    values = L.mods["dbias"] if on else (None,) * len(FUSED_DBIAS_ARGS)
+    return dict(zip(FUSED_DBIAS_ARGS, values), FUSED_DBIAS=on)
 
 
 def modified(flags: Mapping[str, Any]) -> bool:
@@ -532,11 +556,11 @@ def run_dbias(L: Launch) -> None:
     options: the dQ kernel's with one stage (the loop reloads Q, K, dO and V for every
     summed head; pipelining them took more shared memory than sm90 has at D 128)."""
     dbias = L.mods.get("dbias")
-    if dbias is None:
+    if dbias is None or fuses_dbias(L):
         return
     g, cfg, f = L.graph, L.cfg, L.flags
     B_db, H_db = g.tensors["dbias"].dims[:2]
-    block_m, block_n = min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE)
+    block_m, block_n, warps = dbias_tiles(cfg)
     grid = B_db * H_db * math.ceil(g.S_q / block_m) * math.ceil(g.S_kv / block_n)
     shift, left, right = _bounds(g)
     L.kernels.bwd_dbias[(grid,)](
@@ -550,7 +574,15 @@ def run_dbias(L: Launch) -> None:
         CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
         **dict(zip(("ALIBI", "alibi_off", "salibi_b", "salibi_h"), L.alibi_args)),
         HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right", "USED_Q", "USED_KV", "HAS_USED_Q", "HAS_USED_KV"), "RAGGED_DB"),
-        **dict(cfg.launch_kwargs(dq=True), num_stages=1))
+        **dict(cfg.launch_kwargs(dq=True), num_stages=1, num_warps=warps))
+
+
+def dbias_tiles(cfg: BlockConfig) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) of the dBias kernel: the config's dbias_tiles, else the dQ
+    kernel's tiles at most DBIAS_TILE on the dQ kernel's warps."""
+    if cfg.dbias_tiles is not None:
+        return cfg.dbias_tiles
+    return min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE), cfg.launch_kwargs(dq=True)["num_warps"]
 
 
 def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:
