@@ -19,8 +19,8 @@ Per case (CostTerms holds the features, Phases the predicted seconds):
 `tiles` counts the (query block, key block) pairs one engine run visits over all its passes
 (dK/dV, dQ: the pairs holding an element the mask keeps; the dBias and dSinks reductions), the cost of a kernel that runs one
 program at a time in the interpreter; `launches` the kernels a run launches; `programs` the
-query and key blocks of every head and batch up to the length bounds the grids are sized by
-(the interpreter's per-program set-up). Materializing fills every storage (`io_bytes`, from
+kernels' programs, per batch up to the length bounds the grids are sized by (the
+interpreter's per-program set-up). Materializing fills every storage (`io_bytes`, from
 offset 0: a view at an int64 offset fills gigabytes before it) and draws the addressed
 elements (`touched_bytes`), which costs far more per byte where the inputs are drawn on the
 host and the storages filled on a GPU. `dbias_tiles` the dBias reduction's own tiles, which
@@ -244,13 +244,21 @@ def dbias_tiles(graph: Graph) -> int:
     return graph.B * edge(graph.S_q) * edge(graph.S_kv)
 
 
+#: the head-dim width one tile pair's products cover; a wider head takes a pair per chunk
+HEAD_DIM_CHUNK = 128
+
+
+def head_dim_chunks(graph: Graph) -> int:
+    return -(-max(graph.D_qk, graph.D_v) // HEAD_DIM_CHUNK)
+
+
 def tiles(graph: Graph) -> int:
     """Tile pairs one engine run visits: per query head, per sequence, the (query block, key
-    block) pairs times the passes, the dBias reduction's tiles, plus one per query block for
+    block) pairs times the passes and the head-dim chunks, the dBias reduction's tiles, plus one per query block for
     a dSinks reduction."""
     pairs = _per_sequence(graph, visited_blocks)
     rows = sum(blocks(q) for q, _ in sequence_lengths(graph)) if "dsinks" in graph.tensors else 0
-    return graph.H_q * (passes(graph)[0] * pairs + dbias_tiles(graph) + rows)
+    return graph.H_q * (passes(graph)[0] * pairs * head_dim_chunks(graph) + dbias_tiles(graph) + rows)
 
 
 def terms(graph: Graph) -> CostTerms:
@@ -270,8 +278,11 @@ def terms(graph: Graph) -> CostTerms:
                + 2 * kv_rows * (g.H_k * g.D_qk + g.H_v * g.D_v))            # k, dk, v, dv
     oracle_bytes = FLOAT64 * (2 * logical + 3 * g.H_q * min(g.S_q, ORACLE_ROW_CHUNK) * g.S_kv)
     # the kernels' grids are sized by the bounds (a ragged graph's max_seqlen), not by the
-    # sequences: a program past its sequence's end still starts, then finds nothing to do
-    programs = g.H_q * g.B * (blocks(g.S_q) + blocks(g.S_kv))
+    # sequences: a program past its sequence's end still starts, then finds nothing to do.
+    # Delta and dQ take a program per query head and block, dK/dV one per K/V head and block
+    # (looping over its query heads), or per K head and per V head where they differ
+    kv_heads = g.H_k if g.H_k == g.H_v else g.H_k + g.H_v
+    programs = g.B * (2 * g.H_q * blocks(g.S_q) + kv_heads * blocks(g.S_kv))
     return CostTerms(engine, oracle, io, oracle_bytes, tiles(g), passes(g)[1],
                      bool(g.attributes.deterministic_algorithm), programs,
                      g.H_q * dbias_tiles(g), touched)

@@ -26,6 +26,8 @@ def test_a_banded_kernel_is_priced_by_the_tiles_and_elements_its_mask_keeps():
     assert cost.tiles(dense) == 2 * 16
     assert cost.tiles(causal) == 2 * 10
     assert cost.tiles(diagonal) == 2 * 4
+    # a head wider than 128 takes a tile pair per 128 columns
+    assert cost.tiles(dense_graph(B=1, H_q=1, S_q=256, S_kv=256, D_qk=192)) == 2 * 16 * 2
     flops_per_score = 2 * (3 * 16 + 2 * 16)
     assert cost.terms(dense).engine_flops == 256 * 256 * flops_per_score
     assert cost.terms(causal).engine_flops == 256 * 257 // 2 * flops_per_score
@@ -45,10 +47,13 @@ def test_a_banded_kernel_is_priced_by_the_tiles_and_elements_its_mask_keeps():
 
 def test_the_grid_is_sized_by_the_length_bounds():
     """The kernels' grids are sized by the length bounds (a ragged graph's max_seqlen), so the
-    per-program cost counts every query and key block of each batch and head up to them."""
+    per-program cost counts every query and key block of each batch up to them: per query
+    head its Delta and dQ programs, per K/V head its dK/dV program."""
     from bundlegen.graph_shapes import ragged_graph
     g = dense_graph(B=2, H_q=3, S_q=40, S_kv=100, D_qk=16)
-    assert cost.terms(g).programs == 3 * 2 * (1 + 2)
+    assert cost.terms(g).programs == 2 * (2 * 3 * 1 + 3 * 2)
+    gqa = dense_graph(B=2, H_q=4, H_k=1, S_q=40, S_kv=100, D_qk=16)
+    assert cost.terms(gqa).programs == 2 * (2 * 4 * 1 + 1 * 2)
     # three sequences of 10, 30 and 60 rows under bounds of 128 and 200: 2 + 4 blocks each
     bounded = ragged_graph((0, 10, 40, 100), H_q=2, max_seqlen_q=128, max_seqlen_kv=200)
-    assert cost.terms(bounded).programs == 2 * 3 * (2 + 4)
+    assert cost.terms(bounded).programs == 3 * (2 * 2 * 2 + 2 * 4)
