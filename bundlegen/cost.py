@@ -244,8 +244,9 @@ def dbias_tiles(graph: Graph) -> int:
     return graph.B * edge(graph.S_q) * edge(graph.S_kv)
 
 
-#: the head-dim width one tile pair's products cover; a wider head takes a pair per chunk
-HEAD_DIM_CHUNK = 128
+#: the head-dim width one tile pair's products cover (the interpreter's time per pair grows
+#: with the head's width in these steps); a wider head takes a pair per chunk
+HEAD_DIM_CHUNK = 64
 
 
 def head_dim_chunks(graph: Graph) -> int:

@@ -26,8 +26,8 @@ def test_a_banded_kernel_is_priced_by_the_tiles_and_elements_its_mask_keeps():
     assert cost.tiles(dense) == 2 * 16
     assert cost.tiles(causal) == 2 * 10
     assert cost.tiles(diagonal) == 2 * 4
-    # a head wider than 128 takes a tile pair per 128 columns
-    assert cost.tiles(dense_graph(B=1, H_q=1, S_q=256, S_kv=256, D_qk=192)) == 2 * 16 * 2
+    # a head wider than 64 takes a tile pair per 64 columns
+    assert cost.tiles(dense_graph(B=1, H_q=1, S_q=256, S_kv=256, D_qk=192)) == 2 * 16 * 3
     flops_per_score = 2 * (3 * 16 + 2 * 16)
     assert cost.terms(dense).engine_flops == 256 * 256 * flops_per_score
     assert cost.terms(causal).engine_flops == 256 * 257 // 2 * flops_per_score
