@@ -11,6 +11,7 @@ Per case (CostTerms holds the features, Phases the predicted seconds):
     oracle      = oracle_flops / oracle_flops_per_s + oracle_s     (every reference it computes)
     one run     = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
                   + programs x program_s + dbias_tiles x dbias_tile_s
+                  + drawn_tiles x drawn_tile_s
     engine      = one run + requested x deterministic_s             (set up once per case)
     check       = (runs - 1) x (one run + rerun_s) + check_s       (runs: DeterminismRuns)
                   + runs x io_bytes / check_bytes_per_s          (guards and outputs, per run)
@@ -24,7 +25,8 @@ interpreter's per-program set-up). Materializing fills every storage (`io_bytes`
 offset 0: a view at an int64 offset fills gigabytes before it) and draws the addressed
 elements (`touched_bytes`), which costs far more per byte where the inputs are drawn on the
 host and the storages filled on a GPU. `dbias_tiles` the dBias reduction's own tiles, which
-cost more than a pass's (a broadcast bias sums each over heads and batches), and `requested`
+cost more than a pass's (a broadcast bias sums each over heads and batches), `drawn_tiles`
+the pass tiles of a graph whose engine draws its own dropout mask (random numbers per tile), and `requested`
 whether the graph asks for a deterministic backward (an engine may switch to a slower path
 and set it up for the case).
 Cost.flops is engine + oracle FLOPs; Cost.bytes is the case's peak footprint (io storages
@@ -94,6 +96,7 @@ class CostCoefficients:
     drawn_bytes_per_s: float = 1e15   # drawing the addressed elements, beyond filling
                                       # their storages at bytes_per_s
     dbias_tile_s: float = 0.0    # per dBias reduction tile of one run, beyond its tile_s
+    drawn_tile_s: float = 0.0    # per pass tile that draws a dropout mask, beyond its tile_s
     deterministic_s: float = 0.0  # once per case that asks for a deterministic backward
     oracle_s: float = 0.0        # fixed oracle time per case
     materialize_s: float = 0.0   # fixed materialize time per case
@@ -140,6 +143,7 @@ class CostTerms:
     requested: bool = False  # the graph asks for a deterministic backward
     programs: int = 0       # one engine run's programs: per head, its query and key blocks
     dbias_tiles: int = 0    # one engine run's dBias reduction tiles (in `tiles` too)
+    drawn_tiles: int = 0    # one engine run's pass tiles that draw a dropout mask (in `tiles`)
     touched_bytes: int = 0  # the io tensors' addressed elements in their dtypes
 
 
@@ -262,6 +266,15 @@ def tiles(graph: Graph) -> int:
     return graph.H_q * (passes(graph)[0] * pairs * head_dim_chunks(graph) + dbias_tiles(graph) + rows)
 
 
+def drawn_tiles(graph: Graph) -> int:
+    """The pass tiles (tiles() less its reductions') of a graph whose dropout mask the
+    engine draws itself (no mask port); 0 otherwise."""
+    if not graph.attributes.dropout_probability or "dropout_mask" in graph.tensors:
+        return 0
+    pairs = _per_sequence(graph, visited_blocks)
+    return graph.H_q * passes(graph)[0] * pairs * head_dim_chunks(graph)
+
+
 def terms(graph: Graph) -> CostTerms:
     g = graph
     scores = g.H_q * score_elements(g)
@@ -286,7 +299,7 @@ def terms(graph: Graph) -> CostTerms:
     programs = g.B * (2 * g.H_q * blocks(g.S_q) + kv_heads * blocks(g.S_kv))
     return CostTerms(engine, oracle, io, oracle_bytes, tiles(g), passes(g)[1],
                      bool(g.attributes.deterministic_algorithm), programs,
-                     g.H_q * dbias_tiles(g), touched)
+                     g.H_q * dbias_tiles(g), drawn_tiles(g), touched)
 
 
 def runs_of(t: CostTerms, k: CostCoefficients) -> int:
@@ -297,7 +310,8 @@ def phases(t: CostTerms, k: CostCoefficients, runs: int | None = None) -> Phases
     """The predicted seconds of each phase; `runs`: the engine runs (default: the class's)."""
     runs = runs_of(t, k) if runs is None else runs
     one_run = (t.engine_flops / k.engine_flops_per_s + t.tiles * k.tile_s + t.launches * k.launch_s
-               + t.programs * k.program_s + t.dbias_tiles * k.dbias_tile_s)
+               + t.programs * k.program_s + t.dbias_tiles * k.dbias_tile_s
+               + t.drawn_tiles * k.drawn_tile_s)
     return Phases(materialize_s=(t.io_bytes / k.bytes_per_s + t.touched_bytes / k.drawn_bytes_per_s
                                  + k.materialize_s),
                   oracle_s=t.oracle_flops / k.oracle_flops_per_s + k.oracle_s,

@@ -11,7 +11,7 @@ its level's cases / its level's measured total of that phase):
     oracle_s      = oracle_flops / oracle_flops_per_s + oracle_s
     engine_s      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
                     + programs x program_s + dbias_tiles x dbias_tile_s
-                    + requested x deterministic_s   (the set-up, once per case)
+                    + drawn_tiles x drawn_tile_s + requested x deterministic_s   (the set-up, once per case)
     check_s - (runs - 1) x fitted one run = runs x io_bytes / check_bytes_per_s
                                            + (runs - 1) x rerun_s + check_s
     wall_s - the four measured phases    = overhead_s
@@ -53,7 +53,7 @@ PHASE_FIELDS = {
     "materialize_s": (("bytes_per_s", "drawn_bytes_per_s"), ("materialize_s",)),
     "oracle_s": (("oracle_flops_per_s",), ("oracle_s",)),
     "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s", "program_s", "dbias_tile_s",
-                                           "deterministic_s")),
+                                           "drawn_tile_s", "deterministic_s")),
     "check_s": (("check_bytes_per_s",), ("rerun_s", "check_s")),
 }
 FITTED = tuple(f for rates, times in PHASE_FIELDS.values() for f in (*rates, *times)) + ("overhead_s",)
@@ -297,7 +297,7 @@ def phase_columns(phase: str, s: Sample, runs: int, engine_one: float) -> tuple[
         return [float(t.oracle_flops), 1.0], y
     if phase == "engine_s":
         return [float(t.engine_flops), float(t.tiles), float(t.launches), float(t.programs),
-                float(t.dbias_tiles), float(t.requested)], y
+                float(t.dbias_tiles), float(t.drawn_tiles), float(t.requested)], y
     return [float(runs * t.io_bytes), float(runs - 1), 1.0], y - (runs - 1) * engine_one
 
 

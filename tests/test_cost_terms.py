@@ -57,3 +57,13 @@ def test_the_grid_is_sized_by_the_length_bounds():
     # three sequences of 10, 30 and 60 rows under bounds of 128 and 200: 2 + 4 blocks each
     bounded = ragged_graph((0, 10, 40, 100), H_q=2, max_seqlen_q=128, max_seqlen_kv=200)
     assert cost.terms(bounded).programs == 3 * (2 * 2 * 2 + 2 * 4)
+
+
+def test_tiles_that_draw_a_dropout_mask_are_counted_apart():
+    """An engine that draws its own dropout mask draws random numbers for every pass tile;
+    one given the mask as a port reads it like any other operand."""
+    plain = dense_graph(B=1, H_q=2, S_q=100, S_kv=100, D_qk=16)
+    drawn = with_modifiers(plain, dropout=0.1, dropout_mask=None)
+    given = with_modifiers(plain, dropout=0.1)
+    assert cost.terms(plain).drawn_tiles == 0 == cost.terms(given).drawn_tiles
+    assert cost.terms(drawn).drawn_tiles == cost.terms(drawn).tiles == 2 * 2 * 4

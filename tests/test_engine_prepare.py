@@ -416,7 +416,7 @@ def test_a_twin_loads_through_descriptors_where_its_graph_does():
 
     from bundlegen.graph import dense_graph
     from bundlegen.validate import GUARD_ELEMS
-    from bundlegen.engines.triton import configs, launch, warm
+    from bundlegen.engines.triton import addressing, configs, launch, warm
 
     def descriptors(graph):
         cfg = configs.config_for("sm90", graph.D_qk, graph.D_v)
@@ -424,7 +424,7 @@ def test_a_twin_loads_through_descriptors_where_its_graph_does():
                      t.dims, t.strides, t.offset + GUARD_ELEMS)
                  for p, t in graph.tensors.items()}
         return launch.descriptor_loads(graph, cfg, launch.head_tiles(graph, cfg),
-                                       launch.vec_for(views), views)
+                                       addressing.vec_for(views), views)
 
     args = dict(H_q=2, S_q=32, D_qk=64)
     for graph, expected in ((dense_graph(**args), True),
@@ -555,10 +555,10 @@ def test_the_vec_warm_predicts_is_the_one_the_harness_storages_give(offset):
     materialized case must agree, or prepare compiles a variant no case launches."""
     from bundlegen.graph import dense_graph
     from bundlegen.harness.materialize import materialize
-    from bundlegen.engines.triton import launch, warm
+    from bundlegen.engines.triton import addressing, launch, warm
     from tests.graph_factory import make_case
 
     graph = dense_graph(H_q=2, S_q=16, D_qk=16, offsets={"q": offset})
     expected = launch.VEC if offset % launch.VEC == 0 else 1
     assert warm._vec(graph) == expected
-    assert launch.vec_for(materialize(make_case(graph, seed=1), "cpu").tensors) == expected
+    assert addressing.vec_for(materialize(make_case(graph, seed=1), "cpu").tensors) == expected

@@ -33,13 +33,13 @@ from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
-from bundlegen.engines.triton.tile_plan import ALIGN_BYTES, rows_aligned, score_vec
+from bundlegen.engines.triton.addressing import (IO_PORTS, addr, kernel_views, offsets, plain_addr,
+                                                 stats_addr, vec_for)
+from bundlegen.engines.triton.tile_plan import score_vec
 from bundlegen.engines.triton.tile_plan import (STREAMED_PORTS, TILE_OFFSET_LIMIT, VEC,  # noqa: F401
                                                 descriptor_loads, head_tiles, needs_wide,
                                                 streams_take_descriptors, tile_span, whole_tiles)
 
-IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
-PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
 DROPOUT_PORTS = ("dropout_mask",)   # [B|1, H_q|1, S_q, S_kv], io dtype, keep 1 / drop 0
 SCORE_TILE_PORTS = ("bias", "dropout_mask")   # the kernels read tiles of these (score_vec)
@@ -96,69 +96,6 @@ def out_of_resources(exc: BaseException) -> bool:
     return isinstance(exc, OutOfResources) or "out of resource" in str(exc).lower()
 
 
-def _base(t: torch.Tensor) -> torch.Tensor:
-    """A one-element view at the start of t's storage: the kernels get the storage's base
-    pointer (always allocation-aligned, so one compiled variant) and t's offset separately.
-    Nothing is copied."""
-    return t.as_strided((1,), (1,), 0)
-
-
-def vec_for(tensors: Mapping[str, torch.Tensor]) -> int:
-    """VEC when every io tensor has aligned rows on an aligned storage; else 1 (scalar
-    access, any strides)."""
-    for port in IO_PORTS:
-        t = tensors[port]
-        if (t.untyped_storage().data_ptr() % ALIGN_BYTES
-                or not rows_aligned(t.shape, t.stride(), t.storage_offset())):
-            return 1
-    return VEC
-
-
-def _addr(t: torch.Tensor, vec: int) -> tuple:
-    """(base, offset, stride_b, stride_h, stride_s, stride_d), offset and strides / vec."""
-    return (_base(t), *(x // vec for x in (t.storage_offset(), *t.stride())))
-
-
-def _stats_addr(t: torch.Tensor) -> tuple:
-    """Stats [B, H_q, S_q, 1]: (base, offset, stride_b, stride_h, stride_s), never scaled."""
-    return (_base(t), t.storage_offset(), *t.stride()[:3])
-
-
-def token_major(t: torch.Tensor) -> torch.Tensor:
-    """A ragged port [T, H, D] as the [1, H, T, D] view the kernels address: its batch stride
-    is the token stride, so batch index = first token of a sequence gives its row base. A
-    view of the same storage (as_strided; nothing is copied)."""
-    T, H, D = t.shape
-    s_t, s_h, s_d = t.stride()
-    return t.as_strided((1, H, T, D), (s_t, s_h, s_t, s_d), t.storage_offset())
-
-
-def kernel_views(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ports as the kernels address them: [B, H, S, D] as given, or token_major views of a
-    ragged graph's ports."""
-    if graph.ragged is None:
-        return {p: tensors[p] for p in PORTS}
-    return {p: token_major(tensors[p]) for p in PORTS}
-
-
-def offsets(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
-    """(cu_seqlens_q, cu_seqlens_kv, T_q, T_kv) for the kernels: the device offset tensors and
-    the token rows in storage they are bounded by; all None for a padded graph (Triton then
-    compiles the dense variants, which have none of these arguments)."""
-    if graph.ragged is None:
-        return None, None, None, None
-    cu = []
-    for name in OFFSET_PORTS:
-        t = tensors.get(name)
-        if t is None or t.dtype != torch.int32 or t.shape != (graph.B + 1,):
-            raise ValueError(f"a ragged graph needs {name}, int32 [B+1] = [{graph.B + 1}], beside "
-                             f"the ports; got {None if t is None else (t.dtype, tuple(t.shape))}")
-        if t.device != tensors["q"].device:
-            raise ValueError(f"{name} is on {t.device}, the ports on {tensors['q'].device}")
-        cu.append(t)
-    return cu[0], cu[1], graph.T_q, graph.T_kv
-
-
 def _bounds(graph: Graph) -> tuple[int, int, int]:
     """(shift, left, right) for the kernels. A bound at `far` or beyond keeps every (i, j),
     so bounds are clipped to it (keeping them 32-bit), and an absent bound is passed as
@@ -174,11 +111,6 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     left = min(a.left_bound, far) if a.left_bound is not None else far
     right = min(a.right_bound, far) if a.right_bound is not None else far
     return shift, left, right
-
-
-def _plain_addr(t: torch.Tensor | None) -> tuple | None:
-    """(base, offset, strides...) unscaled (the modifier ports), or None without the port."""
-    return None if t is None else (_base(t), t.storage_offset(), *t.stride())
 
 
 def modifier_flags(graph: Graph) -> dict:
@@ -279,8 +211,8 @@ class Launch:
     def _score_addr(self, port: str) -> tuple | None:
         """A bias or dropout mask port's address for the dK/dV and dQ kernels: offset and
         strides divided by SCORE_VEC (tile_ops.score_tile multiplies them back)."""
-        addr, vec = self.mods.get(port), self.flags.get("SCORE_VEC", 1)
-        return addr if addr is None or vec == 1 else (addr[0], *(x // vec for x in addr[1:]))
+        at, vec = self.mods.get(port), self.flags.get("SCORE_VEC", 1)
+        return at if at is None or vec == 1 else (at[0], *(x // vec for x in at[1:]))
 
     @property
     def alibi_args(self) -> tuple:
@@ -348,7 +280,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged, used = offsets(graph, tensors), used_lengths(graph, tensors)
-    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
+    mods = {p: plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     read = [tensors[p] for p in SCORE_TILE_PORTS if p in tensors]
     tensors = kernel_views(graph, tensors)
@@ -369,8 +301,8 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                  **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
     flags["TMA"] = descriptors
     flags["SCORE_VEC"] = score_vec(cfg, flags, read)
-    ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
-    ports["stats"] = _stats_addr(tensors["stats"])
+    ports = {p: addr(tensors[p], vec) for p in IO_PORTS}
+    ports["stats"] = stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None

@@ -50,8 +50,8 @@ MARKER_DIR = "bundlegen-variants"
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
     view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
-    from bundlegen.engines.triton.launch import IO_PORTS, VEC
-    from bundlegen.engines.triton.tile_plan import rows_aligned
+    from bundlegen.engines.triton.addressing import IO_PORTS
+    from bundlegen.engines.triton.tile_plan import VEC, rows_aligned
     from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
