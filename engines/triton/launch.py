@@ -1,4 +1,5 @@
-"""Argument and stride marshalling for the kernels, and their grids.
+"""The kernels' launches: their arguments, flags and grids (how each tensor is addressed:
+addressing.py).
 
 The user's tensors are addressed where they are, through their storage offsets and
 strides: nothing is made contiguous or copied. The only allocations are the fp32 Delta
