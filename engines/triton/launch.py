@@ -142,10 +142,10 @@ class Launch:
     vec: int
     flags: Mapping[str, Any]
     tiles: Mapping[str, int]     # head-dim tiles: BLOCK_DQK, BLOCK_DV, BLOCK_DQK2, BLOCK_DV2
-    ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
+    ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from addressing.addr / stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
-    #: modifier port -> _plain_addr (None where the graph has no such port)
+    #: modifier port -> addressing.plain_addr (None where the graph has no such port)
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
     #: atomic dQ (prepare's atomic_dq): the dK pass adds dS K into this scratch, no dQ kernel
     dq_scratch: "DqScratch | None" = None
