@@ -257,22 +257,25 @@ def head_dim_chunks(graph: Graph) -> int:
     return -(-max(graph.D_qk, graph.D_v) // HEAD_DIM_CHUNK)
 
 
+def pass_tiles(graph: Graph) -> int:
+    """Tile pairs the dK/dV and dQ passes visit: per query head, per sequence, the (query
+    block, key block) pairs holding a kept score, times the passes and the head-dim chunks."""
+    return graph.H_q * passes(graph)[0] * _per_sequence(graph, visited_blocks) * head_dim_chunks(graph)
+
+
 def tiles(graph: Graph) -> int:
-    """Tile pairs one engine run visits: per query head, per sequence, the (query block, key
-    block) pairs times the passes and the head-dim chunks, the dBias reduction's tiles, plus one per query block for
-    a dSinks reduction."""
-    pairs = _per_sequence(graph, visited_blocks)
+    """Tile pairs one engine run visits: its passes' (pass_tiles), the dBias reduction's
+    tiles, plus one per query block for a dSinks reduction."""
     rows = sum(blocks(q) for q, _ in sequence_lengths(graph)) if "dsinks" in graph.tensors else 0
-    return graph.H_q * (passes(graph)[0] * pairs * head_dim_chunks(graph) + dbias_tiles(graph) + rows)
+    return pass_tiles(graph) + graph.H_q * (dbias_tiles(graph) + rows)
 
 
 def drawn_tiles(graph: Graph) -> int:
-    """The pass tiles (tiles() less its reductions') of a graph whose dropout mask the
-    engine draws itself (no mask port); 0 otherwise."""
+    """The pass tiles of a graph whose dropout mask the engine draws itself (no mask port);
+    0 otherwise."""
     if not graph.attributes.dropout_probability or "dropout_mask" in graph.tensors:
         return 0
-    pairs = _per_sequence(graph, visited_blocks)
-    return graph.H_q * passes(graph)[0] * pairs * head_dim_chunks(graph)
+    return pass_tiles(graph)
 
 
 def terms(graph: Graph) -> CostTerms:
