@@ -14,9 +14,11 @@ config does not), and the call itself
   call cut short returns what it measured; `--resume FILE` skips what FILE already has;
 * stops itself before `--budget-s` (default 500) seconds: no new step starts past
   budget - `--margin-s`, and an alarm ends the process at the budget with the JSON written;
-* prints each row's ratios (triton / peer: above 1 is faster) and at the end the best
-  candidate per kernel and case against the table's config, with each kernel's share of the
-  backward (the profile that says what bounds a row).
+* prints each row's ratios (triton / peer: above 1 is faster) and its profile
+  (bench/kernel_profile.py: each launch's time, registers, spills, shared memory, CTAs per
+  SM and TFLOP/s or GB/s, and the `bound` line; JSON `profiles`), and at the end the best
+  candidate per kernel and case against the table's config and each row's bound and best
+  configuration (JSON `best`, the table's own included).
 
     python bench/speed_batch.py --device cuda --budget-s 500          # the device call
     python bench/speed_batch.py --cases d128-bias --candidates 'previous*'   # the table against what it replaced
@@ -52,6 +54,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.tune_triton import describe, with_tiles  # noqa: E402
+from bench import kernel_profile as KP  # noqa: E402
 from bundlegen.engines.triton.configs import BlockConfig, config_for  # noqa: E402
 
 ARCH = "sm90"
@@ -121,15 +124,23 @@ class Candidate:
     unchanged (the one modifier and dropout launches ran before they had configs of their
     own, BlockConfig.modifiers / dropout / drawn_dropout)."""
     label: str
-    kernel: str                       # dkdv | dq
-    tiles: tuple[int, int, int, int] | None
+    kernel: str                       # dkdv | dq | dbias
+    tiles: tuple[int, ...] | None     # dbias: (M, N, warps)
     dp_first: bool | None = None      # None: the table's
     split: bool = False               # dK and dV in two passes (BlockConfig.split_dkdv)
+    #: kernel "backward": the table's config (its modifiers' included) with dBias stored by the
+    #: dK pass (BlockConfig.fused_dbias), timed whole against the table's whole backward
+    fused_dbias: bool = False
     tma: bool | None = None           # None: the table's
     cases: tuple[str, ...] = ()
 
     def config(self, table: BlockConfig) -> BlockConfig:
+        if self.fused_dbias:   # on the config the launch switches to (BlockConfig.switches)
+            return replace(table, fused_dbias=True, **({"modifiers": replace(table.modifiers, fused_dbias=True)}
+                                                       if table.modifiers is not None else {}))
         base = bare(table)
+        if self.kernel == "dbias":   # (M, N, warps): the dBias kernel alone (launch.dbias_tiles)
+            return replace(base, dbias_tiles=self.tiles)
         cfg = base if self.tiles is None else (
             with_tiles(base, dkdv=self.tiles) if self.kernel == "dkdv" else with_tiles(base, dq=self.tiles))
         if self.dp_first is not None:
@@ -141,6 +152,7 @@ class Candidate:
 
 PLAIN_128 = ("d128-full", "d128-causal")
 MODS_128 = ("d128-bias", "d128-bias-dbias", "d128-alibi", "d128-softcap")
+DBIAS_128 = ("d128-bias-dbias",)
 DROP = ("d64-drop-port", "d64-drop-drawn", "d128-drop-port", "d128-drop-drawn")
 DROP_BANDED = ("d64-causal-drop-port", "d64-causal-drop-drawn", "d128-causal-drop-port", "d128-causal-drop-drawn")
 #: the label prefix of the candidates that are the config a launch ran before (tiles None)
@@ -177,6 +189,25 @@ CANDIDATES = (
     Candidate("mods dkdv 64x128 w8 s2", "dkdv", (64, 128, 8, 2), cases=MODS_128),
     Candidate("mods dq 64x64 w4 s1", "dq", (64, 64, 4, 1), cases=MODS_128),
     Candidate("mods dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=MODS_128),
+    # the dBias kernel (a pass of its own recomputing S and dP per dBias tile, reloading Q, K,
+    # dO and V per tile): the table's 32 x 32 tiles on 4 warps (151 registers, 4 KB shared)
+    # read those operands for each 32 x 32 output tile; larger tiles read them fewer times.
+    # sm90 (`--resources --only d128-bias-dbias --candidates 'dbias*'`): 64 x 64 on 4 warps 255
+    # registers, on 8 warps 218; 128 x 64 and 64 x 128 on 8 warps 255 / 254; none spills (one
+    # stage: 8-16 KB shared). Left out: 128 x 128 on 8 warps, 632 bytes spilled
+    # ALiBi slopes: the table's dK/dV (32 x 64, 4 warps) spills 120 bytes with them (255
+    # registers); sm90 (`--resources --only d128-alibi --candidates 'alibi*'`): 32 x 32 on 4
+    # warps 242 registers, 16 x 64 250, neither spills
+    Candidate("alibi dkdv 32x32 w4 s3", "dkdv", (32, 32, 4, 3), cases=("d128-alibi",)),
+    Candidate("alibi dkdv 16x64 w4 s3", "dkdv", (16, 64, 4, 3), cases=("d128-alibi",)),
+    # dBias stored by the dK pass as it forms dS (no second pass): the whole backward. sm90
+    # (`--resources --only d128-bias-dbias --candidates 'fused*'`): its dK/dV kernel on the
+    # modifiers' 32 x 64 tiles (4 warps) 255 registers, 208 bytes spilled (without: 251, none)
+    Candidate("fused dbias", "backward", None, fused_dbias=True, cases=DBIAS_128),
+    Candidate("dbias 64x64 w4", "dbias", (64, 64, 4), cases=DBIAS_128),
+    Candidate("dbias 64x64 w8", "dbias", (64, 64, 8), cases=DBIAS_128),
+    Candidate("dbias 128x64 w8", "dbias", (128, 64, 8), cases=DBIAS_128),
+    Candidate("dbias 64x128 w8", "dbias", (64, 128, 8), cases=DBIAS_128),
     # dropout (declined on sm90 at D 64 / 128: the table's tiles spill). sm90, D 128
     # (`--resources --only d128-drop`, the mask port's tiles read in vectors), spill bytes
     # port / drawn: the table's dK/dV 392 / 896, dQ 0 / 240. Kept: dK/dV 32 x 32 (4 warps, 3
@@ -368,6 +399,8 @@ class Record:
     def __init__(self, path: Path, env: dict, settings: dict, resumed: dict | None):
         self.path = path
         self.data = resumed or {"rows": {}, "candidates": {}, "notes": []}
+        for section in ("profiles", "best"):
+            self.data.setdefault(section, {})
         self.data.update(environment=env, settings=settings)
 
     def done(self, section: str, key: str) -> bool:
@@ -538,6 +571,38 @@ def time_row(case: Case, engines: dict, timer, device, record: Record, budget: B
     row["ratios"] = ratios(row)
     record.put("rows", case.name, row)
     print(row_line(case, row), flush=True)
+    if budget.allows():
+        profile_row(case, prepared, device, record)
+
+
+def work_of(case: Case) -> "KP.Work":
+    """The row's work for its profile (kernel_profile.Work): its visible pairs from its FLOP
+    count (2.5 x 4 x pairs x D), its query rows, its bias elements."""
+    rows = sum(RAGGED_LENGTHS) if case.ragged else case.B * case.S
+    bias = {"bias": case.B * case.H_q * case.S ** 2, "bias-dbias": case.B * case.H_q * case.S ** 2,
+            "bias-bcast-dbias": case.S ** 2}.get(case.mod, 0)
+    return KP.Work(pairs=case.flops / (10 * case.D), D_qk=case.D, D_v=case.D, q_elems=rows * case.H_q,
+                   bias_elems=bias)
+
+
+def profile_row(case: Case, prepared, device, record: Record) -> None:
+    """The row's table config, launch by launch (kernel_profile): written as soon as measured."""
+    try:
+        launches = KP.profile_launch(prepared, work_of(case), device, ARCH)
+        prof = KP.profile_record(launches, record.data["environment"].get("gpu", ""))
+    except Exception as exc:  # noqa: BLE001 - recorded, the batch goes on
+        prof = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    record.put("profiles", case.name, prof)
+    print(profile_line(case.name, prof), flush=True)
+
+
+def profile_line(name: str, prof: dict) -> str:
+    if "error" in prof:
+        return f"  profile {name}: {prof['error']}"
+    split = ", ".join(f"{p['kernel']} {p['ms']:.3f} ms" + (f" {p['registers']} reg {p['ctas_per_sm']} CTA/SM"
+                                                           if p.get("registers") is not None else "")
+                      for p in prof["launches"])
+    return f"  profile {name}: {split}\n    bound: {prof['bound']}"
 
 
 def ratios(row: dict) -> dict:
@@ -571,8 +636,9 @@ def time_candidates(case: Case, timer, device, record: Record, budget: Budget, f
     prepared, base = triton_stages(graph, tensors, table)
     base["backward"]()
     ref = _outputs(tensors)
-    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq")}
-    record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms})
+    table_ms = {k: timer(base[k]) for k in ("dkdv", "dq", "dbias", "backward") if k in base}
+    record.put("candidates", f"{case.name}/table", {"config": asdict(prepared.cfg), "ms": table_ms,
+                                                    "describe": {k: describe(prepared.cfg, k) for k in table_ms}})
     for cand in (c for c in CANDIDATES if case.name in c.cases):
         key = f"{case.name}/{cand.label}"
         if record.done("candidates", key) or not budget.allows():
@@ -618,6 +684,20 @@ def summary(record: Record) -> list[str]:
         if label.startswith(PREVIOUS) and "ms" in e:
             lines.append(f"table for {case} {e['kernel']}: {e['table_ms']:.3f} ms against {e['ms']:.3f} ms "
                          f"before ({e['ms'] / e['table_ms']:.2f}x; max rel diff {e['max_rel_diff']:.1e})")
+    for (case, kernel), (label, e) in sorted(best_candidates(record).items()):
+        lines.append(f"best {kernel} for {case}: {label} {e['ms']:.3f} ms, {e['speedup']:.2f}x the table's "
+                     f"{e['table_ms']:.3f} ms (max rel diff {e['max_rel_diff']:.1e})")
+    for case, prof in record.data["profiles"].items():
+        best = record.data["best"].get(case, {})
+        picked = "; ".join(f"{k} {b['label']} {b['describe']} {b['ms']:.3f} ms" for k, b in sorted(best.items()))
+        lines.append(f"row {case}: bound: {prof.get('bound', prof.get('error'))}"
+                     + (f" | best: {picked}" if picked else ""))
+    return lines
+
+
+def best_candidates(record: Record) -> dict:
+    """(case, kernel) -> (label, entry) of the fastest candidate measured (the table's config
+    not among them)."""
     best: dict = {}
     for key, e in record.data["candidates"].items():
         case, label = key.split("/", 1)
@@ -626,10 +706,23 @@ def summary(record: Record) -> list[str]:
         k = (case, e["kernel"])
         if k not in best or e["ms"] < best[k][1]["ms"]:
             best[k] = (label, e)
-    for (case, kernel), (label, e) in sorted(best.items()):
-        lines.append(f"best {kernel} for {case}: {label} {e['ms']:.3f} ms, {e['speedup']:.2f}x the table's "
-                     f"{e['table_ms']:.3f} ms (max rel diff {e['max_rel_diff']:.1e})")
-    return lines
+    return best
+
+
+def best_config(record: Record, case: str) -> dict:
+    """Per kernel of the row, the fastest configuration tried, the table's included: its
+    label ("table" where no candidate beat it), ms and tiles (the row's `best` in the JSON)."""
+    table = record.data["candidates"].get(f"{case}/table")
+    if table is None:
+        return {}
+    out = {}
+    for kernel, ms in table["ms"].items():
+        out[kernel] = {"label": "table", "ms": ms, "describe": table["describe"][kernel]}
+    for (c, kernel), (label, e) in best_candidates(record).items():
+        if c == case and kernel in out and e["ms"] < out[kernel]["ms"]:
+            out[kernel] = {"label": label, "ms": e["ms"], "describe": e["describe"],
+                           "speedup": e["speedup"]}
+    return out
 
 
 # ----------------------------------------------------------------------------- CPU: resources
@@ -647,21 +740,48 @@ def candidate_variants(case: Case, cfg: BlockConfig) -> dict:
             if not name.startswith(("preprocess", "dsinks"))}
 
 
-def resources(jobs: int, only: str | None) -> int:
+#: variant label prefixes (resources.label) of the kernels a candidate of each kind changes
+CHANGED_KERNELS = {"dkdv": ("dkdv", "dk", "dv"), "dq": ("dq",), "dbias": ("dbias",),
+                   "backward": ("dkdv", "dk", "dv", "dq", "dbias")}
+
+
+def drop_lines(rows: list[tuple[str, str, str, dict]], kinds: dict[str, str]) -> list[str]:
+    """The candidates to drop before the device call, from (case, label, variant, resources)
+    rows: a kernel the candidate changes that fails to compile for sm90, fails the project's
+    resource check (resources.check: spills past the known ones, shared memory, occupancy)
+    or spills more than the table's same kernel. `kinds`: label -> Candidate.kernel."""
+    from bundlegen.engines.triton import resources as R
+    table = {(c, n.split("/")[0]): e.get("spill_bytes") for c, label, n, e in rows if label == "table"}
+    out = []
+    for case, label, name, e in rows:
+        if label == "table" or name.split("/")[0] not in CHANGED_KERNELS[kinds[label]]:
+            continue
+        base = table.get((case, name.split("/")[0]))
+        why = ("does not compile: " + e["error"][-80:] if "error" in e
+               else "; ".join(R.check(ARCH, name, e)) or (
+                   f"spills {e['spill_bytes']} bytes, the table's {base}" if base is not None
+                   and e["spill_bytes"] > base else ""))
+        if why:
+            out.append(f"drop {case} / {label}: {name} {why}")
+    return out
+
+
+def resources(jobs: int, only: str | None, cases: list[Case]) -> int:
     """Compile the table config and every candidate of each case for sm90 on the CPU and
-    print registers, spills and shared memory per kernel (the evidence CANDIDATES rests on)."""
+    print registers, spills and shared memory per kernel (the evidence CANDIDATES rests on),
+    then the candidates to drop (drop_lines)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bundlegen.engines.triton import resources as R
     work = []
-    for case in CASES.values():
+    for case in cases:
         if only and only not in case.name:
             continue
         table = table_config(case, graph_for(case))
         cands = [("table", table)] + [(c.label, c.config(table)) for c in CANDIDATES if case.name in c.cases]
         for label, cfg in cands:
             for name, var in candidate_variants(case, cfg).items():
-                if label != "table" and name.split("/")[0] not in ("dkdv", "dk", "dv", "dq"):
+                if label != "table" and name.split("/")[0] not in ("dkdv", "dk", "dv", "dq", "dbias"):
                     continue
                 work.append((case.name, label, name, var))
     seen: dict = {}
@@ -689,6 +809,9 @@ def resources(jobs: int, only: str | None) -> int:
         else:
             print(f"{case:22s} {label:28s} {name:50s} reg {e['registers']:3d} spill {e['spill_bytes']:5d} "
                   f"smem {e['shared_bytes']:6d}", flush=True)
+    rows = [(case, label, name, seen[json.dumps(var, sort_keys=True, default=str)]) for case, label, name, var in work]
+    drops = drop_lines(rows, {c.label: c.kernel for c in CANDIDATES})
+    print("\n".join(drops) if drops else "no candidate to drop", flush=True)
     return 0
 
 
@@ -735,7 +858,8 @@ def plan_lines(cases: list[Case]) -> list[str]:
     for case in cases:
         cands = [c.label for c in CANDIDATES if case.name in c.cases]
         peers = [p for p in PEERS if p != "flex" or flex_serves(case) is None]
-        out.append(f"{case.name:26s} vs {', '.join(peers):36s} candidates: {len(cands)}")
+        out.append(f"{case.name:26s} vs {', '.join(peers):36s} candidates: {len(cands)}"
+                   + (f" ({', '.join(cands)})" if cands else ""))
     return out
 
 
@@ -750,7 +874,7 @@ def main(argv=None) -> int:
         return 0
     if args.resources:
         os.environ.pop("TRITON_INTERPRET", None)
-        return resources(max(1, 2 if args.jobs is None else args.jobs), args.only)
+        return resources(max(1, 2 if args.jobs is None else args.jobs), args.only, cases)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -800,6 +924,8 @@ def main(argv=None) -> int:
                 time_candidates(case, timer, device, record, budget, failed)
             except Exception as exc:  # noqa: BLE001
                 record.note(f"{case.name} candidates: {type(exc).__name__}: {str(exc)[:300]}")
+            if record.done("candidates", f"{case.name}/table"):
+                record.put("best", case.name, best_config(record, case.name))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     signal.alarm(0)

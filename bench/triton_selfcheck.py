@@ -117,7 +117,8 @@ def main(argv=None) -> int:
     engine = TritonEngine(device)   # off a GPU it selects the interpreter before Triton loads
     import triton
 
-    from bundlegen.engines.triton.launch import kernel_views, needs_wide, vec_for
+    from bundlegen.engines.triton.addressing import kernel_views, vec_for
+    from bundlegen.engines.triton.tile_plan import needs_wide
     print(f"triton {triton.__version__} torch {torch.__version__} device {device} "
           f"arch {engine.arch}", flush=True)
     bad = 0

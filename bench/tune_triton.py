@@ -119,10 +119,15 @@ def candidates(d: int, kernel: str) -> list[BlockConfig]:
 
 
 def describe(cfg: BlockConfig, kernel: str) -> str:
+    if kernel == "backward":
+        return f"dK/dV {describe(cfg, 'dkdv')}; dQ {describe(cfg, 'dq')}" + (" fused dBias" if cfg.fused_dbias else "")
+    if kernel == "dbias":
+        from bundlegen.engines.triton.launch import dbias_tiles
+        return f"(M, N, warps) = {dbias_tiles(cfg)}"
     c = asdict(cfg)
     tiles = ((c["block_m1"], c["block_n1"], c["num_warps"], c["num_stages"]) if kernel in ("dkdv", "dk", "atomic")
              else tuple(c["dv_pass"]) if kernel == "dv"
-             else (c["block_m2"], c["block_n2"], c["num_warps_dq"], c["num_stages_dq"]))
+             else (c["block_m2"], c["block_n2"], *(cfg.launch_kwargs(dq=True)[k] for k in ("num_warps", "num_stages"))))
     flags = ((["split"] if cfg.split_dkdv and kernel == "dkdv" else [])
              + (["2c"] if cfg.two_chunks else [])
              + (["dpf"] if cfg.dp_first and kernel in ("dkdv", "dk", "atomic") else []))

@@ -7,11 +7,12 @@ so each phase's coefficients are fitted to that phase's own seconds (bundlegen.c
 model), by non-negative least squares, each level weighted the same (a case counts
 its level's cases / its level's measured total of that phase):
 
-    materialize_s = io_bytes / bytes_per_s + materialize_s
+    materialize_s = io_bytes / bytes_per_s + touched_bytes / drawn_bytes_per_s + materialize_s
     oracle_s      = oracle_flops / oracle_flops_per_s + oracle_s
     engine_s      = engine_flops / engine_flops_per_s + tiles x tile_s + launches x launch_s
-                    + programs x program_s
-    check_s - (runs - 1) x fitted engine = runs x io_bytes / check_bytes_per_s
+                    + programs x program_s + dbias_tiles x dbias_tile_s
+                    + drawn_tiles x drawn_tile_s + requested x deterministic_s   (the set-up, once per case)
+    check_s - (runs - 1) x fitted one run = runs x io_bytes / check_bytes_per_s
                                            + (runs - 1) x rerun_s + check_s
     wall_s - the four measured phases    = overhead_s
 
@@ -49,9 +50,10 @@ from bundlegen.results_file import read_results, read_run_times, results_file, r
 PHASES = ("materialize_s", "oracle_s", "engine_s", "check_s")
 #: per phase: the coefficients its fit sets, rates first (fitted as their inverse)
 PHASE_FIELDS = {
-    "materialize_s": (("bytes_per_s",), ("materialize_s",)),
+    "materialize_s": (("bytes_per_s", "drawn_bytes_per_s"), ("materialize_s",)),
     "oracle_s": (("oracle_flops_per_s",), ("oracle_s",)),
-    "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s", "program_s")),
+    "engine_s": (("engine_flops_per_s",), ("tile_s", "launch_s", "program_s", "dbias_tile_s",
+                                           "drawn_tile_s", "deterministic_s")),
     "check_s": (("check_bytes_per_s",), ("rerun_s", "check_s")),
 }
 FITTED = tuple(f for rates, times in PHASE_FIELDS.values() for f in (*rates, *times)) + ("overhead_s",)
@@ -290,11 +292,12 @@ def phase_columns(phase: str, s: Sample, runs: int, engine_one: float) -> tuple[
     """(features, target) of one sample for one phase's fit (the module docstring)."""
     t, y = s.terms, s.phases[phase]
     if phase == "materialize_s":
-        return [float(t.io_bytes), 1.0], y
+        return [float(t.io_bytes), float(t.touched_bytes), 1.0], y
     if phase == "oracle_s":
         return [float(t.oracle_flops), 1.0], y
     if phase == "engine_s":
-        return [float(t.engine_flops), float(t.tiles), float(t.launches), float(t.programs)], y
+        return [float(t.engine_flops), float(t.tiles), float(t.launches), float(t.programs),
+                float(t.dbias_tiles), float(t.drawn_tiles), float(t.requested)], y
     return [float(runs * t.io_bytes), float(runs - 1), 1.0], y - (runs - 1) * engine_one
 
 
@@ -325,8 +328,10 @@ def fit(samples: Sequence[Sample], prior: CostCoefficients) -> Fit:
         theta, fixed = fit_linear(X, y, level_weights(samples, lambda s: s.phases[phase]), prior_theta, len(rates))
         values.update({f: (1.0 / theta[j] if j < len(rates) else theta[j]) for j, f in enumerate(names)})
         kept += [names[j] for j in sorted(fixed)]
-        if phase == "engine_s":
-            engine_one = (X @ torch.tensor(theta, dtype=torch.float64)).tolist()
+        if phase == "engine_s":   # one run of the engine: all but the once-per-case set-up
+            per_run = torch.tensor([0.0 if n == "deterministic_s" else v for n, v in zip(names, theta)],
+                                   dtype=torch.float64)
+            engine_one = (X @ per_run).tolist()
     rest = [s.wall_s - sum(s.phases.values()) for s in samples]
     w = level_weights(samples, lambda s: s.wall_s)
     values["overhead_s"] = max(0.0, float((w * torch.tensor(rest, dtype=torch.float64)).sum() / w.sum()))

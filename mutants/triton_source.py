@@ -116,11 +116,11 @@ def _install_finder() -> None:
 
 # ----------------------------------------------------------------------------- launcher
 STATS_PACKED = Patch("launch", (Edit(
-    '    ports["stats"] = _stats_addr(tensors["stats"])\n',
+    '    ports["stats"] = stats_addr(tensors["stats"])\n',
     '    stats = tensors["stats"]   # strides derived from its dims: packed [B, H_q, S_q, 1]\n'
     '    _, H, S, _ = stats.shape\n'
-    '    ports["stats"] = _stats_addr(stats.as_strided(stats.shape, (H * S, S, 1, 1),\n'
-    '                                                  stats.storage_offset()))\n'),))
+    '    ports["stats"] = stats_addr(stats.as_strided(stats.shape, (H * S, S, 1, 1),\n'
+    '                                                 stats.storage_offset()))\n'),))
 
 TOP_LEFT = Patch("launch", (
     Edit("    shift = diagonal_shift(graph.S_q, graph.S_kv, a.diagonal_alignment)\n",

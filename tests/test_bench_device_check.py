@@ -51,3 +51,65 @@ def test_speed_step_names_known_rows_and_candidates():
     cases = cmd[cmd.index("--cases") + 1:cmd.index("--candidates")]
     assert set(cases) == set(DC.SPEED_CASES) <= set(SB.CASES)
     assert SB.parse_args(cmd[2:]).candidates == list(DC.SPEED_CANDIDATES)   # every glob matches
+
+
+def test_speed_profile_names_known_rows_and_matching_candidates():
+    from bench import speed_batch as SB
+    args = DC.parse_args(["--speed-profile", "--dry-run"])
+    cmd = DC.speed_command(args, 300)
+    cases = cmd[cmd.index("--cases") + 1:cmd.index("--candidates")]
+    assert set(cases) == set(DC.PROFILE_CASES) <= set(SB.CASES)
+    assert cmd[cmd.index("--budget-s") + 1] == "300"
+    assert SB.parse_args(cmd[2:]).candidates == DC.profile_candidates()
+
+
+def test_speed_profile_leaves_the_speed_step_room():
+    out = subprocess.run([sys.executable, "bench/device_check.py", "--speed-profile", "--total-s", "150",
+                          "--cold-s", "120", "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "leaves the speed step under" in out.stderr
+
+
+def test_speed_profile_gives_the_speed_step_what_the_cold_start_left(tmp_path, monkeypatch):
+    """Both steps share one new Triton cache; the speed step's budget is --total-s less the
+    cold start's seconds; the summary reads the steps' JSON."""
+    calls = []
+
+    def fake_step(name, cmd, limit, log, record, out, env=None):
+        calls.append((name, cmd, limit, env))
+        if name == "cold":
+            (out / "cold_start.json").write_text(json.dumps({"total_s": 50.0, "prepare_s": 45.0, "jobs": 16,
+                                                             "target_s": 60.0, "met": True}))
+        else:
+            (out / "speed_batch.json").write_text(json.dumps({
+                "rows": {"d128-full": {"ratios": {"torch-cudnn": 0.8}}},
+                "profiles": {"d128-full": {"launches": [{"kernel": "bwd_dkdv", "share": 0.6}],
+                                           "bound": "bwd_dkdv 60 % of the time"}},
+                "best": {"d128-full": {"dq": {"label": "table", "describe": "T", "ms": 1.0}}}}))
+        return 0
+
+    ticks = iter([0.0, 100.0])
+    monkeypatch.setattr(DC, "run_step", fake_step)
+    monkeypatch.setattr(DC.time, "monotonic", lambda: next(ticks))
+    args = DC.parse_args(["--speed-profile", "--out", str(tmp_path), "--total-s", "500"])
+    assert DC.speed_profile(args) == 0
+    (cold, cold_cmd, cold_limit, env), (speed, cmd, limit, env2) = calls
+    assert env == env2 and Path(env["TRITON_CACHE_DIR"]).is_dir() and not any(Path(env["TRITON_CACHE_DIR"]).iterdir())
+    assert cold_cmd[cold_cmd.index("--cache-dir") + 1] == env["TRITON_CACHE_DIR"]
+    assert float(cmd[cmd.index("--budget-s") + 1]) == 500 - 100 - DC.SPEED_GRACE_S and limit == 500 - 100
+    lines = DC.profile_summary(tmp_path)
+    assert lines == ["cold start: 50.0 s (prepare 45.0 s, 16 processes; target 60.0 s met: True)",
+                     "d128-full: /torch-cudnn 0.80", "  split: bwd_dkdv 60 %; bound: bwd_dkdv 60 % of the time",
+                     "  best dq: table T 1.000 ms"]
+    Path(env["TRITON_CACHE_DIR"]).rmdir()
+
+
+def test_speed_profile_tries_every_candidate_of_its_rows_but_the_dropped():
+    """A candidate made for a profiled row that the selection leaves out would never reach
+    the device (the fused dBias one did, while the selection was globs without "fused *"):
+    only PROFILE_DROPPED's, each with its reason, stay off; each of those names a candidate."""
+    from bench import speed_batch as SB
+    picked = DC.profile_candidates()
+    left_out = {c.label for c in SB.CANDIDATES if set(c.cases) & set(DC.PROFILE_CASES)
+                and not SB.wanted(c, tuple(picked))}
+    assert left_out == set(DC.PROFILE_DROPPED) and all(DC.PROFILE_DROPPED.values())
+    assert "fused dbias" in picked and "previous drop dkdv" in picked

@@ -27,9 +27,9 @@ from tests.graph_factory import make_case, make_graph
 PLAN_FILE = Path(__file__).resolve().parents[1] / "plans" / "sdpa_bwd.py"
 # three significant digits, so the rounded fit can equal them exactly
 TRUE_H200 = CostCoefficients(engine_flops_per_s=187e12, oracle_flops_per_s=41.5e12,
-                             bytes_per_s=3.2e9, overhead_s=0.0125, tile_s=2.5e-6, launch_s=0.001,
+                             bytes_per_s=20e9, overhead_s=0.0125, tile_s=2.5e-6, launch_s=0.001,
                              oracle_s=0.002, materialize_s=0.003, check_bytes_per_s=8e9,
-                             rerun_s=0.0, check_s=0.004)
+                             rerun_s=0.0, check_s=0.004, drawn_bytes_per_s=3.2e9)
 PRIOR = CostCoefficients(engine_flops_per_s=200e12, oracle_flops_per_s=50e12,
                          bytes_per_s=2e9, overhead_s=0.03, check_bytes_per_s=1e10)
 #: a recorded results file (all four levels against torch-flash on an H200)

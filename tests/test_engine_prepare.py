@@ -132,7 +132,11 @@ class _InlinePool:
 
 
 class _InlineContext:
-    def Pool(self, jobs):  # noqa: N802 - multiprocessing's name
+    #: (jobs, initializer, initargs) of each pool made, in order (what a test checks)
+    pools: list = []
+
+    def Pool(self, jobs, initializer=None, initargs=()):  # noqa: N802 - multiprocessing's name
+        self.pools.append((jobs, initializer, initargs))
         return _InlinePool(jobs)
 
 
@@ -246,6 +250,39 @@ def test_a_long_compile_says_how_far_it_is(warm, monkeypatch, capsys):
     groups = len(warm.compile_groups(warm.compiled))
     assert lines[0].startswith("triton: compiling 3 kernel variant(s), 8 distinct kernel launches")
     assert [line.split()[1] for line in lines[1:]] == [f"{i}/{groups}" for i in range(1, groups + 1)]
+
+
+def test_the_compile_processes_start_before_the_launches_are_recorded(warm, monkeypatch):
+    """So their imports and device contexts overlap the parent's recording on a cold run:
+    the pool exists, with every core's process and the start-up step, when twin_launches
+    runs; the jobs asked for are kept."""
+    events = []
+    recorded = warm.twin_launches
+    monkeypatch.setattr(_InlineContext, "pools", [])
+    monkeypatch.setattr(warm.os, "cpu_count", lambda: 16)
+
+    def recording(keys, arch):
+        events.append(("record", len(_InlineContext.pools)))
+        return recorded(keys, arch)
+
+    monkeypatch.setattr(warm, "twin_launches", recording)
+    warm.compile_missing("cuda:1", "sm90", _graphs(), announce=False)
+    assert events == [("record", 1)]
+    assert _InlineContext.pools == [(16, warm._start_compiler, ("cuda:1",))]
+    warm.compile_missing("cuda", "sm90", _graphs() + [dense_graph(S_q=16, D_qk=32)], jobs=3, announce=False)
+    assert _InlineContext.pools[-1][0] == 3
+
+
+def test_a_compile_process_start_never_raises(monkeypatch):
+    """A pool whose initializer raises starts processes without end: the start-up step
+    swallows its error (the compile repeats the step and raises it)."""
+    from bundlegen.engines.triton import launch, warm
+
+    def broken():
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(launch, "kernels_module", broken)
+    assert warm._start_compiler("cpu") is None
 
 
 def test_a_failed_compile_leaves_no_marker(warm, monkeypatch):
@@ -379,7 +416,7 @@ def test_a_twin_loads_through_descriptors_where_its_graph_does():
 
     from bundlegen.graph import dense_graph
     from bundlegen.validate import GUARD_ELEMS
-    from bundlegen.engines.triton import configs, launch, warm
+    from bundlegen.engines.triton import addressing, configs, launch, warm
 
     def descriptors(graph):
         cfg = configs.config_for("sm90", graph.D_qk, graph.D_v)
@@ -387,7 +424,7 @@ def test_a_twin_loads_through_descriptors_where_its_graph_does():
                      t.dims, t.strides, t.offset + GUARD_ELEMS)
                  for p, t in graph.tensors.items()}
         return launch.descriptor_loads(graph, cfg, launch.head_tiles(graph, cfg),
-                                       launch.vec_for(views), views)
+                                       addressing.vec_for(views), views)
 
     args = dict(H_q=2, S_q=32, D_qk=64)
     for graph, expected in ((dense_graph(**args), True),
@@ -518,10 +555,10 @@ def test_the_vec_warm_predicts_is_the_one_the_harness_storages_give(offset):
     materialized case must agree, or prepare compiles a variant no case launches."""
     from bundlegen.graph import dense_graph
     from bundlegen.harness.materialize import materialize
-    from bundlegen.engines.triton import launch, warm
+    from bundlegen.engines.triton import addressing, launch, warm
     from tests.graph_factory import make_case
 
     graph = dense_graph(H_q=2, S_q=16, D_qk=16, offsets={"q": offset})
     expected = launch.VEC if offset % launch.VEC == 0 else 1
     assert warm._vec(graph) == expected
-    assert launch.vec_for(materialize(make_case(graph, seed=1), "cpu").tensors) == expected
+    assert addressing.vec_for(materialize(make_case(graph, seed=1), "cpu").tensors) == expected

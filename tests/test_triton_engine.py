@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bundlegen.graph import dense_graph, packed_strides, ragged_graph
-from bundlegen.engines.triton import configs, launch
+from bundlegen.engines.triton import addressing, configs, launch
 from bundlegen.engines.triton.engine import TritonEngine
 from tests.triton_reference import check, permuted, prepare
 from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: F401  (fixture)
@@ -201,7 +201,7 @@ def test_descriptor_loads_only_where_the_hardware_takes_them():
     assert not tma(cfg=dataclasses.replace(TMA_TILES, two_chunks=True), D_qk=192, D_v=192)
     ragged = ragged_graph((0, 9, 16), (0, 12, 20), H_q=2, H_k=2, H_v=2, D_qk=16, D_v=16)
     assert not launch.descriptor_loads(ragged, TMA_TILES, launch.head_tiles(ragged, TMA_TILES),
-                                       launch.VEC, launch.kernel_views(ragged, meta(ragged)))
+                                       launch.VEC, addressing.kernel_views(ragged, meta(ragged)))
     # a launch without descriptors runs the config's pointer_loads config, where it has one
     pointers = dataclasses.replace(TEST_TILES, num_stages=2)
     both = dataclasses.replace(TMA_TILES, block_m1=32, pointer_loads=pointers)
@@ -357,15 +357,13 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     """VEC = 8 (vectorised loads) only when every io tensor's offset and batch/head/row
     strides are multiples of 8 elements, its head-dim stride is 1, its head dim a multiple
     of 8 and its storage 16-byte aligned; each condition alone falls back to VEC = 1."""
-    from bundlegen.engines.triton import launch
-
     def vec(**kw):
         layout = kw.pop("layout", None)
         args = dict(dict(H_q=2, S_q=8, D_qk=16), **kw)
         graph = dense_graph(**args)
         if layout is not None:
             graph = dense_graph(**layout(graph), **args)
-        return launch.vec_for(prepare(graph).views)
+        return addressing.vec_for(prepare(graph).views)
 
     def only(port, strides=None, offset=0):
         return lambda g: dict(strides={port: strides(g.tensors[port].dims)} if strides else {},
@@ -380,7 +378,7 @@ def test_vec_only_for_whole_16_byte_rows(monkeypatch):
     assert vec(D_qk=12, D_v=12, layout=lambda g: dict(
         strides={p: permuted(t.dims, (0, 1, 2, 3), 4) for p, t in g.tensors.items()})) == 1
     assert vec(layout=only("stats", lambda d: (99, 33, 3, 1), offset=5)) == 8
-    monkeypatch.setattr(launch, "ALIGN_BYTES", 1 << 40)
+    monkeypatch.setattr(addressing, "ALIGN_BYTES", 1 << 40)
     assert vec() == 1
 
 

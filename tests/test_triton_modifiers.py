@@ -12,7 +12,7 @@ from bundlegen import reasons as R
 from bundlegen.graph import TensorSpec, dense_graph, ragged_graph, with_modifiers
 from bundlegen.engines.triton.capabilities import ROWS
 from bundlegen.engines.triton.engine import TritonEngine
-from bundlegen.engines.triton.launch import vec_for
+from bundlegen.engines.triton.addressing import vec_for
 from tests.triton_reference import alibi, check, permuted, prepare
 from tests.triton_tiles import TEST_TILES, SmallTileEngine, engine  # noqa: F401  (fixture)
 

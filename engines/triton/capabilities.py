@@ -167,8 +167,8 @@ def _needs_wide(graph: Graph, arch: str) -> bool:
 
 def _io_rows_aligned(graph: Graph) -> bool:
     """Every io port's rows 16-byte aligned by its strides and offset: the launcher's VEC 8
-    (launch.vec_for; storages are allocation-aligned)."""
-    from bundlegen.engines.triton.launch import IO_PORTS
+    (addressing.vec_for; storages are allocation-aligned)."""
+    from bundlegen.engines.triton.addressing import IO_PORTS
     from bundlegen.engines.triton.tile_plan import rows_aligned
     from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None

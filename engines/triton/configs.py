@@ -72,6 +72,14 @@ class BlockConfig:
     #: Philox state) on top of the modifiers' made the plain tiles spill (for_scores)
     dropout: "BlockConfig | None" = None
     drawn_dropout: "BlockConfig | None" = None
+    #: (BLOCK_M, BLOCK_N, warps) of the dBias kernel, when they differ from launch.dbias_tiles'
+    #: rule (the dQ kernel's tiles, at most DBIAS_TILE, on its warps): bench/speed_batch.py's
+    #: dBias candidates set it; a tier that adopts one names it here
+    dbias_tiles: tuple[int, int, int] | None = None
+    #: dBias stored by the dK/dV kernel's dK pass as it forms dS (kernels.bwd_dkdv
+    #: FUSED_DBIAS) where launch.fuses_dbias allows, not by bwd_dbias's pass: a candidate of
+    #: bench/speed_batch.py; a tier that adopts it sets it here
+    fused_dbias: bool = False
 
     def for_scores(self, modified: bool, dropout: str | None) -> "BlockConfig":
         """The config a launch runs: its dropout form's ("port" | "drawn") where it has one,

@@ -154,7 +154,8 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
              BLOCK_DQK2: tl.constexpr, BLOCK_DV2: tl.constexpr, ATOMIC_DQ: tl.constexpr, EVEN: tl.constexpr,
              TMA: tl.constexpr, DP_FIRST: tl.constexpr, HAS_ALIBI: tl.constexpr = False,
              HAS_USED_Q: tl.constexpr = False, HAS_USED_KV: tl.constexpr = False, USED_Q=None, USED_KV=None,
-             SCORE_VEC: tl.constexpr = 1):
+             SCORE_VEC: tl.constexpr = 1, DBS=None, dbs_off=None, sdbs_b=None, sdbs_h=None,
+             sdbs_i=None, sdbs_j=None, FUSED_DBIAS: tl.constexpr = False):
     """One program per (batch, group head g, KV block): dK and/or dV of that block.
 
     The group head is a K head when COMPUTE_DK (H_grp = H_k) and a V head when COMPUTE_DV
@@ -174,6 +175,9 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
     sqa_* count such rows; the launcher copies it into dQ). Five matrix multiplies per block
     pair instead of seven, but the order of the additions, so dQ's last bits, changes from
     run to run.
+    FUSED_DBIAS (the dK pass; launch.fuses_dbias: dBias [B, H_q, S_q, S_kv], no band): also
+    dBias (DBS, names apart from bwd_dbias's: resources.ADDED_OFF holds both), each (query head, Q block)'s dS^T tile stored as it is formed (dS before the
+    softcap factor, as bwd_dbias forms it), instead of bwd_dbias's pass recomputing S and dP.
     """
     # under a left bound alone the last KV blocks keep the most rows: they go first
     pid_n, b, g = block_batch_head(tl.cdiv(S_kv, BLOCK_N), H_grp, block_major,
@@ -329,6 +333,10 @@ def bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, CU_Q, CU_KV, q_off, sq_b, sq_h, sq
             if HAS_DROPOUT:                                 # dP^T = dP_drop^T keep / (1 - p)
                 dpT = dpT * kT
             dsT = pT * (dpT - delta[None, :])               # dS^T = P^T (dP^T - Delta)
+            if FUSED_DBIAS:   # dBias[b, h, i, j] = dS[i, j]: every tile once (no band)
+                dbp = _at(DBS, dbs_off, b, sdbs_b, h, sdbs_h, row0, sdbs_i, 1) + col0 * sdbs_j
+                tl.store(dbp + rm[None, :] * sdbs_i + rn[:, None] * sdbs_j, dsT.to(io),
+                         mask=(offs_n[:, None] < n_kv) & m_ok[None, :])
             if SOFTCAP:                                     # d(cap tanh(S / cap)) / dS
                 dsT = dsT * (1.0 - tT * tT)
             dsT = dsT.to(io)

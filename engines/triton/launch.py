@@ -1,4 +1,5 @@
-"""Argument and stride marshalling for the kernels, and their grids.
+"""The kernels' launches: their arguments, flags and grids (how each tensor is addressed:
+addressing.py).
 
 The user's tensors are addressed where they are, through their storage offsets and
 strides: nothing is made contiguous or copied. The only allocations are the fp32 Delta
@@ -33,13 +34,13 @@ from bundlegen.engines.triton.configs import BlockConfig, block_d
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
-from bundlegen.engines.triton.tile_plan import ALIGN_BYTES, rows_aligned, score_vec
+from bundlegen.engines.triton.addressing import (IO_PORTS, addr, kernel_views, offsets, plain_addr,
+                                                 stats_addr, vec_for)
+from bundlegen.engines.triton.tile_plan import score_vec
 from bundlegen.engines.triton.tile_plan import (STREAMED_PORTS, TILE_OFFSET_LIMIT, VEC,  # noqa: F401
                                                 descriptor_loads, head_tiles, needs_wide,
                                                 streams_take_descriptors, tile_span, whole_tiles)
 
-IO_PORTS = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
-PORTS = IO_PORTS + ("stats",)
 SCORE_PORTS = ("bias", "dbias")     # [B|1, H_q|1, S_q, S_kv], io dtype
 DROPOUT_PORTS = ("dropout_mask",)   # [B|1, H_q|1, S_q, S_kv], io dtype, keep 1 / drop 0
 SCORE_TILE_PORTS = ("bias", "dropout_mask")   # the kernels read tiles of these (score_vec)
@@ -96,69 +97,6 @@ def out_of_resources(exc: BaseException) -> bool:
     return isinstance(exc, OutOfResources) or "out of resource" in str(exc).lower()
 
 
-def _base(t: torch.Tensor) -> torch.Tensor:
-    """A one-element view at the start of t's storage: the kernels get the storage's base
-    pointer (always allocation-aligned, so one compiled variant) and t's offset separately.
-    Nothing is copied."""
-    return t.as_strided((1,), (1,), 0)
-
-
-def vec_for(tensors: Mapping[str, torch.Tensor]) -> int:
-    """VEC when every io tensor has aligned rows on an aligned storage; else 1 (scalar
-    access, any strides)."""
-    for port in IO_PORTS:
-        t = tensors[port]
-        if (t.untyped_storage().data_ptr() % ALIGN_BYTES
-                or not rows_aligned(t.shape, t.stride(), t.storage_offset())):
-            return 1
-    return VEC
-
-
-def _addr(t: torch.Tensor, vec: int) -> tuple:
-    """(base, offset, stride_b, stride_h, stride_s, stride_d), offset and strides / vec."""
-    return (_base(t), *(x // vec for x in (t.storage_offset(), *t.stride())))
-
-
-def _stats_addr(t: torch.Tensor) -> tuple:
-    """Stats [B, H_q, S_q, 1]: (base, offset, stride_b, stride_h, stride_s), never scaled."""
-    return (_base(t), t.storage_offset(), *t.stride()[:3])
-
-
-def token_major(t: torch.Tensor) -> torch.Tensor:
-    """A ragged port [T, H, D] as the [1, H, T, D] view the kernels address: its batch stride
-    is the token stride, so batch index = first token of a sequence gives its row base. A
-    view of the same storage (as_strided; nothing is copied)."""
-    T, H, D = t.shape
-    s_t, s_h, s_d = t.stride()
-    return t.as_strided((1, H, T, D), (s_t, s_h, s_t, s_d), t.storage_offset())
-
-
-def kernel_views(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ports as the kernels address them: [B, H, S, D] as given, or token_major views of a
-    ragged graph's ports."""
-    if graph.ragged is None:
-        return {p: tensors[p] for p in PORTS}
-    return {p: token_major(tensors[p]) for p in PORTS}
-
-
-def offsets(graph: Graph, tensors: Mapping[str, torch.Tensor]) -> tuple:
-    """(cu_seqlens_q, cu_seqlens_kv, T_q, T_kv) for the kernels: the device offset tensors and
-    the token rows in storage they are bounded by; all None for a padded graph (Triton then
-    compiles the dense variants, which have none of these arguments)."""
-    if graph.ragged is None:
-        return None, None, None, None
-    cu = []
-    for name in OFFSET_PORTS:
-        t = tensors.get(name)
-        if t is None or t.dtype != torch.int32 or t.shape != (graph.B + 1,):
-            raise ValueError(f"a ragged graph needs {name}, int32 [B+1] = [{graph.B + 1}], beside "
-                             f"the ports; got {None if t is None else (t.dtype, tuple(t.shape))}")
-        if t.device != tensors["q"].device:
-            raise ValueError(f"{name} is on {t.device}, the ports on {tensors['q'].device}")
-        cu.append(t)
-    return cu[0], cu[1], graph.T_q, graph.T_kv
-
-
 def _bounds(graph: Graph) -> tuple[int, int, int]:
     """(shift, left, right) for the kernels. A bound at `far` or beyond keeps every (i, j),
     so bounds are clipped to it (keeping them 32-bit), and an absent bound is passed as
@@ -174,11 +112,6 @@ def _bounds(graph: Graph) -> tuple[int, int, int]:
     left = min(a.left_bound, far) if a.left_bound is not None else far
     right = min(a.right_bound, far) if a.right_bound is not None else far
     return shift, left, right
-
-
-def _plain_addr(t: torch.Tensor | None) -> tuple | None:
-    """(base, offset, strides...) unscaled (the modifier ports), or None without the port."""
-    return None if t is None else (_base(t), t.storage_offset(), *t.stride())
 
 
 def modifier_flags(graph: Graph) -> dict:
@@ -209,10 +142,10 @@ class Launch:
     vec: int
     flags: Mapping[str, Any]
     tiles: Mapping[str, int]     # head-dim tiles: BLOCK_DQK, BLOCK_DV, BLOCK_DQK2, BLOCK_DV2
-    ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from _addr / _stats_addr
+    ports: Mapping[str, tuple]   # port -> (base, offset, strides...) from addressing.addr / stats_addr
     delta: torch.Tensor          # fp32 [B, H_q, S_q] scratch
     ragged: tuple = (None, None, None, None)   # offsets(): (cu_q, cu_kv, T_q, T_kv)
-    #: modifier port -> _plain_addr (None where the graph has no such port)
+    #: modifier port -> addressing.plain_addr (None where the graph has no such port)
     mods: Mapping[str, tuple | None] = dataclasses.field(default_factory=dict)
     #: atomic dQ (prepare's atomic_dq): the dK pass adds dS K into this scratch, no dQ kernel
     dq_scratch: "DqScratch | None" = None
@@ -279,8 +212,8 @@ class Launch:
     def _score_addr(self, port: str) -> tuple | None:
         """A bias or dropout mask port's address for the dK/dV and dQ kernels: offset and
         strides divided by SCORE_VEC (tile_ops.score_tile multiplies them back)."""
-        addr, vec = self.mods.get(port), self.flags.get("SCORE_VEC", 1)
-        return addr if addr is None or vec == 1 else (addr[0], *(x // vec for x in addr[1:]))
+        at, vec = self.mods.get(port), self.flags.get("SCORE_VEC", 1)
+        return at if at is None or vec == 1 else (at[0], *(x // vec for x in at[1:]))
 
     @property
     def alibi_args(self) -> tuple:
@@ -348,7 +281,7 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
     a = graph.attributes
     scratch = dq_scratch(graph, tensors["dq"]) if atomic_dq else None
     ragged, used = offsets(graph, tensors), used_lengths(graph, tensors)
-    mods = {p: _plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
+    mods = {p: plain_addr(tensors.get(p)) for p in SCORE_PORTS + SINK_PORTS + DROPOUT_PORTS + ALIBI_PORTS}
     scores = {p: tensors[p] for p in SCORE_PORTS if p in tensors}
     read = [tensors[p] for p in SCORE_TILE_PORTS if p in tensors]
     tensors = kernel_views(graph, tensors)
@@ -369,8 +302,8 @@ def prepare(graph: Graph, tensors: Mapping[str, torch.Tensor], cfg: BlockConfig,
                  **modifier_flags(graph), EVEN=whole_tiles(graph, cfg, tiles))
     flags["TMA"] = descriptors
     flags["SCORE_VEC"] = score_vec(cfg, flags, read)
-    ports = {p: _addr(tensors[p], vec) for p in IO_PORTS}
-    ports["stats"] = _stats_addr(tensors["stats"])
+    ports = {p: addr(tensors[p], vec) for p in IO_PORTS}
+    ports["stats"] = stats_addr(tensors["stats"])
     delta = torch.empty((graph.B, graph.H_q, graph.S_q), dtype=torch.float32,
                         device=tensors["q"].device)
     streamed = {p: tensors[p] for p in STREAMED_PORTS} if flags["TMA"] else None
@@ -476,6 +409,7 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
         if grid == 0:   # a ragged batch whose kv sequences are all empty
             return
         atomic = L.dq_scratch is not None and do_dk   # dS exists in the dK pass only
+        fused = fused_dbias_args(L, do_dk and fuses_dbias(L))
         L.kernels.bwd_dkdv[(grid,)](
             *L.pointers, dk[0], dv[0], *L.ragged[:2], *L.addressing, *dk[1:], *dv[1:],
             g.H_q, H_grp, g.H_q // g.H_k, g.H_q // g.H_v, *L.sizes, *L.score_args,
@@ -483,7 +417,30 @@ def run_dkdv(L: Launch, only: str | None = None) -> None:
             *L.descriptors(("q", "do"), cfg.block_m1), ATOMIC_DQ=atomic,
             COMPUTE_DK=do_dk, COMPUTE_DV=do_dv, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
             KV_SHARED=g.H_k == g.H_v, DP_FIRST=dp_first(cfg, L.flags), **L.flags, **L.tiles,
-            USED_Q=L.used[0], USED_KV=L.used[1], **cfg.launch_kwargs())
+            USED_Q=L.used[0], USED_KV=L.used[1], **fused, **cfg.launch_kwargs())
+
+
+def fuses_dbias(L: Launch) -> bool:
+    """Whether the dK pass stores dBias (BlockConfig.fused_dbias): where every dBias entry is
+    one (query head, Q block, KV block) tile of that pass, visited once: dBias not broadcast
+    over batch or heads (a sum), a padded batch without used lengths, no band (the blocks it
+    skips would be left unwritten) and no dropout (bwd_dbias's dS has no dropout factor)."""
+    g, f = L.graph, L.flags
+    return (L.cfg.fused_dbias and L.mods.get("dbias") is not None
+            and tuple(g.tensors["dbias"].dims[:2]) == (g.B, g.H_q) and g.ragged is None
+            and not (f["HAS_LEFT"] or f["HAS_RIGHT"] or f["HAS_DROPOUT"] or f.get("HAS_USED_Q")
+                     or f.get("HAS_USED_KV")))
+
+
+#: the dK/dV kernel's dBias arguments (FUSED_DBIAS): None (constexprs) where it is off
+FUSED_DBIAS_ARGS = ("DBS", "dbs_off", "sdbs_b", "sdbs_h", "sdbs_i", "sdbs_j")
+
+
+def fused_dbias_args(L: Launch, on: bool) -> dict:
+    """The dK/dV kernel's FUSED_DBIAS and its arguments: dBias's address, or all None (every
+    constexpr is passed: resources.py records them)."""
+    values = L.mods["dbias"] if on else (None,) * len(FUSED_DBIAS_ARGS)
+    return dict(zip(FUSED_DBIAS_ARGS, values), FUSED_DBIAS=on)
 
 
 def modified(flags: Mapping[str, Any]) -> bool:
@@ -532,11 +489,11 @@ def run_dbias(L: Launch) -> None:
     options: the dQ kernel's with one stage (the loop reloads Q, K, dO and V for every
     summed head; pipelining them took more shared memory than sm90 has at D 128)."""
     dbias = L.mods.get("dbias")
-    if dbias is None:
+    if dbias is None or fuses_dbias(L):
         return
     g, cfg, f = L.graph, L.cfg, L.flags
     B_db, H_db = g.tensors["dbias"].dims[:2]
-    block_m, block_n = min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE)
+    block_m, block_n, warps = dbias_tiles(cfg)
     grid = B_db * H_db * math.ceil(g.S_q / block_m) * math.ceil(g.S_kv / block_n)
     shift, left, right = _bounds(g)
     L.kernels.bwd_dbias[(grid,)](
@@ -550,7 +507,15 @@ def run_dbias(L: Launch) -> None:
         CHUNK_V=min(DBIAS_CHUNK, L.tiles["BLOCK_DV"]),
         **dict(zip(("ALIBI", "alibi_off", "salibi_b", "salibi_h"), L.alibi_args)),
         HAS_ALIBI=f["HAS_ALIBI"], **_ragged_kwargs(L, ("CU_Q", "CU_KV", "T_q", "T_kv", "bottom_right", "USED_Q", "USED_KV", "HAS_USED_Q", "HAS_USED_KV"), "RAGGED_DB"),
-        **dict(cfg.launch_kwargs(dq=True), num_stages=1))
+        **dict(cfg.launch_kwargs(dq=True), num_stages=1, num_warps=warps))
+
+
+def dbias_tiles(cfg: BlockConfig) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) of the dBias kernel: the config's dbias_tiles, else the dQ
+    kernel's tiles at most DBIAS_TILE on the dQ kernel's warps."""
+    if cfg.dbias_tiles is not None:
+        return cfg.dbias_tiles
+    return min(cfg.block_m2, DBIAS_TILE), min(cfg.block_n2, DBIAS_TILE), cfg.launch_kwargs(dq=True)["num_warps"]
 
 
 def _ragged_kwargs(L: Launch, names: tuple[str, ...], flag: str) -> dict:

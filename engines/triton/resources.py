@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.engines.triton import aot, configs
+from bundlegen.engines.triton.launch import FUSED_DBIAS_ARGS
 # the report's limits, checks and measurements, importable from here (bench, tests)
 from bundlegen.engines.triton.resource_limits import (KNOWN_SPILLS, LIMITS, AmdLimits,  # noqa: F401
                                                       NvidiaLimits, amd_occupancy, check,
@@ -53,6 +54,7 @@ SWEPT = frozenset({"COMPUTE_DK", "COMPUTE_DV", "UPCAST", "WIDE", "VEC", "ATOMIC_
                    "RAGGED_DB", "RAGGED_DS",         # the dBias and dSinks kernels on a ragged batch
                    "BLOCK_M", "BLOCK_N", "RAGGED", "KV_SHARED", "BLOCK", "TMA", "DP_FIRST",
                    "SCORE_VEC",   # the bias / dropout-mask tiles read in vectors (launch.score_vec)
+                   "FUSED_DBIAS",   # dBias stored by the dK pass (launch.fuses_dbias)
                    # None in a dense launch (Triton makes them constexprs), runtime in a ragged one
                    "CU_Q", "CU_KV", "T_q", "T_kv",
                    # None without TMA, runtime (tensor descriptors) with it
@@ -74,7 +76,8 @@ ALIBI_ARGS = ("ALIBI", "alibi_off", "salibi_b", "salibi_h")
 #: compiled (added_off), so the earlier variants' keys and entries stand
 ADDED_OFF = {"HAS_DROPOUT": False, "DRAWN_DROPOUT": False, **{a: None for a in DROPOUT_ARGS},
              "HAS_ALIBI": False, **{a: None for a in ALIBI_ARGS}, "RAGGED_DB": False,
-             "RAGGED_DS": False, **aot.NO_USED, "SCORE_VEC": 1}
+             "RAGGED_DS": False, **aot.NO_USED, "SCORE_VEC": 1,
+             "FUSED_DBIAS": False, **{a: None for a in FUSED_DBIAS_ARGS}}
 
 
 def added_off(cons: Mapping[str, Any]) -> dict:
@@ -156,6 +159,9 @@ REPRESENTED: dict[str, tuple[Any, str]] = {
                           "launch with any modifier compiles with it"),
     **{a: (lambda c: RUNTIME if _alibi(c) else None,
            "None (a constexpr) without ALiBi slopes; run time with them") for a in ALIBI_ARGS},
+    **{a: (lambda c: RUNTIME if c.get("FUSED_DBIAS") else None,
+           "None (a constexpr) unless the dK pass stores dBias; run time where it does")
+       for a in FUSED_DBIAS_ARGS},
     "HAS_USED_Q": (_used, "both sides' used-length bounds have the code of either one's"),
     "HAS_USED_KV": (_used, "as HAS_USED_Q"),
     **{a: (lambda c: RUNTIME if _used(c) else None,
@@ -347,6 +353,8 @@ def label(kernel: str, cons: Mapping[str, Any], tier: int | None = None,
         parts.append("rows")
     if cons.get("ATOMIC_DQ"):
         parts.append("atomic-dq")
+    if cons.get("FUSED_DBIAS"):
+        parts.append("fused-dbias")
     if cons.get("TMA"):
         parts.append("tma")
     return "/".join(parts)

@@ -20,7 +20,7 @@ STREAMED_PORTS = ("q", "do", "k", "v")
 
 def launched_view(spec, ragged: bool) -> tuple[tuple, tuple]:
     """(dims, strides) of a port's TensorSpec as the kernels address it: a ragged [T, H, D]
-    port as the launcher's [1, H, T, D] view (launch.token_major); score-shaped ports (bias,
+    port as the launcher's [1, H, T, D] view (addressing.token_major); score-shaped ports (bias,
     dropout mask) and padded ones as declared."""
     if not ragged or len(spec.dims) == 4:
         return spec.dims, spec.strides

@@ -50,8 +50,8 @@ MARKER_DIR = "bundlegen-variants"
 def _vec(graph: Graph) -> int:
     """VEC the launcher will pick for this graph on the harness's (aligned) storages: every
     view starts GUARD_ELEMS canary elements (plus its declared offset) into its storage."""
-    from bundlegen.engines.triton.launch import IO_PORTS, VEC
-    from bundlegen.engines.triton.tile_plan import rows_aligned
+    from bundlegen.engines.triton.addressing import IO_PORTS
+    from bundlegen.engines.triton.tile_plan import VEC, rows_aligned
     from bundlegen.engines.triton.tile_plan import launched_view
     ragged = graph.ragged is not None
     specs = [graph.tensors[p] for p in IO_PORTS]
@@ -349,26 +349,53 @@ def compile_groups(launches: list[tuple]) -> list[list[tuple]]:
 
 
 def default_jobs() -> int:
-    return max(1, (os.cpu_count() or 2) - 1)
+    """Every core: the parent only waits on the compile processes (Triton's compile of one
+    kernel is single-threaded LLVM, then ptxas, in its process)."""
+    return max(1, os.cpu_count() or 2)
+
+
+#: the most kernel launches one twin records (preprocess, two dK/dV passes, dQ, dBias,
+#: dSinks): the compile processes are started before the launches are counted
+LAUNCHES_PER_TWIN = 6
+
+
+def _start_compiler(device: str) -> None:
+    """A compile process's start, while the parent still records the launches: Triton, the
+    kernels module and the device's context, which every compile needs first. It never
+    raises: a pool whose initializer fails starts processes without end; a failing step
+    fails again, with its error, in the first compile (_compile_launches repeats them)."""
+    try:
+        import torch
+
+        from bundlegen.engines.triton.launch import kernels_module
+        kernels_module()
+        if torch.device(device).type == "cuda":
+            if torch.device(device).index is not None:
+                torch.cuda.set_device(torch.device(device))
+            torch.empty(1, device=device)
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
 
 
 def compile_missing(device: str, arch: str, graphs: Iterable[Graph], jobs: int | None = None,
                     *, announce: bool = True, atomic_dq: bool = False) -> tuple[int, int, int]:
     """Compile the variants of `graphs` that have no marker yet, `jobs` processes at a time;
     (compiled, already there, WIDE graphs left to compile on use). `atomic_dq`: the
-    engine's (TritonEngine.atomic_dq)."""
+    engine's (TritonEngine.atomic_dq). The processes start before the launches are recorded
+    (a few seconds of the parent's Python on a cold run), so that their imports and device
+    contexts overlap it."""
     keys, wide = twin_keys(graphs, arch, atomic_dq)
     missing = [k for k in keys if not marker(arch, k).exists()]
     if missing:
-        launches = list(twin_launches(missing, arch).values())
-        groups = compile_groups(launches)
-        jobs = max(1, min(jobs or default_jobs(), len(groups)))
-        if announce:
-            print(f"triton: compiling {len(missing)} kernel variant(s), {len(launches)} distinct "
-                  f"kernel launches ({len(groups)} kernels to Triton), with {jobs} process(es) "
-                  f"({len(keys) - len(missing)} cached)", file=sys.stderr, flush=True)
-        started, shown, done = time.monotonic(), time.monotonic(), 0
-        with mp.get_context("spawn").Pool(jobs) as pool:
+        jobs = max(1, min(jobs or default_jobs(), LAUNCHES_PER_TWIN * len(missing)))
+        with mp.get_context("spawn").Pool(jobs, initializer=_start_compiler, initargs=(device,)) as pool:
+            launches = list(twin_launches(missing, arch).values())
+            groups = compile_groups(launches)
+            if announce:
+                print(f"triton: compiling {len(missing)} kernel variant(s), {len(launches)} distinct "
+                      f"kernel launches ({len(groups)} kernels to Triton), with {min(jobs, len(groups))} "
+                      f"process(es) ({len(keys) - len(missing)} cached)", file=sys.stderr, flush=True)
+            started, shown, done = time.monotonic(), time.monotonic(), 0
             for _ in pool.imap_unordered(_compile_group, [(device, g) for g in groups]):
                 done += 1
                 if announce and time.monotonic() - shown >= PROGRESS_EVERY_S:
