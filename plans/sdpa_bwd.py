@@ -398,7 +398,7 @@ SWEEPS = (
 
 # The GPU levels' share of the peers' sizes (plans/peers.py, "GPU-sized value classes"): each
 # length with MHA, GQA 4, GQA 8 (D 96), MQA (D 64), S_q < S_kv and S_q > S_kv (D 256),
-# crossed with every layout, mask and io dtype. Sizes: no case's predicted bytes (io storages
+# crossed with every layout, mask and io dtype (_peer_sweeps says which products). Sizes: no case's predicted bytes (io storages
 # plus the oracle's float64 copy of every port and its score blocks, bundlegen/cost.py) pass
 # 29 GiB; the oracle never holds an S_q x S_kv matrix whole (its score blocks are 2^24
 # float64 elements, 128 MiB, whatever S is), so a 16k x 16k case needs no 2 GiB per head
@@ -426,30 +426,39 @@ def _peer_long_shapes(lengths: tuple[int, ...]) -> tuple[Shape, ...]:
         _shape(B=2, H=16, H_k=2, S=S // 2, S_kv=S, D=128), _shape(B=2, H=8, H_k=2, S=S, D=256)))
 
 
+def _peer_sweeps(item: str, purpose: str, shapes: tuple[Shape, ...], level: str,
+                 layouts_crossed_with: str) -> tuple[Sweep, Sweep]:
+    """A peer size class as two products: every shape x mask x dtype in BHSD, and every
+    shape x layout with the masks (`layouts_crossed_with` "mask") or with no mask (None),
+    in bf16. Each shape meets every mask, dtype and layout and the triple shape x mask x
+    dtype (where size meets accumulation and masking) is whole; left out at these sizes:
+    layout x dtype, and at nightly layout x mask (the pair suites hold both at small sizes).
+    The whole products would pass both GPU levels' budgets (nightly's 2.7 times)."""
+    layout_axes = (("shape", shapes), ("layout", PEER_SWEEP_LAYOUTS))
+    if layouts_crossed_with == "mask":
+        layout_axes += (("mask", PEER_SWEEP_MASKS),)
+    return (Sweep(item, f"{purpose} x every mask and dtype (BHSD)", Spec(shapes[0]),
+                  (("shape", shapes), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level=level),
+            Sweep(f"{item}-LAYOUTS", f"{purpose} x every layout"
+                  + (" and mask (bf16)" if layouts_crossed_with == "mask" else " (no mask, bf16)"),
+                  Spec(shapes[0]), layout_axes, level=level))
+
+
 SWEEPS += (
-    Sweep("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128; about 16k tokens, B 4-32) x MHA / GQA / MQA / "
-          "S_q != S_kv x every layout, mask and dtype (the peers' long tests)",
-          Spec(_shape(B=4, H=16, S=256, D=128)),
-          (("shape", tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, _PEER_BATCH[S]))),
-           ("layout", PEER_SWEEP_LAYOUTS),
-           ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
+    *_peer_sweeps("SWP-PEER-SEQS", "S 256-4096 (multiples of 64 and 128; about 16k tokens, B 4-32) x MHA / GQA / "
+                  "MQA / S_q != S_kv (the peers' long tests)",
+                  tuple(sh for S in PEER_SEQLENS for sh in _peer_shapes(S, _PEER_BATCH[S])), "nightly", None),
     Sweep("SWP-PEER-SEQS-QKV-PACKED", "S 256-4096 with Q, K, V packed (MHA, S_q = S_kv) x every mask and dtype",
           Spec(_shape(B=4, H=16, S=256, D=128), layout="qkv-interleaved"),
           (("shape", tuple(_shape(B=4, H=16, S=S, D=128) for S in PEER_SEQLENS)), ("mask", PEER_SWEEP_MASKS),
            ("dtype", _PEER_DTYPES)), level="nightly"),
-    Sweep("SWP-PEER-LONG-SEQS-8K", "S 6k-8k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
-          Spec(_shape(B=2, H=16, S=8192, D=128)),
-          (("shape", _peer_long_shapes(_NIGHTLY_LONG_SEQLENS)),
-           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="nightly"),
-    Sweep("SWP-PEER-LONG-SEQS", "S 12k-16k x MHA / GQA / MQA / S_q < S_kv / D 256 x every layout, mask and dtype",
-          Spec(_shape(B=2, H=16, S=16384, D=128)),
-          (("shape", _peer_long_shapes(_FULL_LONG_SEQLENS)),
-           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
-    Sweep("SWP-TRAINING-SHAPES", "training shapes: B x S 16k-64k tokens, H 8-64, D 64-256, GQA 4-8 x every "
-          "layout, mask and dtype",
-          Spec(_shape(B=4, H=32, H_k=8, S=4096, D=128)),
-          (("shape", tuple(_shape(B=b, H=h, H_k=hk, S=s, D=d, D_v=dv) for b, s, h, hk, d, dv in PEER_TRAINING_SHAPES)),
-           ("layout", PEER_SWEEP_LAYOUTS), ("mask", PEER_SWEEP_MASKS), ("dtype", _PEER_DTYPES)), level="full"),
+    *_peer_sweeps("SWP-PEER-LONG-SEQS-8K", "S 6k-8k x MHA / GQA / MQA / S_q < S_kv / D 256",
+                  _peer_long_shapes(_NIGHTLY_LONG_SEQLENS), "nightly", None),
+    *_peer_sweeps("SWP-PEER-LONG-SEQS", "S 12k-16k x MHA / GQA / MQA / S_q < S_kv / D 256",
+                  _peer_long_shapes(_FULL_LONG_SEQLENS), "full", "mask"),
+    *_peer_sweeps("SWP-TRAINING-SHAPES", "training shapes: B x S 16k-64k tokens, H 8-64, D 64-256, GQA 4-8",
+                  tuple(_shape(B=b, H=h, H_k=hk, S=s, D=d, D_v=dv) for b, s, h, hk, d, dv in PEER_TRAINING_SHAPES),
+                  "full", "mask"),
 )
 
 # ============================================================================ regressions
