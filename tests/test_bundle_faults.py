@@ -79,6 +79,21 @@ def test_a_case_edited_after_generation_is_refused_by_its_id(tmp_path):
     assert "field id: does not match the case's content" in record["detail"]
 
 
+def test_a_bundle_edited_between_two_loads_is_read_anew(tmp_path):
+    """load_bundle keeps what it parsed (a process reads the same files again and again), keyed
+    by the file's text: the same path edited in place is parsed again, its errors with it."""
+    sound, edited = _raw(1), _raw(2)
+    path = _write(tmp_path, "same", [sound])
+    (first,), errors = load_bundle(path)[0].cases, load_bundle(path)[1]
+    assert first.id == sound["id"] and errors == []
+    edited["graph"]["attributes"]["attn_scale"] = 0.5
+    _write(tmp_path, "same", [edited])
+    bundle, (error,) = load_bundle(path)
+    assert bundle.cases == () and error.case_id == edited["id"] and error.field == "id"
+    _write(tmp_path, "same", [sound])
+    assert load_bundle(path)[0].cases == (first,)
+
+
 #: name -> (edit of a sound claim case, the field its error must name)
 CASE_FAULTS = {
     "missing-q": (_drop("q"), "graph.tensors.q"),

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from bundlegen.generator.generate import build
+from bundlegen.generator.generate import build, build_default
 from bundlegen.mutants import catalog, ci_gate
 from bundlegen.mutants.kill import KILLED, SURVIVED, load_cases
 from bundlegen.plans.sdpa_bwd import PLAN
@@ -35,7 +35,7 @@ def test_the_quick_level_kills(name, quick_cases):
 
 def test_the_gate_fails_without_the_item_that_kills_a_mutant():
     mutant, item = SOLE_KILLER
-    with_item = build(PLAN).at_level("quick")
+    with_item = build_default().at_level("quick")   # build(PLAN), made once per process
     (killed,) = ci_gate.run_gate([mutant], with_item).results
     assert killed.status == KILLED and item in killed.kill.items
 

@@ -34,6 +34,8 @@ MODIFIER_ARGS = ("BIAS", "bias_off", "sbias_b", "sbias_h", "sbias_i", "sbias_j",
 #: the dK/dV kernel's atomic-dQ scratch arguments, None (constexprs) without atomic dQ
 ATOMIC_DQ_ARGS = ("DQA", "sqa_b", "sqa_h", "sqa_s")
 NO_ATOMIC_DQ = dict(ATOMIC_DQ=False, **{a: None for a in ATOMIC_DQ_ARGS})
+#: the dK/dV kernel's dBias arguments (FUSED_DBIAS): None (constexprs) where it is off
+FUSED_DBIAS_ARGS = ("DBS", "dbs_off", "sdbs_b", "sdbs_h", "sdbs_i", "sdbs_j")
 #: TMA launches' tensor descriptors (None, constexprs, without TMA): kernel -> argument ->
 #: the constexprs that are its block's rows and columns (launch.Launch.descriptors)
 DESCRIPTOR_ARGS = {"bwd_dkdv": {"QD": ("BLOCK_M", "BLOCK_DQK"), "DOD": ("BLOCK_M", "BLOCK_DV")},

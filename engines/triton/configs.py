@@ -203,8 +203,12 @@ ARCHS: dict[str, ArchConfigs] = {
     "sm90": ArchConfigs("sm90", 232_448, atomic_dq=True, tiers=(
         (64, BlockConfig(32, 128, 64, 64, score_rows=True, num_warps=4, num_stages=4, num_stages_dq=3, tma=True,
                          dp_first=True, **_SM90_DROPOUT[64],
+                         # under a band the mask port's dropout runs the band's own tiles
+                         # (dK/dV 1.336 against 1.794 ms for the dropout config's 32 x 64, D 64
+                         # causal, `python bench/device_check.py --speed-profile`, H100); a
+                         # drawn mask keeps the dropout config
                          banded=BlockConfig(64, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, tma=True,
-                                            dp_first=True, **_SM90_DROPOUT[64]))),
+                                            dp_first=True, drawn_dropout=_SM90_DROP_D64))),
         (128, BlockConfig(64, 128, 128, 64, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8, tma=True,
                           dp_first=True, **_SM90_DROPOUT[128],
                           # score modifiers (no dropout): dK/dV 32 x 64 on 4 warps, 1.02-1.13x
@@ -217,8 +221,13 @@ ARCHS: dict[str, ArchConfigs] = {
                           # against 2.882 with a softcap); it spills nothing with the bias read
                           # in vectors, 104-472 bytes in the other aligned variants (ALiBi, 64-bit
                           # offsets), within their known spills
+                          # dBias stored by the dK pass as it forms dS (fused_dbias), not by
+                          # a pass of its own recomputing S and dP: the bias-with-dBias backward
+                          # 8.951 against 33.895 ms (3.79x; `python bench/device_check.py
+                          # --speed-profile`, H100), 208 bytes spilled (its dK/dV kernel at 255
+                          # registers), within the aligned variants' known spills
                           modifiers=BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3,
-                                                num_warps_dq=4, num_stages_dq=1, tma=True),
+                                                num_warps_dq=4, num_stages_dq=1, tma=True, fused_dbias=True),
                           # a dK pass reloading V per query head (H_k != H_v) with the
                           # score modifiers' tiles needs more shared memory than 3 stages leave
                           unshared_stages=2,

@@ -31,6 +31,7 @@ import torch
 from bundlegen.graph import OFFSET_PORTS, SEQUSED_PORTS, Graph
 from bundlegen.mask import diagonal_shift
 from bundlegen.engines.triton.configs import BlockConfig, block_d
+from bundlegen.engines.triton.aot import FUSED_DBIAS_ARGS   # the dK/dV kernel's dBias arguments
 from bundlegen.engines.triton.dropout_seed import DEFAULT_OFFSET, DEFAULT_SEED
 from bundlegen.engines.triton.engine import interpret_enabled, triton_mode_error
 from bundlegen.engines.triton.side_stream import beside, side_stream
@@ -430,10 +431,6 @@ def fuses_dbias(L: Launch) -> bool:
             and tuple(g.tensors["dbias"].dims[:2]) == (g.B, g.H_q) and g.ragged is None
             and not (f["HAS_LEFT"] or f["HAS_RIGHT"] or f["HAS_DROPOUT"] or f.get("HAS_USED_Q")
                      or f.get("HAS_USED_KV")))
-
-
-#: the dK/dV kernel's dBias arguments (FUSED_DBIAS): None (constexprs) where it is off
-FUSED_DBIAS_ARGS = ("DBS", "dbs_off", "sdbs_b", "sdbs_h", "sdbs_i", "sdbs_j")
 
 
 def fused_dbias_args(L: Launch, on: bool) -> dict:

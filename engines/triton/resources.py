@@ -26,14 +26,13 @@ reads and writes the report.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bundlegen.engines.triton import aot, configs
-from bundlegen.engines.triton.launch import FUSED_DBIAS_ARGS
+from bundlegen.engines.triton.aot import FUSED_DBIAS_ARGS
 # the report's limits, checks and measurements, importable from here (bench, tests)
 from bundlegen.engines.triton.resource_limits import (KNOWN_SPILLS, LIMITS, AmdLimits,  # noqa: F401
                                                       NvidiaLimits, amd_occupancy, check,
@@ -199,22 +198,29 @@ class _Recorder:
     """Stands in for the kernels module: records each launch instead of running it."""
     def __init__(self, kernels):
         self.kernels, self.choices, self.tier, self.banded = kernels, set(), None, False
-        self.atomic_config = False
+        self.atomic_config, self.signatures = False, {}
 
     def __getattr__(self, name):
         return _Site(self, getattr(self.kernels, name))
 
+    def _signature(self, fn) -> tuple[list, frozenset, frozenset]:
+        """A kernel's parameter names, as a list and a set, and its constexprs (read once per
+        kernel: tens of thousands of launches are recorded)."""
+        if fn not in self.signatures:
+            self.signatures[fn] = (fn.arg_names, frozenset(fn.arg_names),
+                                   frozenset(p.name for p in fn.params if p.is_constexpr))
+        return self.signatures[fn]
+
     def record(self, fn, args, kwargs):
-        names = fn.arg_names
-        unknown = set(kwargs) - set(names) - OPTIONS
+        names, params, declared = self._signature(fn)
+        unknown = set(kwargs) - params - OPTIONS
         if unknown:
             raise ValueError(f"{fn.__name__}: launch passes {sorted(unknown)}, neither a "
                              f"parameter nor a known compile option")
         cons = {n: a for n, a in zip(names, args) if a is None}
-        declared = {p.name for p in fn.params if p.is_constexpr}
         # keyword arguments: constexprs, or None (a constexpr to Triton); a run-time value
         # passed by keyword (runtime_ints.CHOICE_INTS) is no part of the variant
-        cons.update({k: v for k, v in kwargs.items() if k in declared or (k in names and v is None)})
+        cons.update({k: v for k, v in kwargs.items() if k in declared or (k in params and v is None)})
         missing = declared - set(cons)
         if missing:
             raise ValueError(f"{fn.__name__}: constexprs {sorted(missing)} not passed")
@@ -288,23 +294,25 @@ def launcher_choices(arch: str, graphs: Iterable | None = None) -> set[Choice]:
     from bundlegen.engines.triton.engine import atomic_dq_serves, banded
     pairs = probe_graphs(arch) + [(g, False) for g in (graphs or ())]
     recorder = None
-    for (graph, wide), atomic in itertools.product(pairs, (False, True)):   # atomic dQ or not
+    for graph, wide in pairs:
         graph = _widened(graph) if wide else graph
-        if ROWS[arch].mismatch(graph) is not None or (atomic and not atomic_dq_serves(graph, arch)):
+        if ROWS[arch].mismatch(graph) is not None:
             continue
-        launched = graph.as_launched()
+        # what the launches of both dQ forms share (prepare only reads the tensors)
+        launched, tensors = graph.as_launched(), launch.meta_tensors(graph)
         plain = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph))
-        cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
-        L = launch.prepare(launched, launch.meta_tensors(graph), cfg, atomic_dq=atomic)
-        if recorder is None:
-            recorder = _Recorder(L.kernels)
-        # L.cfg's tier
-        recorder.tier = configs.ARCHS[arch].tier_of(configs.tier_key(graph.D_qk, graph.D_v))
-        tier_cfg = configs.ARCHS[arch].for_block_d(recorder.tier)
+        tier = configs.ARCHS[arch].tier_of(configs.tier_key(graph.D_qk, graph.D_v))   # L.cfg's
+        tier_cfg = configs.ARCHS[arch].for_block_d(tier)
         assert plain in (tier_cfg, tier_cfg.banded)
-        recorder.banded = plain != tier_cfg
-        recorder.atomic_config = cfg != plain
-        launch.run(dataclasses.replace(L, kernels=recorder))
+        for atomic in (False, True):   # atomic dQ or not
+            if atomic and not atomic_dq_serves(graph, arch):
+                continue
+            cfg = configs.config_for(arch, graph.D_qk, graph.D_v, banded(graph), atomic)
+            L = launch.prepare(launched, tensors, cfg, atomic_dq=atomic)
+            if recorder is None:
+                recorder = _Recorder(L.kernels)
+            recorder.tier, recorder.banded, recorder.atomic_config = tier, plain != tier_cfg, cfg != plain
+            launch.run(dataclasses.replace(L, kernels=recorder))
     return recorder.choices if recorder else set()
 
 
