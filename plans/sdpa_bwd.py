@@ -1365,6 +1365,10 @@ GiB = 1 << 30
 # bundlegen.cost), the gradient distributions, fp16, the risk triples' first sample, and
 # each ragged value once: score modifiers, ALiBi slopes, used lengths, packed buffers
 CPU_QUICK_BUDGET_S = 100.0
+#: the ragged space's most of quick's CPU budget: it carries most of the newest values
+#: crossed at quick (packed varlen storages, used lengths, ragged modifiers, dropout forms,
+#: fp32), each ragged case priced with its sequences' programs
+RAGGED_QUICK_CPU_SHARE = 0.4
 LEVELS = (
     # quick's CPU budget: every axis value (the peers' head dims, layouts and ratios among
     # them), every boundary class and the ragged space once, through the Triton interpreter

@@ -110,8 +110,8 @@ def test_the_report_in_a_browser(tmp_path):
 
 def test_the_report_of_h200_results_in_a_browser(tmp_path):
     """Two real runs of the cuDNN engine on an H200, with the failures they hold: every failing
-    case is on the page, after the contents and before the verdict table, each with its graph
-    in one line (the bundles hold the cases), and every link of the contents resolves."""
+    case is on the page, after the contents and before the verdict table, each the bundles
+    still hold with its graph in one line, and every link of the contents resolves."""
     from bundlegen.claims.cases import graph_lines
     from bundlegen.claims.harvest import read_run
     from bundlegen.claims.report import core_axes, failing_cases, failure_groups
@@ -130,7 +130,9 @@ def test_the_report_of_h200_results_in_a_browser(tmp_path):
     assert not console, console
     assert all(case_id in dom for case_id in failing)
     assert dom.index('id="contents"') < dom.index(sorted(failing)[0]) < dom.index('id="verdicts"')
-    assert all(line.split(" | ")[0] in dom for line in graphs.values()) and len(graphs) == len(failing)
+    # a failing case the plan has retired since the run is on the page without its graph
+    assert graphs and set(graphs) <= failing
+    assert all(line.split(" | ")[0] in dom for line in graphs.values())
     probe = probed(report, tmp_path)
     assert probe["images"] == probe["decoded"] == 3      # margins, one pair map, cost
     assert probe["right"] <= 400, probe
