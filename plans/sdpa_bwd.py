@@ -1090,6 +1090,11 @@ RAGGED_CATALOG = (
                  (_rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200)),
                   _rspec(lengths=Offsets((0, 30, 47, 80), (0, 50, 51, 90), max_q=128, max_kv=200),
                          mask="causal-br"))),
+    # the quick pairs of packed varlen QKV with head counts other than 2 fall on dropout rows,
+    # which engines without ragged dropout (the CPU gate's Triton engine) decline
+    CatalogEntry("SHP-RAGGED-QKV-PACKED-HEADS", "Q, K and V in one packed varlen buffer with 3 heads, no "
+                 "dropout: the packed head stride at a head count other than the common 2",
+                 (_rspec(H=3, D=32, lengths=RAGGED_LENGTHS["equal"], layout="qkv-packed", mask="causal-br"),)),
     CatalogEntry("SHP-RAGGED-MANY-SEQS", "32 sequences of 1-71 query and 0-96 key rows, GQA, causal-br",
                  (_rspec(H=8, H_k=2, lengths=Lengths(tuple(i * 37 % 71 + 1 for i in range(32)),
                                                      tuple(i * 53 % 97 for i in range(32))),
