@@ -256,7 +256,7 @@ def test_check_reads_files_as_a_run_does(generated, tmp_path):
     bundle = root / "quick/sdpa_bwd/regressions.json"
     bundle.write_text('{"cases": [{"id": []}]}', encoding="utf-8")
     signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("--check hung")))
-    signal.alarm(20)
+    signal.alarm(90)   # a FIFO read blocks forever; the whole tree's check takes seconds
     try:
         drift = "\n".join(write.check(generated, root))
     finally:
