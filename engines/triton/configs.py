@@ -279,7 +279,10 @@ ARCHS: dict[str, ArchConfigs] = {
     # (32, 32) do not. D<=256 keeps 1 wave per SIMD (its floor): its
     # variants need up to 400 VGPRs at (16, 32, 32, 16); two waves would need <= 256.
     "gfx942": ArchConfigs("gfx942", 65_536, (
-        (64, _amd(32, 64, 128, 32, waves_per_eu=2)),
+        # with dropout the dQ kernel's 128-row tiles spilled 104 bytes where ALiBi slopes
+        # join the mask (`python bench/triton_resources.py --arch gfx942`): 64 rows there
+        (64, _amd(32, 64, 128, 32, waves_per_eu=2, dropout=_amd(32, 64, 64, 32, waves_per_eu=2),
+                  drawn_dropout=_amd(32, 64, 64, 32, waves_per_eu=2))),
         (128, _amd(32, 32, 32, 32, waves_per_eu=2, num_warps=8, num_warps_dq=4)),
         (256, _amd(16, 32, 32, 16)),
     )),
