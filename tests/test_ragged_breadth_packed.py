@@ -51,9 +51,11 @@ def test_later_ragged_values_keep_every_earlier_case_id(generated):
     axes = tuple(dataclasses.replace(a, values=tuple(v for v in a.values if a.value_pass(v) < breadth),
                                      values_joined={k: p for k, p in a.values_joined.items() if p < breadth})
                  for a in sdpa_bwd.RAGGED_AXES if a.pass_joined < breadth)
-    space = dataclasses.replace(sdpa_bwd.RAGGED, axes=axes,
-                                storages={k: s for k, s in sdpa_bwd.RAGGED_STORAGES.items() if not s.packed},
-                                rules=_rules_of(axes))
+    storages = {k: s for k, s in sdpa_bwd.RAGGED_STORAGES.items() if not s.packed}
+    space = dataclasses.replace(sdpa_bwd.RAGGED, axes=axes, storages=storages, rules=_rules_of(axes),
+                                # the entries of the packed storages came with them
+                                catalog=tuple(e for e in sdpa_bwd.RAGGED.catalog
+                                              if all(spec.layout in storages for spec in e.specs)))
     before = build(dataclasses.replace(sdpa_bwd.PLAN, ragged=space, focus=()))   # focus rows came later
     old = {c.id for c in before.cases if c.graph.ragged is not None and c.group.startswith("ragged-pairs-")
            and "repair" not in c.group}
