@@ -73,11 +73,13 @@ def _search(storage: "_Covered", filter_func) -> list[int] | None:
     order, values = storage.order, storage.values
     width = len(order)
     chosen: list[int] = [0] * width
+    row: list = [None] * width            # chosen's values, what the filter judges
+    masks = [0] * (width + 1)             # masks[i]: the bitmask of chosen[:i]
     tried = [0] * width
     forward, i = True, 0
     while 0 <= i < width:
         if forward:
-            storage.resort(chosen, i)
+            storage.resort(chosen, i, masks[i])
             tried[i] = 0
         else:
             tried[i] += 1
@@ -86,9 +88,11 @@ def _search(storage: "_Covered", filter_func) -> list[int] | None:
                     return None
                 i -= 1
                 continue
-        chosen[i] = order[i][tried[i]]
-        forward = bool(filter_func([values[g] for g in chosen[:i + 1]]))
+        g = chosen[i] = order[i][tried[i]]
+        row[i] = values[g]
+        forward = bool(filter_func(row[:i + 1]))
         if forward:
+            masks[i + 1] = masks[i] | 1 << g
             i += 1
     return chosen
 
@@ -121,6 +125,9 @@ class _Covered:
         # what one row adds to a value's counter besides its first appearance: one per
         # combination of sizes 2..n it takes part in (allpairspy counts every addition)
         self.per_row = sum(math.comb(len(params) - 1, s - 1) for s in range(2, n + 1))
+        # for n == 2 every weight of a value but the first is the same whatever the row
+        # being grown holds: kept per value, updated as rows are added
+        self.pair_rest = [self._weight(g, [], 0)[1:] for g in range(count)]
 
     def add(self, row: list[int]) -> None:
         """allpairspy's add_sequence: every combination of sizes 1..n of the row."""
@@ -141,6 +148,8 @@ class _Covered:
                 self.in_count[g] = self.ins[g].bit_count()
                 self.out_count[g] = self.outs[g].bit_count()
             before |= 1 << g
+            if self.n == 2:
+                self.pair_rest[g] = self._weight(g, [], 0)[1:]
 
     def _add_size(self, row: list[int], s: int) -> None:
         masks = self.masks[s]
@@ -153,13 +162,18 @@ class _Covered:
                 if s == self.n:
                     self.unique += 1
 
-    def resort(self, chosen: list[int], axis: int) -> None:
+    def resort(self, chosen: list[int], axis: int, prefix_mask: int) -> None:
         """allpairspy's __resort_working_array: weigh every value of the axis against the
-        row's first `axis` values, then sort the axis's order stably by the weights."""
+        row's first `axis` values (`prefix_mask`: their bitmask), then sort the axis's order
+        stably by the weights."""
         prefix = chosen[:axis]
-        prefix_mask = _mask(prefix)
-        weight = {g: self._weight(g, prefix, prefix_mask) for g in self.order[axis]}
-        self.order[axis].sort(key=weight.__getitem__)
+        order = self.order[axis]
+        if self.n == 2:   # the plan's pair suites: _weight's weights, one bitmask test each
+            pairs, width, rest = self.masks[2], len(prefix), self.pair_rest
+            weight = {g: ((prefix_mask & pairs.get(g, 0)).bit_count() - width,) + rest[g] for g in order}
+        else:
+            weight = {g: self._weight(g, prefix, prefix_mask) for g in order}
+        order.sort(key=weight.__getitem__)
 
     def _weight(self, g: int, prefix: list[int], prefix_mask: int) -> tuple:
         # allpairspy: [-new n-combinations, outbound links, new (n-1)-, ..., new 1-combinations,

@@ -9,6 +9,7 @@ allpairspy's search runs here as allpairs_fast.all_pairs: the same rows, much fa
 from __future__ import annotations
 
 import itertools
+import operator
 from functools import lru_cache
 from typing import Iterable
 
@@ -87,7 +88,7 @@ def propose(legality: Legality, label: str, allowed: dict[int, list[int]], teste
 
 
 def _propose(legality: Legality, label: str, allowed: dict[int, list[int]], tested, n: int) -> list[Combo]:
-    # largest axes first: allpairspy re-weighs every value of an axis against the values
+    # largest axes first: the search re-weighs every value of an axis against the values
     # already chosen in the row, so this order does the least work (and gives fewer rows)
     positions = list(allowed)
     scope = tuple(sorted(positions, key=lambda p: (-len(allowed[p]), p)))
@@ -95,6 +96,22 @@ def _propose(legality: Legality, label: str, allowed: dict[int, list[int]], test
     for p, axis in enumerate(legality.space.axes):
         if p not in scope:
             base[p] = axis.values.index(axis.default)
+    params = [allowed[p] for p in scope]
+    index = [{v: i for i, v in enumerate(legality.values[p])} for p in range(len(legality.axes))]
+    prior = [[index[p][combo[p]] for p in scope] for combo in tested]
+    combos = []
+    legal_prefix = _prefix_filter(legality, label, scope, base)
+    for proposed in all_pairs(params, filter_func=legal_prefix, previously_tested=prior or None, n=n):
+        row = list(base)
+        for i, v in enumerate(proposed):
+            row[scope[i]] = v
+        combos.append(tuple(legality.values[p][v] for p, v in enumerate(row)))
+    return combos
+
+
+def _prefix_filter(legality: Legality, label: str, scope: tuple[int, ...], base: list[int | None]):
+    """The search's filter: whether a row's first values (of the scope's axes, in order;
+    every other axis at `base`) break no rule."""
     checks_at: list[list] = [[] for _ in scope]
     for c in legality.compiled:
         read = {a for a, _ in c.when + c.require}
@@ -105,28 +122,29 @@ def _propose(legality: Legality, label: str, allowed: dict[int, list[int]], test
                                 f"rule '{c.rule.name}'")
             continue
         checks_at[max(inside)].append(c)
+    # a depth's checks read only a few prefix entries (the rest of the row they judge is
+    # `base`): their verdict is kept per value of those entries, asked once
+    reads_at = [sorted({(a, scope.index(a)) for c in checks for a, _ in c.when + c.require if a in scope})
+                for checks in checks_at]
+    read_at = [operator.itemgetter(*(i for _, i in reads)) if reads else None for reads in reads_at]
+    verdicts: list[dict] = [{} for _ in scope]
+    judged = list(base)
 
     def legal_prefix(prefix: list[int]) -> bool:
-        # allpairspy grows a row one value at a time and has accepted every shorter prefix,
+        # the search grows a row one value at a time and has accepted every shorter prefix,
         # so only the rules that become decidable at the newest value need checking.
-        checks = checks_at[len(prefix) - 1]
-        if not checks:
+        depth = len(prefix) - 1
+        if not checks_at[depth]:
             return True
-        row = list(base)
-        for i, v in enumerate(prefix):
-            row[scope[i]] = v
-        return not any(c.violated(row) for c in checks)
+        read = read_at[depth](prefix)
+        verdict = verdicts[depth].get(read)
+        if verdict is None:
+            for p, i in reads_at[depth]:
+                judged[p] = prefix[i]
+            verdict = verdicts[depth][read] = not any(c.violated(judged) for c in checks_at[depth])
+        return verdict
 
-    params = [allowed[p] for p in scope]
-    index = [{v: i for i, v in enumerate(legality.values[p])} for p in range(len(legality.axes))]
-    prior = [[index[p][combo[p]] for p in scope] for combo in tested]
-    combos = []
-    for proposed in all_pairs(params, filter_func=legal_prefix, previously_tested=prior or None, n=n):
-        row = list(base)
-        for i, v in enumerate(proposed):
-            row[scope[i]] = v
-        combos.append(tuple(legality.values[p][v] for p, v in enumerate(row)))
-    return combos
+    return legal_prefix
 
 
 # ----------------------------------------------------------------------------- proof
