@@ -69,7 +69,8 @@ def test_bad_input_raises_what_allpairspy_raises():
 
 
 def test_every_search_of_the_plans_build_gives_allpairspys_rows(monkeypatch):
-    """Slow: allpairspy's side of it is what a build of the plan cost before (~2 minutes)."""
+    """The slowest test here: allpairspy's side is what its searches cost a build (about 50 CPU s
+    on a 2-core host, docs/PERFORMANCE.md section 8)."""
     searches = []
 
     def both(params, filter_func, previously_tested, n):
