@@ -100,6 +100,8 @@ def _rows() -> list[Case]:
              for d in (128, 64) for c in (False, True)]
     rows += [Case(f"d{d}-{m}", D=d, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
     rows += [Case(f"d{d}-causal-{m}", D=d, causal=True, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
+    rows += [Case(f"d{d}-{m}", D=d, mod=m.replace("full", "none")) for d in (192, 256)
+             for m in ("full", "drop-port", "drop-drawn")]
     rows += [Case(f"d128-causal-{m}", causal=True, mod=m) for m in ("bias", "alibi", "softcap")]
     rows += [Case(f"d64-{m}", D=64, mod=m) for m in ("bias", "bias-dbias", "alibi", "softcap")]
     return rows
@@ -132,6 +134,8 @@ class Candidate:
     #: dK pass (BlockConfig.fused_dbias), timed whole against the table's whole backward
     fused_dbias: bool = False
     tma: bool | None = None           # None: the table's
+    #: the dV-only pass's (M, N, warps, stages) (BlockConfig.dv_pass); None: the table's
+    dv_pass: tuple[int, int, int, int] | None = None
     cases: tuple[str, ...] = ()
 
     def config(self, table: BlockConfig) -> BlockConfig:
@@ -147,6 +151,8 @@ class Candidate:
             cfg = replace(cfg, dp_first=self.dp_first)
         if self.tma is not None:
             cfg = replace(cfg, tma=self.tma)
+        if self.dv_pass is not None:
+            cfg = replace(cfg, dv_pass=self.dv_pass)
         return replace(cfg, split_dkdv=self.split or cfg.split_dkdv)
 
 
@@ -155,6 +161,7 @@ MODS_128 = ("d128-bias", "d128-bias-dbias", "d128-alibi", "d128-softcap")
 DBIAS_128 = ("d128-bias-dbias",)
 DROP = ("d64-drop-port", "d64-drop-drawn", "d128-drop-port", "d128-drop-drawn")
 DROP_BANDED = ("d64-causal-drop-port", "d64-causal-drop-drawn", "d128-causal-drop-port", "d128-causal-drop-drawn")
+WIDE_DROP = ("d192-drop-port", "d192-drop-drawn", "d256-drop-port", "d256-drop-drawn")
 #: the label prefix of the candidates that are the config a launch ran before (tiles None)
 PREVIOUS = "previous"
 
@@ -222,8 +229,8 @@ CANDIDATES = (
     # (16 x 64 is the table's); D 64 32 x 64 on 4 warps (the table's); the dQ kernel's 64 x 32
     # on 4 warps with the mask port at D 128 (the table's: 128 x 64 on 8 warps spilled 536-792
     # bytes reading the mask element by element), 128 x 32 on 8 warps drawn (the table's)
-    Candidate(f"{PREVIOUS} drop dkdv", "dkdv", None, cases=DROP + DROP_BANDED),
-    Candidate(f"{PREVIOUS} drop dq", "dq", None, cases=DROP + DROP_BANDED),
+    Candidate(f"{PREVIOUS} drop dkdv", "dkdv", None, cases=DROP + DROP_BANDED + WIDE_DROP),
+    Candidate(f"{PREVIOUS} drop dq", "dq", None, cases=DROP + DROP_BANDED + WIDE_DROP),
     Candidate("drop dkdv 32x64 w8 s3", "dkdv", (32, 64, 8, 3), cases=DROP),
     Candidate("drop dkdv 16x64 w8 s3", "dkdv", (16, 64, 8, 3), cases=DROP),
     Candidate("drop dkdv 32x32 w8 s3", "dkdv", (32, 32, 8, 3), cases=DROP),
@@ -232,6 +239,22 @@ CANDIDATES = (
     Candidate("drop dkdv 32x64 w4 s3", "dkdv", (32, 64, 4, 3), cases=DROP),
     Candidate("drop dq 128x32 w8 s1", "dq", (128, 32, 8, 1), cases=DROP),
     Candidate("drop dq 64x32 w4 s1", "dq", (64, 32, 4, 1), cases=DROP),
+    # dropout at D 192 and 256 (WIDE_DROP; declined on sm90 before: the tiers' tiles spilled
+    # 344-640 bytes at D 192, 16-624 at D 256, `previous`). sm90 (`--resources --only drop`,
+    # the aligned dense variants): split dK / dV passes on 16 x 128 tiles (8 warps), dV 64 x 64
+    # (8 warps), dQ 128 x 16 spill nothing (the table's), nor do these: D 192 the tier's own
+    # 32 x 128 tiles split (the one-pass kernel spills 112-672 on every tile tried), drawn
+    # 16 x 64 (8 warps) with dV 64 x 64; D 256 with the mask port 32 x 64 on 4 warps with dV
+    # 64 x 64; dQ 64 x 32 on 4 warps with the mask port (D 192: 0, D 256: 16). D 256 drawn
+    # spills 48 on 16 x 64 (8 warps; the table's 16 x 32 on 4 warps none): timed to see
+    # what the spill costs
+    Candidate("wide drop dk 32x128 w8 s2 split", "dkdv", (32, 128, 8, 2), split=True,
+              cases=("d192-drop-port",)),
+    Candidate("wide drop dk 16x64 w8 s2 split dv 64x64", "dkdv", (16, 64, 8, 2), split=True,
+              dv_pass=(64, 64, 8, 2), cases=("d192-drop-drawn", "d256-drop-drawn")),
+    Candidate("wide drop dk 32x64 w4 s2 split dv 64x64", "dkdv", (32, 64, 4, 2), split=True,
+              dv_pass=(64, 64, 8, 2), cases=("d256-drop-port",)),
+    Candidate("wide drop dq 64x32 w4 s1", "dq", (64, 32, 4, 1), cases=("d192-drop-port", "d256-drop-port")),
     # D 64 plain: around the table's 32 x 128 (4 warps, 4 stages) and 64 x 64 dQ
     Candidate("d64 dkdv 64x128 w8 s3", "dkdv", (64, 128, 8, 3), cases=("d64-full", "d64-causal")),
     Candidate("d64 dkdv 64x64 w4 s4", "dkdv", (64, 64, 4, 4), cases=("d64-full", "d64-causal")),
@@ -745,6 +768,12 @@ CHANGED_KERNELS = {"dkdv": ("dkdv", "dk", "dv"), "dq": ("dq",), "dbias": ("dbias
                    "backward": ("dkdv", "dk", "dv", "dq", "dbias")}
 
 
+def kernel_family(label: str) -> str:
+    """The kernel a variant label (resources.label) names, without its split-pass and
+    two-chunk suffixes: dk-shared-kv/d256/... and dk/d256/... are both dk."""
+    return label.split("/")[0].split("-")[0]
+
+
 def drop_lines(rows: list[tuple[str, str, str, dict]], kinds: dict[str, str]) -> list[str]:
     """The candidates to drop before the device call, from (case, label, variant, resources)
     rows: a kernel the candidate changes that fails to compile for sm90, fails the project's
@@ -754,7 +783,7 @@ def drop_lines(rows: list[tuple[str, str, str, dict]], kinds: dict[str, str]) ->
     table = {(c, n.split("/")[0]): e.get("spill_bytes") for c, label, n, e in rows if label == "table"}
     out = []
     for case, label, name, e in rows:
-        if label == "table" or name.split("/")[0] not in CHANGED_KERNELS[kinds[label]]:
+        if label == "table" or kernel_family(name) not in CHANGED_KERNELS[kinds[label]]:
             continue
         base = table.get((case, name.split("/")[0]))
         why = ("does not compile: " + e["error"][-80:] if "error" in e
@@ -781,7 +810,7 @@ def resources(jobs: int, only: str | None, cases: list[Case]) -> int:
         cands = [("table", table)] + [(c.label, c.config(table)) for c in CANDIDATES if case.name in c.cases]
         for label, cfg in cands:
             for name, var in candidate_variants(case, cfg).items():
-                if label != "table" and name.split("/")[0] not in ("dkdv", "dk", "dv", "dq", "dbias"):
+                if label != "table" and kernel_family(name) not in ("dkdv", "dk", "dv", "dq", "dbias"):
                     continue
                 work.append((case.name, label, name, var))
     seen: dict = {}

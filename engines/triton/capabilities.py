@@ -177,17 +177,17 @@ def _io_rows_aligned(graph: Graph) -> bool:
 
 
 ROWS: dict[str, Capabilities] = {
-    # sm90 with dropout and aligned io rows: the H200-tuned tiles with the dropout tile on top
-    # spilled 552-1432 bytes (past the known spills of engines/triton/resource_limits.py) at
-    # D > 128 with the mask port and at D 129..192 with a drawn mask; at D <= 128 dropout runs
-    # tiles of its own (configs.py, sm90's BlockConfig.dropout / drawn_dropout): at most 8 bytes
-    # spill where the mask tile is read in vectors, 448 elsewhere (within the aligned layouts'
-    # known spills); the unaligned (VEC 1) variants stay within the unaligned layouts' known spills
+    # sm90 with dropout: every head-dim tier runs tiles of its own (configs.py, sm90's
+    # BlockConfig.dropout / drawn_dropout; the H200-tuned tiles with the dropout tile on top
+    # spilled 552-1432 bytes at D > 128): at D <= 128 at most 8 bytes spill where the mask tile
+    # is read in vectors, 448 elsewhere; at D 192 and 256 (split dK and dV passes) nothing in
+    # the aligned MHA launches with 32-bit offsets whose mask is drawn or read in vectors, 16-88
+    # bytes in the other aligned MHA ones (ALiBi slopes, the mask read element by element), up
+    # to 464 in the dK-only and dV-only passes of H_k != H_v and with 64-bit offsets: all
+    # within the known spills of engines/triton/resource_limits.py
     # sm90 ragged dropout: its variants compile and pass the resource check, but no H200 run
     # has served them yet (the support matrix shows what the runs saw): off until one does
-    "sm90": Capabilities("sm90", fp32_max_head_dim=128, dropout=True,
-                         drawn_dropout=True, dropout_spills=frozenset({
-                             ("port", 192, "aligned"), ("port", 256, "aligned"), ("drawn", 192, "aligned")})),
+    "sm90": Capabilities("sm90", fp32_max_head_dim=128, dropout=True, drawn_dropout=True),
     # sm120: the unaligned dK-only pass with modifiers spilled 56 (D 128) and 32 (D 256) bytes
     # with the sm120 rows of configs.py (`python bench/triton_resources.py`)
     # sm120 with dropout: the mask port's variants spilled 8-64 bytes at D > 64 (dK passes, the

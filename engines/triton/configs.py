@@ -165,8 +165,23 @@ _SM90_ATOMIC_D128 = BlockConfig(64, 128, 128, 64, num_warps=8, num_stages=3, uns
 _SM90_DROP_D64 = BlockConfig(32, 64, 64, 64, score_rows=True, num_warps=4, num_stages=3, num_stages_dq=1, tma=True)
 _SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=4, num_stages=3, num_warps_dq=4,
                               num_stages_dq=1, tma=True)
+#: D 192 and 256 (`python bench/speed_batch.py --resources --only drop`, the aligned dense
+#: variants): the tier's tiles spilled 344 (D 192, mask port) to 640 bytes (drawn; its dQ 72),
+#: D 256's split passes 16-40 with the mask port and 312-624 drawn (its dQ 192). With dropout
+#: both tiers run split dK and dV passes: the dK pass on 16 x 128 tiles (8 warps; 240
+#: registers at D 192, 254 at D 256 with the mask port), drawn at D 256 16 x 32 on 4 warps
+#: (241: 16 x 64 and 16 x 128 spilled 48, 32 x 32 56); the dV pass 64 x 64 on 8 warps
+#: (234-245 registers; its 64 x 128 spilled 96-624 drawn); dQ 128 x 16 on 8 warps (198-252
+#: registers; the tier's 128 x 32 spilled 72-192 drawn, 64 x 32 152-320). Nothing spills there.
+_SM90_DROP_D192 = BlockConfig(16, 128, 128, 16, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
+                              num_stages_dq=1, two_chunks=True, split_dkdv=True, dv_pass=(64, 64, 8, 2),
+                              unshared_stages=1, tma=True)
+_SM90_DROP_D256 = replace(_SM90_DROP_D192, two_chunks=False)
+_SM90_DRAWN_D256 = replace(_SM90_DROP_D256, block_m1=16, block_n1=32, num_warps=4)
 _SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
-                 128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128)}
+                 128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128),
+                 192: dict(dropout=_SM90_DROP_D192, drawn_dropout=_SM90_DROP_D192),
+                 256: dict(dropout=_SM90_DROP_D256, drawn_dropout=_SM90_DRAWN_D256)}
 
 ARCHS: dict[str, ArchConfigs] = {
     # Chosen from ptxas resource usage of the compiled kernels and their shared memory;
@@ -243,13 +258,13 @@ ARCHS: dict[str, ArchConfigs] = {
                           atomic_dq=_SM90_ATOMIC_D128)),
         (192, BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
                           num_stages_dq=3, two_chunks=True, dp_first=True,
-                          dv_pass=(64, 128, 8, 2), unshared_stages=1, tma=True,
+                          dv_pass=(64, 128, 8, 2), unshared_stages=1, tma=True, **_SM90_DROPOUT[192],
                           banded=BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=2,
                                              num_warps_dq=8, num_stages_dq=3, two_chunks=True,
-                                             unshared_stages=1, tma=True))),
+                                             unshared_stages=1, tma=True, **_SM90_DROPOUT[192]))),
         (256, BlockConfig(32, 128, 128, 32, score_rows=True, num_warps=8, num_stages=3, num_warps_dq=8,
                           num_stages_dq=3, split_dkdv=True, dv_pass=(64, 128, 8, 2),
-                          unshared_stages=1, tma=True)),
+                          unshared_stages=1, tma=True, **_SM90_DROPOUT[256])),
     )),
     # sm120 and gfx942 are not run here: their rows are chosen from the compiled kernels'
     # resources (engines/triton/resources.json, `python bench/triton_resources.py`) over every
