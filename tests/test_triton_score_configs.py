@@ -48,19 +48,18 @@ def test_each_launch_runs_its_modifiers_or_dropout_config(d, causal):
         L = launch.prepare(graph, launch.meta_tensors(graph), table)
         assert L.cfg == _expected(table, mod), (d, causal, mod)
         seen.add(L.cfg != table)
-    if d <= 128:   # the tiers with configs of their own for dropout
-        assert True in seen
+    assert True in seen   # every tier has configs of its own for dropout
 
 
-def test_sm90_serves_dropout_at_d64_and_d128_with_configs_of_its_own():
-    """The tiers the capability row serves dropout at with aligned rows have dropout configs
+def test_sm90_serves_dropout_at_every_tier_with_configs_of_its_own():
+    """Every tier the capability row serves dropout at with aligned rows has dropout configs
     (the tuned tiles spill with the mask tile), plain and banded, but for D 64's band with the
     mask port, which runs the band's own tiles (measured faster; its variants within the known
     spills, test_triton_resources); the cpu table has none."""
     from bundlegen.engines.triton.capabilities import ROWS
-    for tier in (64, 128):
+    for tier in (64, 128, 192, 256):
         cfg = configs.ARCHS["sm90"].for_block_d(tier)
-        for c in (cfg, cfg.banded):
+        for c in (cfg, cfg.banded or cfg):
             assert c.drawn_dropout is not None, tier
             assert (c.dropout is None) == (tier == 64 and c is cfg.banded), tier
         for form in ("port", "drawn"):
@@ -85,7 +84,8 @@ class Sm90TilesEngine(TritonEngine):
 
 
 @pytest.mark.parametrize("d, mod, causal", [(64, "port", False), (64, "drawn", True), (128, "port", True),
-                                            (128, "drawn", False), (128, "bias", False)])
+                                            (128, "drawn", False), (128, "bias", False), (192, "port", True),
+                                            (192, "drawn", False), (256, "port", False), (256, "drawn", True)])
 def test_sm90_score_tiles_pass_on_the_interpreter(d, mod, causal):
     graph = _graph(d, mod, causal)
     table = configs.config_for("sm90", d, d, banded(graph))
