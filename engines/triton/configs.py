@@ -168,19 +168,26 @@ _SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=4, num_
 #: D 192 and 256 (`python bench/speed_batch.py --resources --only drop`, the aligned dense
 #: variants): the tier's tiles spilled 344 (D 192, mask port) to 640 bytes (drawn; its dQ 72),
 #: D 256's split passes 16-40 with the mask port and 312-624 drawn (its dQ 192). With dropout
-#: both tiers run split dK and dV passes: the dK pass on 16 x 128 tiles (8 warps; 240
-#: registers at D 192, 254 at D 256 with the mask port), drawn at D 256 16 x 32 on 4 warps
-#: (241: 16 x 64 and 16 x 128 spilled 48, 32 x 32 56); the dV pass 64 x 64 on 8 warps
-#: (234-245 registers; its 64 x 128 spilled 96-624 drawn); dQ 128 x 16 on 8 warps (198-252
-#: registers; the tier's 128 x 32 spilled 72-192 drawn, 64 x 32 152-320). Nothing spills there.
-_SM90_DROP_D192 = BlockConfig(16, 128, 128, 16, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
-                              num_stages_dq=1, two_chunks=True, split_dkdv=True, dv_pass=(64, 64, 8, 2),
-                              unshared_stages=1, tma=True)
-_SM90_DROP_D256 = replace(_SM90_DROP_D192, two_chunks=False)
-_SM90_DRAWN_D256 = replace(_SM90_DROP_D256, block_m1=16, block_n1=32, num_warps=4)
+#: both tiers run split dK and dV passes, the dV pass on 64 x 64 tiles (8 warps; 202-245
+#: registers, where its 64 x 128 spilled 96-624 drawn). The dK pass: D 192 16 x 128 on 8 warps
+#: (240 registers); D 256 with the mask port 32 x 64 on 4 warps (255), drawn 16 x 32 on 4 warps
+#: (241: 16 x 64 and 16 x 128 spilled 48, 32 x 32 56). dQ: with the mask port 64 x 32 on 4
+#: warps (D 192 242 registers; D 256 16 bytes spilled), drawn 128 x 16 on 8 warps (234-252
+#: registers: 128 x 32 spilled 72-192, 64 x 32 160-320). On an H100 (`python bench/speed_batch.py
+#: --cases d192-drop-port d192-drop-drawn d256-drop-port d256-drop-drawn`, bf16 B4 H16 S4096),
+#: each kernel against the other zero-spill candidates: D 256's mask-port dK pass 1.18x the
+#: 16 x 128 tiles, the mask port's dQ 1.80-1.88x 128 x 16; the tiers' own spilling tiles are
+#: faster still (dK/dV 1.58-2.21x, dQ 1.23-1.59x; PERFORMANCE table 7), not adopted: they
+#: spill past the known spills (552-1432 bytes in the GQA and 64-bit-offset variants)
+_SM90_DRAWN_D192 = BlockConfig(16, 128, 128, 16, score_rows=True, num_warps=8, num_stages=2, num_warps_dq=8,
+                               num_stages_dq=1, two_chunks=True, split_dkdv=True, dv_pass=(64, 64, 8, 2),
+                               unshared_stages=1, tma=True)
+_SM90_DROP_D192 = replace(_SM90_DRAWN_D192, block_m2=64, block_n2=32, num_warps_dq=4)
+_SM90_DROP_D256 = replace(_SM90_DROP_D192, two_chunks=False, block_m1=32, block_n1=64, num_warps=4)
+_SM90_DRAWN_D256 = replace(_SM90_DRAWN_D192, two_chunks=False, block_m1=16, block_n1=32, num_warps=4)
 _SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
                  128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128),
-                 192: dict(dropout=_SM90_DROP_D192, drawn_dropout=_SM90_DROP_D192),
+                 192: dict(dropout=_SM90_DROP_D192, drawn_dropout=_SM90_DRAWN_D192),
                  256: dict(dropout=_SM90_DROP_D256, drawn_dropout=_SM90_DRAWN_D256)}
 
 ARCHS: dict[str, ArchConfigs] = {
