@@ -181,10 +181,11 @@ ROWS: dict[str, Capabilities] = {
     # BlockConfig.dropout / drawn_dropout; the H200-tuned tiles with the dropout tile on top
     # spilled 552-1432 bytes at D > 128): at D <= 128 at most 8 bytes spill where the mask tile
     # is read in vectors, 448 elsewhere; at D 192 and 256 (split dK and dV passes) nothing in
-    # the aligned MHA launches with 32-bit offsets whose mask is drawn or read in vectors, 16-88
-    # bytes in the other aligned MHA ones (ALiBi slopes, the mask read element by element), up
-    # to 464 in the dK-only and dV-only passes of H_k != H_v and with 64-bit offsets: all
-    # within the known spills of engines/triton/resource_limits.py
+    # the aligned MHA launches with 32-bit offsets that draw the mask or read it in vectors
+    # through descriptors, but 16 bytes in D 256's mask-port dQ; up to 600 bytes where the mask
+    # is read element by element, with ALiBi slopes or 64-bit offsets, and up to 968 in D 256's
+    # mask-port dK pass of H_k != H_v: all within the known spills of
+    # engines/triton/resource_limits.py
     # sm90 ragged dropout: its variants compile and pass the resource check, but no H200 run
     # has served them yet (the support matrix shows what the runs saw): off until one does
     "sm90": Capabilities("sm90", fp32_max_head_dim=128, dropout=True, drawn_dropout=True),

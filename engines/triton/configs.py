@@ -172,7 +172,8 @@ _SM90_DROP_D128 = BlockConfig(32, 64, 64, 32, score_rows=True, num_warps=4, num_
 #: registers, where its 64 x 128 spilled 96-624 drawn). The dK pass: D 192 16 x 128 on 8 warps
 #: (240 registers); D 256 with the mask port 32 x 64 on 4 warps (255), drawn 16 x 32 on 4 warps
 #: (241: 16 x 64 and 16 x 128 spilled 48, 32 x 32 56). dQ: with the mask port 64 x 32 on 4
-#: warps (D 192 242 registers; D 256 16 bytes spilled), drawn 128 x 16 on 8 warps (234-252
+#: warps (D 192 242 registers; D 256 16 bytes spilled; its other variants 8-600, within the
+#: known spills like those of D 256's 32 x 64 dK pass), drawn 128 x 16 on 8 warps (234-252
 #: registers: 128 x 32 spilled 72-192, 64 x 32 160-320). On an H100 (`python bench/speed_batch.py
 #: --cases d192-drop-port d192-drop-drawn d256-drop-port d256-drop-drawn`, bf16 B4 H16 S4096),
 #: each kernel against the other zero-spill candidates: D 256's mask-port dK pass 1.18x the
