@@ -100,8 +100,8 @@ def _rows() -> list[Case]:
              for d in (128, 64) for c in (False, True)]
     rows += [Case(f"d{d}-{m}", D=d, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
     rows += [Case(f"d{d}-causal-{m}", D=d, causal=True, mod=m) for d in (64, 128) for m in ("drop-port", "drop-drawn")]
-    rows += [Case(f"d{d}-{m}", D=d, mod=m.replace("full", "none")) for d in (192, 256)
-             for m in ("full", "drop-port", "drop-drawn")]
+    for d in (192, 256):
+        rows += [Case(f"d{d}-full", D=d)] + [Case(f"d{d}-{m}", D=d, mod=m) for m in ("drop-port", "drop-drawn")]
     rows += [Case(f"d128-causal-{m}", causal=True, mod=m) for m in ("bias", "alibi", "softcap")]
     rows += [Case(f"d64-{m}", D=64, mod=m) for m in ("bias", "bias-dbias", "alibi", "softcap")]
     return rows
@@ -242,12 +242,12 @@ CANDIDATES = (
     # dropout at D 192 and 256 (WIDE_DROP; declined on sm90 before: the tiers' tiles spilled
     # 344-640 bytes at D 192, 16-624 at D 256, `previous`). sm90 (`--resources --only drop`,
     # the aligned dense variants): split dK / dV passes on 16 x 128 tiles (8 warps), dV 64 x 64
-    # (8 warps), dQ 128 x 16 spill nothing (the table's), nor do these: D 192 the tier's own
-    # 32 x 128 tiles split (the one-pass kernel spills 112-672 on every tile tried), drawn
-    # 16 x 64 (8 warps) with dV 64 x 64; D 256 with the mask port 32 x 64 on 4 warps with dV
-    # 64 x 64; dQ 64 x 32 on 4 warps with the mask port (D 192: 0, D 256: 16). D 256 drawn
-    # spills 48 on 16 x 64 (8 warps; the table's 16 x 32 on 4 warps none): timed to see
-    # what the spill costs
+    # (8 warps), dQ 128 x 16 spill nothing (the table's first choice, now its drawn config at
+    # D 192), nor do these: D 192 the tier's own 32 x 128 tiles split (the one-pass kernel
+    # spills 112-672 on every tile tried), drawn 16 x 64 (8 warps) with dV 64 x 64; D 256 with
+    # the mask port 32 x 64 on 4 warps with dV 64 x 64 (adopted); dQ 64 x 32 on 4 warps with
+    # the mask port (D 192: 0, D 256: 16; adopted). D 256 drawn spills 48 on 16 x 64 (8 warps;
+    # the table's 16 x 32 on 4 warps none): timed to see what the spill costs
     Candidate("wide drop dk 32x128 w8 s2 split", "dkdv", (32, 128, 8, 2), split=True,
               cases=("d192-drop-port",)),
     Candidate("wide drop dk 16x64 w8 s2 split dv 64x64", "dkdv", (16, 64, 8, 2), split=True,

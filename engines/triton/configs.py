@@ -185,7 +185,7 @@ _SM90_DRAWN_D192 = BlockConfig(16, 128, 128, 16, score_rows=True, num_warps=8, n
                                unshared_stages=1, tma=True)
 _SM90_DROP_D192 = replace(_SM90_DRAWN_D192, block_m2=64, block_n2=32, num_warps_dq=4)
 _SM90_DROP_D256 = replace(_SM90_DROP_D192, two_chunks=False, block_m1=32, block_n1=64, num_warps=4)
-_SM90_DRAWN_D256 = replace(_SM90_DRAWN_D192, two_chunks=False, block_m1=16, block_n1=32, num_warps=4)
+_SM90_DRAWN_D256 = replace(_SM90_DRAWN_D192, two_chunks=False, block_n1=32, num_warps=4)
 _SM90_DROPOUT = {64: dict(dropout=_SM90_DROP_D64, drawn_dropout=_SM90_DROP_D64),
                  128: dict(dropout=_SM90_DROP_D128, drawn_dropout=_SM90_DROP_D128),
                  192: dict(dropout=_SM90_DROP_D192, drawn_dropout=_SM90_DRAWN_D192),
